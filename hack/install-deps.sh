@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs everything Palisade's build and tests need on a Debian 12 machine:
+# Debian packages through apt-get and Go tools through the module proxy.
+# Idempotent and quiet when everything is present; a clear error otherwise.
+# Add packages here as features need them, never by hand on a machine.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TOOLS_DIR="${TOOLS_DIR:-$PWD/.tools}"
+
+# Debian packages the tests and benchmarks use.
+#   etcd-server: a real external etcd for the datastore tests.
+#   iproute2, iptables, ipset: kernel tests and the dataplane.
+DEBIAN_PACKAGES=(
+	etcd-server
+	iproute2
+	iptables
+	ipset
+)
+
+# Go tools, pinned: "binary module@version".
+GO_TOOLS=(
+	"staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+)
+
+die() { echo "install-deps: $*" >&2; exit 1; }
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	[ "$(id -u)" = 0 ] || die "missing Debian packages: ${missing[*]}; run as root (sudo make deps)"
+	echo "install-deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	# Refresh the package lists when they are absent or older than a day.
+	if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
+		apt-get update -qq >/dev/null || die "apt-get update failed"
+	fi
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+		|| die "apt-get install ${missing[*]} failed"
+	# Debian starts etcd as a service on install; our tests start their own.
+	if [[ " ${missing[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null; then
+		systemctl disable --now etcd >/dev/null 2>&1 || true
+	fi
+fi
+
+mkdir -p "$TOOLS_DIR"
+for entry in "${GO_TOOLS[@]}"; do
+	bin=${entry%% *}
+	mod=${entry#* }
+	stamp="$TOOLS_DIR/.$bin.version"
+	if [ -x "$TOOLS_DIR/$bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$mod" ]; then
+		continue
+	fi
+	echo "install-deps: go install $mod"
+	GOBIN="$TOOLS_DIR" go install "$mod" || die "go install $mod failed"
+	echo "$mod" >"$stamp"
+done

@@ -1,0 +1,101 @@
+package v3
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Group and version of every resource in this package.
+const (
+	Group      = "projectcalico.org"
+	Version    = "v3"
+	APIVersion = Group + "/" + Version
+)
+
+// TypeMeta is the kind and apiVersion every resource document carries.
+type TypeMeta struct {
+	Kind       string `json:"kind,omitempty"`
+	APIVersion string `json:"apiVersion,omitempty"`
+}
+
+// GetTypeMeta gives access to the type metadata of any resource.
+func (t *TypeMeta) GetTypeMeta() *TypeMeta { return t }
+
+// ObjectMeta is the metadata of a resource. Namespace is set only on
+// namespaced kinds.
+type ObjectMeta struct {
+	Name              string            `json:"name,omitempty"`
+	Namespace         string            `json:"namespace,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+	ResourceVersion   string            `json:"resourceVersion,omitempty"`
+	UID               string            `json:"uid,omitempty"`
+	CreationTimestamp Time              `json:"creationTimestamp,omitzero"`
+}
+
+// GetObjectMeta gives access to the object metadata of any resource.
+func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
+
+// ListMeta is the metadata of a list document.
+type ListMeta struct {
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// GetListMeta gives access to the list metadata of any list.
+func (m *ListMeta) GetListMeta() *ListMeta { return m }
+
+// Time is a timestamp serialised as RFC 3339 in UTC with second precision,
+// as Kubernetes and Calico do.
+type Time struct {
+	time.Time
+}
+
+// NewTime wraps t, truncated to seconds.
+func NewTime(t time.Time) Time { return Time{t.UTC().Truncate(time.Second)} }
+
+// IsZero reports whether the time is unset.
+func (t Time) IsZero() bool { return t.Time.IsZero() }
+
+// MarshalJSON writes the time as an RFC 3339 string, or null when unset.
+func (t Time) MarshalJSON() ([]byte, error) {
+	if t.IsZero() {
+		return []byte("null"), nil
+	}
+	return json.Marshal(t.UTC().Format(time.RFC3339))
+}
+
+// UnmarshalJSON reads an RFC 3339 string or null.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = Time{}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("timestamp must be an RFC 3339 string, got %s", b)
+	}
+	parsed, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return fmt.Errorf("timestamp %q is not RFC 3339", s)
+	}
+	*t = Time{parsed.UTC()}
+	return nil
+}
+
+// Resource is implemented by every resource type of this package (through
+// the embedded TypeMeta and ObjectMeta).
+type Resource interface {
+	GetTypeMeta() *TypeMeta
+	GetObjectMeta() *ObjectMeta
+}
+
+// List is implemented by every List kind of this package.
+type List interface {
+	GetTypeMeta() *TypeMeta
+	GetListMeta() *ListMeta
+	// Resources returns the items as Resources (pointers into the list).
+	Resources() []Resource
+	// SetResources replaces the items; each must be of the list's item kind.
+	SetResources([]Resource) error
+}
