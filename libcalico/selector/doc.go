@@ -17,6 +17,8 @@
 //
 // Terms combine with ! (binds tightest), && and || (binds loosest), and
 // parentheses. Strings are single- or double-quoted and have no escapes.
+// Blanks (spaces, tabs, newlines) between tokens are free; as in Calico,
+// "startswith", "endswith" and "notin" may be written without the blank.
 // Label keys are made of letters, digits and the characters _ . / -, so
 // prefixed keys such as projectcalico.org/namespace or app.kubernetes.io/name
 // need no quoting.
