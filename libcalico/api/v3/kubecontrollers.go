@@ -12,7 +12,7 @@ type KubeControllersConfiguration struct {
 	TypeMeta   `json:",inline"`
 	ObjectMeta `json:"metadata,omitempty"`
 	Spec       KubeControllersConfigurationSpec   `json:"spec,omitempty"`
-	Status     KubeControllersConfigurationStatus `json:"status,omitempty"`
+	Status     KubeControllersConfigurationStatus `json:"status,omitzero"`
 }
 
 // KubeControllersConfigurationSpec is the controllers' settings.
