@@ -1,0 +1,91 @@
+package datastore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors: every typed error below matches one of them with
+// errors.Is, so callers that need no details can write
+// errors.Is(err, datastore.ErrNotFound).
+var (
+	ErrNotFound      = errors.New("resource does not exist")
+	ErrAlreadyExists = errors.New("resource already exists")
+	ErrConflict      = errors.New("update conflict")
+	// ErrCompacted is returned by Watch when the revision to start from
+	// has been compacted away: the caller must List again.
+	ErrCompacted = errors.New("revision has been compacted")
+)
+
+// subject names what an error is about: a resource key when Key.Kind is
+// set, otherwise a raw path.
+func subject(k Key, path string) string {
+	if k.Kind != "" {
+		return k.String()
+	}
+	return fmt.Sprintf("key %q", path)
+}
+
+// NotFoundError says a resource (Key) or raw key (Path) does not exist.
+type NotFoundError struct {
+	Key  Key
+	Path string
+}
+
+func (e *NotFoundError) Error() string {
+	return subject(e.Key, e.Path) + ": " + ErrNotFound.Error()
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// AlreadyExistsError says a create found the resource or key already there.
+type AlreadyExistsError struct {
+	Key  Key
+	Path string
+	// Revision is the mod revision of the existing value.
+	Revision string
+}
+
+func (e *AlreadyExistsError) Error() string {
+	return subject(e.Key, e.Path) + ": " + ErrAlreadyExists.Error()
+}
+
+// Is makes errors.Is(err, ErrAlreadyExists) true.
+func (e *AlreadyExistsError) Is(target error) bool { return target == ErrAlreadyExists }
+
+// ConflictError says an update or delete carried a stale revision.
+type ConflictError struct {
+	Key  Key
+	Path string
+	// Op is "update" or "delete".
+	Op string
+	// Revision is the stale revision the caller sent, Current the one
+	// stored.
+	Revision, Current string
+}
+
+func (e *ConflictError) Error() string {
+	what := "resourceVersion"
+	if e.Key.Kind == "" {
+		what = "revision"
+	}
+	return fmt.Sprintf("%s: %s conflict: %s %s is stale (current %s)",
+		subject(e.Key, e.Path), e.Op, what, e.Revision, e.Current)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// CompactedError says a watch asked for a revision older than the oldest
+// one the datastore still keeps.
+type CompactedError struct {
+	Revision, Compacted string
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("watch from revision %s: %s (oldest kept is %s); list again", e.Revision, ErrCompacted, e.Compacted)
+}
+
+// Is makes errors.Is(err, ErrCompacted) true.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }

@@ -1,0 +1,290 @@
+package etcdv3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// watchBuffer is how many events a watcher holds for a slow consumer
+// before it stops reading from etcd.
+const watchBuffer = 64
+
+// retryDelay is the pause before watching or listing again after an error.
+const retryDelay = 200 * time.Millisecond
+
+// delivered is what the consumer last saw of one key.
+type delivered struct {
+	modRev int64
+	value  []byte
+}
+
+// watcher follows one key or prefix. It remembers what it delivered for
+// every key (seeded with the state at the start revision), so that after a
+// compaction it can list again and report just the difference.
+type watcher struct {
+	store  *Store
+	path   string
+	prefix bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	events chan datastore.Event
+	done   chan struct{}
+	log    *log.Entry
+
+	known map[string]delivered
+	// rev is the last revision whose changes have been delivered.
+	rev int64
+}
+
+// Watch follows what opts selects from revision (exclusive), or from now.
+func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision string) (datastore.Watcher, error) {
+	path, prefix, err := datastore.ListPath(opts)
+	if err != nil {
+		return nil, err
+	}
+	start, err := datastore.ParseRevision(revision)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", path, err)
+	}
+	// Seed with the state the consumer has: at start, or now.
+	ops := []clientv3.OpOption{}
+	if prefix {
+		ops = append(ops, clientv3.WithPrefix())
+	}
+	if start > 0 {
+		ops = append(ops, clientv3.WithRev(start))
+	}
+	resp, err := s.client.Get(ctx, path, ops...)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, &datastore.CompactedError{Revision: revision}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch %s from revision %q: %w", path, revision, err)
+	}
+	w := &watcher{
+		store:  s,
+		path:   path,
+		prefix: prefix,
+		events: make(chan datastore.Event, watchBuffer),
+		done:   make(chan struct{}),
+		known:  make(map[string]delivered, len(resp.Kvs)),
+		rev:    start,
+		log:    log.WithField("watch", path),
+	}
+	if start == 0 {
+		w.rev = resp.Header.Revision
+	}
+	for _, kv := range resp.Kvs {
+		if _, _, err := s.codec.ParseKey(string(kv.Key)); err == nil {
+			w.known[string(kv.Key)] = delivered{modRev: kv.ModRevision, value: kv.Value}
+		}
+	}
+	w.ctx, w.cancel = context.WithCancel(ctx)
+	go w.run()
+	return w, nil
+}
+
+// Events is the channel of changes, closed when the watcher ends.
+func (w *watcher) Events() <-chan datastore.Event { return w.events }
+
+// Stop ends the watcher and waits until its channel is closed.
+func (w *watcher) Stop() {
+	w.cancel()
+	<-w.done
+}
+
+// run watches from w.rev+1 until stopped, listing again whenever etcd says
+// the history it needs was compacted.
+func (w *watcher) run() {
+	defer close(w.done)
+	defer close(w.events)
+	for {
+		resync, ok := w.follow()
+		if !ok {
+			return
+		}
+		if w.store.client.Ctx().Err() != nil {
+			w.send(datastore.Event{Type: datastore.Error, Err: fmt.Errorf("watch %s: etcd client closed", w.path)})
+			return
+		}
+		if !w.pause() {
+			return
+		}
+		if resync && !w.resync() {
+			return
+		}
+	}
+}
+
+// follow runs one etcd watch stream. It returns resync=true when the
+// stream ended because of compaction, and ok=false when the watcher is
+// stopped.
+func (w *watcher) follow() (resync, ok bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+	defer cancel()
+	ops := []clientv3.OpOption{clientv3.WithRev(w.rev + 1), clientv3.WithPrevKV()}
+	if w.prefix {
+		ops = append(ops, clientv3.WithPrefix())
+	}
+	for resp := range w.store.client.Watch(ctx, w.path, ops...) {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			w.log.WithFields(log.Fields{"from": w.rev + 1, "compacted": resp.CompactRevision}).Info("Watch history compacted; listing again")
+			return true, w.ctx.Err() == nil
+		}
+		if err := resp.Err(); err != nil {
+			w.log.WithError(err).Warn("Watch stream failed; watching again")
+			return false, w.ctx.Err() == nil
+		}
+		for _, ev := range resp.Events {
+			if !w.deliver(ev) {
+				return false, false
+			}
+		}
+	}
+	return false, w.ctx.Err() == nil
+}
+
+// pause waits before the next attempt; false when stopped meanwhile.
+func (w *watcher) pause() bool {
+	t := time.NewTimer(retryDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// send hands one event to the consumer; false when stopped meanwhile.
+func (w *watcher) send(e datastore.Event) bool {
+	select {
+	case w.events <- e:
+		return true
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// deliver turns one etcd event into a datastore event, skipping what the
+// consumer already has and keys it never saw being deleted.
+func (w *watcher) deliver(ev *clientv3.Event) bool {
+	key := string(ev.Kv.Key)
+	rev := ev.Kv.ModRevision
+	defer func() {
+		if rev > w.rev {
+			w.rev = rev
+		}
+	}()
+	prev, had := w.known[key]
+	if had && rev <= prev.modRev {
+		return true // already delivered
+	}
+	if ev.Type == mvccpb.DELETE {
+		if !had {
+			return true
+		}
+		delete(w.known, key)
+		value, modRev := prev.value, prev.modRev
+		if ev.PrevKv != nil {
+			value, modRev = ev.PrevKv.Value, ev.PrevKv.ModRevision
+		}
+		return w.emit(datastore.Deleted, key, value, modRev, rev)
+	}
+	if _, _, err := w.store.codec.ParseKey(key); err != nil {
+		return true // a kind this build does not know
+	}
+	w.known[key] = delivered{modRev: rev, value: ev.Kv.Value}
+	typ := datastore.Added
+	if had {
+		typ = datastore.Modified
+	}
+	return w.emit(typ, key, ev.Kv.Value, rev, rev)
+}
+
+// emit decodes a value and sends the event, or an Error event when the
+// value does not decode.
+func (w *watcher) emit(typ datastore.EventType, key string, value []byte, modRev, eventRev int64) bool {
+	obj, err := w.store.codec.Decode(key, value, modRev)
+	if err != nil {
+		return w.send(datastore.Event{Type: datastore.Error, Revision: revString(eventRev), Err: err})
+	}
+	return w.send(datastore.Event{Type: typ, Object: obj, Revision: revString(eventRev)})
+}
+
+// resync lists the current state and reports what differs from what the
+// consumer has: deletions first (by key), then additions and changes in
+// revision order. It retries until it succeeds or the watcher is stopped.
+func (w *watcher) resync() bool {
+	var resp *clientv3.GetResponse
+	for {
+		ops := []clientv3.OpOption{}
+		if w.prefix {
+			ops = append(ops, clientv3.WithPrefix())
+		}
+		var err error
+		resp, err = w.store.client.Get(w.ctx, w.path, ops...)
+		if err == nil {
+			break
+		}
+		if w.ctx.Err() != nil {
+			return false
+		}
+		w.log.WithError(err).Warn("Listing again after compaction failed; retrying")
+		if !w.pause() {
+			return false
+		}
+	}
+	now := resp.Header.Revision
+	present := make(map[string]bool, len(resp.Kvs))
+	var changed []*mvccpb.KeyValue
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		if _, _, err := w.store.codec.ParseKey(key); err != nil {
+			continue
+		}
+		present[key] = true
+		if prev, had := w.known[key]; !had || prev.modRev != kv.ModRevision {
+			changed = append(changed, kv)
+		}
+	}
+	var gone []string
+	for key := range w.known {
+		if !present[key] {
+			gone = append(gone, key)
+		}
+	}
+	sort.Strings(gone)
+	for _, key := range gone {
+		prev := w.known[key]
+		delete(w.known, key)
+		if !w.emit(datastore.Deleted, key, prev.value, prev.modRev, now) {
+			return false
+		}
+	}
+	sort.Slice(changed, func(i, j int) bool { return changed[i].ModRevision < changed[j].ModRevision })
+	for _, kv := range changed {
+		key := string(kv.Key)
+		_, had := w.known[key]
+		w.known[key] = delivered{modRev: kv.ModRevision, value: kv.Value}
+		typ := datastore.Added
+		if had {
+			typ = datastore.Modified
+		}
+		if !w.emit(typ, key, kv.Value, kv.ModRevision, kv.ModRevision) {
+			return false
+		}
+	}
+	w.rev = now
+	return true
+}
