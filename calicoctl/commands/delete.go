@@ -1,0 +1,100 @@
+package commands
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+type deleteOptions struct {
+	files         fileOptions
+	ns            nsOptions
+	skipNotExists bool
+}
+
+func newDeleteCommand(a *app) *cobra.Command {
+	o := &deleteOptions{}
+	cmd := &cobra.Command{
+		Use:   "delete ( KIND NAME... | -f FILENAME )",
+		Short: "Delete resources by filename, stdin, or kind and names",
+		Long: `Delete a set of resources by filename or stdin, or by kind and names.
+Deleting a resource that does not exist is an error unless --skip-not-exists
+is set; skipped resources count as deleted.`,
+		Example: "  calicoctl delete ippool pool-a pool-b\n  calicoctl delete -f ./policy.yaml",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var rs []v3.Resource
+			switch {
+			case o.files.filename != "" && len(args) > 0:
+				return fmt.Errorf("give either -f FILENAME or KIND NAME..., not both")
+			case o.files.filename != "":
+				loaded, err := o.files.load(a.env.In)
+				if err != nil {
+					return fmt.Errorf("Failed to execute command: %w", err)
+				}
+				for _, r := range loaded {
+					if err := o.ns.apply(r); err != nil {
+						return fmt.Errorf("Failed to execute command: %w", err)
+					}
+				}
+				rs = loaded
+			case len(args) < 2:
+				return fmt.Errorf("delete needs a kind and at least one name, or -f FILENAME")
+			default:
+				info, err := kindArg(args[0])
+				if err != nil {
+					return err
+				}
+				if rs, err = namedResources(info, args[1:], &o.ns); err != nil {
+					return err
+				}
+			}
+			if len(rs) == 0 {
+				fmt.Fprintln(a.env.Out, "No resources specified")
+				return nil
+			}
+			c, closeFn, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			out := outcome{total: len(rs), kind: singleKind(rs)}
+			for _, r := range rs {
+				_, err := c.Delete(cmd.Context(), keyOf(r), "")
+				switch {
+				case err == nil, o.skipNotExists && errors.Is(err, datastore.ErrNotFound):
+					out.handled++
+				default:
+					out.errs = append(out.errs, err)
+				}
+			}
+			if out.handled > 0 {
+				if out.kind != "" {
+					fmt.Fprintf(a.env.Out, "Successfully deleted %d '%s' resource(s)\n", out.handled, out.kind)
+				} else {
+					fmt.Fprintf(a.env.Out, "Successfully deleted %d resource(s)\n", out.handled)
+				}
+			}
+			if len(out.errs) == 0 {
+				return nil
+			}
+			lines := make([]string, len(out.errs))
+			for i, e := range out.errs {
+				if out.kind != "" {
+					lines[i] = fmt.Sprintf("Failed to delete '%s' resource: %s", out.kind, describe(e))
+				} else {
+					lines[i] = fmt.Sprintf("Failed to delete resource: %s", describe(e))
+				}
+			}
+			return errors.New(strings.Join(lines, "\n"))
+		},
+	}
+	o.files.register(cmd, "delete")
+	o.ns.register(cmd, false)
+	cmd.Flags().BoolVar(&o.skipNotExists, "skip-not-exists", false, "Skip over and treat as successful any attempts to delete an entry that does not exist.")
+	return cmd
+}

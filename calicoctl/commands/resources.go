@@ -1,0 +1,90 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/client"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// writeOptions are what create, apply and replace share.
+type writeOptions struct {
+	files      fileOptions
+	ns         nsOptions
+	skipExists bool
+}
+
+// write runs create, apply or replace: it decodes every document and
+// checks every resource before writing the first, then writes them in
+// order and reports as Calico does.
+func (a *app) write(ctx context.Context, o *writeOptions, op client.Op, verb, done string) error {
+	if o.files.filename == "" {
+		return fmt.Errorf("a file is required: use -f FILE (or -f - for stdin)")
+	}
+	rs, err := o.files.load(a.env.In)
+	if err != nil {
+		return fmt.Errorf("Failed to execute command: %w", err)
+	}
+	if len(rs) == 0 {
+		return outcome{}.report(a.env.Out, verb, done)
+	}
+	for _, r := range rs {
+		if err := o.ns.apply(r); err != nil {
+			return fmt.Errorf("Failed to execute command: %w", err)
+		}
+	}
+	c, closeFn, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	for i, r := range rs {
+		if _, err := c.Prepare(r); err != nil {
+			return fmt.Errorf("Failed to execute command: document %d of %d (%s): %s; nothing was %s",
+				i+1, len(rs), identifier(keyOf(r)), describe(err), done)
+		}
+	}
+	res := c.Write(ctx, op, rs)
+	out := outcome{total: len(rs), kind: singleKind(rs)}
+	for _, r := range res {
+		switch {
+		case r.Err == nil:
+			out.handled++
+		case o.skipExists && errors.Is(r.Err, datastore.ErrAlreadyExists):
+			out.handled++
+		default:
+			out.errs = append(out.errs, r.Err)
+		}
+	}
+	return out.report(a.env.Out, verb, done)
+}
+
+// kindArg resolves a kind the user typed to a stored kind.
+func kindArg(name string) (v3.KindInfo, error) {
+	info, err := v3.LookupKind(name)
+	if err != nil || !info.Stored {
+		return v3.KindInfo{}, fmt.Errorf("resource type '%s' is not supported", name)
+	}
+	return info, nil
+}
+
+// namedResources builds empty resources of kind carrying just the names
+// (and settled namespace) the user gave on the command line.
+func namedResources(info v3.KindInfo, names []string, ns *nsOptions) ([]v3.Resource, error) {
+	out := make([]v3.Resource, 0, len(names))
+	for _, n := range names {
+		if n == "" {
+			return nil, fmt.Errorf("resource name may not be empty")
+		}
+		r := info.New()
+		r.GetObjectMeta().Name = n
+		if err := ns.apply(r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
