@@ -1,0 +1,243 @@
+package v3
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var logSeverities = []string{"Debug", "Info", "Warning", "Error", "Fatal"}
+
+func (v *validator) bgpConfig(c *BGPConfiguration) {
+	s := &c.Spec
+	isDefault := v.defaultOrNode(c.Name)
+	if !isDefault {
+		for _, c := range []struct {
+			field string
+			set   bool
+		}{
+			{"spec.nodeToNodeMeshEnabled", s.NodeToNodeMeshEnabled != nil},
+			{"spec.asNumber", s.ASNumber != nil},
+			{"spec.serviceClusterIPs", len(s.ServiceClusterIPs) > 0},
+			{"spec.serviceExternalIPs", len(s.ServiceExternalIPs) > 0},
+			{"spec.serviceLoadBalancerIPs", len(s.ServiceLoadBalancerIPs) > 0},
+		} {
+			if c.set {
+				v.fail(c.field, nil, "may only be set in the \"default\" BGPConfiguration")
+			}
+		}
+	}
+	v.oneOfFold("spec.logSeverityScreen", s.LogSeverityScreen, logSeverities...)
+	for i, b := range s.ServiceClusterIPs {
+		v.cidr(fmt.Sprintf("spec.serviceClusterIPs[%d].cidr", i), b.CIDR, 0)
+	}
+	for i, b := range s.ServiceExternalIPs {
+		v.cidr(fmt.Sprintf("spec.serviceExternalIPs[%d].cidr", i), b.CIDR, 0)
+	}
+	for i, b := range s.ServiceLoadBalancerIPs {
+		v.cidr(fmt.Sprintf("spec.serviceLoadBalancerIPs[%d].cidr", i), b.CIDR, 0)
+	}
+	v.password("spec.nodeMeshPassword", s.NodeMeshPassword)
+	v.duration("spec.nodeMeshMaxRestartTime", s.NodeMeshMaxRestartTime)
+	defined := map[string]bool{}
+	for i, cm := range s.Communities {
+		f := fmt.Sprintf("spec.communities[%d]", i)
+		if cm.Name == "" || !dns1123SubdomainRE.MatchString(cm.Name) {
+			v.fail(f+".name", cm.Name, "invalid community name")
+		}
+		if !validCommunity(cm.Value) {
+			v.fail(f+".value", cm.Value, "invalid community: want aa:nn (standard) or aa:nn:mm (large)")
+		}
+		defined[cm.Name] = true
+	}
+	for i, pa := range s.PrefixAdvertisements {
+		f := fmt.Sprintf("spec.prefixAdvertisements[%d]", i)
+		v.cidr(f+".cidr", pa.CIDR, 0)
+		for j, c := range pa.Communities {
+			if !defined[c] && !validCommunity(c) {
+				v.fail(fmt.Sprintf("%s.communities[%d]", f, j), c, "neither a community defined in spec.communities nor a community value")
+			}
+		}
+	}
+	if s.BindMode != nil {
+		v.oneOf("spec.bindMode", string(*s.BindMode), string(BindModeNone), string(BindModeNodeIP))
+	}
+	for i, g := range s.IgnoredInterfaces {
+		if g == "" || strings.ContainsAny(g, " \t/") {
+			v.fail(fmt.Sprintf("spec.ignoredInterfaces[%d]", i), g, "invalid interface name pattern")
+		}
+	}
+	if s.LocalWorkloadPeeringIPV4 != "" {
+		v.ip("spec.localWorkloadPeeringIPV4", s.LocalWorkloadPeeringIPV4, 4)
+	}
+	if s.LocalWorkloadPeeringIPV6 != "" {
+		v.ip("spec.localWorkloadPeeringIPV6", s.LocalWorkloadPeeringIPV6, 6)
+	}
+	if s.ProgramClusterRoutes != nil {
+		v.oneOf("spec.programClusterRoutes", *s.ProgramClusterRoutes, "Enabled", "Disabled")
+	}
+}
+
+// validCommunity accepts standard (aa:nn, 16-bit parts) and large
+// (aa:nn:mm, 32-bit parts) community values.
+func validCommunity(s string) bool {
+	parts := strings.Split(s, ":")
+	bits := 0
+	switch len(parts) {
+	case 2:
+		bits = 16
+	case 3:
+		bits = 32
+	default:
+		return false
+	}
+	for _, p := range parts {
+		if _, err := strconv.ParseUint(p, 10, bits); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) password(field string, p *BGPPassword) {
+	if p == nil {
+		return
+	}
+	if p.SecretKeyRef == nil {
+		v.fail(field, nil, "secretKeyRef is required")
+		return
+	}
+	if p.SecretKeyRef.Name == "" {
+		v.fail(field+".secretKeyRef.name", nil, "a secret name is required")
+	}
+	if p.SecretKeyRef.Key == "" {
+		v.fail(field+".secretKeyRef.key", nil, "a key is required")
+	}
+}
+
+func (v *validator) duration(field string, d *Duration) {
+	if d != nil && d.Duration < 0 {
+		v.fail(field, d.Duration.String(), "must not be negative")
+	}
+}
+
+var filterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+func (v *validator) bgpPeer(s *BGPPeerSpec) {
+	if s.Node != "" && s.NodeSelector != "" {
+		v.fail("spec", nil, "node %q and nodeSelector %q cannot both be set", s.Node, s.NodeSelector)
+	}
+	if s.PeerIP != "" && s.PeerSelector != "" {
+		v.fail("spec", nil, "peerIP %q and peerSelector %q cannot both be set", s.PeerIP, s.PeerSelector)
+	}
+	if s.PeerIP == "" && s.PeerSelector == "" && s.LocalWorkloadSelector == "" {
+		v.fail("spec", nil, "one of peerIP, peerSelector or localWorkloadSelector is required")
+	}
+	if s.Node != "" {
+		if msg := dnsSubdomainProblem(s.Node); msg != "" {
+			v.fail("spec.node", s.Node, "invalid node name: %s", msg)
+		}
+	}
+	if s.PeerIP != "" {
+		if _, _, err := SplitPeerIP(s.PeerIP); err != nil {
+			v.fail("spec.peerIP", s.PeerIP, "%v", err)
+		}
+		if s.ASNumber == 0 {
+			v.fail("spec.asNumber", nil, "an AS number is required with peerIP")
+		}
+	}
+	v.selector("spec.nodeSelector", s.NodeSelector)
+	v.selector("spec.peerSelector", s.PeerSelector)
+	v.selector("spec.localWorkloadSelector", s.LocalWorkloadSelector)
+	v.password("spec.password", s.Password)
+	v.oneOf("spec.sourceAddress", string(s.SourceAddress), string(SourceAddressUseNodeIP), string(SourceAddressNone))
+	v.duration("spec.maxRestartTime", s.MaxRestartTime)
+	v.duration("spec.keepaliveTime", s.KeepaliveTime)
+	if n := s.NumAllowedLocalASNumbers; n != nil && (*n < 0 || *n > 10) {
+		v.fail("spec.numAllowedLocalASNumbers", *n, "want 0-10")
+	}
+	if s.ReachableBy != "" {
+		v.ip("spec.reachableBy", s.ReachableBy, 0)
+	}
+	v.names("spec.filters", s.Filters, filterNameRE)
+	if s.NextHopMode != nil {
+		v.oneOf("spec.nextHopMode", string(*s.NextHopMode), string(NextHopAuto), string(NextHopSelf), string(NextHopKeep))
+		if s.KeepOriginalNextHop && *s.NextHopMode != NextHopKeep && *s.NextHopMode != NextHopAuto {
+			v.fail("spec.keepOriginalNextHop", nil, "contradicts nextHopMode %q", *s.NextHopMode)
+		}
+	}
+	if s.ReversePeering != nil {
+		v.oneOf("spec.reversePeering", string(*s.ReversePeering), string(ReversePeeringAuto), string(ReversePeeringManual))
+	}
+}
+
+// SplitPeerIP splits a BGPPeer peerIP into the address and the port: an
+// address alone ("10.0.0.1", "aa::1") has port 0; with a port it is
+// written "10.0.0.1:1790" or "[aa::1]:1790".
+func SplitPeerIP(s string) (netip.Addr, uint16, error) {
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return a, 0, nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil || ap.Addr().Zone() != "" {
+		return netip.Addr{}, 0, fmt.Errorf("want an IP address, optionally with a port: 10.0.0.1, 10.0.0.1:179 or [aa::1]:179")
+	}
+	if ap.Port() == 0 {
+		return netip.Addr{}, 0, fmt.Errorf("port 0 is not valid, want 1-65535")
+	}
+	return ap.Addr().Unmap(), ap.Port(), nil
+}
+
+func (v *validator) bgpFilter(s *BGPFilterSpec) {
+	check := func(field string, i int, r BGPFilterRuleV6, version int) {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		v.oneOf(f+".action", string(r.Action), string(BGPFilterAccept), string(BGPFilterReject))
+		if r.Action == "" {
+			v.fail(f+".action", nil, "an action is required (Accept or Reject)")
+		}
+		v.oneOf(f+".matchOperator", string(r.MatchOperator), string(MatchOperatorEqual), string(MatchOperatorNotEqual),
+			string(MatchOperatorIn), string(MatchOperatorNotIn))
+		v.oneOf(f+".source", string(r.Source), string(BGPFilterSourceRemotePeers))
+		if r.CIDR != "" {
+			v.cidr(f+".cidr", r.CIDR, version)
+		}
+		if (r.CIDR == "") != (r.MatchOperator == "") {
+			v.fail(f, nil, "cidr and matchOperator must be set together")
+		}
+		if r.Interface != "" && strings.ContainsAny(r.Interface, " \t/") {
+			v.fail(f+".interface", r.Interface, "invalid interface name pattern")
+		}
+		if pl := r.PrefixLength; pl != nil {
+			maxLen := int32(32)
+			if version == 6 {
+				maxLen = 128
+			}
+			if r.CIDR == "" {
+				v.fail(f+".prefixLength", nil, "needs a cidr")
+			}
+			if n := pl.Min; n != nil && (*n < 0 || *n > maxLen) {
+				v.fail(f+".prefixLength.min", *n, "want 0-%d", maxLen)
+			}
+			if n := pl.Max; n != nil && (*n < 0 || *n > maxLen) {
+				v.fail(f+".prefixLength.max", *n, "want 0-%d", maxLen)
+			}
+			if pl.Min != nil && pl.Max != nil && *pl.Min > *pl.Max {
+				v.fail(f+".prefixLength", nil, "min %d is above max %d", *pl.Min, *pl.Max)
+			}
+		}
+	}
+	for i, r := range s.ExportV4 {
+		check("spec.exportV4", i, BGPFilterRuleV6(r), 4)
+	}
+	for i, r := range s.ImportV4 {
+		check("spec.importV4", i, BGPFilterRuleV6(r), 4)
+	}
+	for i, r := range s.ExportV6 {
+		check("spec.exportV6", i, r, 6)
+	}
+	for i, r := range s.ImportV6 {
+		check("spec.importV6", i, r, 6)
+	}
+}
