@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -20,10 +21,20 @@ type Key struct {
 	Name      string
 }
 
-// KeyOf returns the key of a resource from its type and object metadata.
+// KeyOf returns the key of a resource from its metadata. The kind is
+// TypeMeta.Kind, or when that is empty the kind whose Go type r has.
 func KeyOf(r v3.Resource) Key {
 	m := r.GetObjectMeta()
-	return Key{Kind: r.GetTypeMeta().Kind, Namespace: m.Namespace, Name: m.Name}
+	kind := r.GetTypeMeta().Kind
+	if kind == "" {
+		for _, k := range v3.Kinds() {
+			if k.New != nil && reflect.TypeOf(k.New()) == reflect.TypeOf(r) {
+				kind = k.Kind
+				break
+			}
+		}
+	}
+	return Key{Kind: kind, Namespace: m.Namespace, Name: m.Name}
 }
 
 // String names the key as errors do: `ippool "pool-a"` or
