@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/palisade-net/palisade/libcalico/api/numorstring"
 )
@@ -56,7 +57,7 @@ func walk(path string, v any, t reflect.Type, errs *[]error) {
 			err = reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(b)
 		}
 		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s: %w", displayPath(path), err))
+			*errs = append(*errs, fmt.Errorf("%s: %w%s", displayPath(path), err, invisibleHint(v)))
 		}
 		return
 	}
@@ -232,6 +233,21 @@ func elemName(t reflect.Type) string {
 		return " of strings"
 	case reflect.Struct, reflect.Map:
 		return " of objects"
+	}
+	return ""
+}
+
+// invisibleHint points out invisible or unusual space characters (often
+// pasted from web pages) in a string value.
+func invisibleHint(v any) string {
+	s, ok := v.(string)
+	if !ok {
+		return ""
+	}
+	for _, r := range s {
+		if r > unicode.MaxASCII && (unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)) {
+			return fmt.Sprintf(" (the value contains the invisible character U+%04X)", r)
+		}
 	}
 	return ""
 }
