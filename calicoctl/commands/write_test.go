@@ -1,0 +1,140 @@
+package commands_test
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+)
+
+func poolDoc(name, cidr string) string {
+	return fmt.Sprintf("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: %s\nspec:\n  cidr: %s\n", name, cidr)
+}
+
+// TestWriteCommands walks create, apply, replace, patch, label and delete
+// through one store, checking each message and what is stored after.
+func TestWriteCommands(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	two := writeFile(t, dir, "two.yaml", poolDoc("pool-a", "10.0.0.0/16")+"---\n"+poolDoc("pool-b", "10.1.0.0/16"))
+	steps := []struct {
+		name    string
+		stdin   string
+		args    []string
+		code    int
+		stdout  string // exact, when code is 0
+		stderr  string // substring, when code is not 0
+		getName string // after the step, `get ippool -o custom-columns=NAME,CIDR,DISABLED` must show...
+		getWant string // ...this line (or, with getWant "", the pool must be absent)
+	}{
+		{"create", "", []string{"create", "-f", two}, 0, "Successfully created 2 'IPPool' resource(s)\n", "", "pool-a", "pool-a   10.0.0.0/16   false"},
+		{"create again", "", []string{"create", "-f", two}, 1, "", "Failed to create any 'IPPool' resources: [resource already exists: IPPool(pool-a); resource already exists: IPPool(pool-b)]", "pool-b", "pool-b   10.1.0.0/16   false"},
+		{"create skip exists", "", []string{"create", "-f", two, "--skip-exists"}, 0, "Successfully created 2 'IPPool' resource(s)\n", "", "pool-a", "pool-a   10.0.0.0/16   false"},
+		{"apply from stdin", poolDoc("pool-c", "10.2.0.0/16"), []string{"apply", "-f", "-"}, 0, "Successfully applied 1 'IPPool' resource(s)\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"replace", poolDoc("pool-c", "10.2.0.0/16") + "  disabled: true\n", []string{"replace", "-f", "-"}, 0, "Successfully replaced 1 'IPPool' resource(s)\n", "", "pool-c", "pool-c   10.2.0.0/16   true"},
+		{"replace missing", poolDoc("pool-z", "10.9.0.0/16"), []string{"replace", "-f", "-"}, 1, "", "Failed to replace 'IPPool' resource: [resource does not exist: IPPool(pool-z)", "pool-z", ""},
+		{"immutable cidr", poolDoc("pool-c", "10.3.0.0/16"), []string{"apply", "-f", "-"}, 1, "", `IPPool "pool-c": spec.cidr is immutable: cannot change 10.2.0.0/16 to 10.3.0.0/16`, "pool-c", "pool-c   10.2.0.0/16   true"},
+		{"patch", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"disabled":false}}`}, 0, "Successfully patched 1 'IPPool' resource\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"patch immutable", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"cidr":"10.4.0.0/16"}}`}, 1, "", "spec.cidr is immutable", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"patch unknown field", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"colour":"red"}}`}, 1, "", "colour", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"patch type", "", []string{"patch", "ippool", "pool-c", "-t", "json", "-p", `[]`}, 1, "", `patch type "json" is not supported`, "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"label", "", []string{"label", "ippool", "pool-c", "rack=r1"}, 0, "Successfully set label rack on ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"label present", "", []string{"label", "ippool", "pool-c", "rack=r2"}, 1, "", "key rack is already present. please use '--overwrite'", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"label overwrite", "", []string{"label", "ippool", "pool-c", "rack=r2", "--overwrite"}, 0, "Successfully updated label rack on ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"label remove", "", []string{"label", "ippool", "pool-c", "rack", "--remove"}, 0, "Successfully removed label rack from ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"label remove absent", "", []string{"label", "ippool", "pool-c", "rack", "--remove"}, 1, "", "cannot remove label of ippool pool-c, key rack does not exist", "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"delete by name", "", []string{"delete", "ippool", "pool-c"}, 0, "Successfully deleted 1 'IPPool' resource(s)\n", "", "pool-c", ""},
+		{"delete missing", "", []string{"delete", "ippool", "pool-c"}, 1, "", "Failed to delete 'IPPool' resource: resource does not exist: IPPool(pool-c) with error: ", "pool-c", ""},
+		{"delete skip missing", "", []string{"delete", "ippool", "pool-c", "--skip-not-exists"}, 0, "Successfully deleted 1 'IPPool' resource(s)\n", "", "pool-c", ""},
+		{"delete by file", "", []string{"delete", "-f", two}, 0, "Successfully deleted 2 'IPPool' resource(s)\n", "", "pool-a", ""},
+	}
+	for _, s := range steps {
+		r := c.run(t, s.stdin, nil, s.args...)
+		if r.code != s.code {
+			t.Fatalf("%s: exit %d, want %d\nstdout: %s\nstderr: %s", s.name, r.code, s.code, r.stdout, r.stderr)
+		}
+		if s.code == 0 && r.stdout != s.stdout {
+			t.Errorf("%s: stdout %q, want %q", s.name, r.stdout, s.stdout)
+		}
+		if s.code != 0 && !strings.Contains(r.stderr, s.stderr) {
+			t.Errorf("%s: stderr %q does not contain %q", s.name, r.stderr, s.stderr)
+		}
+		table := c.mustRun(t, "", "get", "ippool", "-o", "custom-columns=NAME,CIDR,DISABLED")
+		var line string
+		for _, l := range strings.Split(table, "\n") {
+			if strings.HasPrefix(l, s.getName+" ") {
+				line = strings.TrimRight(l, " ")
+			}
+		}
+		if line != s.getWant {
+			t.Errorf("%s: after it, %s shows as %q, want %q", s.name, s.getName, line, s.getWant)
+		}
+	}
+}
+
+// TestPartialApply checks Calico's report when one document of several
+// fails at write time: the others are written, the failing one is not.
+func TestPartialApply(t *testing.T) {
+	c := newCluster(t)
+	in := poolDoc("a", "10.0.0.0/16") + "---\n" + poolDoc("b", "10.1.0.0/16") + "---\n" + poolDoc("c", "10.0.1.0/24")
+	r := c.run(t, in, nil, "apply", "-f", "-")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1", r.code)
+	}
+	if want := "Partial success: applied the first 2 out of 3 'IPPool' resources:\n"; r.stdout != want {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
+	}
+	if want := `Hit error(s): [IPPool "c" (10.0.1.0/24) overlaps IPPool "a" (10.0.0.0/16)]`; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q does not contain %q", r.stderr, want)
+	}
+	got := c.dump(t)
+	if len(got) != 2 {
+		t.Errorf("stored %d resources, want pools a and b: %v", len(got), slices(got))
+	}
+}
+
+// TestDirectoryInput checks -f DIR reads every .yaml/.yml/.json file in
+// name order and nothing else.
+func TestDirectoryInput(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "2-b.yml", poolDoc("b", "10.1.0.0/16"))
+	writeFile(t, dir, "1-a.yaml", poolDoc("a", "10.0.0.0/16"))
+	writeFile(t, dir, "3-c.json", `{"apiVersion":"projectcalico.org/v3","kind":"IPPoolList","items":[{"metadata":{"name":"c"},"spec":{"cidr":"10.2.0.0/16"}}]}`)
+	writeFile(t, dir, "notes.txt", "not a resource")
+	out := c.mustRun(t, "", "create", "-f", dir)
+	if want := "Successfully created 3 'IPPool' resource(s)\n"; out != want {
+		t.Errorf("stdout %q, want %q", out, want)
+	}
+	if names := c.mustRun(t, "", "get", "ippools", "-o", "name"); names != "ippool.projectcalico.org/a\nippool.projectcalico.org/b\nippool.projectcalico.org/c\n" {
+		t.Errorf("stored pools: %q", names)
+	}
+}
+
+func TestVersionAndCompletion(t *testing.T) {
+	c := newCluster(t)
+	r := c.run(t, "", nil, "version")
+	if r.code != 0 {
+		t.Fatalf("version: exit %d: %s", r.code, r.stderr)
+	}
+	golden(t, "version-no-clusterinfo.txt", r.stdout)
+	if !strings.Contains(r.stderr, `clusterinformation "default"`) {
+		t.Errorf("version stderr %q does not say why the cluster version is unknown", r.stderr)
+	}
+	c.mustRun(t, "apiVersion: projectcalico.org/v3\nkind: ClusterInformation\nmetadata:\n  name: default\nspec:\n  calicoVersion: v3.99.0\n  clusterType: palisade,bgp\n", "create", "-f", "-")
+	golden(t, "version.txt", c.mustRun(t, "", "version"))
+	for _, sh := range []string{"bash", "zsh"} {
+		out := c.mustRun(t, "", "completion", sh)
+		if !strings.Contains(out, "calicoctl") || len(out) < 1000 {
+			t.Errorf("completion %s printed %d bytes without the command name", sh, len(out))
+		}
+	}
+}
+
+func slices(m map[string]string) []string {
+	var out []string
+	for k := range maps.Keys(m) {
+		out = append(out, k)
+	}
+	return out
+}
