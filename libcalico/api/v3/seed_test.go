@@ -144,3 +144,12 @@ spec:
 		t.Fatalf("error:\n got: %v\nwant: %s", err, want)
 	}
 }
+
+func readSeed(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "seed", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
