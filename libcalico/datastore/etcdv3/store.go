@@ -56,11 +56,19 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd at %s: connecting: %w", cfg.endpointList(), err)
 	}
 	// clientv3.New does not wait for a connection: read one key, bounded.
+	// Meanwhile look at the endpoints ourselves, since gRPC reports only
+	// a deadline when it cannot connect.
+	diag := make(chan string, 1)
+	go func() { diag <- diagnose(probeCtx, cfg.Endpoints, tlsCfg) }()
 	_, err = client.Get(probeCtx, datastore.ResourcePrefix)
 	if err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		_ = client.Close()
 		if probeCtx.Err() != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("etcd at %s: no answer within %s: %w", cfg.endpointList(), timeout, err)
+			why := ""
+			if d := <-diag; d != "" {
+				why = " (" + d + ")"
+			}
+			return nil, fmt.Errorf("etcd at %s: no answer within %s%s: %w", cfg.endpointList(), timeout, why, err)
 		}
 		return nil, fmt.Errorf("etcd at %s: %w", cfg.endpointList(), err)
 	}

@@ -1,0 +1,164 @@
+package etcdv3_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+)
+
+// roundTrip proves a store works: create, read back, delete.
+func roundTrip(t *testing.T, s *etcdv3.Store) {
+	t.Helper()
+	ctx := testCtx(t)
+	created := mustCreate(t, s, pool("pool-a", "10.1.0.0/16"))
+	got, err := s.Get(ctx, datastore.KeyOf(created))
+	if err != nil || got.GetObjectMeta().UID != created.GetObjectMeta().UID {
+		t.Fatalf("get back: %+v, %v", got, err)
+	}
+	if _, err := s.Delete(ctx, datastore.KeyOf(created), ""); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	endpoints, files := etcdtest.StartTLS(t)
+	if !strings.HasPrefix(endpoints[0], "https://") {
+		t.Fatalf("TLS server endpoint %q is not https", endpoints[0])
+	}
+	other := etcdtest.GenerateTLS(t, t.TempDir()) // a CA the server does not trust
+	cases := []struct {
+		name    string
+		cfg     etcdv3.Config
+		wantErr string // substring; empty = must work
+	}{
+		{"CA and client certificate", etcdv3.Config{CACertFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}, ""},
+		{"no client certificate", etcdv3.Config{CACertFile: files.CA}, "tls: certificate required"},
+		{"client certificate from an unknown CA", etcdv3.Config{CACertFile: files.CA, CertFile: other.ClientCert, KeyFile: other.ClientKey}, "tls: unknown certificate authority"},
+		{"server not signed by the given CA", etcdv3.Config{CACertFile: other.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}, "certificate signed by unknown authority"},
+		{"cert without key", etcdv3.Config{CACertFile: files.CA, CertFile: files.ClientCert}, "needs both a cert file and a key file"},
+		{"missing CA file", etcdv3.Config{CACertFile: files.CA + ".missing"}, "reading etcd CA certificate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Endpoints = endpoints
+			cfg.DialTimeout = 2 * time.Second
+			start := time.Now()
+			s, err := etcdv3.New(context.Background(), cfg)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				defer s.Close()
+				roundTrip(t, s)
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatalf("New succeeded, want an error containing %q", tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), endpoints[0]) {
+				t.Fatalf("New error %q does not contain %q and the endpoint", err, tc.wantErr)
+			}
+			if d := time.Since(start); d > 4*time.Second {
+				t.Fatalf("New took %s to fail", d)
+			}
+		})
+	}
+}
+
+func TestUsernamePassword(t *testing.T) {
+	endpoints := etcdtest.Start(t)
+	ctx := testCtx(t)
+	admin, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	steps := []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "s3cret"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("enabling etcd auth, step %d: %v", i, err)
+		}
+	}
+	cases := []struct {
+		name, user, password string
+		wantErr              string
+	}{
+		{"right password", "root", "s3cret", ""},
+		{"wrong password", "root", "nope", "authentication failed"},
+		{"no credentials", "", "", "user name is empty"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: endpoints, Username: tc.user, Password: tc.password, DialTimeout: 2 * time.Second})
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				defer s.Close()
+				roundTrip(t, s)
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatalf("New succeeded, want an error containing %q", tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), endpoints[0]) {
+				t.Fatalf("New error %q does not contain %q and the endpoint", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	// A port nobody listens on: take a free one and release it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + l.Addr().String()
+	l.Close()
+
+	start := time.Now()
+	s, err := etcdv3.New(context.Background(), etcdv3.Config{Endpoints: []string{endpoint}})
+	elapsed := time.Since(start)
+	if err == nil {
+		s.Close()
+		t.Fatalf("New(%s) succeeded with nothing listening", endpoint)
+	}
+	if !strings.Contains(err.Error(), endpoint) {
+		t.Errorf("error %q does not name the endpoint %s", err, endpoint)
+	}
+	if !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("error %q does not say the connection was refused", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %q is not a deadline error", err)
+	}
+	if elapsed < etcdv3.DefaultDialTimeout-time.Second || elapsed > etcdv3.DefaultDialTimeout+2*time.Second {
+		t.Errorf("New gave up after %s, want about %s", elapsed, etcdv3.DefaultDialTimeout)
+	}
+	t.Logf("unreachable etcd: %v (after %s)", err, elapsed.Round(time.Millisecond))
+
+	// The caller's context bounds it too.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: []string{endpoint}}); err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("New with a 300ms context: %v after %s", err, time.Since(start))
+	}
+}

@@ -1,0 +1,60 @@
+package etcdv3
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// diagnose dials each endpoint itself (TCP, then the TLS handshake for
+// https) to find why gRPC, which only reports a deadline, could not get
+// through. It returns "" when every endpoint looks fine at this level.
+func diagnose(ctx context.Context, endpoints []string, tc *tls.Config) string {
+	var problems []string
+	for _, ep := range endpoints {
+		if p := diagnoseOne(ctx, ep, tc); p != "" {
+			problems = append(problems, ep+": "+p)
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+func diagnoseOne(ctx context.Context, endpoint string, tc *tls.Config) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return fmt.Sprintf("not a URL (want http://host:port or https://host:port)")
+	}
+	d := net.Dialer{}
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close()
+	if u.Scheme != "https" {
+		return ""
+	}
+	cfg := &tls.Config{}
+	if tc != nil {
+		cfg = tc.Clone()
+	}
+	cfg.ServerName = u.Hostname()
+	cfg.NextProtos = []string{"h2"}
+	tconn := tls.Client(conn, cfg)
+	if err := tconn.HandshakeContext(ctx); err != nil {
+		return err.Error()
+	}
+	// With TLS 1.3 a rejected client certificate shows only when reading:
+	// the server answers with an alert, where a healthy one waits for us.
+	_ = tconn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	buf := make([]byte, 1)
+	if _, err := tconn.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err.Error()
+	}
+	return ""
+}
