@@ -44,8 +44,8 @@ func (c *Client) Prepare(r v3.Resource) (v3.Resource, error) {
 	} else if m.Namespace != "" {
 		return nil, ruleErrorf(ErrScope, "%s %q: metadata.namespace %q given, but %s is not namespaced", info.Kind, m.Name, m.Namespace, info.Kind)
 	}
-	defaultResource(out)
-	if err := validateResource(out); err != nil {
+	v3.Default(out)
+	if err := v3.Validate(out); err != nil {
 		return nil, &invalidError{err}
 	}
 	return out, nil
