@@ -1,0 +1,329 @@
+package ipam
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// affinityValue is an affinity as stored, in Calico's JSON shape.
+type affinityValue struct {
+	State   AffinityState `json:"state"`
+	Deleted bool          `json:"deleted"`
+}
+
+// encodeAffinity serialises an affinity state.
+func encodeAffinity(s AffinityState) []byte {
+	v, _ := json.Marshal(affinityValue{State: s})
+	return v
+}
+
+// decodeAffinity parses a stored affinity; an empty value (as very old
+// Calico wrote) is confirmed.
+func decodeAffinity(p datastore.KVPair) (Affinity, error) {
+	host, cidr, err := parseAffinityKey(p.Key)
+	if err != nil {
+		return Affinity{}, err
+	}
+	aff := Affinity{Host: host, CIDR: cidr, State: AffinityConfirmed, Revision: p.Revision}
+	if len(p.Value) > 0 {
+		var v affinityValue
+		if err := json.Unmarshal(p.Value, &v); err != nil {
+			return Affinity{}, fmt.Errorf("key %q: decoding affinity: %w", p.Key, err)
+		}
+		if v.State != "" {
+			aff.State = v.State
+		}
+	}
+	return aff, nil
+}
+
+// listAffinities reads the affinities under prefix.
+func (a *Allocator) listAffinities(ctx context.Context, prefix string) ([]Affinity, error) {
+	kvs, _, err := a.kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("listing affinities: %w", err)
+	}
+	out := make([]Affinity, 0, len(kvs))
+	for _, p := range kvs {
+		aff, err := decodeAffinity(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, aff)
+	}
+	return out, nil
+}
+
+// ListAffinities returns every node's affinities, sorted by key.
+func (a *Allocator) ListAffinities(ctx context.Context) ([]Affinity, error) {
+	return a.listAffinities(ctx, affinitiesPrefix)
+}
+
+// errBlockTaken says the block a node tried to claim belongs to another.
+var errBlockTaken = errors.New("block claimed by another node")
+
+// claimBlock claims the block cidr for host: it records a pending
+// affinity, creates the block affine to host, then confirms the affinity.
+// When host's own earlier or concurrent claim got there first, the block
+// is simply adopted. It returns errBlockTaken when another node owns the
+// block (its own pending affinity then removed).
+func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Prefix) (*block, int64, error) {
+	affKey := affinityKey(host, cidr)
+	logCtx := log.WithFields(log.Fields{"node": host, "block": cidr})
+	aff, err := a.kv.Create(ctx, datastore.KVPair{Key: affKey, Value: encodeAffinity(AffinityPending)})
+	createdAffinity := err == nil
+	if err != nil {
+		if !errors.Is(err, datastore.ErrAlreadyExists) {
+			return nil, 0, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
+		}
+		// Our node already has an affinity here: an earlier claim that
+		// did not finish, or one running now. Carry on and adopt it.
+		if aff, err = a.kv.Get(ctx, affKey); err != nil {
+			return nil, 0, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
+		}
+		if v, err := decodeAffinity(aff); err != nil || v.State == AffinityPendingDeletion {
+			return nil, 0, errBlockTaken
+		}
+	}
+
+	b := newBlock(cidr, host)
+	v, err := b.encode()
+	if err != nil {
+		return nil, 0, err
+	}
+	key := blockKey(cidr)
+	created, err := a.kv.Create(ctx, datastore.KVPair{Key: key, Value: v})
+	rev := created.Revision
+	if errors.Is(err, datastore.ErrAlreadyExists) {
+		var existing *block
+		existing, rev, err = a.getBlock(ctx, key)
+		if err == nil && existing.host() != host {
+			logCtx.WithField("owner", existing.host()).Debug("Block already claimed by another node")
+			if createdAffinity {
+				if derr := a.kv.Delete(ctx, affKey, aff.Revision); derr != nil && !errors.Is(derr, datastore.ErrNotFound) {
+					logCtx.WithError(derr).Warn("Could not remove pending affinity of a lost claim")
+				}
+			}
+			return nil, 0, errBlockTaken
+		}
+		b = existing
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
+	}
+	if err := a.confirmAffinity(ctx, affKey, aff.Revision); err != nil {
+		return nil, 0, fmt.Errorf("confirming affinity of node %q to block %s: %w", host, cidr, err)
+	}
+	logCtx.Info("Claimed block")
+	return b, rev, nil
+}
+
+// confirmAffinity marks an affinity confirmed, recreating it when it was
+// removed while the block was being created.
+func (a *Allocator) confirmAffinity(ctx context.Context, key string, rev int64) error {
+	value := encodeAffinity(AffinityConfirmed)
+	for attempt := 1; attempt <= maxRetries; attempt++ {
+		_, err := a.kv.Update(ctx, datastore.KVPair{Key: key, Value: value, Revision: rev})
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, datastore.ErrNotFound) {
+			_, err = a.kv.Create(ctx, datastore.KVPair{Key: key, Value: value})
+			if err == nil || !errors.Is(err, datastore.ErrAlreadyExists) {
+				return err
+			}
+		} else if !isConflict(err) {
+			return err
+		}
+		p, err := a.kv.Get(ctx, key)
+		if err != nil && !errors.Is(err, datastore.ErrNotFound) {
+			return err
+		}
+		cur, derr := decodeAffinity(p)
+		if err == nil && derr == nil && cur.State == AffinityConfirmed {
+			return nil
+		}
+		rev = p.Revision
+	}
+	return ErrTooManyRetries
+}
+
+// ReleaseHostAffinities releases every block affinity of host: its empty
+// blocks are deleted, blocks still holding addresses lose their affinity
+// (and are deleted once their last address is released).
+func (a *Allocator) ReleaseHostAffinities(ctx context.Context, host string) error {
+	if err := checkName("host name", host); err != nil {
+		return err
+	}
+	affs, err := a.listAffinities(ctx, affinitiesPrefix+host+"/")
+	if err != nil {
+		return err
+	}
+	return a.releaseAffinities(ctx, affs)
+}
+
+// ReleasePoolAffinities releases every node's affinities to blocks of the
+// pool named by name or CIDR, as ReleaseHostAffinities does.
+func (a *Allocator) ReleasePoolAffinities(ctx context.Context, nameOrCIDR string) error {
+	pools, err := a.listPools(ctx)
+	if err != nil {
+		return err
+	}
+	var cidr netip.Prefix
+	if p, ok := findPool(pools, nameOrCIDR); ok {
+		cidr = p.cidr
+	} else if cidr, err = netip.ParsePrefix(nameOrCIDR); err != nil {
+		return fmt.Errorf("pool %q: no such pool and not a CIDR: %w", nameOrCIDR, ErrPoolNotUsable)
+	}
+	all, err := a.ListAffinities(ctx)
+	if err != nil {
+		return err
+	}
+	var affs []Affinity
+	for _, aff := range all {
+		if cidr.Overlaps(aff.CIDR) && aff.CIDR.Bits() >= cidr.Bits() {
+			affs = append(affs, aff)
+		}
+	}
+	return a.releaseAffinities(ctx, affs)
+}
+
+// releaseAffinities releases each affinity, carrying on past failures and
+// returning them all.
+func (a *Allocator) releaseAffinities(ctx context.Context, affs []Affinity) error {
+	var errs []error
+	for _, aff := range affs {
+		if err := a.releaseAffinity(ctx, aff, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseAffinity releases one affinity: it is marked pendingDeletion so
+// allocators stop using it, the block is deleted when empty or otherwise
+// loses its affinity, and the affinity is deleted. With onlyEmpty, a block
+// holding addresses keeps its affinity, which is put back to confirmed.
+// It reports errBlockNotEmpty in that case.
+func (a *Allocator) releaseAffinity(ctx context.Context, aff Affinity, onlyEmpty bool) error {
+	affKey := affinityKey(aff.Host, aff.CIDR)
+	logCtx := log.WithFields(log.Fields{"node": aff.Host, "block": aff.CIDR})
+	rev, err := a.markPendingDeletion(ctx, affKey)
+	if errors.Is(err, datastore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("releasing affinity of node %q to block %s: %w", aff.Host, aff.CIDR, err)
+	}
+	key := blockKey(aff.CIDR)
+	for attempt := 1; ; attempt++ {
+		if attempt > maxRetries {
+			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, ErrTooManyRetries)
+		}
+		b, brev, err := a.getBlock(ctx, key)
+		if errors.Is(err, datastore.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, err)
+		}
+		if b.host() != aff.Host {
+			break // someone else's block now: only our affinity goes
+		}
+		if b.empty() {
+			err = a.kv.Delete(ctx, key, brev)
+		} else if onlyEmpty {
+			_, err = a.kv.Update(ctx, datastore.KVPair{Key: affKey, Value: encodeAffinity(AffinityConfirmed), Revision: rev})
+			if err == nil {
+				return errBlockNotEmpty
+			}
+			return fmt.Errorf("restoring affinity of node %q to block %s: %w", aff.Host, aff.CIDR, err)
+		} else {
+			b.setHost("")
+			b.SequenceNumber++
+			var v []byte
+			if v, err = b.encode(); err == nil {
+				_, err = a.kv.Update(ctx, datastore.KVPair{Key: key, Value: v, Revision: brev})
+			}
+		}
+		if err == nil || errors.Is(err, datastore.ErrNotFound) {
+			break
+		}
+		if !isConflict(err) {
+			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+	if err := a.kv.Delete(ctx, affKey, rev); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+		return fmt.Errorf("deleting affinity of node %q to block %s: %w", aff.Host, aff.CIDR, err)
+	}
+	logCtx.Info("Released block affinity")
+	return nil
+}
+
+// errBlockNotEmpty says a block kept its affinity because it is in use.
+var errBlockNotEmpty = errors.New("block is not empty")
+
+// markPendingDeletion sets an affinity's state to pendingDeletion and
+// returns its new revision.
+func (a *Allocator) markPendingDeletion(ctx context.Context, key string) (int64, error) {
+	for attempt := 1; attempt <= maxRetries; attempt++ {
+		p, err := a.kv.Get(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		p.Value = encodeAffinity(AffinityPendingDeletion)
+		out, err := a.kv.Update(ctx, p)
+		if err == nil {
+			return out.Revision, nil
+		}
+		if !isConflict(err) {
+			return 0, err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return 0, err
+		}
+	}
+	return 0, ErrTooManyRetries
+}
+
+// FreeEmptyBlocks releases the affinities of host's empty blocks, deleting
+// the blocks; every node's when host is "". Blocks in use are untouched. It
+// returns the blocks it freed.
+func (a *Allocator) FreeEmptyBlocks(ctx context.Context, host string) ([]netip.Prefix, error) {
+	prefix := affinitiesPrefix
+	if host != "" {
+		if err := checkName("host name", host); err != nil {
+			return nil, err
+		}
+		prefix += host + "/"
+	}
+	affs, err := a.listAffinities(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var freed []netip.Prefix
+	var errs []error
+	for _, aff := range affs {
+		if aff.State != AffinityConfirmed {
+			continue // a claim or release in flight
+		}
+		err := a.releaseAffinity(ctx, aff, true)
+		switch {
+		case err == nil:
+			freed = append(freed, aff.CIDR)
+		case !errors.Is(err, errBlockNotEmpty):
+			errs = append(errs, err)
+		}
+	}
+	return freed, errors.Join(errs...)
+}

@@ -1,0 +1,177 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// maxRetries bounds the compare-and-swap attempts on one key.
+const maxRetries = 100
+
+// Allocator assigns and releases addresses. It holds no state of its own
+// beyond its connections, so any number of Allocators, in any number of
+// processes, may work on the same datastore at once. It is safe for
+// concurrent use.
+type Allocator struct {
+	kv    datastore.KV
+	store datastore.Interface
+}
+
+// New returns an Allocator that keeps IPAM state in kv and reads pools,
+// reservations, nodes and the IPAM configuration from store (for etcd,
+// both are the same *etcdv3.Store: New(s, s.KV())).
+func New(store datastore.Interface, kv datastore.KV) *Allocator {
+	return &Allocator{kv: kv, store: store}
+}
+
+// backoff sleeps before retry attempt (1-based) of a compare-and-swap:
+// a random time up to attempt ms, capped at 20 ms, so contenders spread
+// out.
+func backoff(ctx context.Context, attempt int) error {
+	limit := min(attempt, 20)
+	d := time.Duration(rand.Int64N(int64(limit)*int64(time.Millisecond)) + 1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// isConflict reports whether err is a lost compare-and-swap.
+func isConflict(err error) bool {
+	return errors.Is(err, datastore.ErrConflict) || errors.Is(err, datastore.ErrAlreadyExists)
+}
+
+// parallel runs fns concurrently and returns the first error.
+func parallel(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// listPools reads and parses every IP pool.
+func (a *Allocator) listPools(ctx context.Context) ([]pool, error) {
+	items, _, err := a.store.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
+	if err != nil {
+		return nil, fmt.Errorf("listing IP pools: %w", err)
+	}
+	out := make([]pool, 0, len(items))
+	for _, r := range items {
+		ip, ok := r.(*v3.IPPool)
+		if !ok {
+			return nil, fmt.Errorf("listing IP pools: got a %T", r)
+		}
+		p, err := parsePool(ip)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// listReservations reads every IPReservation's CIDRs.
+func (a *Allocator) listReservations(ctx context.Context) (reservations, error) {
+	items, _, err := a.store.List(ctx, datastore.ListOptions{Kind: v3.KindIPReservation})
+	if err != nil {
+		return nil, fmt.Errorf("listing IP reservations: %w", err)
+	}
+	rs := make([]*v3.IPReservation, 0, len(items))
+	for _, r := range items {
+		ir, ok := r.(*v3.IPReservation)
+		if !ok {
+			return nil, fmt.Errorf("listing IP reservations: got a %T", r)
+		}
+		rs = append(rs, ir)
+	}
+	return parseReservations(rs)
+}
+
+// nodeLabels reads the labels of the Node resource named host; a node
+// that does not exist has no labels.
+func (a *Allocator) nodeLabels(ctx context.Context, host string) (map[string]string, error) {
+	r, err := a.store.Get(ctx, datastore.Key{Kind: v3.KindNode, Name: host})
+	if errors.Is(err, datastore.ErrNotFound) {
+		log.WithField("node", host).Debug("No Node resource: pool node selectors see no labels")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading node %q for pool selection: %w", host, err)
+	}
+	return r.GetObjectMeta().Labels, nil
+}
+
+// getBlock reads and decodes the block for cidr.
+func (a *Allocator) getBlock(ctx context.Context, key string) (*block, int64, error) {
+	p, err := a.kv.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, err := decodeBlock(p.Value)
+	if err != nil {
+		return nil, 0, fmt.Errorf("key %q: %w", key, err)
+	}
+	return b, p.Revision, nil
+}
+
+// putBlock writes b over revision rev; a block that became empty and has
+// no affinity is deleted instead, as Calico does.
+func (a *Allocator) putBlock(ctx context.Context, key string, b *block, rev int64) error {
+	if b.empty() && b.host() == "" {
+		return a.kv.Delete(ctx, key, rev)
+	}
+	v, err := b.encode()
+	if err != nil {
+		return err
+	}
+	_, err = a.kv.Update(ctx, datastore.KVPair{Key: key, Value: v, Revision: rev})
+	return err
+}
+
+// listBlocks reads every block of an IP version (both when version is 0).
+func (a *Allocator) listBlocks(ctx context.Context, version int) ([]storedBlock, error) {
+	prefix := blocksPrefix
+	if version != 0 {
+		prefix = blocksFamilyPrefix(version)
+	}
+	kvs, _, err := a.kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("listing blocks: %w", err)
+	}
+	out := make([]storedBlock, 0, len(kvs))
+	for _, p := range kvs {
+		b, err := decodeBlock(p.Value)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", p.Key, err)
+		}
+		out = append(out, storedBlock{block: b, key: p.Key, rev: p.Revision})
+	}
+	return out, nil
+}
+
+// storedBlock is a decoded block with its key and revision.
+type storedBlock struct {
+	block *block
+	key   string
+	rev   int64
+}

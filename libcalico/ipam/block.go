@@ -1,0 +1,379 @@
+package ipam
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// affinityPrefix starts a block's affinity field: "host:<node>".
+const affinityPrefix = "host:"
+
+// block is one allocation block as stored, in Calico's JSON shape. Ordinal
+// i is the i-th address of the block; Allocations[i] is the index of its
+// attribute, or nil when free; Unallocated lists the free ordinals in the
+// order they will be handed out (released ones go to the back).
+type block struct {
+	CIDR                        string            `json:"cidr"`
+	Affinity                    *string           `json:"affinity"`
+	StrictAffinity              bool              `json:"strictAffinity"`
+	Allocations                 []*int            `json:"allocations"`
+	Unallocated                 []int             `json:"unallocated"`
+	Attributes                  []attribute       `json:"attributes"`
+	SequenceNumber              uint64            `json:"sequenceNumber"`
+	SequenceNumberForAllocation map[string]uint64 `json:"sequenceNumberForAllocation"`
+	Deleted                     bool              `json:"deleted"`
+
+	prefix netip.Prefix
+}
+
+// attribute is who holds an allocation: the handle and free-form
+// secondary attributes (namespace, pod, node, timestamp...).
+type attribute struct {
+	HandleID  *string           `json:"handle_id,omitempty"`
+	Secondary map[string]string `json:"secondary,omitempty"`
+}
+
+// handle returns the attribute's handle ID, "" when none.
+func (a attribute) handle() string {
+	if a.HandleID == nil {
+		return ""
+	}
+	return *a.HandleID
+}
+
+// newBlock returns an empty block for prefix, affine to host ("" for none).
+func newBlock(prefix netip.Prefix, host string) *block {
+	size := blockSize(prefix)
+	b := &block{
+		CIDR:                        prefix.String(),
+		Allocations:                 make([]*int, size),
+		Unallocated:                 make([]int, size),
+		Attributes:                  []attribute{},
+		SequenceNumberForAllocation: map[string]uint64{},
+		prefix:                      prefix,
+	}
+	for i := range b.Unallocated {
+		b.Unallocated[i] = i
+	}
+	b.setHost(host)
+	return b
+}
+
+// blockSize is the number of addresses in a block prefix.
+func blockSize(p netip.Prefix) int {
+	return 1 << (p.Addr().BitLen() - p.Bits())
+}
+
+// decodeBlock parses a stored block and checks it is self-consistent.
+func decodeBlock(value []byte) (*block, error) {
+	var b block
+	if err := json.Unmarshal(value, &b); err != nil {
+		return nil, fmt.Errorf("decoding block: %w", err)
+	}
+	p, err := netip.ParsePrefix(b.CIDR)
+	if err != nil {
+		return nil, fmt.Errorf("block cidr %q: %w", b.CIDR, err)
+	}
+	if p != p.Masked() {
+		return nil, fmt.Errorf("block cidr %q has host bits set", b.CIDR)
+	}
+	if hostBits := p.Addr().BitLen() - p.Bits(); hostBits > 16 {
+		return nil, fmt.Errorf("block cidr %q: blocks hold at most 65536 addresses", b.CIDR)
+	}
+	b.prefix = p
+	size := blockSize(p)
+	if len(b.Allocations) != size {
+		return nil, fmt.Errorf("block %s: %d allocations for %d addresses", b.CIDR, len(b.Allocations), size)
+	}
+	for i, a := range b.Allocations {
+		if a != nil && (*a < 0 || *a >= len(b.Attributes)) {
+			return nil, fmt.Errorf("block %s: ordinal %d refers to attribute %d of %d", b.CIDR, i, *a, len(b.Attributes))
+		}
+	}
+	for _, o := range b.Unallocated {
+		if o < 0 || o >= size {
+			return nil, fmt.Errorf("block %s: unallocated ordinal %d out of range", b.CIDR, o)
+		}
+	}
+	if b.SequenceNumberForAllocation == nil {
+		b.SequenceNumberForAllocation = map[string]uint64{}
+	}
+	if b.Attributes == nil {
+		b.Attributes = []attribute{}
+	}
+	return &b, nil
+}
+
+// encode serialises the block for storage.
+func (b *block) encode() ([]byte, error) {
+	v, err := json.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("encoding block %s: %w", b.CIDR, err)
+	}
+	return v, nil
+}
+
+// host returns the node the block is affine to, "" when none.
+func (b *block) host() string {
+	if b.Affinity == nil {
+		return ""
+	}
+	return strings.TrimPrefix(*b.Affinity, affinityPrefix)
+}
+
+// setHost makes the block affine to host, or to no node when host is "".
+func (b *block) setHost(host string) {
+	if host == "" {
+		b.Affinity = nil
+		return
+	}
+	s := affinityPrefix + host
+	b.Affinity = &s
+}
+
+// ordinal returns the position of addr in the block.
+func (b *block) ordinal(addr netip.Addr) (int, bool) {
+	if !b.prefix.Contains(addr) {
+		return 0, false
+	}
+	return int(low64(addr) - low64(b.prefix.Addr())), true
+}
+
+// addr returns the address at ordinal o.
+func (b *block) addr(o int) netip.Addr {
+	return addOffset(b.prefix.Addr(), uint64(o))
+}
+
+// inUse counts allocated addresses.
+func (b *block) inUse() int {
+	return len(b.Allocations) - len(b.Unallocated)
+}
+
+// empty reports whether no address is allocated.
+func (b *block) empty() bool { return b.inUse() == 0 }
+
+// numFree counts free addresses that skip does not exclude.
+func (b *block) numFree(skip func(netip.Addr) bool) int {
+	if skip == nil {
+		return len(b.Unallocated)
+	}
+	n := 0
+	for _, o := range b.Unallocated {
+		if !skip(b.addr(o)) {
+			n++
+		}
+	}
+	return n
+}
+
+// attributeIndex returns the index of an attribute equal to (handle,
+// attrs), appending one when none exists.
+func (b *block) attributeIndex(handle string, attrs map[string]string) int {
+	for i, a := range b.Attributes {
+		if a.handle() == handle && maps.Equal(a.Secondary, attrs) {
+			return i
+		}
+	}
+	a := attribute{}
+	if handle != "" {
+		h := handle
+		a.HandleID = &h
+	}
+	if len(attrs) > 0 {
+		a.Secondary = maps.Clone(attrs)
+	}
+	b.Attributes = append(b.Attributes, a)
+	return len(b.Attributes) - 1
+}
+
+// assign allocates up to n free addresses, in Unallocated order, skipping
+// those skip excludes, to handle with attrs. It returns the addresses
+// allocated (fewer than n when the block runs out).
+func (b *block) assign(n int, handle string, attrs map[string]string, skip func(netip.Addr) bool) []netip.Addr {
+	if n <= 0 {
+		return nil
+	}
+	var picked []netip.Addr
+	var keep []int
+	idx := -1
+	for i, o := range b.Unallocated {
+		if len(picked) == n {
+			keep = append(keep, b.Unallocated[i:]...)
+			break
+		}
+		a := b.addr(o)
+		if skip != nil && skip(a) {
+			keep = append(keep, o)
+			continue
+		}
+		if idx < 0 {
+			idx = b.attributeIndex(handle, attrs)
+		}
+		b.take(o, idx)
+		picked = append(picked, a)
+	}
+	if len(picked) > 0 {
+		b.Unallocated = keep
+		b.SequenceNumber++
+	}
+	return picked
+}
+
+// take marks ordinal o as allocated to attribute idx (Unallocated is the
+// caller's job).
+func (b *block) take(o, idx int) {
+	v := idx
+	b.Allocations[o] = &v
+	b.SequenceNumberForAllocation[strconv.Itoa(o)] = b.SequenceNumber
+}
+
+// assignAddr allocates one specific address. It fails when the address is
+// outside the block or already allocated.
+func (b *block) assignAddr(addr netip.Addr, handle string, attrs map[string]string) error {
+	o, ok := b.ordinal(addr)
+	if !ok {
+		return fmt.Errorf("address %s is not in block %s", addr, b.CIDR)
+	}
+	if b.Allocations[o] != nil {
+		return fmt.Errorf("address %s: %w (handle %q)", addr, ErrAlreadyAssigned, b.Attributes[*b.Allocations[o]].handle())
+	}
+	b.take(o, b.attributeIndex(handle, attrs))
+	for i, u := range b.Unallocated {
+		if u == o {
+			b.Unallocated = append(b.Unallocated[:i], b.Unallocated[i+1:]...)
+			break
+		}
+	}
+	b.SequenceNumber++
+	return nil
+}
+
+// release frees the given addresses of the block. It returns, per handle,
+// how many addresses it freed, and the addresses that were not allocated.
+func (b *block) release(addrs []netip.Addr) (freed map[string]int, notAllocated []netip.Addr) {
+	freed = map[string]int{}
+	for _, a := range addrs {
+		o, ok := b.ordinal(a)
+		if !ok || b.Allocations[o] == nil {
+			notAllocated = append(notAllocated, a)
+			continue
+		}
+		freed[b.Attributes[*b.Allocations[o]].handle()]++
+		b.free(o)
+	}
+	if len(addrs) > len(notAllocated) {
+		b.SequenceNumber++
+		b.compactAttributes()
+	}
+	return freed, notAllocated
+}
+
+// releaseHandle frees every address held by handle and returns how many.
+func (b *block) releaseHandle(handle string) int {
+	n := 0
+	for o, idx := range b.Allocations {
+		if idx != nil && b.Attributes[*idx].handle() == handle {
+			b.free(o)
+			n++
+		}
+	}
+	if n > 0 {
+		b.SequenceNumber++
+		b.compactAttributes()
+	}
+	return n
+}
+
+// free marks ordinal o free and queues it last for reuse.
+func (b *block) free(o int) {
+	b.Allocations[o] = nil
+	delete(b.SequenceNumberForAllocation, strconv.Itoa(o))
+	b.Unallocated = append(b.Unallocated, o)
+}
+
+// compactAttributes drops attributes no allocation refers to and
+// renumbers the rest, keeping their order.
+func (b *block) compactAttributes() {
+	used := make([]bool, len(b.Attributes))
+	for _, idx := range b.Allocations {
+		if idx != nil {
+			used[*idx] = true
+		}
+	}
+	remap := make([]int, len(b.Attributes))
+	kept := b.Attributes[:0:0]
+	for i, a := range b.Attributes {
+		if used[i] {
+			remap[i] = len(kept)
+			kept = append(kept, a)
+		}
+	}
+	for o, idx := range b.Allocations {
+		if idx != nil {
+			v := remap[*idx]
+			b.Allocations[o] = &v
+		}
+	}
+	b.Attributes = kept
+}
+
+// handleCounts returns how many addresses each handle holds in the block.
+func (b *block) handleCounts() map[string]int {
+	out := map[string]int{}
+	for _, idx := range b.Allocations {
+		if idx != nil {
+			out[b.Attributes[*idx].handle()]++
+		}
+	}
+	return out
+}
+
+// allocations lists the allocated addresses with their holders, in
+// ordinal order.
+func (b *block) allocations() []Allocation {
+	var out []Allocation
+	for o, idx := range b.Allocations {
+		if idx == nil {
+			continue
+		}
+		a := b.Attributes[*idx]
+		out = append(out, Allocation{
+			IP:       b.addr(o),
+			HandleID: a.handle(),
+			Attrs:    maps.Clone(a.Secondary),
+		})
+	}
+	return out
+}
+
+// low64 returns the low 64 bits of an address (all of an IPv4 one).
+func low64(a netip.Addr) uint64 {
+	if a.Is4() {
+		b := a.As4()
+		return uint64(binary.BigEndian.Uint32(b[:]))
+	}
+	b := a.As16()
+	return binary.BigEndian.Uint64(b[8:])
+}
+
+// addOffset returns base+off (IPv4 offsets must stay within 32 bits).
+func addOffset(base netip.Addr, off uint64) netip.Addr {
+	if base.Is4() {
+		b := base.As4()
+		binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])+uint32(off))
+		return netip.AddrFrom4(b)
+	}
+	b := base.As16()
+	lo := binary.BigEndian.Uint64(b[8:])
+	sum := lo + off
+	binary.BigEndian.PutUint64(b[8:], sum)
+	if sum < lo {
+		binary.BigEndian.PutUint64(b[:8], binary.BigEndian.Uint64(b[:8])+1)
+	}
+	return netip.AddrFrom16(b)
+}

@@ -1,0 +1,79 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// defaultMaxBlocks caps a node's blocks when neither the request nor the
+// configuration does, as Calico does against runaway claiming.
+const defaultMaxBlocks = 20
+
+// configKey names the one IPAMConfiguration.
+var configKey = datastore.Key{Kind: v3.KindIPAMConfiguration, Name: v3.IPAMConfigName}
+
+// GetConfig reads the IPAMConfiguration "default"; when there is none it
+// returns Calico's defaults (no strict affinity, automatic block
+// allocation, no block cap).
+func (a *Allocator) GetConfig(ctx context.Context) (Config, error) {
+	r, err := a.store.Get(ctx, configKey)
+	if errors.Is(err, datastore.ErrNotFound) {
+		return Config{AutoAllocateBlocks: true}, nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("reading IPAM configuration: %w", err)
+	}
+	c, ok := r.(*v3.IPAMConfiguration)
+	if !ok {
+		return Config{}, fmt.Errorf("reading IPAM configuration: got a %T", r)
+	}
+	return Config{
+		StrictAffinity:     c.Spec.StrictAffinity,
+		AutoAllocateBlocks: c.Spec.AutoAllocateBlocks == nil || *c.Spec.AutoAllocateBlocks,
+		MaxBlocksPerHost:   int(c.Spec.MaxBlocksPerHost),
+	}, nil
+}
+
+// SetConfig writes the IPAMConfiguration "default", keeping its other
+// metadata.
+func (a *Allocator) SetConfig(ctx context.Context, cfg Config) error {
+	if cfg.MaxBlocksPerHost < 0 {
+		return fmt.Errorf("ipamconfiguration %q: spec.maxBlocksPerHost %d must not be negative: %w", v3.IPAMConfigName, cfg.MaxBlocksPerHost, ErrInvalid)
+	}
+	auto := cfg.AutoAllocateBlocks
+	c := &v3.IPAMConfiguration{
+		TypeMeta:   v3.TypeMeta{Kind: v3.KindIPAMConfiguration, APIVersion: v3.APIVersion},
+		ObjectMeta: v3.ObjectMeta{Name: v3.IPAMConfigName},
+		Spec: v3.IPAMConfigurationSpec{
+			StrictAffinity:     cfg.StrictAffinity,
+			MaxBlocksPerHost:   int32(cfg.MaxBlocksPerHost),
+			AutoAllocateBlocks: &auto,
+		},
+	}
+	if r, err := a.store.Get(ctx, configKey); err == nil {
+		old := r.GetObjectMeta()
+		c.Labels, c.Annotations = old.Labels, old.Annotations
+	}
+	if _, err := a.store.Apply(ctx, c); err != nil {
+		return fmt.Errorf("writing IPAM configuration: %w", err)
+	}
+	return nil
+}
+
+// blockCap is the block limit for a request: the tighter of the request's
+// and the configuration's, else the default.
+func blockCap(requested, configured int) int {
+	switch {
+	case requested > 0 && configured > 0:
+		return min(requested, configured)
+	case requested > 0:
+		return requested
+	case configured > 0:
+		return configured
+	}
+	return defaultMaxBlocks
+}

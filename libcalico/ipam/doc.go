@@ -1,0 +1,23 @@
+// Package ipam allocates workload and tunnel addresses from IP pools the
+// way Calico does: pools are cut into blocks (/26 and /122 by default),
+// each block is claimed by one node (its affinity) and addresses are handed
+// out from a node's own blocks first, then from newly claimed blocks, then,
+// unless strictAffinity is set, borrowed from other nodes' blocks.
+//
+// State lives in etcd under /calico/ipam/v2/ with Calico's layout and JSON:
+//
+//	assignment/ipv4/block/10.0.0.0-26   an allocation block
+//	host/<node>/ipv4/block/10.0.0.0-26  a node's affinity to a block
+//	handle/<handleID>                   how many addresses a handle holds per block
+//
+// Every write is a compare-and-swap on the key's mod revision, retried a
+// bounded number of times with jittered backoff, so concurrent allocators
+// (goroutines or processes, for the same or different nodes) never hand out
+// one address twice nor lose an update. A handle is incremented before the
+// block write that uses it and decremented after the block write that frees
+// it, so a crash leaves a handle over-counted (found and cleaned by release
+// by handle), never an allocation without its handle.
+//
+// The package imports only the datastore interfaces, the v3 API types and
+// the selector language, so the calico-ipam CNI plugin stays lean.
+package ipam

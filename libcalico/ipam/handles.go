@@ -1,0 +1,141 @@
+package ipam
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// handleRecord is a handle as stored, in Calico's JSON shape: per block
+// CIDR, how many addresses the handle holds there.
+type handleRecord struct {
+	HandleID string         `json:"handleID"`
+	Block    map[string]int `json:"block"`
+	Deleted  bool           `json:"deleted"`
+}
+
+// decodeHandle parses a stored handle.
+func decodeHandle(p datastore.KVPair) (*handleRecord, error) {
+	var h handleRecord
+	if err := json.Unmarshal(p.Value, &h); err != nil {
+		return nil, fmt.Errorf("key %q: decoding handle: %w", p.Key, err)
+	}
+	if h.Block == nil {
+		h.Block = map[string]int{}
+	}
+	return &h, nil
+}
+
+// adjustHandle adds delta (negative to release) to the count handle id
+// holds in block cidr, creating the handle when needed and deleting it
+// when it holds nothing any more.
+func (a *Allocator) adjustHandle(ctx context.Context, id string, cidr netip.Prefix, delta int) error {
+	if id == "" || delta == 0 {
+		return nil
+	}
+	key := handleKey(id)
+	blockCIDR := cidr.String()
+	for attempt := 1; attempt <= maxRetries; attempt++ {
+		var err error
+		if attempt == 1 && delta > 0 {
+			// The usual case is a new handle: try one round trip first.
+			err = a.createHandle(ctx, key, id, blockCIDR, delta)
+			if err == nil || !errors.Is(err, datastore.ErrAlreadyExists) {
+				return err
+			}
+		}
+		err = a.updateHandle(ctx, key, id, blockCIDR, delta)
+		if err == nil {
+			return nil
+		}
+		if !isConflict(err) && !errors.Is(err, datastore.ErrNotFound) {
+			return err
+		}
+		if errors.Is(err, datastore.ErrNotFound) && delta < 0 {
+			return fmt.Errorf("handle %q: %w", id, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("handle %q: %w", id, ErrTooManyRetries)
+}
+
+// createHandle stores a new handle holding n addresses in blockCIDR.
+func (a *Allocator) createHandle(ctx context.Context, key, id, blockCIDR string, n int) error {
+	v, err := json.Marshal(handleRecord{HandleID: id, Block: map[string]int{blockCIDR: n}})
+	if err != nil {
+		return err
+	}
+	_, err = a.kv.Create(ctx, datastore.KVPair{Key: key, Value: v})
+	return err
+}
+
+// updateHandle makes one compare-and-swap attempt at adjusting a handle.
+func (a *Allocator) updateHandle(ctx context.Context, key, id, blockCIDR string, delta int) error {
+	p, err := a.kv.Get(ctx, key)
+	if errors.Is(err, datastore.ErrNotFound) && delta > 0 {
+		return a.createHandle(ctx, key, id, blockCIDR, delta)
+	}
+	if err != nil {
+		return err
+	}
+	h, err := decodeHandle(p)
+	if err != nil {
+		return err
+	}
+	n := h.Block[blockCIDR] + delta
+	if n <= 0 {
+		delete(h.Block, blockCIDR)
+	} else {
+		h.Block[blockCIDR] = n
+	}
+	if len(h.Block) == 0 {
+		return a.kv.Delete(ctx, key, p.Revision)
+	}
+	v, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	_, err = a.kv.Update(ctx, datastore.KVPair{Key: key, Value: v, Revision: p.Revision})
+	return err
+}
+
+// getHandle reads a handle.
+func (a *Allocator) getHandle(ctx context.Context, id string) (*handleRecord, error) {
+	p, err := a.kv.Get(ctx, handleKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("handle %q: %w", id, err)
+	}
+	return decodeHandle(p)
+}
+
+// ListHandles returns every handle with its per-block counts, sorted by
+// ID.
+func (a *Allocator) ListHandles(ctx context.Context) ([]Handle, error) {
+	kvs, _, err := a.kv.List(ctx, handlesPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("listing handles: %w", err)
+	}
+	out := make([]Handle, 0, len(kvs))
+	for _, p := range kvs {
+		h, err := decodeHandle(p)
+		if err != nil {
+			return nil, err
+		}
+		hd := Handle{ID: p.Key[len(handlesPrefix):], Blocks: map[netip.Prefix]int{}, Revision: p.Revision}
+		for c, n := range h.Block {
+			pfx, err := netip.ParsePrefix(c)
+			if err != nil {
+				return nil, fmt.Errorf("handle %q: block %q: %w", hd.ID, c, err)
+			}
+			hd.Blocks[pfx] = n
+		}
+		out = append(out, hd)
+	}
+	return out, nil
+}

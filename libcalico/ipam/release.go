@@ -1,0 +1,186 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// ReleaseIPs frees the given addresses. Addresses that were not allocated
+// (or lie in no block) are returned as unallocated; that is not an error.
+// Handles are decremented after their block is written. A block left
+// empty and without affinity is deleted.
+func (a *Allocator) ReleaseIPs(ctx context.Context, ips ...netip.Addr) (unallocated []netip.Addr, err error) {
+	if len(ips) == 0 {
+		return nil, nil
+	}
+	pools, err := a.listPools(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("release IPs: %w", err)
+	}
+	byBlock := map[netip.Prefix][]netip.Addr{}
+	var unknown []netip.Addr
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if p, ok := poolFor(pools, ip); ok {
+			c := p.blockFor(ip)
+			byBlock[c] = append(byBlock[c], ip)
+		} else {
+			unknown = append(unknown, ip)
+		}
+	}
+	if len(unknown) > 0 {
+		// The pool may be gone while its blocks remain: find them.
+		found, rest, err := a.blocksHolding(ctx, unknown)
+		if err != nil {
+			return nil, fmt.Errorf("release IPs: %w", err)
+		}
+		for c, as := range found {
+			byBlock[c] = append(byBlock[c], as...)
+		}
+		unallocated = append(unallocated, rest...)
+	}
+	var errs []error
+	cidrs := slices.SortedFunc(maps.Keys(byBlock), func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
+	for _, c := range cidrs {
+		notAllocated, err := a.releaseFromBlock(ctx, c, byBlock[c])
+		unallocated = append(unallocated, notAllocated...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return unallocated, errors.Join(errs...)
+}
+
+// blocksHolding finds the existing blocks holding addrs, returning the
+// addresses no block holds.
+func (a *Allocator) blocksHolding(ctx context.Context, addrs []netip.Addr) (map[netip.Prefix][]netip.Addr, []netip.Addr, error) {
+	blocks, err := a.listBlocks(ctx, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	found := map[netip.Prefix][]netip.Addr{}
+	var rest []netip.Addr
+	for _, ip := range addrs {
+		i := slices.IndexFunc(blocks, func(sb storedBlock) bool { return sb.block.prefix.Contains(ip) })
+		if i < 0 {
+			rest = append(rest, ip)
+			continue
+		}
+		c := blocks[i].block.prefix
+		found[c] = append(found[c], ip)
+	}
+	return found, rest, nil
+}
+
+// releaseFromBlock frees addrs in block cidr with compare-and-swap, then
+// decrements their handles.
+func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, addrs []netip.Addr) ([]netip.Addr, error) {
+	key := blockKey(cidr)
+	for attempt := 1; attempt <= maxRetries; attempt++ {
+		b, rev, err := a.getBlock(ctx, key)
+		if errors.Is(err, datastore.ErrNotFound) {
+			return addrs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("releasing from block %s: %w", cidr, err)
+		}
+		freed, notAllocated := b.release(addrs)
+		if len(freed) == 0 {
+			return notAllocated, nil
+		}
+		err = a.putBlock(ctx, key, b, rev)
+		if err == nil {
+			log.WithFields(log.Fields{"block": cidr, "ips": addrs}).Debug("Released addresses")
+			var errs []error
+			for h, n := range freed {
+				if err := a.adjustHandle(ctx, h, cidr, -n); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+					errs = append(errs, err)
+				}
+			}
+			return notAllocated, errors.Join(errs...)
+		}
+		if !isConflict(err) {
+			return nil, fmt.Errorf("releasing from block %s: %w", cidr, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("releasing from block %s: %w", cidr, ErrTooManyRetries)
+}
+
+// ReleaseByHandle frees every address held by handleID and deletes the
+// handle. A handle that does not exist fails with an error matching
+// datastore.ErrNotFound.
+func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error {
+	if err := checkName("handle ID", handleID); err != nil {
+		return fmt.Errorf("release by handle: %w", err)
+	}
+	h, err := a.getHandle(ctx, handleID)
+	if err != nil {
+		return fmt.Errorf("release by handle: %w", err)
+	}
+	var errs []error
+	for c := range h.Block {
+		cidr, err := netip.ParsePrefix(c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("handle %q: block %q: %w", handleID, c, err))
+			continue
+		}
+		if err := a.releaseHandleInBlock(ctx, handleID, cidr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseHandleInBlock frees handleID's addresses in one block and
+// decrements the handle by as many; when the block held none (a count
+// left by an interrupted assignment), the block's entry is dropped.
+func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, cidr netip.Prefix) error {
+	key := blockKey(cidr)
+	released := 0
+	for attempt := 1; attempt <= maxRetries; attempt++ {
+		b, rev, err := a.getBlock(ctx, key)
+		if errors.Is(err, datastore.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, err)
+		}
+		released = b.releaseHandle(handleID)
+		if released == 0 {
+			break
+		}
+		err = a.putBlock(ctx, key, b, rev)
+		if err == nil {
+			break
+		}
+		if !isConflict(err) {
+			return fmt.Errorf("handle %q: writing block %s: %w", handleID, cidr, err)
+		}
+		if attempt == maxRetries {
+			return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, ErrTooManyRetries)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+	delta := -released
+	if released == 0 {
+		delta = -1 << 30 // drop the stale entry whatever it counts
+	}
+	err := a.adjustHandle(ctx, handleID, cidr, delta)
+	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
+		return err
+	}
+	return nil
+}
