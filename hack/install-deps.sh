@@ -11,7 +11,10 @@ TOOLS_DIR="${TOOLS_DIR:-$PWD/.tools}"
 # Debian packages the tests and benchmarks use.
 #   etcd-server: a real external etcd for the datastore tests.
 #   iproute2, iptables, ipset: kernel tests and the dataplane.
+#   containernetworking-plugins: the reference CNI plugins (/usr/lib/cni)
+#     chained after ours in tests and measured against in benchmarks.
 DEBIAN_PACKAGES=(
+	containernetworking-plugins
 	etcd-server
 	iproute2
 	iptables
