@@ -41,13 +41,14 @@ func (a *app) write(ctx context.Context, o *writeOptions, op client.Op, verb, do
 		return err
 	}
 	defer closeFn()
+	prepared := make([]v3.Resource, len(rs))
 	for i, r := range rs {
-		if _, err := c.Prepare(r); err != nil {
+		if prepared[i], err = c.Prepare(r); err != nil {
 			return fmt.Errorf("Failed to execute command: document %d of %d (%s): %s; nothing was %s",
 				i+1, len(rs), identifier(keyOf(r)), describe(err), done)
 		}
 	}
-	res := c.Write(ctx, op, rs)
+	res := c.WritePrepared(ctx, op, prepared)
 	out := outcome{total: len(rs), kind: singleKind(rs)}
 	for _, r := range res {
 		switch {

@@ -49,7 +49,7 @@ type Result struct {
 const listThreshold = 8
 
 // writers is how many writes of a batch are in flight at once.
-const writers = 16
+const writers = 64
 
 // conflictRetries is how often a write whose own revision check lost a
 // race is re-read and retried.
@@ -91,18 +91,28 @@ type pending struct {
 // stored state of each kind is read once per batch, and writes of kinds
 // without cross-resource rules are issued concurrently.
 func (c *Client) Write(ctx context.Context, op Op, rs []v3.Resource) []Result {
-	return c.write(ctx, op, rs, conflictRetries)
+	return c.write(ctx, op, rs, nil, conflictRetries)
 }
 
-func (c *Client) write(ctx context.Context, op Op, rs []v3.Resource, retries int) []Result {
+// WritePrepared is Write for resources the caller has already passed
+// through Prepare (prepared[i] is Prepare(rs[i])), so a caller that
+// checks a whole batch first does not pay for the checks twice.
+func (c *Client) WritePrepared(ctx context.Context, op Op, prepared []v3.Resource) []Result {
+	return c.write(ctx, op, prepared, prepared, conflictRetries)
+}
+
+func (c *Client) write(ctx context.Context, op Op, rs, already []v3.Resource, retries int) []Result {
 	results := make([]Result, len(rs))
 	prepared := make([]v3.Resource, len(rs))
 	perKind := map[string]int{}
 	for i, r := range rs {
-		p, err := c.Prepare(r)
-		if err != nil {
-			results[i].Err = err
-			continue
+		p := r
+		if already == nil {
+			var err error
+			if p, err = c.Prepare(r); err != nil {
+				results[i].Err = err
+				continue
+			}
 		}
 		prepared[i] = p
 		perKind[p.GetTypeMeta().Kind]++
@@ -144,7 +154,7 @@ func (c *Client) write(ctx context.Context, op Op, rs []v3.Resource, retries int
 			// Someone else wrote between our read and our write: read
 			// again and redo the checks for this resource alone.
 			log.WithFields(log.Fields{"key": datastore.KeyOf(p.r).String(), "op": op.String()}).Debug("Write raced another writer; retrying")
-			again := c.write(ctx, op, []v3.Resource{rs[p.index]}, retries-1)[0]
+			again := c.write(ctx, op, []v3.Resource{rs[p.index]}, nil, retries-1)[0]
 			res, err = again.Resource, again.Err
 		}
 		results[p.index] = Result{Resource: res, Err: err}
