@@ -3,6 +3,9 @@ package etcdv3
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"slices"
+	"sync"
 
 	log "github.com/sirupsen/logrus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -12,7 +15,12 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
-// List reads what opts selects in one range request and decodes it.
+// minPerDecoder is the fewest items worth a decoding goroutine of their
+// own.
+const minPerDecoder = 256
+
+// List reads what opts selects in one range request, so the result is
+// one consistent snapshot, and decodes it.
 func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Resource, string, error) {
 	path, prefix, err := datastore.ListPath(opts)
 	if err != nil {
@@ -35,9 +43,9 @@ func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Reso
 
 // decodeAll decodes a range result. With a kind, every key must be of that
 // kind; without one (a list of everything), keys of kinds this build does
-// not know are skipped.
+// not know are skipped. Large results are decoded on every CPU at once:
+// JSON decoding, not etcd, is most of the cost of a big List.
 func (s *Store) decodeAll(kind string, kvs []*mvccpb.KeyValue) ([]v3.Resource, error) {
-	items := make([]v3.Resource, 0, len(kvs))
 	var info v3.KindInfo
 	if kind != "" {
 		var ok bool
@@ -45,22 +53,46 @@ func (s *Store) decodeAll(kind string, kvs []*mvccpb.KeyValue) ([]v3.Resource, e
 			return nil, fmt.Errorf("kind %q is not a known resource kind", kind)
 		}
 	}
-	for _, kv := range kvs {
-		var obj v3.Resource
-		var err error
-		if kind != "" {
-			obj, err = s.codec.DecodeKind(info, string(kv.Key), kv.Value, kv.ModRevision)
-		} else {
-			if _, _, perr := s.codec.ParseKey(string(kv.Key)); perr != nil {
+	items := make([]v3.Resource, len(kvs))
+	decodeRange := func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			kv := kvs[i]
+			var err error
+			if kind != "" {
+				items[i], err = s.codec.DecodeKind(info, string(kv.Key), kv.Value, kv.ModRevision)
+			} else if _, _, perr := s.codec.ParseKey(string(kv.Key)); perr != nil {
 				log.WithField("key", string(kv.Key)).WithError(perr).Debug("Skipping key of an unknown kind")
-				continue
+			} else {
+				items[i], err = s.codec.Decode(string(kv.Key), kv.Value, kv.ModRevision)
 			}
-			obj, err = s.codec.Decode(string(kv.Key), kv.Value, kv.ModRevision)
+			if err != nil {
+				return err
+			}
 		}
-		if err != nil {
+		return nil
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(kvs)/minPerDecoder)
+	if workers <= 1 {
+		if err := decodeRange(0, len(kvs)); err != nil {
 			return nil, err
 		}
-		items = append(items, obj)
+	} else {
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		per := (len(kvs) + workers - 1) / workers
+		for w := range workers {
+			lo, hi := w*per, min((w+1)*per, len(kvs))
+			wg.Go(func() { errs[w] = decodeRange(lo, hi) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	if kind == "" {
+		items = slices.DeleteFunc(items, func(r v3.Resource) bool { return r == nil })
 	}
 	return items, nil
 }
