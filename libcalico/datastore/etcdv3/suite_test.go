@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -42,6 +43,8 @@ func runSuite(t *testing.T, endpoints []string) {
 		{"WatchOrder", testWatchOrder},
 		{"WatchFromCompactedRevision", testWatchFromCompactedRevision},
 		{"WatchResumesAfterCompaction", testWatchResumesAfterCompaction},
+		{"ConcurrentCompareAndSwap", testConcurrentCAS},
+		{"WatchReportsUndecodableValues", testWatchUndecodable},
 		{"KV", testKV},
 	}
 	for _, tc := range cases {
@@ -401,4 +404,83 @@ func testKV(t *testing.T, s *etcdv3.Store, _ []string) {
 	wantErr(t, "delete deleted", kv.Delete(ctx, key, 0), datastore.ErrNotFound, "")
 	_, err = kv.Update(ctx, datastore.KVPair{Key: key, Value: []byte("x")})
 	wantErr(t, "update deleted", err, datastore.ErrNotFound, "")
+}
+
+// testConcurrentCAS has writers race read-modify-write cycles on one
+// resource; compare-and-swap must make every increment count exactly once.
+func testConcurrentCAS(t *testing.T, s *etcdv3.Store, _ []string) {
+	ctx := testCtx(t)
+	mustCreate(t, s, pool("counter", "10.1.0.0/16"))
+	key := datastore.Key{Kind: "IPPool", Name: "counter"}
+	const writers, increments = 4, 10
+	errs := make(chan error, writers)
+	conflicts := make(chan int, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			lost := 0
+			for i := 0; i < increments; {
+				cur, err := s.Get(ctx, key)
+				if err != nil {
+					errs <- err
+					return
+				}
+				p := cur.(*v3.IPPool)
+				p.Spec.BlockSize++
+				if _, err := s.Update(ctx, p); errors.Is(err, datastore.ErrConflict) {
+					lost++
+					continue
+				} else if err != nil {
+					errs <- err
+					return
+				}
+				i++
+			}
+			conflicts <- lost
+			errs <- nil
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+	}
+	got, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := got.(*v3.IPPool).Spec.BlockSize; n != writers*increments {
+		t.Fatalf("counter = %d after %d increments: compare-and-swap lost or doubled writes", n, writers*increments)
+	}
+	lost := 0
+	for w := 0; w < writers; w++ {
+		lost += <-conflicts
+	}
+	t.Logf("%d conflicts retried", lost)
+}
+
+// testWatchUndecodable: a value that is not valid JSON is reported as an
+// Error event naming its key, and the watch goes on.
+func testWatchUndecodable(t *testing.T, s *etcdv3.Store, _ []string) {
+	ctx := testCtx(t)
+	w, err := s.Watch(ctx, datastore.ListOptions{Kind: "IPPool"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const path = datastore.ResourcePrefix + "ippools/broken"
+	if _, err := s.Client().Put(ctx, path, "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	e := next(t, w)
+	if e.Type != datastore.Error || e.Err == nil || !strings.Contains(e.Err.Error(), `ippool "broken": decoding stored value`) {
+		t.Fatalf("got %s, want an Error event naming ippool \"broken\"", summarize(e))
+	}
+	_, err = s.Get(ctx, datastore.Key{Kind: "IPPool", Name: "broken"})
+	if err == nil || !strings.Contains(err.Error(), `ippool "broken"`) {
+		t.Fatalf("Get of undecodable value: %v", err)
+	}
+	created := mustCreate(t, s, pool("fine", "10.1.0.0/16"))
+	if e := summarize(next(t, w)); e.Type != datastore.Added || e.Name != "fine" || e.Revision != created.GetObjectMeta().ResourceVersion {
+		t.Fatalf("after the error got %s, want Added fine", e)
+	}
 }
