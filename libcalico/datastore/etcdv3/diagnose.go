@@ -12,17 +12,31 @@ import (
 	"time"
 )
 
+// diagnosis is what dialling the endpoints ourselves found.
+type diagnosis struct {
+	// problems is "" when every endpoint looks fine at this level.
+	problems string
+	// fatal is set when every endpoint refused our TLS settings: waiting
+	// longer cannot help.
+	fatal bool
+}
+
 // diagnose dials each endpoint itself (TCP, then the TLS handshake for
 // https) to find why gRPC, which only reports a deadline, could not get
-// through. It returns "" when every endpoint looks fine at this level.
-func diagnose(ctx context.Context, endpoints []string, tc *tls.Config) string {
+// through.
+func diagnose(ctx context.Context, endpoints []string, tc *tls.Config) diagnosis {
 	var problems []string
+	fatal := true
 	for _, ep := range endpoints {
-		if p := diagnoseOne(ctx, ep, tc); p != "" {
+		p := diagnoseOne(ctx, ep, tc)
+		if p != "" {
 			problems = append(problems, ep+": "+p)
 		}
+		if !strings.Contains(p, "tls:") && !strings.Contains(p, "x509:") {
+			fatal = false
+		}
 	}
-	return strings.Join(problems, "; ")
+	return diagnosis{problems: strings.Join(problems, "; "), fatal: fatal}
 }
 
 func diagnoseOne(ctx context.Context, endpoint string, tc *tls.Config) string {

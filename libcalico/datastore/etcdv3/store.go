@@ -2,6 +2,7 @@ package etcdv3
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -56,21 +57,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd at %s: connecting: %w", cfg.endpointList(), err)
 	}
 	// clientv3.New does not wait for a connection: read one key, bounded.
-	// Meanwhile look at the endpoints ourselves, since gRPC reports only
-	// a deadline when it cannot connect.
-	diag := make(chan string, 1)
-	go func() { diag <- diagnose(probeCtx, cfg.Endpoints, tlsCfg) }()
-	_, err = client.Get(probeCtx, datastore.ResourcePrefix)
-	if err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	// Meanwhile dial the endpoints ourselves, since gRPC reports only a
+	// deadline when it cannot get through, and give up at once when every
+	// endpoint rejects our TLS settings.
+	if err := probe(ctx, probeCtx, cancel, client, cfg, tlsCfg); err != nil {
 		_ = client.Close()
-		if probeCtx.Err() != nil && ctx.Err() == nil {
-			why := ""
-			if d := <-diag; d != "" {
-				why = " (" + d + ")"
-			}
-			return nil, fmt.Errorf("etcd at %s: no answer within %s%s: %w", cfg.endpointList(), timeout, why, err)
-		}
-		return nil, fmt.Errorf("etcd at %s: %w", cfg.endpointList(), err)
+		return nil, err
 	}
 	log.WithField("endpoints", cfg.endpointList()).Debug("Connected to etcd")
 	return &Store{client: client, codec: datastore.NewCodec(), endpoints: cfg.endpointList()}, nil
@@ -89,4 +81,44 @@ func (s *Store) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// probe reads one key within probeCtx and explains a failure.
+func probe(ctx, probeCtx context.Context, cancel context.CancelFunc, client *clientv3.Client, cfg Config, tlsCfg *tls.Config) error {
+	got := make(chan error, 1)
+	go func() {
+		_, err := client.Get(probeCtx, datastore.ResourcePrefix)
+		got <- err
+	}()
+	diagCh := make(chan diagnosis, 1)
+	go func() { diagCh <- diagnose(probeCtx, cfg.Endpoints, tlsCfg) }()
+
+	var err error
+	var diag *diagnosis
+	select {
+	case err = <-got:
+	case d := <-diagCh:
+		diag = &d
+		if d.fatal {
+			cancel()
+			<-got
+			return fmt.Errorf("etcd at %s: %s", cfg.endpointList(), d.problems)
+		}
+		err = <-got
+	}
+	if err == nil || errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return nil
+	}
+	if probeCtx.Err() == nil || ctx.Err() != nil {
+		return fmt.Errorf("etcd at %s: %w", cfg.endpointList(), err)
+	}
+	if diag == nil {
+		d := <-diagCh
+		diag = &d
+	}
+	why := ""
+	if diag.problems != "" {
+		why = " (" + diag.problems + ")"
+	}
+	return fmt.Errorf("etcd at %s: no answer within %s%s: %w", cfg.endpointList(), cfg.dialTimeout(), why, err)
 }
