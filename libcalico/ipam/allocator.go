@@ -17,6 +17,12 @@ import (
 // maxRetries bounds the compare-and-swap attempts on one key.
 const maxRetries = 100
 
+// Backoff between compare-and-swap attempts.
+const (
+	backoffStep = 500 * time.Microsecond
+	backoffMax  = 10 * time.Millisecond
+)
+
 // Allocator assigns and releases addresses. It holds no state of its own
 // beyond its connections, so any number of Allocators, in any number of
 // processes, may work on the same datastore at once. It is safe for
@@ -33,12 +39,12 @@ func New(store datastore.Interface, kv datastore.KV) *Allocator {
 	return &Allocator{kv: kv, store: store}
 }
 
-// backoff sleeps before retry attempt (1-based) of a compare-and-swap:
-// a random time up to attempt ms, capped at 20 ms, so contenders spread
-// out.
+// backoff sleeps before retry attempt (1-based) of a compare-and-swap: a
+// random time up to attempt×backoffStep, capped at backoffMax, so
+// contenders spread out without idling the key.
 func backoff(ctx context.Context, attempt int) error {
-	limit := min(attempt, 20)
-	d := time.Duration(rand.Int64N(int64(limit)*int64(time.Millisecond)) + 1)
+	limit := min(time.Duration(attempt)*backoffStep, backoffMax)
+	d := time.Duration(rand.Int64N(int64(limit))) + 1
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

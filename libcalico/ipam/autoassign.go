@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,10 +146,14 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request) (*Assignments,
 		return err
 	}
 
-	// 1. Blocks the node already owns, in pool order.
+	// 1. Blocks the node already owns, in pool order, the most recently
+	// claimed first: older ones are the likeliest to be full, and each
+	// one tried costs a read.
 	owned := 0
+	affs := slices.Clone(r.affs)
+	slices.SortStableFunc(affs, func(x, y Affinity) int { return cmp.Compare(y.Revision, x.Revision) })
 	for _, p := range r.pools {
-		for _, aff := range r.affs {
+		for _, aff := range affs {
 			if aff.State == AffinityPendingDeletion || !p.cidr.Contains(aff.CIDR.Addr()) {
 				continue
 			}
@@ -258,7 +263,23 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 			b, rev = first.block, first.rev
 		} else {
 			var err error
-			b, rev, err = a.getBlock(ctx, key)
+			if attempt == 1 && r.handle != "" {
+				// Count the handle while the block is read rather than
+				// between reading and writing it: the shorter the
+				// read-modify-write window, the fewer lost races. A
+				// block with less room gives the excess back below.
+				var herr error
+				err = parallel(
+					func() (err error) { b, rev, err = a.getBlock(ctx, key); return },
+					func() error { herr = a.adjustHandle(ctx, r.handle, cidr, n); return nil },
+				)
+				if herr != nil {
+					return nil, errors.Join(fmt.Errorf("block %s: %w", cidr, herr), settle(0))
+				}
+				credit = n
+			} else {
+				b, rev, err = a.getBlock(ctx, key)
+			}
 			if errors.Is(err, datastore.ErrNotFound) {
 				return nil, settle(0)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	log "github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -166,6 +167,10 @@ func BenchmarkAutoAssignConcurrent50(b *testing.B) {
 }
 
 func benchAutoAssign(b *testing.B, clients, nodes int) {
+	// Block claims are logged at info level; keep the output readable.
+	level := log.GetLevel()
+	log.SetLevel(log.WarnLevel)
+	b.Cleanup(func() { log.SetLevel(level) })
 	e := newEnv(b)
 	e.pool("bench", "10.0.0.0/12", nil)
 	stores := make([]*etcdv3.Store, clients)
