@@ -1,0 +1,45 @@
+package netconf
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+)
+
+// Connect opens the etcd datastore the configuration names; settings
+// missing from it fall back to the ETCD_ENDPOINTS, ETCD_KEY_FILE,
+// ETCD_CERT_FILE and ETCD_CA_CERT_FILE environment variables. An
+// unreachable datastore is a "try again later" CNI error.
+func (c *NetConf) Connect(ctx context.Context) (*etcdv3.Store, error) {
+	pick := func(v, env string) string {
+		if v != "" {
+			return v
+		}
+		return os.Getenv(env)
+	}
+	cfg := etcdv3.Config{
+		KeyFile:     pick(c.EtcdKeyFile, "ETCD_KEY_FILE"),
+		CertFile:    pick(c.EtcdCertFile, "ETCD_CERT_FILE"),
+		CACertFile:  pick(c.EtcdCACertFile, "ETCD_CA_CERT_FILE"),
+		DialTimeout: c.Timeout(),
+	}
+	for _, e := range strings.Split(pick(c.EtcdEndpoints, "ETCD_ENDPOINTS"), ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			cfg.Endpoints = append(cfg.Endpoints, e)
+		}
+	}
+	if len(cfg.Endpoints) == 0 {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("network %q: etcd_endpoints is required (or ETCD_ENDPOINTS in the environment)", c.Name), "")
+	}
+	store, err := etcdv3.New(ctx, cfg)
+	if err != nil {
+		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("connecting to the datastore: %v", err), "")
+	}
+	return store, nil
+}

@@ -1,0 +1,68 @@
+// Package session starts every invocation of the calico and calico-ipam
+// plugins the same way: configuration loaded, logging set up, node found,
+// workload identified, and a context bounding the datastore work.
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/cni-plugin/logging"
+	"github.com/palisade-net/palisade/cni-plugin/netconf"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// Session is what every command starts from.
+type Session struct {
+	Conf     *netconf.NetConf
+	Workload netconf.Workload
+	Log      *log.Entry
+	Ctx      context.Context
+	cancel   context.CancelFunc
+	logFile  io.Closer
+}
+
+// Start loads the configuration, sets up logging, finds the node and
+// identifies the workload. The context bounds the invocation's datastore
+// work by datastore_timeout.
+func Start(args *skel.CmdArgs) (*Session, error) {
+	conf, err := netconf.Load(args.StdinData)
+	if err != nil {
+		return nil, err
+	}
+	logger, logFile, err := logging.Setup(conf.LogLevel, conf.LogFilePath)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	node, err := conf.NodeName()
+	if err != nil {
+		logFile.Close()
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	w := netconf.IdentifyWorkload(args.Args, args.ContainerID, args.IfName, node)
+	entry := logger.WithFields(log.Fields{"command": os.Getenv("CNI_COMMAND"), "containerID": w.ContainerID,
+		"node": node, "workload": w.Namespace + "/" + w.Name, "iface": w.Endpoint})
+	ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout())
+	return &Session{Conf: conf, Workload: w, Log: entry, Ctx: ctx, cancel: cancel, logFile: logFile}, nil
+}
+
+// Close ends the session.
+func (s *Session) Close() {
+	s.cancel()
+	s.logFile.Close()
+}
+
+// Retryable marks datastore failures the runtime may retry (etcd down or
+// contended) as "try again later"; others stay internal errors.
+func Retryable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, datastore.ErrConflict) {
+		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
+	}
+	return err
+}
