@@ -318,8 +318,3 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 	}
 	return nil, errors.Join(fmt.Errorf("block %s: %w", cidr, ErrTooManyRetries), settle(0))
 }
-
-// sortPrefixes orders prefixes by address.
-func sortPrefixes(ps []netip.Prefix) {
-	slices.SortFunc(ps, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
-}
