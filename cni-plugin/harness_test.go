@@ -321,3 +321,19 @@ func (p *proxy) restore() {
 	p.isCut = false
 	p.mu.Unlock()
 }
+
+// confWith sets key on the first plugin of list.
+func confWith(t testing.TB, list *libcni.NetworkConfigList, key string, value any) *libcni.NetworkConfigList {
+	t.Helper()
+	var raw map[string]any
+	if err := json.Unmarshal(list.Bytes, &raw); err != nil {
+		t.Fatal(err)
+	}
+	plugins := raw["plugins"].([]any)
+	plugins[0].(map[string]any)[key] = value
+	var ps []map[string]any
+	for _, p := range plugins {
+		ps = append(ps, p.(map[string]any))
+	}
+	return confList(t, raw["cniVersion"].(string), raw["name"].(string), ps)
+}

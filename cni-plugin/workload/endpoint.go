@@ -82,7 +82,7 @@ func Write(ctx context.Context, store datastore.Interface, ep, prev *v3.Workload
 		r, err = store.Update(ctx, ep)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("writing workloadendpoint %q in namespace %q: %w", ep.Name, ep.Namespace, err)
+		return nil, err // the datastore's error names the endpoint
 	}
 	return r.(*v3.WorkloadEndpoint), nil
 }
