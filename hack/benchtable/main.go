@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -52,7 +53,7 @@ func main() {
 // parse reads go test output and returns the benchmark result lines.
 func parse(r io.Reader) []row {
 	var rows []row
-	pkg := ""
+	pkg, pending := "", ""
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -60,16 +61,29 @@ func parse(r io.Reader) []row {
 			pkg = f[1][strings.LastIndex(f[1], "/")+1:]
 			continue
 		}
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+		if len(f) > 0 && strings.HasPrefix(f[0], "Benchmark") {
+			// A benchmark's log output may split its name from its
+			// figures: remember the name until the figures come.
+			pending = pkg + "." + strings.TrimPrefix(f[0], "Benchmark")
+			f = f[1:]
+		}
+		if pending == "" || len(f) < 3 || !isCount(f[0]) {
 			continue
 		}
 		var metrics []string
-		for i := 2; i+1 < len(f); i += 2 {
+		for i := 1; i+1 < len(f); i += 2 {
 			metrics = append(metrics, f[i]+" "+f[i+1])
 		}
-		rows = append(rows, row{name: pkg + "." + strings.TrimPrefix(f[0], "Benchmark"), metrics: metrics})
+		rows = append(rows, row{name: pending, metrics: metrics})
+		pending = ""
 	}
 	return rows
+}
+
+// isCount reports whether s is a benchmark's iteration count.
+func isCount(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
 }
 
 func printTable(w io.Writer, rows []row) {
