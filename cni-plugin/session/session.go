@@ -26,11 +26,15 @@ type Session struct {
 	Ctx      context.Context
 	cancel   context.CancelFunc
 	logFile  io.Closer
+	conn     io.Closer
 }
 
+// invocationTimeouts bounds a whole invocation, in datastore timeouts.
+const invocationTimeouts = 4
+
 // Start loads the configuration, sets up logging, finds the node and
-// identifies the workload. The context bounds the invocation's datastore
-// work by datastore_timeout.
+// identifies the workload. The context bounds the whole invocation by four
+// datastore timeouts; wrap the store with Bound to bound each call by one.
 func Start(args *skel.CmdArgs) (*Session, error) {
 	conf, err := netconf.Load(args.StdinData)
 	if err != nil {
@@ -48,12 +52,26 @@ func Start(args *skel.CmdArgs) (*Session, error) {
 	w := netconf.IdentifyWorkload(args.Args, args.ContainerID, args.IfName, node)
 	entry := logger.WithFields(log.Fields{"command": os.Getenv("CNI_COMMAND"), "containerID": w.ContainerID,
 		"node": node, "workload": w.Namespace + "/" + w.Name, "iface": w.Endpoint})
-	ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout())
+	ctx, cancel := context.WithTimeout(context.Background(), invocationTimeouts*conf.Timeout())
 	return &Session{Conf: conf, Workload: w, Log: entry, Ctx: ctx, cancel: cancel, logFile: logFile}, nil
+}
+
+// Store connects to the datastore, each call bounded by the datastore
+// timeout; Close closes the connection.
+func (s *Session) Store() (datastore.Interface, error) {
+	conn, err := s.Conf.Connect(s.Ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.conn = conn
+	return Bound(conn, s.Conf.Timeout()), nil
 }
 
 // Close ends the session.
 func (s *Session) Close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
 	s.cancel()
 	s.logFile.Close()
 }

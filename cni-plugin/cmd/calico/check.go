@@ -41,11 +41,10 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
 	}
 
-	store, err := conf.Connect(ctx)
+	store, err := inv.Store()
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 	ep, err := workload.Get(ctx, store, w)
 	if err != nil {
 		return session.Retryable(err)

@@ -42,11 +42,10 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	defer inv.Close()
 	conf, w, log, ctx := inv.Conf, inv.Workload, inv.Log, inv.Ctx
 
-	store, err := conf.Connect(ctx)
+	store, err := inv.Store()
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 	prev, err := workload.Get(ctx, store, w)
 	if err != nil {
 		return session.Retryable(err)
@@ -124,11 +123,10 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := dataplane.RemoveContainerSide(args.Netns, args.IfName); err != nil {
 		return err
 	}
-	store, err := conf.Connect(ctx)
+	store, err := inv.Store()
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 	deleted, err := workload.DeleteIfOwned(ctx, store, w)
 	if err != nil {
 		return session.Retryable(err)

@@ -19,11 +19,9 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return err
 	}
 	defer inv.Close()
-	store, err := inv.Conf.Connect(inv.Ctx)
-	if err != nil {
+	if _, err := inv.Store(); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}
-	store.Close()
 	if err := invoke.DelegateStatus(context.Background(), inv.Conf.IPAM.Type, args.StdinData, nil); err != nil {
 		var e *types.Error
 		if errors.As(err, &e) && e.Code == types.ErrIncompatibleCNIVersion {

@@ -74,11 +74,10 @@ func profiles(conf *netconf.NetConf, w netconf.Workload) []string {
 	return []string{conf.Name}
 }
 
-// deleteEndpoint is the undo of writing ep: it deletes ep only as written.
+// deleteEndpoint is the undo of writing ep: it deletes ep only as written
+// (the store bounds the call; the invocation's context may have expired).
 func deleteEndpoint(store datastore.Interface, ep *v3.WorkloadEndpoint) error {
-	ctx, cancel := context.WithTimeout(context.Background(), netconf.DefaultDatastoreTimeout)
-	defer cancel()
-	_, err := store.Delete(ctx, datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: ep.Namespace, Name: ep.Name}, ep.ResourceVersion)
+	_, err := store.Delete(context.Background(), datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: ep.Namespace, Name: ep.Name}, ep.ResourceVersion)
 	if errors.Is(err, datastore.ErrNotFound) {
 		return nil
 	}

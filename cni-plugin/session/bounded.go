@@ -1,0 +1,57 @@
+package session
+
+import (
+	"context"
+	"time"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// Bound wraps store so that each call is bounded by timeout on top of its
+// context: a dead datastore fails one step quickly, however long the other
+// steps of the invocation (running IPAM, building the veth) took.
+func Bound(store datastore.Interface, timeout time.Duration) datastore.Interface {
+	return bounded{store, timeout}
+}
+
+type bounded struct {
+	datastore.Interface
+	timeout time.Duration
+}
+
+func (b bounded) Create(ctx context.Context, r v3.Resource) (v3.Resource, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Interface.Create(ctx, r)
+}
+
+func (b bounded) Update(ctx context.Context, r v3.Resource) (v3.Resource, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Interface.Update(ctx, r)
+}
+
+func (b bounded) Apply(ctx context.Context, r v3.Resource) (v3.Resource, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Interface.Apply(ctx, r)
+}
+
+func (b bounded) Delete(ctx context.Context, k datastore.Key, rv string) (v3.Resource, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Interface.Delete(ctx, k, rv)
+}
+
+func (b bounded) Get(ctx context.Context, k datastore.Key) (v3.Resource, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Interface.Get(ctx, k)
+}
+
+func (b bounded) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Resource, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.Interface.List(ctx, opts)
+}
