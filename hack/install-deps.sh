@@ -13,9 +13,13 @@ TOOLS_DIR="${TOOLS_DIR:-$PWD/.tools}"
 #   iproute2, iptables, ipset: kernel tests and the dataplane.
 #   containernetworking-plugins: the reference CNI plugins (/usr/lib/cni)
 #     chained after ours in tests and measured against in benchmarks.
+#   bird2, gobgpd: real BGP peers and route reflectors for the BGP tests
+#     (gobgpd brings the stock `gobgp` CLI that inspects our nodes).
 DEBIAN_PACKAGES=(
+	bird2
 	containernetworking-plugins
 	etcd-server
+	gobgpd
 	iproute2
 	iptables
 	ipset
@@ -49,6 +53,20 @@ if ((${#missing[@]})); then
 fi
 
 mkdir -p "$TOOLS_DIR"
+
+# BIRD 1.6 beside BIRD 2: Debian's `bird` package ships the same binary
+# names as bird2, so it is unpacked (not installed) into $TOOLS_DIR/bird1.
+if [ ! -x "$TOOLS_DIR/bird1/usr/sbin/bird" ]; then
+	echo "install-deps: unpacking BIRD 1.6 into $TOOLS_DIR/bird1"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	(cd "$tmp" && apt-get download bird >/dev/null 2>&1) || {
+		apt-get update -qq >/dev/null && (cd "$tmp" && apt-get download bird >/dev/null)
+	} || die "apt-get download bird (BIRD 1.6) failed"
+	dpkg-deb -x "$tmp"/bird_*.deb "$TOOLS_DIR/bird1" || die "unpacking BIRD 1.6 failed"
+	rm -rf "$tmp"
+	trap - EXIT
+fi
 for entry in "${GO_TOOLS[@]}"; do
 	bin=${entry%% *}
 	mod=${entry#* }
