@@ -38,8 +38,24 @@ type Interface interface {
 	// revision already compacted when Watch is called fails with
 	// *CompactedError.
 	Watch(ctx context.Context, opts ListOptions, revision string) (Watcher, error)
+	// WriteBatch stores every write in one transaction: all of them or,
+	// when any precondition fails, none (*BatchRejectedError). It lets a
+	// caller that has already read and checked many resources write them
+	// in one round trip. See BatchWrite for the preconditions.
+	WriteBatch(ctx context.Context, writes []BatchWrite) ([]v3.Resource, error)
 	// Close releases the connection.
 	Close() error
+}
+
+// BatchWrite is one write of a WriteBatch. With Create the key must be
+// free and the resource gets a fresh uid and creationTimestamp. Otherwise
+// the resource replaces the stored one, which must still be at
+// metadata.resourceVersion (required); uid and creationTimestamp are taken
+// from the resource as given, so the caller copies them from what it read.
+// A batch names each key at most once.
+type BatchWrite struct {
+	Resource v3.Resource
+	Create   bool
 }
 
 // KVPair is one raw key with its value and mod revision (0 for a pair not
@@ -67,4 +83,30 @@ type KV interface {
 	// Delete removes a key if its mod revision equals revision (any when
 	// 0).
 	Delete(ctx context.Context, key string, revision int64) error
+	// Txn applies ops atomically, in one round trip, if every cond holds,
+	// and returns the store revision they were written at. When a cond
+	// does not hold nothing is written and it fails with *ConflictError;
+	// current then holds the present state of every single-key cond's key
+	// (Revision 0 and a nil Value when absent), in cond order, so the
+	// caller can retry without reading them again.
+	Txn(ctx context.Context, conds []KVCond, ops []KVOp) (rev int64, current []KVPair, err error)
+}
+
+// KVCond is a condition of a KV transaction on one key or, with Prefix,
+// on every key under Key.
+type KVCond struct {
+	Key    string
+	Prefix bool
+	// Revision is, for one key, the mod revision it must still have (0:
+	// the key must not exist); for a prefix, the revision no key under it
+	// may have been modified after (deletions under a prefix are not
+	// seen: name the keys that must still exist one by one).
+	Revision int64
+}
+
+// KVOp is one write of a KV transaction: a put of Value, or a delete.
+type KVOp struct {
+	Key    string
+	Value  []byte
+	Delete bool
 }

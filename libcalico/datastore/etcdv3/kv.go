@@ -115,3 +115,69 @@ func (kv *KV) Delete(ctx context.Context, key string, revision int64) error {
 	}
 	return nil
 }
+
+// Txn applies ops if every cond holds, as one etcd transaction; on a
+// failed cond its else branch reads the single-key conds' keys back.
+func (kv *KV) Txn(ctx context.Context, conds []datastore.KVCond, ops []datastore.KVOp) (int64, []datastore.KVPair, error) {
+	if len(ops) == 0 {
+		return 0, nil, fmt.Errorf("transaction with no writes")
+	}
+	cmps := make([]clientv3.Cmp, 0, len(conds))
+	var reads []clientv3.Op
+	var readKeys []string
+	for _, c := range conds {
+		if c.Prefix {
+			if c.Key == "" {
+				return 0, nil, fmt.Errorf("transaction condition on an empty prefix")
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(c.Key), "<", c.Revision+1).WithPrefix())
+			continue
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(c.Key), "=", c.Revision))
+		reads = append(reads, clientv3.OpGet(c.Key))
+		readKeys = append(readKeys, c.Key)
+	}
+	writes := make([]clientv3.Op, len(ops))
+	for i, o := range ops {
+		if o.Delete {
+			writes[i] = clientv3.OpDelete(o.Key)
+		} else {
+			writes[i] = clientv3.OpPut(o.Key, string(o.Value))
+		}
+	}
+	resp, err := kv.client.Txn(ctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	if err != nil {
+		return 0, nil, fmt.Errorf("transaction on %q: %w", ops[0].Key, err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil, nil
+	}
+	current := make([]datastore.KVPair, len(readKeys))
+	conflict := &datastore.ConflictError{Op: "transaction"}
+	for i, key := range readKeys {
+		current[i].Key = key
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			current[i].Value, current[i].Revision = kvs[0].Value, kvs[0].ModRevision
+		}
+	}
+	j := 0
+	for _, c := range conds {
+		if c.Prefix {
+			continue
+		}
+		if current[j].Revision != c.Revision && conflict.Path == "" {
+			conflict.Path, conflict.Revision, conflict.Current = c.Key, revString(c.Revision), revString(current[j].Revision)
+		}
+		j++
+	}
+	if conflict.Path == "" {
+		// Only a prefix condition failed.
+		for _, c := range conds {
+			if c.Prefix {
+				conflict.Path, conflict.Revision, conflict.Current = c.Key, revString(c.Revision), "newer"
+				break
+			}
+		}
+	}
+	return 0, current, conflict
+}
