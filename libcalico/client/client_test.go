@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,58 @@ func TestWriteBatch(t *testing.T) {
 	for i, r := range c.Write(ctx, client.OpCreate, many) {
 		if !errors.Is(r.Err, datastore.ErrAlreadyExists) {
 			t.Fatalf("second create of netset %d: %v, want already exists", i, r.Err)
+		}
+	}
+}
+
+// TestBatchFallsBackToSingleWrites checks that when one resource of a
+// batched write carries a stale resourceVersion, the datastore rejects the
+// batch and every other resource is still written, one by one, while the
+// stale one reports its conflict.
+func TestBatchFallsBackToSingleWrites(t *testing.T) {
+	c, ctx := newClient(t)
+	var sets []v3.Resource
+	for i := range 20 {
+		sets = append(sets, netset("ns1", fmt.Sprintf("set-%02d", i), "10.0.0.0/24"))
+	}
+	created := c.Write(ctx, client.OpCreate, sets)
+	var updates []v3.Resource
+	for i, r := range created {
+		if r.Err != nil {
+			t.Fatalf("create %d: %v", i, r.Err)
+		}
+		u := r.Resource.(*v3.NetworkSet)
+		u.Spec.Nets = []string{"10.9.0.0/24"}
+		updates = append(updates, u)
+	}
+	// Move set-07 on behind the batch's back, so its version goes stale.
+	moved := *updates[7].(*v3.NetworkSet)
+	moved.Spec.Nets = []string{"10.7.0.0/24"}
+	if _, err := c.Update(ctx, &moved); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range c.Write(ctx, client.OpUpdate, updates) {
+		if i == 7 {
+			if !errors.Is(r.Err, datastore.ErrConflict) {
+				t.Fatalf("stale update of set-07: %v, want a conflict", r.Err)
+			}
+			continue
+		}
+		if r.Err != nil {
+			t.Fatalf("update %d: %v", i, r.Err)
+		}
+	}
+	items, _, err := c.List(ctx, datastore.ListOptions{Kind: v3.KindNetworkSet, Namespace: "ns1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		want := "10.9.0.0/24"
+		if it.GetObjectMeta().Name == "set-07" {
+			want = "10.7.0.0/24"
+		}
+		if got := it.(*v3.NetworkSet).Spec.Nets[0]; got != want {
+			t.Errorf("%s: nets %s, want %s", it.GetObjectMeta().Name, got, want)
 		}
 	}
 }

@@ -162,10 +162,60 @@ func (c *Client) write(ctx context.Context, op Op, rs, already []v3.Resource, re
 	return results
 }
 
-// issue sends the writes with up to n in flight and calls done for each
-// (done is called from one goroutine at a time per pending entry; entries
-// are distinct, so it may store into per-index slots without locking).
+// batchSize is how many writes go to the datastore in one transaction.
+const batchSize = 100
+
+// issue writes the checked resources and calls done for each. Runs of
+// distinct keys go to the datastore as batches, one round trip each; a
+// batch the datastore rejects (a resource changed since it was read) or
+// fails to write is written again one resource at a time, which reports
+// each resource's own outcome.
 func (c *Client) issue(ctx context.Context, todo []pending, n int, done func(pending, v3.Resource, error)) {
+	if len(todo) < 2 {
+		c.issueEach(ctx, todo, n, done)
+		return
+	}
+	var single []pending
+	for _, chunk := range batches(todo) {
+		writes := make([]datastore.BatchWrite, len(chunk))
+		for i, p := range chunk {
+			writes[i] = datastore.BatchWrite{Resource: p.r, Create: !p.exists}
+		}
+		stored, err := c.store.WriteBatch(ctx, writes)
+		if err != nil {
+			log.WithError(err).WithField("writes", len(chunk)).Debug("Batch not written; writing its resources one by one")
+			single = append(single, chunk...)
+			continue
+		}
+		for i, p := range chunk {
+			done(p, stored[i], nil)
+		}
+	}
+	c.issueEach(ctx, single, n, done)
+}
+
+// batches cuts todo into runs of at most batchSize writes that name each
+// key once.
+func batches(todo []pending) [][]pending {
+	var out [][]pending
+	start := 0
+	seen := map[string]bool{}
+	for i, p := range todo {
+		if i-start == batchSize || seen[p.path] {
+			out = append(out, todo[start:i])
+			start = i
+			clear(seen)
+		}
+		seen[p.path] = true
+	}
+	return append(out, todo[start:])
+}
+
+// issueEach sends the writes one resource each, with up to n in flight,
+// and calls done for each (done is called from one goroutine at a time per
+// pending entry; entries are distinct, so it may store into per-index
+// slots without locking).
+func (c *Client) issueEach(ctx context.Context, todo []pending, n int, done func(pending, v3.Resource, error)) {
 	do := func(p pending) {
 		var res v3.Resource
 		var err error

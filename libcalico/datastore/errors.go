@@ -15,6 +15,9 @@ var (
 	// ErrCompacted is returned by Watch when the revision to start from
 	// has been compacted away: the caller must List again.
 	ErrCompacted = errors.New("revision has been compacted")
+	// ErrBatchRejected is returned by WriteBatch when a precondition of
+	// one of its writes failed, so nothing was written.
+	ErrBatchRejected = errors.New("batch rejected: a resource changed since it was read")
 )
 
 // subject names what an error is about: a resource key when Key.Kind is
@@ -89,3 +92,18 @@ func (e *CompactedError) Error() string {
 
 // Is makes errors.Is(err, ErrCompacted) true.
 func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// BatchRejectedError says a WriteBatch wrote nothing because a resource it
+// named was created, changed or deleted since the caller read it. The
+// caller writes the batch's resources one by one to learn which.
+type BatchRejectedError struct {
+	// Writes is the number of writes in the rejected batch.
+	Writes int
+}
+
+func (e *BatchRejectedError) Error() string {
+	return fmt.Sprintf("%s (%d writes)", ErrBatchRejected.Error(), e.Writes)
+}
+
+// Is makes errors.Is(err, ErrBatchRejected) true.
+func (e *BatchRejectedError) Is(target error) bool { return target == ErrBatchRejected }

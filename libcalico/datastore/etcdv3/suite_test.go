@@ -46,6 +46,7 @@ func runSuite(t *testing.T, endpoints []string) {
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"WatchReportsUndecodableValues", testWatchUndecodable},
 		{"KV", testKV},
+		{"WriteBatch", testWriteBatch},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
