@@ -1,0 +1,258 @@
+// Package paths computes, purely from resources and IPAM affinities, the
+// routes one node originates over BGP: its confirmed pod blocks (in pools
+// exported over BGP) and the cluster's service ranges, with the communities
+// BGPConfiguration attaches to them; and the blackhole routes that stand for
+// its blocks in its own kernel.
+package paths
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+)
+
+// Kind says why a path is advertised.
+type Kind string
+
+// The path kinds.
+const (
+	KindBlock   Kind = "block"
+	KindService Kind = "service"
+)
+
+// Path is one route this node originates.
+type Path struct {
+	Prefix  netip.Prefix `json:"prefix"`
+	NextHop netip.Addr   `json:"nextHop"`
+	Kind    Kind         `json:"kind"`
+	// Communities are standard communities (aa<<16 | nn).
+	Communities []uint32 `json:"communities,omitempty"`
+	// LargeCommunities are (global, local1, local2) triples.
+	LargeCommunities [][3]uint32 `json:"largeCommunities,omitempty"`
+}
+
+// Key identifies a path by its prefix.
+func (p Path) Key() netip.Prefix { return p.Prefix }
+
+// Equal reports whether two paths carry the same attributes.
+func (p Path) Equal(o Path) bool {
+	if p.Prefix != o.Prefix || p.NextHop != o.NextHop || p.Kind != o.Kind ||
+		len(p.Communities) != len(o.Communities) || len(p.LargeCommunities) != len(o.LargeCommunities) {
+		return false
+	}
+	for i := range p.Communities {
+		if p.Communities[i] != o.Communities[i] {
+			return false
+		}
+	}
+	for i := range p.LargeCommunities {
+		if p.LargeCommunities[i] != o.LargeCommunities[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Input is everything the originated paths depend on.
+type Input struct {
+	NodeName string
+	// IPv4 and IPv6 are the node's BGP addresses (next hops); a family
+	// without an address originates nothing.
+	IPv4, IPv6 netip.Addr
+	// Affinities are block affinities (any node's; only NodeName's
+	// confirmed ones count).
+	Affinities []ipam.Affinity
+	Pools      []v3.IPPool
+	Config     *v3.BGPConfigurationSpec
+}
+
+// Result is the originated paths and the local blackholes, each sorted.
+type Result struct {
+	Paths []Path `json:"paths"`
+	// Blackholes are this node's blocks, to be installed as blackhole
+	// routes so traffic to unallocated addresses dies here.
+	Blackholes []netip.Prefix `json:"blackholes"`
+	// Blocks are this node's blocks (whatever their pool), never to be
+	// imported from peers.
+	Blocks []netip.Prefix `json:"blocks"`
+}
+
+// Compute returns the node's paths. Invalid service CIDRs or communities
+// are reported and skipped.
+func Compute(in Input) (Result, []error) {
+	var res Result
+	var errs []error
+	type pool struct {
+		cidr     netip.Prefix
+		noExport bool
+	}
+	var pools []pool
+	for _, p := range in.Pools {
+		c, err := netip.ParsePrefix(p.Spec.CIDR)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ippool %q: spec.cidr %q: %w", p.Name, p.Spec.CIDR, err))
+			continue
+		}
+		pools = append(pools, pool{c.Masked(), p.Spec.DisableBGPExport})
+	}
+	comms, cerrs := communityTable(in.Config)
+	errs = append(errs, cerrs...)
+
+	seen := map[netip.Prefix]bool{}
+	add := func(pfx netip.Prefix, kind Kind) {
+		nh := in.IPv4
+		if pfx.Addr().Is6() {
+			nh = in.IPv6
+		}
+		if !nh.IsValid() || seen[pfx] {
+			return
+		}
+		seen[pfx] = true
+		p := Path{Prefix: pfx, NextHop: nh, Kind: kind}
+		comms.apply(&p)
+		res.Paths = append(res.Paths, p)
+	}
+
+	for _, a := range in.Affinities {
+		if a.Host != in.NodeName || a.State != ipam.AffinityConfirmed {
+			continue
+		}
+		blk := a.CIDR.Masked()
+		res.Blocks = append(res.Blocks, blk)
+		res.Blackholes = append(res.Blackholes, blk)
+		// Exported only when a pool holds it and that pool allows export
+		// (the most specific pool decides).
+		best := -1
+		for i, p := range pools {
+			if p.cidr.Bits() <= blk.Bits() && p.cidr.Contains(blk.Addr()) && (best < 0 || p.cidr.Bits() > pools[best].cidr.Bits()) {
+				best = i
+			}
+		}
+		if best >= 0 && !pools[best].noExport {
+			add(blk, KindBlock)
+		}
+	}
+	if c := in.Config; c != nil {
+		var cidrs []string
+		for _, s := range c.ServiceClusterIPs {
+			cidrs = append(cidrs, s.CIDR)
+		}
+		for _, s := range c.ServiceExternalIPs {
+			cidrs = append(cidrs, s.CIDR)
+		}
+		for _, s := range c.ServiceLoadBalancerIPs {
+			cidrs = append(cidrs, s.CIDR)
+		}
+		for _, s := range cidrs {
+			pfx, err := netip.ParsePrefix(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("bgpconfiguration: service CIDR %q: %w", s, err))
+				continue
+			}
+			add(pfx.Masked(), KindService)
+		}
+	}
+	sort.Slice(res.Paths, func(i, j int) bool { return prefixLess(res.Paths[i].Prefix, res.Paths[j].Prefix) })
+	sort.Slice(res.Blackholes, func(i, j int) bool { return prefixLess(res.Blackholes[i], res.Blackholes[j]) })
+	sort.Slice(res.Blocks, func(i, j int) bool { return prefixLess(res.Blocks[i], res.Blocks[j]) })
+	return res, errs
+}
+
+func prefixLess(a, b netip.Prefix) bool {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c < 0
+	}
+	return a.Bits() < b.Bits()
+}
+
+// communities maps prefixAdvertisements to parsed communities.
+type communities []struct {
+	cidr  netip.Prefix
+	std   []uint32
+	large [][3]uint32
+}
+
+// apply attaches the communities of every prefixAdvertisement whose CIDR
+// holds the path's prefix.
+func (cs communities) apply(p *Path) {
+	for _, c := range cs {
+		if c.cidr.Bits() <= p.Prefix.Bits() && c.cidr.Contains(p.Prefix.Addr()) {
+			p.Communities = append(p.Communities, c.std...)
+			p.LargeCommunities = append(p.LargeCommunities, c.large...)
+		}
+	}
+}
+
+// communityTable parses BGPConfiguration's named communities and prefix
+// advertisements.
+func communityTable(c *v3.BGPConfigurationSpec) (communities, []error) {
+	if c == nil {
+		return nil, nil
+	}
+	var errs []error
+	named := map[string]string{}
+	for _, n := range c.Communities {
+		named[n.Name] = n.Value
+	}
+	var out communities
+	for _, pa := range c.PrefixAdvertisements {
+		pfx, err := netip.ParsePrefix(pa.CIDR)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bgpconfiguration: prefixAdvertisements cidr %q: %w", pa.CIDR, err))
+			continue
+		}
+		entry := struct {
+			cidr  netip.Prefix
+			std   []uint32
+			large [][3]uint32
+		}{cidr: pfx.Masked()}
+		for _, v := range pa.Communities {
+			if nv, ok := named[v]; ok {
+				v = nv
+			}
+			std, large, err := ParseCommunity(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("bgpconfiguration: prefixAdvertisements cidr %q: community %q: %w", pa.CIDR, v, err))
+				continue
+			}
+			if large != nil {
+				entry.large = append(entry.large, *large)
+			} else {
+				entry.std = append(entry.std, std)
+			}
+		}
+		out = append(out, entry)
+	}
+	return out, errs
+}
+
+// ParseCommunity reads "aa:nn" (standard, each 16 bits) or "aa:nn:mm"
+// (large, each 32 bits).
+func ParseCommunity(s string) (uint32, *[3]uint32, error) {
+	parts := strings.Split(s, ":")
+	switch len(parts) {
+	case 2:
+		a, err1 := strconv.ParseUint(parts[0], 10, 16)
+		b, err2 := strconv.ParseUint(parts[1], 10, 16)
+		if err1 != nil || err2 != nil {
+			return 0, nil, fmt.Errorf("want two 16-bit numbers aa:nn")
+		}
+		return uint32(a)<<16 | uint32(b), nil, nil
+	case 3:
+		var l [3]uint32
+		for i, p := range parts {
+			v, err := strconv.ParseUint(p, 10, 32)
+			if err != nil {
+				return 0, nil, fmt.Errorf("want three 32-bit numbers aa:nn:mm")
+			}
+			l[i] = uint32(v)
+		}
+		return 0, &l, nil
+	}
+	return 0, nil, fmt.Errorf("want aa:nn or aa:nn:mm")
+}

@@ -1,0 +1,409 @@
+// Package peers computes, purely from projectcalico.org/v3 resources, the BGP
+// sessions one node should have: the node-to-node mesh, global and
+// node-specific BGPPeers (by spec.node, nodeSelector and peerSelector) and the
+// route-reflector client relations of in-cluster route reflectors.
+//
+// Nothing here talks to a datastore or a BGP daemon; the result is compared
+// with what the router has by the reconciler.
+package peers
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/selector"
+)
+
+// DefaultRestartTime is the graceful restart time of a session whose
+// resource sets none, as in Calico.
+const DefaultRestartTime = 120 * time.Second
+
+// Type is how a session came about; `calicoctl node status` prints it.
+type Type string
+
+// The session types, spelled as `calicoctl node status` prints them.
+const (
+	TypeMesh         Type = "node-to-node mesh"
+	TypeGlobal       Type = "global"
+	TypeNodeSpecific Type = "node specific"
+)
+
+// Peer is one desired BGP session.
+type Peer struct {
+	// Name says where the session comes from: "Mesh_<node>" for the mesh,
+	// "Global_<bgppeer>" or "Node_<bgppeer>" for BGPPeers (with the selected
+	// node appended for peerSelector peers). Informational.
+	Name    string     `json:"name"`
+	Address netip.Addr `json:"address"`
+	// Port is the peer's BGP port; 0 means the default (179).
+	Port uint16 `json:"port,omitempty"`
+	// AS is the peer's AS number; LocalAS ours for this session.
+	AS      uint32 `json:"as"`
+	LocalAS uint32 `json:"localAS"`
+	Type    Type   `json:"type"`
+	// EBGP is true when AS differs from LocalAS.
+	EBGP bool `json:"ebgp,omitempty"`
+	// RRClient makes the peer a route-reflector client of this node.
+	RRClient bool `json:"rrClient,omitempty"`
+	// ClusterID is this node's route-reflector cluster ID, set on RR client
+	// sessions.
+	ClusterID string `json:"clusterID,omitempty"`
+	// Password is the TCP MD5 password; PasswordRef names the secret key it
+	// came from (the password itself never appears in golden files).
+	Password    string `json:"-"`
+	PasswordRef string `json:"passwordRef,omitempty"`
+	// KeepaliveTime is the keepalive interval; 0 means the router default.
+	KeepaliveTime time.Duration `json:"-"`
+	// RestartTime is the graceful restart time announced to the peer.
+	RestartTime time.Duration `json:"-"`
+	// KeepOriginalNextHop keeps the next hop of routes sent to this peer.
+	KeepOriginalNextHop bool `json:"keepOriginalNextHop,omitempty"`
+	// SourceAddress is the local address of the session (the node's
+	// address of the peer's family); invalid when unset.
+	SourceAddress netip.Addr `json:"sourceAddress,omitzero"`
+	// AllowASIn is how many times our AS may appear in received paths.
+	AllowASIn uint8 `json:"allowASIn,omitempty"`
+}
+
+// MarshalJSON writes the durations the way resources spell them ("120s").
+func (p Peer) MarshalJSON() ([]byte, error) {
+	type plain Peer
+	out := struct {
+		plain
+		KeepaliveTime string `json:"keepaliveTime,omitempty"`
+		RestartTime   string `json:"restartTime"`
+	}{plain: plain(p), RestartTime: p.RestartTime.String()}
+	if p.KeepaliveTime != 0 {
+		out.KeepaliveTime = p.KeepaliveTime.String()
+	}
+	return json.Marshal(out)
+}
+
+// Key identifies a session: one per address and port.
+func (p Peer) Key() string {
+	return netip.AddrPortFrom(p.Address, p.Port).String()
+}
+
+// Input is everything the peer set depends on.
+type Input struct {
+	// NodeName is this node.
+	NodeName string
+	// Nodes are all Nodes, this one included.
+	Nodes []v3.Node
+	// Peers are all BGPPeers.
+	Peers []v3.BGPPeer
+	// Config is the cluster's "default" BGPConfiguration spec (nil when
+	// there is none).
+	Config *v3.BGPConfigurationSpec
+	// Password resolves a secret key reference; nil or a false result
+	// leaves the session without a password.
+	Password func(ref v3.SecretKeySelector) (string, bool)
+}
+
+// Local is this node's own BGP identity.
+type Local struct {
+	AS        uint32       `json:"as"`
+	IPv4      netip.Prefix `json:"ipv4,omitzero"`
+	IPv6      netip.Prefix `json:"ipv6,omitzero"`
+	ClusterID string       `json:"clusterID,omitempty"`
+	// RouterID is the IPv4 address (or, lacking one, derived elsewhere).
+	RouterID netip.Addr `json:"routerID,omitzero"`
+}
+
+// nodeInfo is a Node's parsed BGP identity.
+type nodeInfo struct {
+	name      string
+	labels    map[string]string
+	as        uint32
+	v4, v6    netip.Prefix
+	clusterID string
+}
+
+// Result is the desired state of this node's BGP speaker.
+type Result struct {
+	Local Local  `json:"local"`
+	Peers []Peer `json:"peers"`
+}
+
+// Compute returns this node's identity and its desired sessions, sorted by
+// address and port. A node without BGP configuration (no spec.bgp) has no
+// sessions. Invalid resources are skipped, and reported in the error slice
+// so the caller can log them; they never stop the others from peering.
+func Compute(in Input) (Result, []error) {
+	var errs []error
+	defAS := uint32(in.Config.AS())
+	nodes := make(map[string]nodeInfo, len(in.Nodes))
+	byAddr := make(map[netip.Addr]nodeInfo)
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		ni, err := parseNode(n, defAS)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		nodes[n.Name] = ni
+		if ni.v4.IsValid() {
+			byAddr[ni.v4.Addr()] = ni
+		}
+		if ni.v6.IsValid() {
+			byAddr[ni.v6.Addr()] = ni
+		}
+	}
+	me, ok := nodes[in.NodeName]
+	if !ok || (!me.v4.IsValid() && !me.v6.IsValid()) {
+		return Result{}, errs
+	}
+	local := Local{AS: me.as, IPv4: me.v4, IPv6: me.v6, ClusterID: me.clusterID}
+	if me.v4.IsValid() {
+		local.RouterID = me.v4.Addr()
+	}
+
+	b := builder{me: me, byAddr: byAddr, password: in.Password, peers: map[string]Peer{}}
+
+	// Explicit peers first; the mesh only adds sessions to addresses no
+	// BGPPeer already covers.
+	for i := range in.Peers {
+		bp := &in.Peers[i]
+		if err := b.addBGPPeer(bp, nodes); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if in.Config.NodeToNodeMesh() {
+		restart := DefaultRestartTime
+		if in.Config != nil && in.Config.NodeMeshMaxRestartTime != nil {
+			restart = in.Config.NodeMeshMaxRestartTime.Duration
+		}
+		var pw, ref string
+		if in.Config != nil && in.Config.NodeMeshPassword != nil {
+			pw, ref = b.resolve(in.Config.NodeMeshPassword)
+		}
+		for _, other := range sortedNodes(nodes) {
+			if other.name == me.name {
+				continue
+			}
+			for _, addr := range []netip.Prefix{other.v4, other.v6} {
+				if !addr.IsValid() {
+					continue
+				}
+				b.add(Peer{
+					Name: "Mesh_" + other.name, Address: addr.Addr(), AS: other.as,
+					Type: TypeMesh, RestartTime: restart, Password: pw, PasswordRef: ref,
+					SourceAddress: netip.IPv4Unspecified(),
+				}, false)
+			}
+		}
+	}
+
+	out := make([]Peer, 0, len(b.peers))
+	for _, p := range b.peers {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := out[i].Address.Compare(out[j].Address); c != 0 {
+			return c < 0
+		}
+		return out[i].Port < out[j].Port
+	})
+	return Result{Local: local, Peers: out}, errs
+}
+
+// builder accumulates the peer set.
+type builder struct {
+	me       nodeInfo
+	byAddr   map[netip.Addr]nodeInfo
+	password func(v3.SecretKeySelector) (string, bool)
+	peers    map[string]Peer
+}
+
+// add fills in the session's local side and stores it unless it is a
+// session with ourselves, one our family cannot carry, or (for the mesh) one
+// an explicit BGPPeer already set up.
+func (b *builder) add(p Peer, override bool) {
+	if p.Address == b.me.v4.Addr() || p.Address == b.me.v6.Addr() {
+		return
+	}
+	var src netip.Prefix
+	if p.Address.Is4() {
+		src = b.me.v4
+	} else {
+		src = b.me.v6
+	}
+	if !src.IsValid() {
+		return
+	}
+	p.LocalAS = b.me.as
+	p.EBGP = p.AS != p.LocalAS
+	if p.SourceAddress.IsValid() {
+		p.SourceAddress = src.Addr()
+	}
+	// A route reflector treats every iBGP peer outside its cluster as a
+	// client (the mesh is a full mesh: nobody reflects there).
+	if p.Type != TypeMesh && b.me.clusterID != "" && !p.EBGP {
+		if other, ok := b.byAddr[p.Address]; !ok || other.clusterID != b.me.clusterID {
+			p.RRClient = true
+			p.ClusterID = b.me.clusterID
+		}
+	}
+	if _, taken := b.peers[p.Key()]; taken && !override {
+		return
+	}
+	b.peers[p.Key()] = p
+}
+
+// resolve reads a password reference.
+func (b *builder) resolve(pw *v3.BGPPassword) (string, string) {
+	if pw == nil || pw.SecretKeyRef == nil {
+		return "", ""
+	}
+	ref := pw.SecretKeyRef.Name + "/" + pw.SecretKeyRef.Key
+	if b.password == nil {
+		return "", ref
+	}
+	v, ok := b.password(*pw.SecretKeyRef)
+	if !ok {
+		return "", ref
+	}
+	return v, ref
+}
+
+// addBGPPeer adds the sessions one BGPPeer gives this node.
+func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
+	s := &bp.Spec
+	typ := TypeGlobal
+	name := "Global_" + bp.Name
+	// applies says whether the BGPPeer's node side selects a node.
+	applies := func(nodeInfo) bool { return true }
+	switch {
+	case s.Node != "":
+		typ, name = TypeNodeSpecific, "Node_"+bp.Name
+		applies = func(n nodeInfo) bool { return n.name == s.Node }
+	case s.NodeSelector != "":
+		sel, err := selector.Parse(s.NodeSelector)
+		if err != nil {
+			return fmt.Errorf("bgppeer %q: spec.nodeSelector %q: %w", bp.Name, s.NodeSelector, err)
+		}
+		typ, name = TypeNodeSpecific, "Node_"+bp.Name
+		applies = func(n nodeInfo) bool { return sel.Evaluate(n.labels) }
+	}
+	template := Peer{
+		Type:                typ,
+		RestartTime:         DefaultRestartTime,
+		KeepOriginalNextHop: s.KeepOriginalNextHop,
+	}
+	if s.MaxRestartTime != nil {
+		template.RestartTime = s.MaxRestartTime.Duration
+	}
+	if s.KeepaliveTime != nil {
+		template.KeepaliveTime = s.KeepaliveTime.Duration
+	}
+	if s.NumAllowedLocalASNumbers != nil && *s.NumAllowedLocalASNumbers > 0 {
+		n := *s.NumAllowedLocalASNumbers
+		if n > 255 {
+			n = 255
+		}
+		template.AllowASIn = uint8(n)
+	}
+	template.Password, template.PasswordRef = b.resolve(s.Password)
+	if s.SourceAddress != v3.SourceAddressNone {
+		// Marker: add replaces it with the node's address of the family.
+		template.SourceAddress = netip.IPv4Unspecified()
+	}
+
+	if s.PeerSelector != "" {
+		sel, err := selector.Parse(s.PeerSelector)
+		if err != nil {
+			return fmt.Errorf("bgppeer %q: spec.peerSelector %q: %w", bp.Name, s.PeerSelector, err)
+		}
+		// Forward: this node peers with the selected nodes. Reverse (as
+		// Calico's reversePeering Auto): a selected node peers back with
+		// every node the BGPPeer applies to, so both ends configure the
+		// session.
+		meApplies, meSelected := applies(b.me), sel.Evaluate(b.me.labels)
+		for _, other := range sortedNodes(nodes) {
+			if other.name == b.me.name {
+				continue
+			}
+			if !(meApplies && sel.Evaluate(other.labels)) && !(meSelected && applies(other)) {
+				continue
+			}
+			for _, addr := range []netip.Prefix{other.v4, other.v6} {
+				if !addr.IsValid() {
+					continue
+				}
+				p := template
+				p.Name = name + "_" + other.name
+				p.Address = addr.Addr()
+				p.AS = other.as
+				b.add(p, true)
+			}
+		}
+		return nil
+	}
+	if !applies(b.me) {
+		return nil
+	}
+	addr, port, err := v3.SplitPeerIP(s.PeerIP)
+	if err != nil {
+		return fmt.Errorf("bgppeer %q: spec.peerIP %q: %w", bp.Name, s.PeerIP, err)
+	}
+	p := template
+	p.Name, p.Address, p.Port = name, addr.Unmap(), port
+	p.AS = uint32(s.ASNumber)
+	if p.AS == 0 {
+		p.AS = b.me.as
+	}
+	b.add(p, true)
+	return nil
+}
+
+// parseNode reads a Node's BGP identity.
+func parseNode(n *v3.Node, defAS uint32) (nodeInfo, error) {
+	ni := nodeInfo{name: n.Name, labels: n.Labels, as: defAS}
+	if n.Spec.BGP == nil {
+		return ni, nil
+	}
+	bgp := n.Spec.BGP
+	if bgp.ASNumber != nil {
+		ni.as = uint32(*bgp.ASNumber)
+	}
+	ni.clusterID = bgp.RouteReflectorClusterID
+	var err error
+	if bgp.IPv4Address != "" {
+		if ni.v4, err = parseAddr(bgp.IPv4Address); err != nil || !ni.v4.Addr().Is4() {
+			return ni, fmt.Errorf("node %q: spec.bgp.ipv4Address %q: not an IPv4 address", n.Name, bgp.IPv4Address)
+		}
+	}
+	if bgp.IPv6Address != "" {
+		if ni.v6, err = parseAddr(bgp.IPv6Address); err != nil || !ni.v6.Addr().Is6() {
+			return ni, fmt.Errorf("node %q: spec.bgp.ipv6Address %q: not an IPv6 address", n.Name, bgp.IPv6Address)
+		}
+	}
+	return ni, nil
+}
+
+// parseAddr reads "10.0.0.1/24" or a bare address (taken as a host
+// prefix).
+func parseAddr(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// sortedNodes lists nodes by name, for a stable order.
+func sortedNodes(m map[string]nodeInfo) []nodeInfo {
+	out := make([]nodeInfo, 0, len(m))
+	for _, n := range m {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}

@@ -1,0 +1,146 @@
+package peers
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// loadTopology reads a topology file into an Input (without NodeName).
+func loadTopology(t *testing.T, path string) Input {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := v3.Decode(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var in Input
+	for _, r := range rs {
+		switch o := r.(type) {
+		case *v3.Node:
+			in.Nodes = append(in.Nodes, *o)
+		case *v3.BGPPeer:
+			in.Peers = append(in.Peers, *o)
+		case *v3.BGPConfiguration:
+			in.Config = &o.Spec
+		default:
+			t.Fatalf("%s: unexpected %T", path, r)
+		}
+	}
+	in.Password = func(ref v3.SecretKeySelector) (string, bool) {
+		if ref.Name == "bgp-secrets" {
+			return "pw-" + ref.Key, true
+		}
+		return "", false
+	}
+	return in
+}
+
+// TestGolden computes every node's peers in every topology under testdata
+// and compares them with testdata/<topology>.golden.
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no topologies: %v", err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			in := loadTopology(t, f)
+			var buf bytes.Buffer
+			for _, n := range in.Nodes {
+				in.NodeName = n.Name
+				res, errs := Compute(in)
+				if len(errs) > 0 {
+					t.Fatalf("node %q: %v", n.Name, errs)
+				}
+				out, err := json.MarshalIndent(res, "", "  ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(&buf, "# node %s\n%s\n", n.Name, out)
+			}
+			golden := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(want, buf.Bytes()) {
+				t.Errorf("%s differs from the computed peers:\n%s", golden, buf.String())
+			}
+		})
+	}
+}
+
+// TestRules checks individual rules, independent of the golden files.
+func TestRules(t *testing.T) {
+	in := loadTopology(t, "testdata/incluster-rr.yaml")
+	tests := []struct {
+		node     string
+		peer     string
+		rrClient bool
+		present  bool
+	}{
+		{"rr-1", "198.18.0.1", true, true},   // client of the RR
+		{"rr-1", "198.18.0.12", false, true}, // same cluster ID: not a client
+		{"rr-1", "198.18.0.11", false, false},
+		{"node-a", "198.18.0.11", false, true},
+		{"node-a", "198.18.0.2", false, false}, // no mesh
+	}
+	for _, tt := range tests {
+		t.Run(tt.node+"->"+tt.peer, func(t *testing.T) {
+			in.NodeName = tt.node
+			res, errs := Compute(in)
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			want := netip.MustParseAddr(tt.peer)
+			var found *Peer
+			for i := range res.Peers {
+				if res.Peers[i].Address == want {
+					found = &res.Peers[i]
+				}
+			}
+			if (found != nil) != tt.present {
+				t.Fatalf("node %s: session to %s present=%v, want %v", tt.node, tt.peer, found != nil, tt.present)
+			}
+			if found != nil && found.RRClient != tt.rrClient {
+				t.Errorf("node %s: session to %s rrClient=%v, want %v", tt.node, tt.peer, found.RRClient, tt.rrClient)
+			}
+		})
+	}
+}
+
+// TestInvalidSkipped checks a bad BGPPeer is reported and does not stop the
+// mesh.
+func TestInvalidSkipped(t *testing.T) {
+	in := loadTopology(t, "testdata/mesh.yaml")
+	in.NodeName = "node-a"
+	in.Peers = append(in.Peers, v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bad"}, Spec: v3.BGPPeerSpec{PeerIP: "10.0.0.300"}})
+	res, errs := Compute(in)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `bgppeer "bad": spec.peerIP "10.0.0.300"`) {
+		t.Fatalf("errors = %v, want one naming bgppeer \"bad\"", errs)
+	}
+	if len(res.Peers) != 3 {
+		t.Fatalf("got %d peers, want the 3 mesh sessions: %+v", len(res.Peers), res.Peers)
+	}
+}
