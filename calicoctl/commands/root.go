@@ -65,6 +65,7 @@ func NewRootEnv(env Env) *cobra.Command {
 		newPatchCommand(a),
 		newLabelCommand(a),
 		newCompletionCommand(a),
+		newNodeCommand(a),
 	)
 	return root
 }

@@ -1,31 +1,113 @@
 // Package agent builds the calico-node command line: the per-node agent that
-// will run startup, BGP and felix together.
+// registers the node (startup), serves the embedded etcd when no datastore
+// is configured, runs the BGP part and serves its status to calicoctl.
 package agent
 
 import (
-	"errors"
+	"context"
+	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	log "github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
 
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
-	"github.com/spf13/cobra"
+	"github.com/palisade-net/palisade/node/startup"
+	"github.com/palisade-net/palisade/node/status"
 )
 
-// NewRoot returns the calico-node root command writing to out and errOut.
+// NewRoot returns the calico-node root command writing to out and errOut,
+// configured from the process environment and its flags.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
+	return NewRootEnv(out, errOut, os.Getenv)
+}
+
+// NewRootEnv is NewRoot reading the environment through getenv.
+func NewRootEnv(out, errOut io.Writer, getenv func(string) string) *cobra.Command {
+	var (
+		f         flagValues
+		logLevel  string
+		envErr    error
+		startCfg  startup.Config
+		clientURL string
+		peerURL   string
+	)
+	startCfg, envErr = startup.FromEnv(getenv)
+	def := func(name, fallback string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return fallback
+	}
 	root := &cobra.Command{
 		Use:   "calico-node",
 		Short: "The Palisade per-node agent",
-		Long: "calico-node is the per-node agent of Palisade: node registration, the BGP\n" +
-			"fabric and the policy dataplane. This build does not run the agent yet;\n" +
-			"only `version` works.",
+		Long: `calico-node is the per-node agent of Palisade. It registers this host as a
+Calico Node (addresses autodetected with their prefix lengths, AS number),
+creates the default IP pools and ClusterInformation, turns on IP forwarding,
+writes the node name for the CNI plugin, and serves its status on a unix
+socket for "calicoctl node status". With no etcd endpoint configured
+(ETCD_ENDPOINTS or the config file) it serves an embedded etcd on the node
+address and 127.0.0.1:2379 for the other nodes and calicoctl.
+
+It is configured like Calico's calico-node by environment (NODENAME, IP, IP6,
+IP_AUTODETECTION_METHOD, IP6_AUTODETECTION_METHOD, AS,
+CALICO_NETWORKING_BACKEND, CALICO_IPV4POOL_CIDR, CALICO_IPV4POOL_BLOCK_SIZE,
+CALICO_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_VXLAN, CALICO_IPV6POOL_CIDR,
+NO_DEFAULT_POOLS, ETCD_ENDPOINTS, ETCD_*); flags override the environment.
+
+The BGP part (embedded GoBGP) is not wired into this build yet: with the
+bird or gobgp backend the node registers but runs no BGP sessions.
+
+It stops cleanly on SIGTERM or SIGINT.`,
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("calico-node: the agent is not implemented in this build; see `calico-node --help`")
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if envErr != nil {
+				return envErr
+			}
+			lvl, err := log.ParseLevel(logLevel)
+			if err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log.SetOutput(errOut)
+			log.SetLevel(lvl)
+			log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
+			f.apply(cmd, &startCfg)
+			o := Options{
+				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
+				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
+				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return Run(ctx, o)
 		},
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
+	fl := root.Flags()
+	fl.StringVar(&f.name, "name", "", "Node name (NODENAME; default the host name)")
+	fl.StringVar(&f.ip, "ip", "", "IPv4 address with or without prefix length, autodetect or none (IP)")
+	fl.StringVar(&f.ip6, "ip6", "", "IPv6 address with or without prefix length, autodetect or none (IP6)")
+	fl.StringVar(&f.as, "as", "", "AS number of this node (AS; default the cluster's)")
+	fl.StringVar(&f.ipMethod, "ip-autodetection-method", "", "IPv4 autodetection: first-found, can-reach=<ip>, interface=<regex>, skip-interface=<regex>, cidr=<cidr,...> (IP_AUTODETECTION_METHOD)")
+	fl.StringVar(&f.ip6Method, "ip6-autodetection-method", "", "IPv6 autodetection method (IP6_AUTODETECTION_METHOD)")
+	fl.StringVar(&f.backend, "backend", "", "Networking backend: bird (the embedded GoBGP), gobgp, vxlan or none (CALICO_NETWORKING_BACKEND)")
+	fl.BoolVar(&f.noPools, "no-default-ippools", false, "Do not create the default IP pools (NO_DEFAULT_POOLS)")
+	fl.StringVar(&f.configPath, "config", DefaultConfigPath, "calicoctl-style file with the datastore settings")
+	fl.StringVar(&f.runDir, "run-dir", def("CALICO_RUN_DIR", status.DefaultRunDir), "Directory of the pid file and status socket (CALICO_RUN_DIR)")
+	fl.StringVar(&f.nodenameFile, "nodename-file", "", "Where the node name is written for the CNI plugin (CALICO_NODENAME_FILE; default "+startup.DefaultNodenameFile+")")
+	fl.StringVar(&f.etcdDataDir, "etcd-data-dir", def("CALICO_ETCD_DATA_DIR", DefaultEtcdDataDir), "Data directory of the embedded etcd (CALICO_ETCD_DATA_DIR)")
+	fl.StringVar(&clientURL, "etcd-client-urls", getenv("CALICO_ETCD_CLIENT_URLS"), "Client URLs of the embedded etcd, comma-separated (CALICO_ETCD_CLIENT_URLS; default http://<node IPv4>:2379,http://127.0.0.1:2379)")
+	fl.StringVar(&peerURL, "etcd-peer-urls", def("CALICO_ETCD_PEER_URLS", DefaultEtcdPeerURL), "Peer URLs of the embedded etcd (CALICO_ETCD_PEER_URLS)")
+	fl.StringVar(&logLevel, "log-level", def("CALICO_LOG_LEVEL", "info"), "Log level: debug, info, warning, error (CALICO_LOG_LEVEL)")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Display the version of this binary",
@@ -35,5 +117,44 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 			return nil
 		},
 	})
+	root.SetContext(context.Background())
 	return root
+}
+
+// flagValues are the flags that override startup's environment settings.
+type flagValues struct {
+	name, ip, ip6, as, ipMethod, ip6Method, backend string
+	noPools                                         bool
+	configPath, runDir, nodenameFile, etcdDataDir   string
+}
+
+// apply overrides cfg with the flags given on the command line.
+func (f *flagValues) apply(cmd *cobra.Command, cfg *startup.Config) {
+	set := func(flag string, dst *string, v string) {
+		if cmd.Flags().Changed(flag) {
+			*dst = v
+		}
+	}
+	set("name", &cfg.NodeName, f.name)
+	set("ip", &cfg.IP, f.ip)
+	set("ip6", &cfg.IP6, f.ip6)
+	set("as", &cfg.AS, f.as)
+	set("ip-autodetection-method", &cfg.IPMethod, f.ipMethod)
+	set("ip6-autodetection-method", &cfg.IP6Method, f.ip6Method)
+	set("backend", &cfg.Backend, f.backend)
+	set("nodename-file", &cfg.NodenameFile, f.nodenameFile)
+	if cmd.Flags().Changed("no-default-ippools") {
+		cfg.NoDefaultPools = f.noPools
+	}
+	f.runDir = filepath.Clean(f.runDir)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
