@@ -30,6 +30,7 @@ const (
 type Allocator struct {
 	kv    datastore.KV
 	store datastore.Interface
+	cache cache
 }
 
 // New returns an Allocator that keeps IPAM state in kv and reads pools,
@@ -77,54 +78,111 @@ func parallel(fns ...func() error) error {
 
 // listPools reads and parses every IP pool.
 func (a *Allocator) listPools(ctx context.Context) ([]pool, error) {
-	items, _, err := a.store.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
+	pools, _, err := a.listPoolsAt(ctx)
+	return pools, err
+}
+
+// listPoolsAt reads and parses every IP pool, with the conditions under
+// which the list is still current.
+func (a *Allocator) listPoolsAt(ctx context.Context) ([]pool, []datastore.KVCond, error) {
+	items, conds, err := a.listWithConds(ctx, v3.KindIPPool)
 	if err != nil {
-		return nil, fmt.Errorf("listing IP pools: %w", err)
+		return nil, nil, fmt.Errorf("listing IP pools: %w", err)
 	}
 	out := make([]pool, 0, len(items))
 	for _, r := range items {
 		ip, ok := r.(*v3.IPPool)
 		if !ok {
-			return nil, fmt.Errorf("listing IP pools: got a %T", r)
+			return nil, nil, fmt.Errorf("listing IP pools: got a %T", r)
 		}
 		p, err := parsePool(ip)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, p)
 	}
-	return out, nil
+	return out, conds, nil
 }
 
-// listReservations reads every IPReservation's CIDRs.
-func (a *Allocator) listReservations(ctx context.Context) (reservations, error) {
-	items, _, err := a.store.List(ctx, datastore.ListOptions{Kind: v3.KindIPReservation})
+// listReservationsAt reads every IPReservation's CIDRs, with the
+// conditions under which they are still current.
+func (a *Allocator) listReservationsAt(ctx context.Context) (reservations, []datastore.KVCond, error) {
+	items, conds, err := a.listWithConds(ctx, v3.KindIPReservation)
 	if err != nil {
-		return nil, fmt.Errorf("listing IP reservations: %w", err)
+		return nil, nil, fmt.Errorf("listing IP reservations: %w", err)
 	}
 	rs := make([]*v3.IPReservation, 0, len(items))
 	for _, r := range items {
 		ir, ok := r.(*v3.IPReservation)
 		if !ok {
-			return nil, fmt.Errorf("listing IP reservations: got a %T", r)
+			return nil, nil, fmt.Errorf("listing IP reservations: got a %T", r)
 		}
 		rs = append(rs, ir)
 	}
-	return parseReservations(rs)
+	res, err := parseReservations(rs)
+	return res, conds, err
 }
 
-// nodeLabels reads the labels of the Node resource named host; a node
-// that does not exist has no labels.
-func (a *Allocator) nodeLabels(ctx context.Context, host string) (map[string]string, error) {
+// listWithConds lists every resource of kind together with conditions
+// that hold exactly while the list is current: no key under the kind's
+// prefix modified after the list's revision, and each listed key still
+// at its revision (which catches deletions).
+func (a *Allocator) listWithConds(ctx context.Context, kind string) ([]v3.Resource, []datastore.KVCond, error) {
+	items, rev, err := a.store.List(ctx, datastore.ListOptions{Kind: kind})
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix, _, err := datastore.ListPath(datastore.ListOptions{Kind: kind})
+	if err != nil {
+		return nil, nil, err
+	}
+	listRev, err := datastore.ParseRevision(rev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list revision: %w", err)
+	}
+	conds := []datastore.KVCond{{Key: prefix, Prefix: true, Revision: listRev}}
+	for _, r := range items {
+		c, err := resourceCond(kind, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		conds = append(conds, c)
+	}
+	return items, conds, nil
+}
+
+// resourceCond is the condition that r is still stored at its revision.
+func resourceCond(kind string, r v3.Resource) (datastore.KVCond, error) {
+	m := r.GetObjectMeta()
+	path, err := datastore.KeyPath(datastore.Key{Kind: kind, Namespace: m.Namespace, Name: m.Name})
+	if err != nil {
+		return datastore.KVCond{}, err
+	}
+	rev, err := datastore.ParseRevision(m.ResourceVersion)
+	if err != nil {
+		return datastore.KVCond{}, fmt.Errorf("%s: resourceVersion: %w", path, err)
+	}
+	return datastore.KVCond{Key: path, Revision: rev}, nil
+}
+
+// nodeLabels reads the labels of the Node resource named host, with the
+// condition that they are still current; a node that does not exist has
+// no labels (until it is created).
+func (a *Allocator) nodeLabels(ctx context.Context, host string) (map[string]string, datastore.KVCond, error) {
+	path, err := datastore.KeyPath(datastore.Key{Kind: v3.KindNode, Name: host})
+	if err != nil {
+		return nil, datastore.KVCond{}, err
+	}
 	r, err := a.store.Get(ctx, datastore.Key{Kind: v3.KindNode, Name: host})
 	if errors.Is(err, datastore.ErrNotFound) {
 		log.WithField("node", host).Debug("No Node resource: pool node selectors see no labels")
-		return nil, nil
+		return nil, datastore.KVCond{Key: path}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading node %q for pool selection: %w", host, err)
+		return nil, datastore.KVCond{}, fmt.Errorf("reading node %q for pool selection: %w", host, err)
 	}
-	return r.GetObjectMeta().Labels, nil
+	c, err := resourceCond(v3.KindNode, r)
+	return r.GetObjectMeta().Labels, c, err
 }
 
 // getBlock reads and decodes the block for cidr.

@@ -13,7 +13,15 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
-// request is one family's share of an AutoAssign.
+// maxPasses bounds how often an auto-assignment starts over on fresh
+// state after finding what it decided with outdated.
+const maxPasses = 10
+
+// errStale says a write failed because the snapshot, an affinity or the
+// node's labels changed since they were read: decide again on fresh state.
+var errStale = errors.New("IPAM state changed while deciding")
+
+// request is one family's share of an AutoAssign pass.
 type request struct {
 	version   int
 	num       int
@@ -25,13 +33,24 @@ type request struct {
 	cfg       Config
 	maxBlocks int
 	affs      []Affinity // host's affinities of this version
-	log       *log.Entry
+	conds     []datastore.KVCond
+	// cached: the pass decides on cached state and only tries the node's
+	// own blocks; anything more waits for a pass on fresh state.
+	cached bool
+	// handleKV is the handle as last read or written (Revision 0: absent).
+	handleKV *datastore.KVPair
+	log      *log.Entry
 }
 
 // AutoAssign assigns args.Num4 IPv4 and args.Num6 IPv6 addresses for
 // args.Hostname: from the node's blocks first, then from blocks it claims,
 // then, unless strictAffinity is configured, borrowed from other blocks of
 // the usable pools. Reserved addresses are never handed out.
+//
+// An Allocator that has assigned before first tries the node's blocks it
+// knows with what it read last time, in one round trip when nothing has
+// changed; every write is conditional on that state being current, and a
+// pass on fresh state follows whenever it was not or did not suffice.
 //
 // When fewer addresses than requested are available, the addresses that
 // were assigned are returned together with an error wrapping ErrExhausted;
@@ -53,71 +72,144 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 		intent = IntentWorkload
 	}
 	logCtx := log.WithFields(log.Fields{"node": args.Hostname, "handle": args.HandleID})
-
-	var (
-		pools        []pool
-		reserved     reservations
-		cfg          Config
-		affs4, affs6 []Affinity
-	)
-	err = parallel(
-		func() (err error) { pools, err = a.listPools(ctx); return },
-		func() (err error) { reserved, err = a.listReservations(ctx); return },
-		func() (err error) { cfg, err = a.GetConfig(ctx); return },
-		func() (err error) {
-			if args.Num4 > 0 {
-				affs4, err = a.listAffinities(ctx, hostAffinitiesPrefix(args.Hostname, 4))
-			}
-			return
-		},
-		func() (err error) {
-			if args.Num6 > 0 {
-				affs6, err = a.listAffinities(ctx, hostAffinitiesPrefix(args.Hostname, 6))
-			}
-			return
-		},
-	)
-	if err != nil {
-		return nil, nil, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err)
-	}
-
-	var labels map[string]string
-	if needsLabels(pools, args) {
-		if labels, err = a.nodeLabels(ctx, args.Hostname); err != nil {
-			return nil, nil, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err)
-		}
-	}
-
-	base := request{
-		host:      args.Hostname,
-		handle:    args.HandleID,
-		attrs:     args.Attrs,
-		reserved:  reserved,
-		cfg:       cfg,
-		maxBlocks: blockCap(args.MaxBlocksPerHost, cfg.MaxBlocksPerHost),
-		log:       logCtx,
-	}
+	outs := map[int]*Assignments{}
 	if args.Num4 > 0 {
-		r := base
-		r.version, r.num, r.affs = 4, args.Num4, affs4
-		if r.pools, err = choosePools(pools, 4, args.IPv4Pools, labels, intent); err != nil {
-			return nil, nil, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err)
-		}
-		if v4, err = a.assignFamily(ctx, &r); err != nil {
-			return v4, nil, err
-		}
+		outs[4] = &Assignments{IPVersion: 4, NumRequested: args.Num4}
 	}
 	if args.Num6 > 0 {
-		r := base
-		r.version, r.num, r.affs = 6, args.Num6, affs6
-		if r.pools, err = choosePools(pools, 6, args.IPv6Pools, labels, intent); err != nil {
-			return v4, nil, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err)
+		outs[6] = &Assignments{IPVersion: 6, NumRequested: args.Num6}
+	}
+	result := func(failed int, err error) (*Assignments, *Assignments, error) {
+		if failed == 4 {
+			return outs[4], nil, err
 		}
-		if v6, err = a.assignFamily(ctx, &r); err != nil {
-			return v4, v6, err
+		return outs[4], outs[6], err
+	}
+	handleKV := &datastore.KVPair{Key: handleKey(args.HandleID)}
+	useCache := true
+	for pass := 1; ; pass++ {
+		st, err := a.passState(ctx, args, useCache)
+		if err != nil {
+			return result(0, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err))
+		}
+		base := request{
+			host: args.Hostname, handle: args.HandleID, attrs: args.Attrs,
+			reserved: st.snap.reserved, cfg: st.snap.cfg,
+			maxBlocks: blockCap(args.MaxBlocksPerHost, st.snap.cfg.MaxBlocksPerHost),
+			conds:     st.conds, cached: st.cached, handleKV: handleKV, log: logCtx,
+		}
+		failed, err := a.assignFamilies(ctx, &base, args, intent, st, outs)
+		short := false
+		for _, o := range outs {
+			short = short || len(o.IPs) < o.NumRequested
+		}
+		switch {
+		case err == nil && !short:
+			return result(0, nil)
+		case st.cached && (err == nil || !isTransport(err)):
+			// Cached state was not enough or not current: start over
+			// on fresh state, keeping what was assigned.
+			a.cache.forget()
+			useCache = false
+		case errors.Is(err, errStale) && pass < maxPasses:
+			useCache = false
+		case errors.Is(err, errStale):
+			return result(failed, fmt.Errorf("auto-assign for node %q: state kept changing: %w", args.Hostname, ErrTooManyRetries))
+		default:
+			return result(failed, err)
 		}
 	}
-	return v4, v6, nil
+}
+
+// isTransport reports whether err is a datastore failure (not a decision
+// such as no pool or no room), which a fresh pass would only repeat.
+func isTransport(err error) bool {
+	return !errors.Is(err, errStale) && !errors.Is(err, ErrNoPools) && !errors.Is(err, ErrExhausted) &&
+		!errors.Is(err, ErrPoolNotUsable) && !isConflict(err) && !errors.Is(err, ErrTooManyRetries)
+}
+
+// passState is what one AutoAssign pass decides with.
+type passState struct {
+	snap   *snapshot
+	affs   map[int][]Affinity
+	labels map[string]string
+	conds  []datastore.KVCond
+	cached bool
+}
+
+// passState returns the cached snapshot and affinities when useCache and
+// they are all there, else reads them afresh (and caches them).
+func (a *Allocator) passState(ctx context.Context, args AutoAssignArgs, useCache bool) (*passState, error) {
+	st := &passState{affs: map[int][]Affinity{}}
+	versions := []int{}
+	if args.Num4 > 0 {
+		versions = append(versions, 4)
+	}
+	if args.Num6 > 0 {
+		versions = append(versions, 6)
+	}
+	if useCache {
+		if st.snap = a.cache.snapshot(); st.snap != nil {
+			st.cached = true
+			for _, v := range versions {
+				affs, ok := a.cache.affinities(args.Hostname, v)
+				st.affs[v], st.cached = affs, st.cached && ok
+			}
+		}
+	}
+	if !st.cached {
+		fns := []func() error{func() (err error) { st.snap, err = a.readSnapshot(ctx); return }}
+		affs := make([][]Affinity, len(versions))
+		for i, v := range versions {
+			fns = append(fns, func() (err error) {
+				affs[i], err = a.listAffinities(ctx, hostAffinitiesPrefix(args.Hostname, v))
+				return
+			})
+		}
+		if err := parallel(fns...); err != nil {
+			return nil, err
+		}
+		a.cache.setSnapshot(st.snap)
+		for i, v := range versions {
+			st.affs[v] = affs[i]
+			a.cache.setAffinities(args.Hostname, v, affs[i])
+		}
+	}
+	st.conds = st.snap.conds
+	if needsLabels(st.snap.pools, args) {
+		labels, cond, err := a.nodeLabels(ctx, args.Hostname)
+		if err != nil {
+			return nil, err
+		}
+		st.labels = labels
+		st.conds = append(slices.Clip(st.conds), cond)
+	}
+	return st, nil
+}
+
+// assignFamilies runs one pass for each requested family and returns the
+// version that failed, if any.
+func (a *Allocator) assignFamilies(ctx context.Context, base *request, args AutoAssignArgs, intent Intent, st *passState, outs map[int]*Assignments) (int, error) {
+	for _, v := range []int{4, 6} {
+		out, ok := outs[v]
+		if !ok || len(out.IPs) == out.NumRequested {
+			continue
+		}
+		requested := args.IPv4Pools
+		if v == 6 {
+			requested = args.IPv6Pools
+		}
+		r := *base
+		r.version, r.num, r.affs = v, out.NumRequested, st.affs[v]
+		var err error
+		if r.pools, err = choosePools(st.snap.pools, v, requested, st.labels, intent); err != nil {
+			return v, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err)
+		}
+		if err := a.assignFamily(ctx, &r, out); err != nil {
+			return v, err
+		}
+	}
+	return 0, nil
 }
 
 // needsLabels reports whether pool selection must read the node's labels:
@@ -136,12 +228,13 @@ func needsLabels(pools []pool, args AutoAssignArgs) bool {
 	return false
 }
 
-// assignFamily hands out r.num addresses of one IP version.
-func (a *Allocator) assignFamily(ctx context.Context, r *request) (*Assignments, error) {
-	out := &Assignments{IPVersion: r.version, NumRequested: r.num}
+// assignFamily hands out addresses of one IP version until out holds
+// r.num of them. A pass on cached state only tries the node's own blocks
+// and reports no shortfall.
+func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignments) error {
 	need := func() int { return r.num - len(out.IPs) }
-	take := func(cidr netip.Prefix, first *storedBlock, wantHost string) error {
-		got, err := a.assignFromBlock(ctx, r, cidr, need(), wantHost, first)
+	take := func(cidr netip.Prefix, first *storedBlock, own bool, aff *Affinity) error {
+		got, err := a.assignFromBlock(ctx, r, cidr, need(), own, aff, first)
 		out.IPs = append(out.IPs, got...)
 		return err
 	}
@@ -161,22 +254,20 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request) (*Assignments,
 			if aff.State != AffinityConfirmed || need() == 0 || r.reserved.covers(aff.CIDR) {
 				continue
 			}
-			if err := take(aff.CIDR, nil, r.host); err != nil {
-				return out, err
+			if err := take(aff.CIDR, nil, true, &aff); err != nil {
+				return err
 			}
 		}
 	}
+	if r.cached {
+		return nil
+	}
 
 	// 2. New blocks, claimed for the node.
-	var listed []storedBlock
 	if need() > 0 && r.cfg.AutoAllocateBlocks {
-		var err error
-		if listed, err = a.listBlocks(ctx, r.version); err != nil {
-			return out, err
-		}
-		taken := make(map[netip.Prefix]bool, len(listed))
-		for _, sb := range listed {
-			taken[sb.block.prefix] = true
+		taken, err := a.existingBlocks(ctx, r.version)
+		if err != nil {
+			return err
 		}
 		for need() > 0 && owned < r.maxBlocks {
 			cidr, ok := findFreeBlock(r.pools, r.host, taken, r.reserved)
@@ -190,11 +281,13 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request) (*Assignments,
 				continue
 			}
 			if err != nil {
-				return out, err
+				return err
 			}
 			owned++
-			if err := take(cidr, &storedBlock{block: b, key: blockKey(cidr), rev: rev}, r.host); err != nil {
-				return out, err
+			// The node's affinities changed: read them again next time.
+			a.cache.forget()
+			if err := take(cidr, &storedBlock{block: b, key: blockKey(cidr), rev: rev}, true, nil); err != nil {
+				return err
 			}
 		}
 	}
@@ -203,7 +296,7 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request) (*Assignments,
 	if need() > 0 && !r.cfg.StrictAffinity {
 		blocks, err := a.listBlocks(ctx, r.version)
 		if err != nil {
-			return out, err
+			return err
 		}
 		for _, p := range r.pools {
 			for _, sb := range blocks {
@@ -213,18 +306,18 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request) (*Assignments,
 				if !p.cidr.Contains(sb.block.prefix.Addr()) || sb.block.numFree(r.reserved.skip()) == 0 {
 					continue
 				}
-				if err := take(sb.block.prefix, &sb, ""); err != nil {
-					return out, err
+				if err := take(sb.block.prefix, &sb, false, nil); err != nil {
+					return err
 				}
 			}
 		}
 	}
 
 	if need() > 0 {
-		return out, fmt.Errorf("node %q: assigned %d of %d requested IPv%d addresses (max %d blocks per node, strictAffinity %t): %w",
+		return fmt.Errorf("node %q: assigned %d of %d requested IPv%d addresses (max %d blocks per node, strictAffinity %t): %w",
 			r.host, len(out.IPs), r.num, r.version, r.maxBlocks, r.cfg.StrictAffinity, ErrExhausted)
 	}
-	return out, nil
+	return nil
 }
 
 // findFreeBlock returns the first block, in pool order and then in the
@@ -246,75 +339,125 @@ func findFreeBlock(pools []pool, host string, taken map[netip.Prefix]bool, reser
 	return netip.Prefix{}, false
 }
 
-// assignFromBlock assigns up to n addresses from the block cidr, which must
-// be affine to wantHost unless that is "" (borrowing). first, when set, is
-// a copy of the block to try before reading it. A block that is gone,
-// full, or affine to another node yields no address and no error.
-func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.Prefix, n int, wantHost string, first *storedBlock) ([]netip.Prefix, error) {
+// assignFromBlock assigns up to n addresses from the block cidr: one of
+// the node's own blocks when own is set (it must still be affine to the
+// node, and aff, when set, must be unchanged), otherwise a borrowed one.
+// first, when set, is the block as last read. The block, the handle and the pass's
+// conditions are written in one transaction: the addresses and the
+// handle's count of them appear together or not at all. A lost race
+// retries with the values the transaction read back; a change to the
+// pass's state fails with errStale. A block that is gone, full, or affine
+// to another node yields no address and no error.
+func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.Prefix, n int, own bool, aff *Affinity, first *storedBlock) ([]netip.Prefix, error) {
 	key := blockKey(cidr)
-	credit := 0 // what the handle has been incremented by for this block
-	settle := func(used int) error {
-		return a.adjustHandle(ctx, r.handle, cidr, used-credit)
+	var cur *block // the block as last read, never changed
+	var rev int64
+	switch {
+	case first != nil:
+		cur, rev = first.block, first.rev
+	case r.cached:
+		if sb, ok := a.cache.block(cidr); ok {
+			cur, rev = sb.block, sb.rev
+		}
 	}
+	conds := make([]datastore.KVCond, 0, 3+len(r.conds))
 	for attempt := 1; attempt <= maxRetries; attempt++ {
-		var b *block
-		var rev int64
-		if attempt == 1 && first != nil {
-			b, rev = first.block, first.rev
-		} else {
+		if cur == nil {
 			var err error
-			if attempt == 1 && r.handle != "" {
-				// Count the handle while the block is read rather than
-				// between reading and writing it: the shorter the
-				// read-modify-write window, the fewer lost races. A
-				// block with less room gives the excess back below.
-				var herr error
-				err = parallel(
-					func() (err error) { b, rev, err = a.getBlock(ctx, key); return },
-					func() error { herr = a.adjustHandle(ctx, r.handle, cidr, n); return nil },
-				)
-				if herr != nil {
-					return nil, errors.Join(fmt.Errorf("block %s: %w", cidr, herr), settle(0))
-				}
-				credit = n
-			} else {
-				b, rev, err = a.getBlock(ctx, key)
-			}
+			cur, rev, err = a.getBlock(ctx, key)
 			if errors.Is(err, datastore.ErrNotFound) {
-				return nil, settle(0)
+				return nil, nil
 			}
 			if err != nil {
-				return nil, errors.Join(fmt.Errorf("block %s: %w", cidr, err), settle(0))
+				return nil, fmt.Errorf("block %s: %w", cidr, err)
 			}
 		}
-		if wantHost != "" && b.host() != wantHost {
-			return nil, settle(0)
+		if own && cur.host() != r.host {
+			if r.cached && attempt == 1 {
+				return nil, errStale // the cached value may be old
+			}
+			return nil, nil
 		}
+		b := cur.clone()
 		addrs := b.assign(n, r.handle, r.attrs, r.reserved.skip())
 		if len(addrs) == 0 {
-			return nil, settle(0)
+			a.cache.setBlock(cidr, cur, rev)
+			return nil, nil
 		}
-		if credit < len(addrs) {
-			if err := a.adjustHandle(ctx, r.handle, cidr, len(addrs)-credit); err != nil {
-				return nil, errors.Join(fmt.Errorf("block %s: %w", cidr, err), settle(0))
+		value, err := b.encode()
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds[:0], datastore.KVCond{Key: key, Revision: rev})
+		ops := []datastore.KVOp{{Key: key, Value: value}}
+		var handleValue []byte
+		if r.handle != "" {
+			if handleValue, err = countHandle(*r.handleKV, r.handle, cidr, len(addrs)); err != nil {
+				return nil, err
 			}
-			credit = len(addrs)
+			conds = append(conds, datastore.KVCond{Key: r.handleKV.Key, Revision: r.handleKV.Revision})
+			ops = append(ops, datastore.KVOp{Key: r.handleKV.Key, Value: handleValue})
 		}
-		err := a.putBlock(ctx, key, b, rev)
+		if aff != nil {
+			conds = append(conds, datastore.KVCond{Key: affinityKey(aff.Host, aff.CIDR), Revision: aff.Revision})
+		}
+		conds = append(conds, r.conds...)
+		newRev, current, err := a.kv.Txn(ctx, conds, ops)
 		if err == nil {
+			a.cache.setBlock(cidr, b, newRev)
+			if r.handle != "" {
+				*r.handleKV = datastore.KVPair{Key: r.handleKV.Key, Value: handleValue, Revision: newRev}
+			}
 			out := make([]netip.Prefix, len(addrs))
 			for i, ad := range addrs {
 				out[i] = netip.PrefixFrom(ad, cidr.Bits())
 			}
 			r.log.WithFields(log.Fields{"block": cidr, "ips": addrs}).Debug("Assigned addresses")
-			return out, settle(len(addrs))
+			return out, nil
 		}
-		if !isConflict(err) && !errors.Is(err, datastore.ErrNotFound) {
-			return nil, errors.Join(fmt.Errorf("writing block %s: %w", cidr, err), settle(0))
+		if !isConflict(err) {
+			return nil, fmt.Errorf("writing block %s: %w", cidr, err)
+		}
+		raced := false
+		if now := current[0]; now.Revision != rev {
+			raced = true
+			if now.Revision == 0 {
+				a.cache.setBlock(cidr, nil, 0)
+				return nil, nil // the block was deleted
+			}
+			if cur, err = decodeBlock(now.Value); err != nil {
+				return nil, fmt.Errorf("key %q: %w", key, err)
+			}
+			rev = now.Revision
+			a.cache.setBlock(cidr, cur, rev)
+		}
+		if r.handle != "" && current[1].Revision != r.handleKV.Revision {
+			raced, *r.handleKV = true, current[1]
+		}
+		if !raced {
+			return nil, errStale
 		}
 		if err := backoff(ctx, attempt); err != nil {
-			return nil, errors.Join(err, settle(0))
+			return nil, err
 		}
 	}
-	return nil, errors.Join(fmt.Errorf("block %s: %w", cidr, ErrTooManyRetries), settle(0))
+	return nil, fmt.Errorf("block %s: %w", cidr, ErrTooManyRetries)
+}
+
+// existingBlocks returns the CIDRs of every block of an IP version, from
+// their keys alone.
+func (a *Allocator) existingBlocks(ctx context.Context, version int) (map[netip.Prefix]bool, error) {
+	kvs, _, err := a.kv.List(ctx, blocksFamilyPrefix(version))
+	if err != nil {
+		return nil, fmt.Errorf("listing blocks: %w", err)
+	}
+	out := make(map[netip.Prefix]bool, len(kvs))
+	for _, p := range kvs {
+		c, err := parseBlockKey(p.Key)
+		if err != nil {
+			return nil, err
+		}
+		out[c] = true
+	}
+	return out, nil
 }

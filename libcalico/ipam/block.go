@@ -2,12 +2,14 @@ package ipam
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+
+	json "github.com/goccy/go-json"
 )
 
 // affinityPrefix starts a block's affinity field: "host:<node>".
@@ -107,6 +109,18 @@ func decodeBlock(value []byte) (*block, error) {
 		b.Attributes = []attribute{}
 	}
 	return &b, nil
+}
+
+// clone returns a copy of b that can be changed without changing b
+// (allocation entries and attributes are replaced, never changed in
+// place, so they are shared).
+func (b *block) clone() *block {
+	c := *b
+	c.Allocations = slices.Clone(b.Allocations)
+	c.Unallocated = slices.Clone(b.Unallocated)
+	c.Attributes = slices.Clone(b.Attributes)
+	c.SequenceNumberForAllocation = maps.Clone(b.SequenceNumberForAllocation)
+	return &c
 }
 
 // encode serialises the block for storage.

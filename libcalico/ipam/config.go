@@ -20,22 +20,37 @@ var configKey = datastore.Key{Kind: v3.KindIPAMConfiguration, Name: v3.IPAMConfi
 // returns Calico's defaults (no strict affinity, automatic block
 // allocation, no block cap).
 func (a *Allocator) GetConfig(ctx context.Context) (Config, error) {
+	cfg, _, err := a.getConfigAt(ctx)
+	return cfg, err
+}
+
+// getConfigAt reads the configuration with the condition under which it
+// is still current.
+func (a *Allocator) getConfigAt(ctx context.Context) (Config, datastore.KVCond, error) {
+	path, err := datastore.KeyPath(configKey)
+	if err != nil {
+		return Config{}, datastore.KVCond{}, err
+	}
 	r, err := a.store.Get(ctx, configKey)
 	if errors.Is(err, datastore.ErrNotFound) {
-		return Config{AutoAllocateBlocks: true}, nil
+		return Config{AutoAllocateBlocks: true}, datastore.KVCond{Key: path}, nil
 	}
 	if err != nil {
-		return Config{}, fmt.Errorf("reading IPAM configuration: %w", err)
+		return Config{}, datastore.KVCond{}, fmt.Errorf("reading IPAM configuration: %w", err)
 	}
 	c, ok := r.(*v3.IPAMConfiguration)
 	if !ok {
-		return Config{}, fmt.Errorf("reading IPAM configuration: got a %T", r)
+		return Config{}, datastore.KVCond{}, fmt.Errorf("reading IPAM configuration: got a %T", r)
+	}
+	cond, err := resourceCond(v3.KindIPAMConfiguration, r)
+	if err != nil {
+		return Config{}, datastore.KVCond{}, err
 	}
 	return Config{
 		StrictAffinity:     c.Spec.StrictAffinity,
 		AutoAllocateBlocks: c.Spec.AutoAllocateBlocks == nil || *c.Spec.AutoAllocateBlocks,
 		MaxBlocksPerHost:   int(c.Spec.MaxBlocksPerHost),
-	}, nil
+	}, cond, nil
 }
 
 // SetConfig writes the IPAMConfiguration "default", keeping its other

@@ -139,3 +139,17 @@ func (a *Allocator) ListHandles(ctx context.Context) ([]Handle, error) {
 	}
 	return out, nil
 }
+
+// countHandle returns the value of handle id (whose stored pair is p,
+// Revision 0 when absent) holding n more addresses in block cidr.
+func countHandle(p datastore.KVPair, id string, cidr netip.Prefix, n int) ([]byte, error) {
+	h := &handleRecord{HandleID: id, Block: map[string]int{}}
+	if p.Revision != 0 {
+		var err error
+		if h, err = decodeHandle(p); err != nil {
+			return nil, err
+		}
+	}
+	h.Block[cidr.String()] += n
+	return json.Marshal(h)
+}

@@ -1,0 +1,122 @@
+package ipam
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// maxCachedBlocks bounds the blocks an Allocator remembers.
+const maxCachedBlocks = 4096
+
+// snapshot is what an auto-assignment decides with besides blocks and
+// affinities: pools, reservations and the IPAM configuration, with the
+// conditions under which it is still current. Every block write made
+// with it carries those conditions, so a write based on an outdated
+// snapshot fails as a conflict and nothing is ever decided on stale
+// settings.
+type snapshot struct {
+	pools    []pool
+	reserved reservations
+	cfg      Config
+	conds    []datastore.KVCond
+}
+
+// cache is what an Allocator last read or wrote, so that the next
+// auto-assignment can go straight to a block's compare-and-swap: the
+// snapshot, each node's affinities, and the last known value and
+// revision of blocks. Nothing in it is trusted: every write it leads to
+// is a compare-and-swap on the blocks', affinities' and snapshot's
+// revisions, and a lost one reads the truth back.
+type cache struct {
+	mu     sync.Mutex
+	snap   *snapshot
+	affs   map[string][]Affinity // by hostFamily
+	blocks map[netip.Prefix]storedBlock
+}
+
+// hostFamily keys a node's affinities of one IP version.
+func hostFamily(host string, version int) string { return host + "/" + strconv.Itoa(version) }
+
+func (c *cache) snapshot() *snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
+func (c *cache) setSnapshot(s *snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snap = s
+}
+
+// affinities returns a node's cached affinities of one version.
+func (c *cache) affinities(host string, version int) ([]Affinity, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	affs, ok := c.affs[hostFamily(host, version)]
+	return affs, ok
+}
+
+func (c *cache) setAffinities(host string, version int, affs []Affinity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.affs == nil || len(c.affs) > maxCachedBlocks {
+		c.affs = map[string][]Affinity{}
+	}
+	c.affs[hostFamily(host, version)] = affs
+}
+
+// forget drops everything but block values: the next auto-assignment
+// reads the snapshot and the affinities again.
+func (c *cache) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snap, c.affs = nil, nil
+}
+
+// block returns a copy of the last known value of a block.
+func (c *cache) block(cidr netip.Prefix) (storedBlock, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sb, ok := c.blocks[cidr]
+	if ok {
+		sb.block = sb.block.clone()
+	}
+	return sb, ok
+}
+
+// setBlock remembers a block's value, which the caller must not change
+// afterwards; a nil block (it is gone) forgets it.
+func (c *cache) setBlock(cidr netip.Prefix, b *block, rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b == nil {
+		delete(c.blocks, cidr)
+		return
+	}
+	if c.blocks == nil || len(c.blocks) >= maxCachedBlocks {
+		c.blocks = map[netip.Prefix]storedBlock{}
+	}
+	c.blocks[cidr] = storedBlock{block: b, key: blockKey(cidr), rev: rev}
+}
+
+// readSnapshot reads pools, reservations and the configuration afresh.
+func (a *Allocator) readSnapshot(ctx context.Context) (*snapshot, error) {
+	s := &snapshot{}
+	var poolConds, resConds []datastore.KVCond
+	var cfgCond datastore.KVCond
+	err := parallel(
+		func() (err error) { s.pools, poolConds, err = a.listPoolsAt(ctx); return },
+		func() (err error) { s.reserved, resConds, err = a.listReservationsAt(ctx); return },
+		func() (err error) { s.cfg, cfgCond, err = a.getConfigAt(ctx); return },
+	)
+	if err != nil {
+		return nil, err
+	}
+	s.conds = append(append(append(s.conds, poolConds...), resConds...), cfgCond)
+	return s, nil
+}
