@@ -16,10 +16,11 @@ import (
 
 // checkResult is one line of `calicoctl node checksystem`.
 type checkResult struct {
-	name, detail string
+	name string
 	// verdict is OK, FAIL (required and missing) or WARN (optional and
 	// missing, or a setting calico-node fixes itself).
 	verdict string
+	detail  string
 }
 
 func newNodeCheckSystemCommand(a *app, _ *nodeFlags) *cobra.Command {
