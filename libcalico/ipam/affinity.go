@@ -73,30 +73,31 @@ var errBlockTaken = errors.New("block claimed by another node")
 // affinity, creates the block affine to host, then confirms the affinity.
 // When host's own earlier or concurrent claim got there first, the block
 // is simply adopted. It returns errBlockTaken when another node owns the
-// block (its own pending affinity then removed).
-func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Prefix) (*block, int64, error) {
+// block (its own pending affinity then removed), and otherwise the block,
+// its revision and the confirmed affinity.
+func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Prefix) (*block, int64, Affinity, error) {
 	affKey := affinityKey(host, cidr)
 	logCtx := log.WithFields(log.Fields{"node": host, "block": cidr})
 	aff, err := a.kv.Create(ctx, datastore.KVPair{Key: affKey, Value: encodeAffinity(AffinityPending)})
 	createdAffinity := err == nil
 	if err != nil {
 		if !errors.Is(err, datastore.ErrAlreadyExists) {
-			return nil, 0, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
+			return nil, 0, Affinity{}, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
 		}
 		// Our node already has an affinity here: an earlier claim that
 		// did not finish, or one running now. Carry on and adopt it.
 		if aff, err = a.kv.Get(ctx, affKey); err != nil {
-			return nil, 0, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
+			return nil, 0, Affinity{}, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
 		}
 		if v, err := decodeAffinity(aff); err != nil || v.State == AffinityPendingDeletion {
-			return nil, 0, errBlockTaken
+			return nil, 0, Affinity{}, errBlockTaken
 		}
 	}
 
 	b := newBlock(cidr, host)
 	v, err := b.encode()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, Affinity{}, err
 	}
 	key := blockKey(cidr)
 	created, err := a.kv.Create(ctx, datastore.KVPair{Key: key, Value: v})
@@ -111,48 +112,52 @@ func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Pref
 					logCtx.WithError(derr).Warn("Could not remove pending affinity of a lost claim")
 				}
 			}
-			return nil, 0, errBlockTaken
+			return nil, 0, Affinity{}, errBlockTaken
 		}
 		b = existing
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
+		return nil, 0, Affinity{}, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
 	}
-	if err := a.confirmAffinity(ctx, affKey, aff.Revision); err != nil {
-		return nil, 0, fmt.Errorf("confirming affinity of node %q to block %s: %w", host, cidr, err)
+	affRev, err := a.confirmAffinity(ctx, affKey, aff.Revision)
+	if err != nil {
+		return nil, 0, Affinity{}, fmt.Errorf("confirming affinity of node %q to block %s: %w", host, cidr, err)
 	}
 	logCtx.Info("Claimed block")
-	return b, rev, nil
+	return b, rev, Affinity{Host: host, CIDR: cidr, State: AffinityConfirmed, Revision: affRev}, nil
 }
 
 // confirmAffinity marks an affinity confirmed, recreating it when it was
-// removed while the block was being created.
-func (a *Allocator) confirmAffinity(ctx context.Context, key string, rev int64) error {
+// removed while the block was being created, and returns its revision.
+func (a *Allocator) confirmAffinity(ctx context.Context, key string, rev int64) (int64, error) {
 	value := encodeAffinity(AffinityConfirmed)
 	for attempt := 1; attempt <= maxRetries; attempt++ {
-		_, err := a.kv.Update(ctx, datastore.KVPair{Key: key, Value: value, Revision: rev})
+		p, err := a.kv.Update(ctx, datastore.KVPair{Key: key, Value: value, Revision: rev})
 		if err == nil {
-			return nil
+			return p.Revision, nil
 		}
 		if errors.Is(err, datastore.ErrNotFound) {
-			_, err = a.kv.Create(ctx, datastore.KVPair{Key: key, Value: value})
-			if err == nil || !errors.Is(err, datastore.ErrAlreadyExists) {
-				return err
+			p, err = a.kv.Create(ctx, datastore.KVPair{Key: key, Value: value})
+			if err == nil {
+				return p.Revision, nil
+			}
+			if !errors.Is(err, datastore.ErrAlreadyExists) {
+				return 0, err
 			}
 		} else if !isConflict(err) {
-			return err
+			return 0, err
 		}
-		p, err := a.kv.Get(ctx, key)
+		p, err = a.kv.Get(ctx, key)
 		if err != nil && !errors.Is(err, datastore.ErrNotFound) {
-			return err
+			return 0, err
 		}
 		cur, derr := decodeAffinity(p)
 		if err == nil && derr == nil && cur.State == AffinityConfirmed {
-			return nil
+			return p.Revision, nil
 		}
 		rev = p.Revision
 	}
-	return ErrTooManyRetries
+	return 0, ErrTooManyRetries
 }
 
 // ReleaseHostAffinities releases every block affinity of host: its empty

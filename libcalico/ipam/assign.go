@@ -87,7 +87,7 @@ func (a *Allocator) AssignIP(ctx context.Context, args AssignIPArgs) error {
 // otherwise.
 func (a *Allocator) createBlockFor(ctx context.Context, host string, cidr netip.Prefix) (*block, int64, error) {
 	if host != "" {
-		b, rev, err := a.claimBlock(ctx, host, cidr)
+		b, rev, _, err := a.claimBlock(ctx, host, cidr)
 		if !errors.Is(err, errBlockTaken) {
 			return b, rev, err
 		}

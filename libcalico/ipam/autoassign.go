@@ -276,7 +276,7 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 				break
 			}
 			taken[cidr] = true
-			b, rev, err := a.claimBlock(ctx, r.host, cidr)
+			b, rev, aff, err := a.claimBlock(ctx, r.host, cidr)
 			if errors.Is(err, errBlockTaken) {
 				continue
 			}
@@ -284,8 +284,8 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 				return err
 			}
 			owned++
-			// The node's affinities changed: read them again next time.
-			a.cache.forget()
+			r.affs = append(slices.Clip(r.affs), aff)
+			a.cache.setAffinities(r.host, r.version, r.affs)
 			if err := take(cidr, &storedBlock{block: b, key: blockKey(cidr), rev: rev}, true, nil); err != nil {
 				return err
 			}
