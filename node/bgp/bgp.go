@@ -1,0 +1,454 @@
+// Package bgp runs a node's BGP fabric: it watches the datastore, computes
+// the sessions and originated routes the node should have (packages peers
+// and paths, pure), reconciles them into an embedded GoBGP speaker through
+// the small router.Router interface, and programs the routes it learns into
+// the kernel (package kernel).
+//
+// The stages, one way:
+//
+//	datastore (Nodes, BGPPeers, BGPConfiguration, IPPools, IPAM affinities)
+//	  → peers.Compute / paths.Compute           desired sessions and paths
+//	  → DiffPeers / DiffPaths → router.Router   minimal delta to GoBGP
+//	router.WatchBestPaths → importer → kernel.Syncer   learned routes, ECMP
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/node/bgp/gobgp"
+	"github.com/palisade-net/palisade/node/bgp/kernel"
+	"github.com/palisade-net/palisade/node/bgp/paths"
+	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/router"
+)
+
+// DefaultGRPCListen is where GoBGP's gRPC API is served unless configured.
+const DefaultGRPCListen = "127.0.0.1:50051"
+
+// Config configures Run.
+type Config struct {
+	// NodeName is this node's Node resource name.
+	NodeName string
+	// Store holds the resources; KV the raw IPAM keys (for etcd both are
+	// the same *etcdv3.Store: Store: s, KV: s.KV()).
+	Store datastore.Interface
+	KV    datastore.KV
+	// GRPCListen serves GoBGP's gRPC API (for the `gobgp` CLI and
+	// `calicoctl node status`); empty serves none. Pass DefaultGRPCListen
+	// for Calico-like behaviour.
+	GRPCListen string
+	// RouteProtocol marks our kernel routes; 0 means
+	// kernel.DefaultProtocol (196).
+	RouteProtocol uint8
+	// DisableKernelRoutes leaves the kernel alone (no import, no
+	// blackholes).
+	DisableKernelRoutes bool
+	// SecretsDir holds BGP passwords as files <SecretsDir>/<secret>/<key>
+	// (a mounted Kubernetes secret has this shape), read for BGPPeer
+	// password.secretKeyRef and nodeMeshPassword.
+	SecretsDir string
+	// PollInterval is how often IPAM affinities (which have no resource
+	// watch) are re-read; 1 s when zero.
+	PollInterval time.Duration
+	// ResyncInterval is how often everything is re-listed and the kernel
+	// read back and repaired; 30 s when zero.
+	ResyncInterval time.Duration
+	// StaleRouteTimeout bounds how long routes a previous run left in the
+	// kernel are kept waiting for the sessions to come up; 60 s when
+	// zero. They are removed earlier once every session is Established
+	// and the learned routes have been quiet for a second.
+	StaleRouteTimeout time.Duration
+	// Log is the logger; the standard one when nil.
+	Log *log.Entry
+}
+
+func (c *Config) defaults() {
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = 30 * time.Second
+	}
+	if c.StaleRouteTimeout == 0 {
+		c.StaleRouteTimeout = 60 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = log.NewEntry(log.StandardLogger())
+	}
+	c.Log = c.Log.WithField("node", c.NodeName)
+}
+
+// Run runs the node's BGP speaker until ctx ends. It waits for the Node
+// resource to carry a BGP address, then peers and advertises as the
+// resources say. Kernel routes are programmed in the network namespace of
+// the calling thread. On return the kernel routes are left in place (so a
+// restart keeps forwarding; the next run removes what went stale) and GoBGP
+// is stopped.
+//
+//	func Run(ctx context.Context, cfg Config) error
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	if cfg.NodeName == "" || cfg.Store == nil || cfg.KV == nil {
+		return errors.New("bgp: NodeName, Store and KV are required")
+	}
+	var sync *kernel.Syncer
+	restarting := false
+	if !cfg.DisableKernelRoutes {
+		h, err := kernel.Open(cfg.RouteProtocol)
+		if err != nil {
+			return fmt.Errorf("bgp: %w", err)
+		}
+		defer h.Close()
+		left, err := h.List()
+		if err != nil {
+			return fmt.Errorf("bgp: reading kernel routes: %w", err)
+		}
+		// Routes of ours in the kernel mean a previous run forwarded until
+		// it stopped: restart gracefully.
+		restarting = len(left) > 0
+		sync = kernel.NewSyncer(h, cfg.Log.WithField("component", "routes"))
+		if _, err := sync.Resync(false); err != nil {
+			return fmt.Errorf("bgp: %w", err)
+		}
+	}
+	for {
+		err := runSpeaker(ctx, cfg, sync, restarting)
+		if !errors.Is(err, errGlobalChanged) {
+			return err
+		}
+		cfg.Log.Info("BGP identity changed; restarting the speaker")
+		restarting = false
+	}
+}
+
+var errGlobalChanged = errors.New("global BGP settings changed")
+
+// state is what one reconcile round reads.
+type state struct {
+	peers  peers.Result
+	paths  paths.Result
+	port   int32
+	errors []error
+}
+
+// read lists everything and computes the desired state.
+func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error) {
+	var st state
+	nodes, err := listAs[*v3.Node](ctx, cfg.Store, v3.KindNode)
+	if err != nil {
+		return st, err
+	}
+	bps, err := listAs[*v3.BGPPeer](ctx, cfg.Store, v3.KindBGPPeer)
+	if err != nil {
+		return st, err
+	}
+	confs, err := listAs[*v3.BGPConfiguration](ctx, cfg.Store, v3.KindBGPConfiguration)
+	if err != nil {
+		return st, err
+	}
+	pools, err := listAs[*v3.IPPool](ctx, cfg.Store, v3.KindIPPool)
+	if err != nil {
+		return st, err
+	}
+	affs, err := alloc.ListAffinities(ctx)
+	if err != nil {
+		return st, err
+	}
+	var conf *v3.BGPConfigurationSpec
+	for _, c := range confs {
+		switch c.Name {
+		case "default":
+			conf = &c.Spec
+		case "node." + cfg.NodeName:
+			st.port = int32(c.Spec.ListenPort)
+		}
+	}
+	if st.port == 0 && conf != nil {
+		st.port = int32(conf.ListenPort)
+	}
+	in := peers.Input{NodeName: cfg.NodeName, Config: conf, Password: passwordReader(cfg.SecretsDir)}
+	for _, n := range nodes {
+		in.Nodes = append(in.Nodes, *n)
+	}
+	for _, p := range bps {
+		in.Peers = append(in.Peers, *p)
+	}
+	st.peers, st.errors = peers.Compute(in)
+	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Config: conf}
+	if st.peers.Local.IPv4.IsValid() {
+		pin.IPv4 = st.peers.Local.IPv4.Addr()
+	}
+	if st.peers.Local.IPv6.IsValid() {
+		pin.IPv6 = st.peers.Local.IPv6.Addr()
+	}
+	for _, p := range pools {
+		pin.Pools = append(pin.Pools, *p)
+	}
+	var perrs []error
+	st.paths, perrs = paths.Compute(pin)
+	st.errors = append(st.errors, perrs...)
+	return st, nil
+}
+
+// listAs lists one kind.
+func listAs[T v3.Resource](ctx context.Context, s datastore.Interface, kind string) ([]T, error) {
+	items, _, err := s.List(ctx, datastore.ListOptions{Kind: kind})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", kind, err)
+	}
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		if t, ok := it.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// passwordReader reads secrets from files.
+func passwordReader(dir string) func(v3.SecretKeySelector) (string, bool) {
+	if dir == "" {
+		return nil
+	}
+	return func(ref v3.SecretKeySelector) (string, bool) {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.Base(ref.Name), filepath.Base(ref.Key)))
+		if err != nil {
+			return "", false
+		}
+		return string(b), true
+	}
+}
+
+// routerID picks the router ID: the IPv4 address, or for an IPv6-only node
+// a stable 32-bit value from its IPv6 address.
+func routerID(l peers.Local) netip.Addr {
+	if l.RouterID.IsValid() {
+		return l.RouterID
+	}
+	b := l.IPv6.Addr().As16()
+	return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+}
+
+// runSpeaker runs one GoBGP instance while the node's BGP identity stays
+// the same.
+func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting bool) error {
+	alloc := ipam.New(cfg.Store, cfg.KV)
+	trigger := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, kind := range []string{v3.KindNode, v3.KindBGPPeer, v3.KindBGPConfiguration, v3.KindIPPool} {
+		go watchKind(wctx, cfg, kind, poke)
+	}
+
+	// Wait for our Node to carry an address.
+	var st state
+	for {
+		var err error
+		st, err = read(ctx, cfg, alloc)
+		if err == nil && (st.peers.Local.IPv4.IsValid() || st.peers.Local.IPv6.IsValid()) {
+			break
+		}
+		if err != nil {
+			cfg.Log.WithError(err).Warn("Reading BGP resources")
+		} else {
+			cfg.Log.Info("Waiting for this node's BGP address")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-trigger:
+		case <-time.After(cfg.PollInterval):
+		}
+	}
+	global := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}
+	r := gobgp.New(cfg.GRPCListen, cfg.Log)
+	if err := r.Start(ctx, global); err != nil {
+		_ = r.Stop(context.Background())
+		return fmt.Errorf("bgp: %w", err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = r.Stop(sctx)
+	}()
+	cfg.Log.WithFields(log.Fields{"as": global.AS, "routerID": global.RouterID, "restarting": restarting}).Info("BGP speaker started")
+
+	var im *importer
+	if sync != nil {
+		im = newImporter(sync)
+		if err := r.WatchBestPaths(wctx, im.onRoutes); err != nil {
+			return fmt.Errorf("bgp: %w", err)
+		}
+	}
+
+	rec := &reconciler{r: r, log: cfg.Log, peers: map[string]peers.Peer{}, paths: map[netip.Prefix]paths.Path{}}
+	start := time.Now()
+	staleRemoved := sync == nil
+	poll := time.NewTicker(cfg.PollInterval)
+	defer poll.Stop()
+	resync := time.NewTicker(cfg.ResyncInterval)
+	defer resync.Stop()
+	lastLearn := time.Now()
+	for {
+		if len(st.errors) > 0 {
+			for _, e := range st.errors {
+				cfg.Log.WithError(e).Debug("Skipping invalid BGP resource")
+			}
+		}
+		want := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}
+		if want.AS != global.AS || want.RouterID != global.RouterID || want.ListenPort != global.ListenPort {
+			return errGlobalChanged
+		}
+		if im != nil {
+			var self []netip.Addr
+			for _, p := range []netip.Prefix{st.peers.Local.IPv4, st.peers.Local.IPv6} {
+				if p.IsValid() {
+					self = append(self, p.Addr())
+				}
+			}
+			im.setLocal(st.paths.Blackholes, self)
+		}
+		rec.apply(ctx, st)
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-trigger:
+			// Let a burst of changes settle into one round.
+			time.Sleep(50 * time.Millisecond)
+		case <-poll.C:
+		case <-resync.C:
+			if sync != nil {
+				if s, err := sync.Resync(staleRemoved); err != nil {
+					cfg.Log.WithError(err).Warn("Kernel route resync failed")
+				} else if s.Added+s.Replaced+s.Deleted > 0 {
+					cfg.Log.WithField("stats", s.String()).Info("Kernel routes repaired")
+				}
+			}
+		}
+		if im != nil {
+			select {
+			case <-im.lastChange:
+				lastLearn = time.Now()
+			default:
+			}
+		}
+		if !staleRemoved {
+			converged := false
+			if ps, err := r.ListPeers(ctx); err == nil {
+				converged = true
+				for _, p := range ps {
+					converged = converged && p.State == "Established"
+				}
+			}
+			if (converged && time.Since(lastLearn) > time.Second) || time.Since(start) > cfg.StaleRouteTimeout {
+				s, err := sync.Resync(true)
+				if err != nil {
+					cfg.Log.WithError(err).Warn("Kernel route resync failed")
+				} else {
+					staleRemoved = true
+					cfg.Log.WithField("stats", s.String()).Info("Kernel routes in sync; stale routes removed")
+				}
+			}
+		}
+		next, err := read(ctx, cfg, alloc)
+		if err != nil {
+			cfg.Log.WithError(err).Warn("Reading BGP resources")
+			continue
+		}
+		st = next
+	}
+}
+
+// watchKind pokes on every change of one kind, re-watching after errors.
+func watchKind(ctx context.Context, cfg Config, kind string, poke func()) {
+	for ctx.Err() == nil {
+		w, err := cfg.Store.Watch(ctx, datastore.ListOptions{Kind: kind}, "")
+		if err != nil {
+			cfg.Log.WithError(err).WithField("kind", kind).Debug("Watch failed; retrying")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range w.Events() {
+			if ev.Type != datastore.Error {
+				poke()
+			}
+		}
+		w.Stop()
+	}
+}
+
+// reconciler remembers what it applied to the router.
+type reconciler struct {
+	r     router.Router
+	log   *log.Entry
+	peers map[string]peers.Peer
+	paths map[netip.Prefix]paths.Path
+}
+
+// apply pushes the minimal delta: paths first (so a session coming up
+// gets them before its End-of-RIB), then sessions.
+func (rc *reconciler) apply(ctx context.Context, st state) {
+	adv, wd := DiffPaths(rc.paths, st.paths.Paths)
+	for _, p := range wd {
+		if err := rc.r.WithdrawPath(ctx, p); err != nil {
+			rc.log.WithError(err).Warn("Withdrawing path")
+		}
+		delete(rc.paths, p.Prefix)
+	}
+	for _, p := range adv {
+		if err := rc.r.AdvertisePath(ctx, p); err != nil {
+			rc.log.WithError(err).Warn("Advertising path")
+			continue
+		}
+		rc.paths[p.Prefix] = p
+	}
+	plan := DiffPeers(rc.peers, st.peers.Peers)
+	for _, p := range plan.Delete {
+		if err := rc.r.DeletePeer(ctx, p); err != nil {
+			rc.log.WithError(err).Warn("Deleting peer")
+		}
+		delete(rc.peers, p.Key())
+	}
+	for _, p := range plan.Add {
+		if err := rc.r.AddPeer(ctx, p); err != nil {
+			rc.log.WithError(err).Warn("Adding peer")
+			continue
+		}
+		rc.peers[p.Key()] = p
+	}
+	for _, p := range plan.Update {
+		if err := rc.r.UpdatePeer(ctx, p); err != nil {
+			rc.log.WithError(err).Warn("Updating peer")
+			continue
+		}
+		rc.peers[p.Key()] = p
+	}
+	if len(adv)+len(wd) > 0 || !plan.Empty() {
+		rc.log.WithFields(log.Fields{
+			"advertised": len(adv), "withdrawn": len(wd),
+			"peersAdded": len(plan.Add), "peersUpdated": len(plan.Update), "peersDeleted": len(plan.Delete),
+		}).Info("BGP state reconciled")
+	}
+}

@@ -1,0 +1,207 @@
+package bgp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/palisade-net/palisade/libcalico/api/numorstring"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/node/bgp/internal/nstest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// testnode builds the node binary once per test run.
+func testnode(t testing.TB) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "plbgp-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "testnode")
+		out, err := exec.Command("go", "build", "-o", binPath, "./internal/testnode").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building testnode: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// fabric is a lab: a bridge namespace with etcd reachable at
+// 198.18.0.254:2379 (proxied to the test's embedded etcd), nodes attached.
+type fabric struct {
+	t     testing.TB
+	lab   *nstest.Lab
+	br    string
+	store *etcdv3.Store
+	alloc *ipam.Allocator
+	ns    map[string]string // node name → namespace
+	procs map[string]*exec.Cmd
+}
+
+const etcdAddr = "198.18.0.254:2379"
+
+func newFabric(t testing.TB) *fabric {
+	lab := nstest.New(t)
+	f := &fabric{t: t, lab: lab, ns: map[string]string{}, procs: map[string]*exec.Cmd{}}
+	f.br = lab.Bridge("fab")
+	lab.Run("ip", "-n", f.br, "addr", "add", "198.18.0.254/24", "dev", "br0")
+	lab.Run("ip", "-n", f.br, "addr", "add", "fd00:198::254/64", "dev", "br0", "nodad")
+	eps := etcdtest.Start(t)
+	f.store = etcdtest.NewStore(t, eps)
+	f.alloc = ipam.New(f.store, f.store.KV())
+	target := strings.TrimPrefix(eps[0], "http://")
+	var ln net.Listener
+	if err := nstest.Do(f.br, func() (err error) { ln, err = net.Listen("tcp", etcdAddr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go proxy(ln, target)
+	return f
+}
+
+// proxy forwards connections accepted in the lab to etcd on loopback.
+func proxy(ln net.Listener, target string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			_, _ = io.Copy(c, u)
+		}()
+	}
+}
+
+// addNS makes a namespace attached to the bridge with addresses.
+func (f *fabric) addNS(name string, addrs ...string) string {
+	ns := f.lab.NS(name)
+	f.lab.Attach(f.br, ns, addrs...)
+	f.ns[name] = ns
+	return ns
+}
+
+// node creates a Node resource and its namespace.
+func (f *fabric) node(name, v4 string, mutate func(*v3.Node)) {
+	f.t.Helper()
+	f.addNS(name, v4)
+	n := &v3.Node{ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.NodeSpec{BGP: &v3.NodeBGPSpec{IPv4Address: v4}}}
+	if mutate != nil {
+		mutate(n)
+	}
+	f.apply(n)
+}
+
+func (f *fabric) apply(r v3.Resource) {
+	f.t.Helper()
+	if _, err := f.store.Apply(context.Background(), r); err != nil {
+		f.t.Fatalf("applying %T: %v", r, err)
+	}
+}
+
+// start runs the node's BGP process in its namespace.
+func (f *fabric) start(name string) {
+	f.t.Helper()
+	bin := testnode(f.t)
+	logf, err := os.OpenFile(filepath.Join(f.t.TempDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", f.ns[name], bin, "-name", name, "-etcd", "http://"+etcdAddr, "-grpc", "127.0.0.1:50051")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.procs[name] = cmd
+	f.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if f.t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			f.t.Logf("--- %s log (tail):\n%s", name, b)
+		}
+	})
+}
+
+// block claims a block for node and returns it.
+func (f *fabric) block(node string) netip.Prefix {
+	f.t.Helper()
+	v4, _, err := f.alloc.AutoAssign(context.Background(), ipam.AutoAssignArgs{Num4: 1, Hostname: node, HandleID: "h-" + node})
+	if err != nil || len(v4.IPs) == 0 {
+		f.t.Fatalf("assigning an address to %s: %v", node, err)
+	}
+	return v4.IPs[0].Masked()
+}
+
+// pool creates the 10.244.0.0/16 pool (/26 blocks).
+func (f *fabric) pool() {
+	f.apply(&v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: "pods"}, Spec: v3.IPPoolSpec{CIDR: "10.244.0.0/16", BlockSize: 26}})
+}
+
+// routes prints a namespace's routes.
+func (f *fabric) routes(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "route", "show"}, args...)...)
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last state:\n%s", what, last)
+}
+
+// waitRoute waits until ns routes blk via gw with our protocol (or has no
+// route to it when gw is "").
+func (f *fabric) waitRoute(ns string, blk netip.Prefix, gw string) {
+	f.t.Helper()
+	eventually(f.t, 30*time.Second, fmt.Sprintf("%s: route %s via %q", ns, blk, gw), func() (bool, string) {
+		out := f.routes(ns, blk.String())
+		if gw == "" {
+			return strings.TrimSpace(out) == "", out
+		}
+		return strings.Contains(out, "via "+gw) && strings.Contains(out, "proto 196"), out
+	})
+}
+
+func asn(n uint32) *numorstring.ASNumber { a := numorstring.ASNumber(n); return &a }

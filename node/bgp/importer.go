@@ -1,0 +1,105 @@
+package bgp
+
+import (
+	"net/netip"
+	"sync"
+
+	"github.com/palisade-net/palisade/node/bgp/kernel"
+	"github.com/palisade-net/palisade/node/bgp/router"
+)
+
+// importer turns learned best routes and this node's blocks into the
+// kernel's desired routes: learned prefixes over their (ECMP) next hops,
+// except anything inside our own blocks or pointing at ourselves, plus a
+// blackhole for each of our blocks.
+type importer struct {
+	sync *kernel.Syncer
+
+	mu         sync.Mutex
+	learned    map[netip.Prefix][]netip.Addr
+	blocks     []netip.Prefix
+	blackholes map[netip.Prefix]bool
+	self       map[netip.Addr]bool
+	lastChange chan struct{}
+}
+
+func newImporter(s *kernel.Syncer) *importer {
+	return &importer{
+		sync:       s,
+		learned:    map[netip.Prefix][]netip.Addr{},
+		blackholes: map[netip.Prefix]bool{},
+		self:       map[netip.Addr]bool{},
+		lastChange: make(chan struct{}, 1),
+	}
+}
+
+// wanted returns the kernel route for a learned prefix under the current
+// filters (no next hops means none).
+func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
+	r := kernel.Route{Dst: pfx}
+	if im.blackholes[pfx] {
+		r.Blackhole = true
+		return r
+	}
+	for _, b := range im.blocks {
+		if b.Overlaps(pfx) {
+			return r
+		}
+	}
+	for _, h := range hops {
+		if !im.self[h] {
+			r.NextHops = append(r.NextHops, h)
+		}
+	}
+	return r
+}
+
+// onRoutes applies learned route changes.
+func (im *importer) onRoutes(rs []router.Route) {
+	im.mu.Lock()
+	out := make([]kernel.Route, 0, len(rs))
+	for _, r := range rs {
+		if len(r.NextHops) == 0 {
+			delete(im.learned, r.Prefix)
+		} else {
+			im.learned[r.Prefix] = r.NextHops
+		}
+		out = append(out, im.wanted(r.Prefix, r.NextHops))
+	}
+	im.mu.Unlock()
+	im.sync.Update(out)
+	select {
+	case im.lastChange <- struct{}{}:
+	default:
+	}
+}
+
+// setLocal sets our blocks (never imported, each a blackhole) and
+// addresses, and recomputes every affected route.
+func (im *importer) setLocal(blocks []netip.Prefix, self []netip.Addr) {
+	im.mu.Lock()
+	old := im.blackholes
+	im.blocks = blocks
+	im.blackholes = make(map[netip.Prefix]bool, len(blocks))
+	for _, b := range blocks {
+		im.blackholes[b] = true
+	}
+	im.self = map[netip.Addr]bool{}
+	for _, a := range self {
+		im.self[a] = true
+	}
+	var out []kernel.Route
+	for pfx := range old {
+		if !im.blackholes[pfx] {
+			out = append(out, im.wanted(pfx, im.learned[pfx]))
+		}
+	}
+	for pfx, hops := range im.learned {
+		out = append(out, im.wanted(pfx, hops))
+	}
+	for _, b := range blocks {
+		out = append(out, kernel.Route{Dst: b, Blackhole: true})
+	}
+	im.mu.Unlock()
+	im.sync.Update(out)
+}
