@@ -230,8 +230,14 @@ func TestNodeRunLifecycle(t *testing.T) {
 		t.Errorf("nodename file = %q, want node-a", got)
 	}
 	r = runCtl(t, l.ns[0], a.env(), "node", "status")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "Calico process is running.\n") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "Calico process is running.\n") || !strings.Contains(r.stdout, "BGP is running") {
 		t.Errorf("node status while running: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// The bird backend runs the embedded GoBGP, whose API the gobgp CLI reads.
+	if _, err := exec.LookPath("gobgp"); err == nil {
+		if out, err := exec.Command("ip", "netns", "exec", l.ns[0], "gobgp", "-u", "127.0.0.1", "-p", "50051", "global").CombinedOutput(); err != nil {
+			t.Errorf("gobgp global against node-a: %v\n%s", err, out)
+		}
 	}
 	r = runCtl(t, l.ns[0], a.env(), "node", "run", "--name", "node-a", "--node-binary", bin, "--log-dir", a.log)
 	if r.code != 1 || !strings.Contains(r.stderr, "calico-node is already running on this host") {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
+	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
 )
@@ -36,6 +37,7 @@ func NewRootEnv(out, errOut io.Writer, getenv func(string) string) *cobra.Comman
 		startCfg  startup.Config
 		clientURL string
 		peerURL   string
+		grpc      string
 	)
 	startCfg, envErr = startup.FromEnv(getenv)
 	def := func(name, fallback string) string {
@@ -61,8 +63,8 @@ CALICO_NETWORKING_BACKEND, CALICO_IPV4POOL_CIDR, CALICO_IPV4POOL_BLOCK_SIZE,
 CALICO_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_VXLAN, CALICO_IPV6POOL_CIDR,
 NO_DEFAULT_POOLS, ETCD_ENDPOINTS, ETCD_*); flags override the environment.
 
-The BGP part (embedded GoBGP) is not wired into this build yet: with the
-bird or gobgp backend the node registers but runs no BGP sessions.
+With the bird (meaning the embedded GoBGP) or gobgp backend it runs the BGP
+fabric and serves GoBGP's gRPC API on 127.0.0.1:50051 (--bgp-grpc-listen).
 
 It stops cleanly on SIGTERM or SIGINT.`,
 		Args:          cobra.NoArgs,
@@ -80,10 +82,14 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			log.SetLevel(lvl)
 			log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
 			f.apply(cmd, &startCfg)
+			if grpc == "none" {
+				grpc = ""
+			}
 			o := Options{
 				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
 				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
 				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
+				BGPGRPCListen: grpc,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -107,6 +113,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 	fl.StringVar(&f.etcdDataDir, "etcd-data-dir", def("CALICO_ETCD_DATA_DIR", DefaultEtcdDataDir), "Data directory of the embedded etcd (CALICO_ETCD_DATA_DIR)")
 	fl.StringVar(&clientURL, "etcd-client-urls", getenv("CALICO_ETCD_CLIENT_URLS"), "Client URLs of the embedded etcd, comma-separated (CALICO_ETCD_CLIENT_URLS; default http://<node IPv4>:2379,http://127.0.0.1:2379)")
 	fl.StringVar(&peerURL, "etcd-peer-urls", def("CALICO_ETCD_PEER_URLS", DefaultEtcdPeerURL), "Peer URLs of the embedded etcd (CALICO_ETCD_PEER_URLS)")
+	fl.StringVar(&grpc, "bgp-grpc-listen", def("CALICO_BGP_GRPC_LISTEN", bgp.DefaultGRPCListen), "Address of GoBGP's gRPC API, for the gobgp CLI; \"none\" serves none (CALICO_BGP_GRPC_LISTEN)")
 	fl.StringVar(&logLevel, "log-level", def("CALICO_LOG_LEVEL", "info"), "Log level: debug, info, warning, error (CALICO_LOG_LEVEL)")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",

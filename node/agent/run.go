@@ -15,6 +15,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/client"
 	"github.com/palisade-net/palisade/libcalico/datastore/embedded"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
 )
@@ -42,6 +43,8 @@ type Options struct {
 	EtcdPeerURLs   []string
 	// Getenv reads the environment (for the datastore settings).
 	Getenv func(string) string
+	// BGPGRPCListen is where GoBGP's gRPC API is served ("" for none).
+	BGPGRPCListen string
 	// Ready, when set, is called once the node is registered and the
 	// status API serves.
 	Ready func()
@@ -105,23 +108,37 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	logger.WithFields(log.Fields{"ipv4": addrString(res.IPv4), "ipv6": addrString(res.IPv6)}).Info("Node registered")
 
-	var bgp peerLister
+	// bgpPeers lists the BGP peer table. INTEGRATION POINT: node/bgp does
+	// not expose its peers yet; once it does (ListPeers returning
+	// []status.PeerStatus), set bgpPeers to it.
+	var bgpPeers peerLister
+	bgpRunning := false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	bgpDone := make(chan error, 1)
 	if cfg.BGPEnabled() {
-		// INTEGRATION POINT (node/bgp): start the BGP part here, e.g.
-		//   router, err := bgp.Run(ctx, bgp.Config{NodeName: cfg.NodeName, Client: c, ...})
-		// and keep it as bgp (it lists the peer table). Until node/bgp
-		// exists the agent runs no BGP and says so in its status.
-		logger.Warn("BGP backend requested, but this build has no BGP part yet: no BGP sessions run")
+		bgpRunning = true
+		go func() {
+			bgpDone <- bgp.Run(ctx, bgp.Config{
+				NodeName: cfg.NodeName, Store: store, KV: store.KV(),
+				GRPCListen: o.BGPGRPCListen, Log: logger.WithField("part", "bgp"),
+			})
+		}()
+		logger.WithField("grpc", o.BGPGRPCListen).Info("BGP (embedded GoBGP) started")
 	}
 
 	src := func(ctx context.Context) (status.Report, error) {
 		rep := status.Report{NodeName: cfg.NodeName, PID: os.Getpid(), Started: started, Backend: cfg.Backend}
-		if bgp != nil {
-			peers, err := bgp.ListPeers(ctx)
+		rep.BGPRunning = bgpRunning
+		switch {
+		case bgpPeers != nil:
+			peers, err := bgpPeers.ListPeers(ctx)
 			if err != nil {
 				return rep, fmt.Errorf("listing BGP peers: %w", err)
 			}
-			rep.BGPRunning, rep.Peers = true, peers
+			rep.Peers = peers
+		case bgpRunning:
+			rep.PeersUnavailable = "this build's BGP part does not report its peers to calico-node; try `gobgp neighbor` against " + o.BGPGRPCListen
 		}
 		return rep, nil
 	}
@@ -134,9 +151,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.Ready != nil {
 		o.Ready()
 	}
-	<-ctx.Done()
-	logger.Info("calico-node stopping")
-	return nil
+	select {
+	case <-ctx.Done():
+		logger.Info("calico-node stopping")
+		<-waitBGP(bgpRunning, bgpDone)
+		return nil
+	case err := <-bgpDone:
+		if err != nil {
+			return fmt.Errorf("bgp: %w", err)
+		}
+		return fmt.Errorf("bgp: stopped unexpectedly")
+	}
 }
 
 // startEmbedded serves the embedded etcd on the node's IPv4 address and
@@ -178,4 +203,17 @@ func addrString(a startup.Address) string {
 		return "none"
 	}
 	return a.Prefix.String()
+}
+
+// waitBGP returns a channel that is closed once the BGP part has returned
+// (at once when it never ran).
+func waitBGP(running bool, done <-chan error) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		if running {
+			<-done
+		}
+		close(c)
+	}()
+	return c
 }
