@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,6 +43,9 @@ func (l *Lab) NS(name string) string {
 		// Kill what still runs inside, then remove it.
 		if out, err := exec.Command("ip", "netns", "pids", full).Output(); err == nil {
 			for _, pid := range strings.Fields(string(out)) {
+				if pid == strconv.Itoa(os.Getpid()) {
+					continue
+				}
 				_ = exec.Command("kill", "-9", pid).Run()
 			}
 		}
@@ -91,15 +95,21 @@ func (l *Lab) Attach(bridgeNS, ns string, addrs ...string) {
 }
 
 // Do runs fn on a locked OS thread switched into ns; sockets fn creates
-// stay in ns. The thread is discarded afterwards.
+// stay in ns. The thread is switched back before it is released; if that
+// fails it stays locked and dies with its goroutine.
 func Do(ns string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Never unlocked: the thread dies with the goroutine, so no other
-		// goroutine ever runs in ns by accident.
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("reading the current namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		h, err := netns.GetFromName(ns)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("opening namespace %s: %w", ns, err)
 			return
 		}
@@ -108,7 +118,11 @@ func Do(ns string, fn func() error) error {
 			errc <- fmt.Errorf("entering namespace %s: %w", ns, err)
 			return
 		}
-		errc <- fn()
+		ferr := fn()
+		if err := netns.Set(orig); err == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- ferr
 	}()
 	return <-errc
 }
