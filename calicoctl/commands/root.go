@@ -66,6 +66,7 @@ func NewRootEnv(env Env) *cobra.Command {
 		newLabelCommand(a),
 		newCompletionCommand(a),
 		newNodeCommand(a),
+		newIPAMCommand(a),
 	)
 	return root
 }
