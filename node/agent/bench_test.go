@@ -18,8 +18,9 @@ import (
 // rssGoal is the idle resident memory calico-node should stay under.
 const rssGoal = 60 << 20
 
-// BenchmarkIdleRSS starts the real calico-node twice in a test namespace:
-// one serving the embedded etcd, one using that etcd as a client only,
+// BenchmarkIdleRSS starts the real calico-node (bird backend: embedded
+// GoBGP) in two test namespaces: one serving the embedded etcd, one using
+// that etcd as a client only (the two peer over the mesh),
 // lets them idle and reads their resident memory. No reference peer
 // exists: x/ref is RSS (embedded etcd included) against the 60 MB goal.
 func BenchmarkIdleRSS(b *testing.B) {
@@ -35,16 +36,20 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	r := make([]byte, 4)
 	_, _ = rand.Read(r)
-	ns := "plnode-" + hex.EncodeToString(r) + "-rss"
-	mustRun(b, "ip", "netns", "add", ns)
-	b.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	mustRun(b, "ip", "-n", ns, "link", "set", "lo", "up")
-	mustRun(b, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "p0")
-	mustRun(b, "ip", "-n", ns, "addr", "add", "198.18.0.1/24", "dev", "eth0")
-	mustRun(b, "ip", "-n", ns, "link", "set", "eth0", "up")
-	mustRun(b, "ip", "-n", ns, "link", "set", "p0", "up")
+	// Two node namespaces joined by a veth pair, 198.18.0.1 and .2.
+	nss := [2]string{"plnode-" + hex.EncodeToString(r) + "-a", "plnode-" + hex.EncodeToString(r) + "-b"}
+	for _, ns := range nss {
+		mustRun(b, "ip", "netns", "add", ns)
+		b.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		mustRun(b, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	mustRun(b, "ip", "-n", nss[0], "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", nss[1])
+	for i, ns := range nss {
+		mustRun(b, "ip", "-n", ns, "addr", "add", "198.18.0."+strconv.Itoa(i+1)+"/24", "dev", "eth0")
+		mustRun(b, "ip", "-n", ns, "link", "set", "eth0", "up")
+	}
 
-	start := func(name string, env ...string) int {
+	start := func(ns, name string, env ...string) int {
 		dir := b.TempDir()
 		cmd := exec.Command("ip", "netns", "exec", ns, bin, "--log-level", "warning")
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NODENAME=" + name,
@@ -70,8 +75,8 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	var withEtcd, without float64
 	for i := 0; i < b.N; i++ {
-		pa := start("node-a")
-		pb := start("node-b", "ETCD_ENDPOINTS=http://127.0.0.1:2379")
+		pa := start(nss[0], "node-a")
+		pb := start(nss[1], "node-b", "ETCD_ENDPOINTS=http://198.18.0.1:2379")
 		time.Sleep(3 * time.Second) // idle
 		withEtcd, without = rss(b, pa), rss(b, pb)
 	}
