@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -13,8 +12,9 @@ import (
 	"github.com/palisade-net/palisade/node/status"
 )
 
-// errNotRunning is returned (and so printed) when no calico-node runs.
-var errNotRunning = errors.New("Calico process is not running.")
+// notRunning is what `node status` prints, on standard output as Calico
+// does, when no calico-node runs here.
+const notRunning = "Calico process is not running."
 
 func newNodeStatusCommand(a *app, nf *nodeFlags) *cobra.Command {
 	return &cobra.Command{
@@ -33,7 +33,8 @@ sessions (IPv4 and IPv6), read from the agent's status socket. Exits 1 with
 					fmt.Fprint(a.env.Out, "Calico process is running.\n\n")
 					return fmt.Errorf("Error reading the status of calico-node (pid %d): %w", pid, err)
 				}
-				return errNotRunning
+				fmt.Fprintln(a.env.Out, notRunning)
+				return &ExitError{Code: 1}
 			}
 			return writeNodeStatus(a.env.Out, rep)
 		},

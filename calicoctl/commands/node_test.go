@@ -123,7 +123,7 @@ func TestNodeStatusNotRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCtl(t, "", nil, "node", "status", "--run-dir", dir)
-	if r.code != 1 || !strings.Contains(r.stderr, "Calico process is not running.") {
+	if r.code != 1 || r.stdout != "Calico process is not running.\n" {
 		t.Errorf("node status with no agent: exit %d, stdout %q, stderr %q; want exit 1 and \"Calico process is not running.\"", r.code, r.stdout, r.stderr)
 	}
 }
@@ -310,7 +310,7 @@ func TestNodeRunLifecycle(t *testing.T) {
 		t.Fatalf("calico-node (pid %d) still alive 15 s after SIGTERM", pid)
 	}
 	r = runCtl(t, l.ns[0], a.env(), "node", "status")
-	if r.code != 1 || !strings.Contains(r.stderr, "Calico process is not running.") {
+	if r.code != 1 || r.stdout != "Calico process is not running.\n" {
 		t.Errorf("node status after stop: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	for _, f := range []string{status.PIDFileName, status.SocketName} {
@@ -325,7 +325,7 @@ func TestNodeRunLifecycle(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	r = runCtl(t, l.ns[1], b.env(), "node", "status")
-	if r.code != 1 || !strings.Contains(r.stderr, "Calico process is not running.") {
+	if r.code != 1 || r.stdout != "Calico process is not running.\n" {
 		t.Errorf("node status after kill -9: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
