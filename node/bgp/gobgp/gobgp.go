@@ -115,7 +115,7 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 		},
 		Transport: &api.Transport{RemotePort: uint32(p.Port)},
 		Timers: &api.Timers{Config: &api.TimersConfig{
-			ConnectRetry: 5,
+			ConnectRetry: 1,
 		}},
 		GracefulRestart: &api.GracefulRestart{
 			Enabled:             true,
