@@ -16,6 +16,7 @@ import (
 	"github.com/palisade-net/palisade/cni-plugin/logging"
 	"github.com/palisade-net/palisade/cni-plugin/netconf"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
 // Session is what every command starts from.
@@ -26,7 +27,7 @@ type Session struct {
 	Ctx      context.Context
 	cancel   context.CancelFunc
 	logFile  io.Closer
-	conn     io.Closer
+	conn     *etcdv3.Store
 }
 
 // invocationTimeouts bounds a whole invocation, in datastore timeouts.
@@ -65,6 +66,15 @@ func (s *Session) Store() (datastore.Interface, error) {
 	}
 	s.conn = conn
 	return Bound(conn, s.Conf.Timeout()), nil
+}
+
+// KV is the raw key-value view of the connection Store opened (nil
+// before Store), for the IPAM allocator.
+func (s *Session) KV() datastore.KV {
+	if s.conn == nil {
+		return nil
+	}
+	return s.conn.KV()
 }
 
 // Close ends the session.

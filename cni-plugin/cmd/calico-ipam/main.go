@@ -7,11 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
-	"slices"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -19,10 +15,9 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/palisade-net/palisade/cni-plugin/cmdline"
-	"github.com/palisade-net/palisade/cni-plugin/netconf"
+	"github.com/palisade-net/palisade/cni-plugin/ipamplugin"
 	"github.com/palisade-net/palisade/cni-plugin/session"
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
-	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 )
 
@@ -39,80 +34,34 @@ func main() {
 // handle; a handle that already holds addresses (a repeated ADD) gets them
 // back instead of new ones.
 func cmdAdd(args *skel.CmdArgs) error {
-	s, alloc, closeStore, err := start(args)
+	s, plugin, closeStore, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	defer closeStore()
-	conf, w, ctx := s.Conf, s.Workload, s.Ctx
-	handle := netconf.HandleID(conf.Name, args.ContainerID)
-
-	held, err := alloc.IPsByHandle(ctx, handle)
-	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
-		return session.Retryable(fmt.Errorf("reading handle %s: %w", handle, err))
+	res, err := plugin.Add(s.Ctx, args.ContainerID)
+	if err != nil {
+		return err
 	}
-	var prefixes []netip.Prefix
-	if len(held) > 0 {
-		s.Log.WithField("handle", handle).Info("Handle already holds addresses; returning them")
-		for _, a := range held {
-			prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
-		}
-	} else {
-		fam, _ := conf.AssignFamilies() // checked by Load
-		req := ipam.AutoAssignArgs{HandleID: handle, Hostname: w.Node, Attrs: attributes(w),
-			IPv4Pools: conf.IPAM.IPv4Pools, IPv6Pools: conf.IPAM.IPv6Pools}
-		if fam.IPv4 {
-			req.Num4 = 1
-		}
-		if fam.IPv6 {
-			req.Num6 = 1
-		}
-		v4, v6, err := alloc.AutoAssign(ctx, req)
-		for _, got := range []*ipam.Assignments{v4, v6} {
-			if got != nil {
-				prefixes = append(prefixes, got.IPs...)
-			}
-		}
-		if err == nil && len(prefixes) != req.Num4+req.Num6 {
-			err = fmt.Errorf("asked for %d IPv4 and %d IPv6 addresses, got %v: %w", req.Num4, req.Num6, prefixes, ipam.ErrExhausted)
-		}
-		if err != nil {
-			if rerr := alloc.ReleaseByHandle(ctx, handle); rerr != nil && !errors.Is(rerr, datastore.ErrNotFound) {
-				s.Log.WithError(rerr).Error("Could not release a partial assignment")
-			}
-			return session.Retryable(fmt.Errorf("assigning addresses on node %q: %w", w.Node, err))
-		}
-	}
-	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
-	for _, p := range prefixes {
-		res.IPs = append(res.IPs, &current.IPConfig{Address: net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}})
-	}
-	s.Log.WithField("handle", handle).WithField("addresses", prefixes).Info("Assigned")
-	return types.PrintResult(res, conf.CNIVersion)
+	return types.PrintResult(res, s.Conf.CNIVersion)
 }
 
-// cmdDel releases everything the container's handle holds; a handle that
-// does not exist (already released) is fine.
+// cmdDel releases everything the container's handle holds.
 func cmdDel(args *skel.CmdArgs) error {
-	s, alloc, closeStore, err := start(args)
+	s, plugin, closeStore, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	defer closeStore()
-	handle := netconf.HandleID(s.Conf.Name, args.ContainerID)
-	if err := alloc.ReleaseByHandle(s.Ctx, handle); err != nil && !errors.Is(err, datastore.ErrNotFound) {
-		return session.Retryable(fmt.Errorf("releasing handle %s: %w", handle, err))
-	}
-	s.Log.WithField("handle", handle).Info("Released")
-	return nil
+	return plugin.Del(s.Ctx, args.ContainerID)
 }
 
 // cmdCheck verifies that the handle still holds exactly prevResult's
 // addresses.
 func cmdCheck(args *skel.CmdArgs) error {
-	s, alloc, closeStore, err := start(args)
+	s, plugin, closeStore, err := start(args)
 	if err != nil {
 		return err
 	}
@@ -129,21 +78,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
-	handle := netconf.HandleID(conf.Name, args.ContainerID)
-	held, err := alloc.IPsByHandle(s.Ctx, handle)
-	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
-		return session.Retryable(fmt.Errorf("reading handle %s: %w", handle, err))
-	}
-	var want []netip.Addr
-	for _, ip := range prev.IPs {
-		a, _ := netip.AddrFromSlice(ip.Address.IP)
-		want = append(want, a.Unmap())
-	}
-	slices.SortFunc(want, netip.Addr.Compare)
-	if !slices.Equal(want, held) {
-		return fmt.Errorf("handle %s holds %v, prevResult has %v", handle, held, want)
-	}
-	return nil
+	return plugin.Check(s.Ctx, args.ContainerID, prev)
 }
 
 // cmdStatus (CNI 1.1) reports whether the datastore answers.
@@ -165,34 +100,26 @@ func cmdStatus(args *skel.CmdArgs) error {
 // not among the runtime's valid attachments and whose addresses are all on
 // this node.
 func cmdGC(args *skel.CmdArgs) error {
-	s, alloc, closeStore, err := start(args)
+	s, plugin, closeStore, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	defer closeStore()
-	return collectGarbage(s, alloc)
-}
-
-// attributes are stored with each address: who holds it and since when.
-func attributes(w netconf.Workload) map[string]string {
-	attrs := map[string]string{"node": w.Node, "timestamp": time.Now().UTC().Format(time.RFC3339)}
-	if w.IsKubernetes() {
-		attrs["namespace"], attrs["pod"] = w.Namespace, w.Name
-	}
-	return attrs
+	return collectGarbage(s, plugin.Alloc)
 }
 
 // start opens the session and the allocator.
-func start(args *skel.CmdArgs) (*session.Session, *ipam.Allocator, func(), error) {
+func start(args *skel.CmdArgs) (*session.Session, ipamplugin.Plugin, func(), error) {
 	s, err := session.Start(args)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, ipamplugin.Plugin{}, nil, err
 	}
 	store, err := s.Conf.Connect(s.Ctx)
 	if err != nil {
 		s.Close()
-		return nil, nil, nil, err
+		return nil, ipamplugin.Plugin{}, nil, err
 	}
-	return s, ipam.New(store, store.KV()), func() { store.Close() }, nil
+	plugin := ipamplugin.Plugin{Alloc: ipam.New(store, store.KV()), Conf: s.Conf, Workload: s.Workload, Log: s.Log}
+	return s, plugin, func() { store.Close() }, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
@@ -67,11 +66,17 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}()
 
 	// 1. Addresses.
-	ipamResult, err := invoke.DelegateAdd(context.Background(), conf.IPAM.Type, args.StdinData, nil)
+	ipam := addressSourceFor(inv, store, args.StdinData, args.ContainerID)
+	ipamResult, err := ipam.Add(ctx)
 	if err != nil {
 		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
 	}
-	undo.Push("release addresses", func() error { return invoke.DelegateDel(context.Background(), conf.IPAM.Type, args.StdinData, nil) })
+	undo.Push("release addresses", func() error {
+		// The invocation's context may have run out: give the release its own.
+		ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout())
+		defer cancel()
+		return ipam.Del(ctx, args.ContainerID)
+	})
 	addrs, dns, err := addresses(ipamResult)
 	if err != nil {
 		return err
@@ -103,7 +108,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 
 	// The previous container of this pod lost its veth in step 2: free its addresses.
 	if prev != nil && prev.Spec.ContainerID != w.ContainerID {
-		releaseReplaced(log, conf, args.StdinData, prev.Spec.ContainerID)
+		releaseReplaced(ctx, log, ipam, prev.Spec.ContainerID)
 	}
 	log.WithField("endpoint", ep.Name).WithField("addresses", ep.Spec.IPNetworks).Info("Workload networked")
 	return types.PrintResult(result(veth, made, args.Netns, addrs, dns), conf.CNIVersion)
@@ -131,7 +136,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return session.Retryable(err)
 	}
-	if err := invoke.DelegateDel(context.Background(), conf.IPAM.Type, args.StdinData, nil); err != nil {
+	if err := addressSourceFor(inv, store, args.StdinData, args.ContainerID).Del(ctx, args.ContainerID); err != nil {
 		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
 	}
 	log.WithField("endpointDeleted", deleted).Info("Workload released")

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	log "github.com/sirupsen/logrus"
@@ -85,13 +83,10 @@ func deleteEndpoint(store datastore.Interface, ep *v3.WorkloadEndpoint) error {
 }
 
 // releaseReplaced frees the addresses of a container this ADD replaced,
-// by running the IPAM plugin's DEL for that container. Failure only logs:
-// the old container's own DEL will try again.
-func releaseReplaced(logger *log.Entry, conf *netconf.NetConf, stdin []byte, oldContainerID string) {
-	current := os.Getenv("CNI_CONTAINERID")
-	defer os.Setenv("CNI_CONTAINERID", current)
-	os.Setenv("CNI_CONTAINERID", oldContainerID)
-	if err := invoke.DelegateDel(context.Background(), conf.IPAM.Type, stdin, nil); err != nil {
+// through the IPAM's DEL for that container. Failure only logs: the old
+// container's own DEL will try again.
+func releaseReplaced(ctx context.Context, logger *log.Entry, ipam addressSource, oldContainerID string) {
+	if err := ipam.Del(ctx, oldContainerID); err != nil {
 		logger.WithError(err).WithField("oldContainerID", oldContainerID).Warn("Could not release the replaced container's addresses")
 		return
 	}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/palisade-net/palisade/cni-plugin/ipamplugin"
+	"github.com/palisade-net/palisade/cni-plugin/session"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+)
+
+// addressSource is where a workload's addresses come from.
+type addressSource interface {
+	// Add assigns the invocation's container its addresses.
+	Add(ctx context.Context) (types.Result, error)
+	// Del releases the addresses of the container containerID.
+	Del(ctx context.Context, containerID string) error
+}
+
+// addressSourceFor runs calico-ipam in-process over the invocation's own
+// datastore connection (no second process, no second connection; the same
+// result as executing it), and executes any other IPAM plugin as a
+// runtime would.
+func addressSourceFor(inv *session.Session, store datastore.Interface, stdin []byte, containerID string) addressSource {
+	if inv.Conf.IPAM.Type == ipamplugin.Type && inv.KV() != nil {
+		plugin := ipamplugin.Plugin{Alloc: ipam.New(store, inv.KV()), Conf: inv.Conf, Workload: inv.Workload, Log: inv.Log}
+		return inProcessIPAM{plugin: plugin, containerID: containerID}
+	}
+	return delegatedIPAM{ipamType: inv.Conf.IPAM.Type, stdin: stdin, containerID: containerID}
+}
+
+// inProcessIPAM is calico-ipam's logic called directly.
+type inProcessIPAM struct {
+	plugin      ipamplugin.Plugin
+	containerID string
+}
+
+func (i inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
+	return i.plugin.Add(ctx, i.containerID)
+}
+
+func (i inProcessIPAM) Del(ctx context.Context, containerID string) error {
+	return i.plugin.Del(ctx, containerID)
+}
+
+// delegatedIPAM executes the configured IPAM plugin from CNI_PATH.
+type delegatedIPAM struct {
+	ipamType    string
+	stdin       []byte
+	containerID string
+}
+
+func (d delegatedIPAM) Add(ctx context.Context) (types.Result, error) {
+	return invoke.DelegateAdd(ctx, d.ipamType, d.stdin, nil)
+}
+
+// Del runs the plugin's DEL; for another container than the invocation's,
+// CNI_CONTAINERID is switched for the call, as the runtime would set it.
+func (d delegatedIPAM) Del(ctx context.Context, containerID string) error {
+	if containerID != d.containerID {
+		defer os.Setenv("CNI_CONTAINERID", os.Getenv("CNI_CONTAINERID"))
+		os.Setenv("CNI_CONTAINERID", containerID)
+	}
+	return invoke.DelegateDel(ctx, d.ipamType, d.stdin, nil)
+}

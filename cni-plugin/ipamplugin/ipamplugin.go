@@ -1,0 +1,124 @@
+// Package ipamplugin is the logic of the calico-ipam plugin: assign a
+// container's addresses under its handle, release them, check them. The
+// calico-ipam binary runs it; the calico plugin runs it in-process when its
+// ipam type is calico-ipam, which gives the same result without a second
+// process and a second datastore connection.
+package ipamplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/cni-plugin/netconf"
+	"github.com/palisade-net/palisade/cni-plugin/session"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+)
+
+// Type is the ipam type this package implements.
+const Type = "calico-ipam"
+
+// Plugin assigns and releases one network's addresses for workloads.
+type Plugin struct {
+	Alloc    *ipam.Allocator
+	Conf     *netconf.NetConf
+	Workload netconf.Workload
+	Log      *log.Entry
+}
+
+// Add returns the addresses the container's handle already holds (a
+// repeated ADD) or assigns the configured families' addresses to it. A
+// partial assignment is released before the error is returned.
+func (p Plugin) Add(ctx context.Context, containerID string) (*current.Result, error) {
+	handle := netconf.HandleID(p.Conf.Name, containerID)
+	held, err := p.Alloc.IPsByHandle(ctx, handle)
+	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
+		return nil, session.Retryable(fmt.Errorf("reading handle %s: %w", handle, err))
+	}
+	var prefixes []netip.Prefix
+	if len(held) > 0 {
+		p.Log.WithField("handle", handle).Info("Handle already holds addresses; returning them")
+		for _, a := range held {
+			prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
+		}
+	} else {
+		fam, _ := p.Conf.AssignFamilies() // checked by netconf.Load
+		req := ipam.AutoAssignArgs{HandleID: handle, Hostname: p.Workload.Node, Attrs: attributes(p.Workload),
+			IPv4Pools: p.Conf.IPAM.IPv4Pools, IPv6Pools: p.Conf.IPAM.IPv6Pools}
+		if fam.IPv4 {
+			req.Num4 = 1
+		}
+		if fam.IPv6 {
+			req.Num6 = 1
+		}
+		v4, v6, err := p.Alloc.AutoAssign(ctx, req)
+		for _, got := range []*ipam.Assignments{v4, v6} {
+			if got != nil {
+				prefixes = append(prefixes, got.IPs...)
+			}
+		}
+		if err == nil && len(prefixes) != req.Num4+req.Num6 {
+			err = fmt.Errorf("asked for %d IPv4 and %d IPv6 addresses, got %v: %w", req.Num4, req.Num6, prefixes, ipam.ErrExhausted)
+		}
+		if err != nil {
+			if rerr := p.Alloc.ReleaseByHandle(ctx, handle); rerr != nil && !errors.Is(rerr, datastore.ErrNotFound) {
+				p.Log.WithError(rerr).Error("Could not release a partial assignment")
+			}
+			return nil, session.Retryable(fmt.Errorf("assigning addresses on node %q: %w", p.Workload.Node, err))
+		}
+	}
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	for _, pfx := range prefixes {
+		res.IPs = append(res.IPs, &current.IPConfig{Address: net.IPNet{IP: pfx.Addr().AsSlice(), Mask: net.CIDRMask(pfx.Bits(), pfx.Addr().BitLen())}})
+	}
+	p.Log.WithField("handle", handle).WithField("addresses", prefixes).Info("Assigned")
+	return res, nil
+}
+
+// Del releases everything the container's handle holds; a handle that does
+// not exist (already released) is fine.
+func (p Plugin) Del(ctx context.Context, containerID string) error {
+	handle := netconf.HandleID(p.Conf.Name, containerID)
+	if err := p.Alloc.ReleaseByHandle(ctx, handle); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+		return session.Retryable(fmt.Errorf("releasing handle %s: %w", handle, err))
+	}
+	p.Log.WithField("handle", handle).Info("Released")
+	return nil
+}
+
+// Check verifies that the container's handle holds exactly prev's
+// addresses.
+func (p Plugin) Check(ctx context.Context, containerID string, prev *current.Result) error {
+	handle := netconf.HandleID(p.Conf.Name, containerID)
+	held, err := p.Alloc.IPsByHandle(ctx, handle)
+	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
+		return session.Retryable(fmt.Errorf("reading handle %s: %w", handle, err))
+	}
+	var want []netip.Addr
+	for _, ip := range prev.IPs {
+		a, _ := netip.AddrFromSlice(ip.Address.IP)
+		want = append(want, a.Unmap())
+	}
+	slices.SortFunc(want, netip.Addr.Compare)
+	if !slices.Equal(want, held) {
+		return fmt.Errorf("handle %s holds %v, prevResult has %v", handle, held, want)
+	}
+	return nil
+}
+
+// attributes are stored with each address: who holds it and since when.
+func attributes(w netconf.Workload) map[string]string {
+	attrs := map[string]string{"node": w.Node, "timestamp": time.Now().UTC().Format(time.RFC3339)}
+	if w.IsKubernetes() {
+		attrs["namespace"], attrs["pod"] = w.Namespace, w.Name
+	}
+	return attrs
+}
