@@ -230,7 +230,7 @@ func TestNodeRunLifecycle(t *testing.T) {
 		t.Errorf("nodename file = %q, want node-a", got)
 	}
 	r = runCtl(t, l.ns[0], a.env(), "node", "status")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "Calico process is running.\n") || !strings.Contains(r.stdout, "BGP is running") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "Calico process is running.\n") || !strings.Contains(r.stdout, "IPv4 BGP status\n") {
 		t.Errorf("node status while running: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	// The bird backend runs the embedded GoBGP, whose API the gobgp CLI reads.
@@ -246,10 +246,27 @@ func TestNodeRunLifecycle(t *testing.T) {
 
 	// The embedded etcd serves the other namespace on node-a's address.
 	remote := "ETCD_ENDPOINTS=http://198.18.0.1:2379"
-	r = runCtl(t, l.ns[1], b.env(remote), "node", "run", "--name", "node-b", "--node-binary", bin, "--log-dir", b.log, "--backend", "vxlan")
+	r = runCtl(t, l.ns[1], b.env(remote), "node", "run", "--name", "node-b", "--node-binary", bin, "--log-dir", b.log, "--backend", "bird")
 	if r.code != 0 {
 		log, _ := os.ReadFile(filepath.Join(b.log, "calico-node.log"))
 		t.Fatalf("node run (node-b): exit %d\nstdout: %s\nstderr: %s\nlog: %s", r.code, r.stdout, r.stderr, log)
+	}
+	// The two nodes mesh: node-a's status shows the session to node-b up,
+	// in Calico's table.
+	meshRow := regexp.MustCompile(`\| 198\.18\.0\.2 +\| node-to-node mesh \| up +\| \d\d:\d\d:\d\d \| Established \|`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r = runCtl(t, l.ns[0], a.env(), "node", "status")
+		if meshRow.MatchString(r.stdout) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-a never showed an established mesh session to node-b:\n%s%s", r.stdout, r.stderr)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if !strings.Contains(r.stdout, "IPv6 BGP status\nNo IPv6 peers found.\n") {
+		t.Errorf("node status lacks the IPv6 section:\n%s", r.stdout)
 	}
 	r = runCtl(t, l.ns[1], []string{remote}, "get", "nodes", "-o", "wide")
 	for _, want := range []*regexp.Regexp{
@@ -302,7 +319,7 @@ func TestNodeRunLifecycle(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for status.Alive(pid) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -108,10 +108,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	logger.WithFields(log.Fields{"ipv4": addrString(res.IPv4), "ipv6": addrString(res.IPv6)}).Info("Node registered")
 
-	// bgpPeers lists the BGP peer table. INTEGRATION POINT: node/bgp does
-	// not expose its peers yet; once it does (ListPeers returning
-	// []status.PeerStatus), set bgpPeers to it.
+	// bgpPeers lists the BGP peer table of the running speaker.
 	var bgpPeers peerLister
+	peerTable := &bgp.PeerTable{}
 	bgpRunning := false
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -121,9 +120,10 @@ func Run(ctx context.Context, o Options) (err error) {
 		go func() {
 			bgpDone <- bgp.Run(ctx, bgp.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(),
-				GRPCListen: o.BGPGRPCListen, Log: logger.WithField("part", "bgp"),
+				GRPCListen: o.BGPGRPCListen, Log: logger.WithField("part", "bgp"), Peers: peerTable,
 			})
 		}()
+		bgpPeers = bgpPeerLister{peerTable}
 		logger.WithField("grpc", o.BGPGRPCListen).Info("BGP (embedded GoBGP) started")
 	}
 

@@ -71,6 +71,9 @@ type Config struct {
 	StaleRouteTimeout time.Duration
 	// Log is the logger; the standard one when nil.
 	Log *log.Entry
+	// Peers, when set, is kept pointing at the running speaker so the
+	// agent's status API can list its sessions.
+	Peers *PeerTable
 }
 
 func (c *Config) defaults() {
@@ -283,7 +286,9 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 		_ = r.Stop(context.Background())
 		return fmt.Errorf("bgp: %w", err)
 	}
+	cfg.Peers.set(r)
 	defer func() {
+		cfg.Peers.set(nil)
 		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
 		_ = r.Stop(sctx)
