@@ -21,6 +21,14 @@ const maxPasses = 10
 // node's labels changed since they were read: decide again on fresh state.
 var errStale = errors.New("IPAM state changed while deciding")
 
+// errContended says a node's block kept changing under a cached pass: the
+// node's concurrent assignments would do better spread over more blocks.
+var errContended = errors.New("block contended")
+
+// maxOpenBlocks is how many blocks with free addresses a node may hold
+// before contended assignments stop claiming more to spread over.
+const maxOpenBlocks = 8
+
 // request is one family's share of an AutoAssign pass.
 type request struct {
 	version   int
@@ -37,6 +45,14 @@ type request struct {
 	// cached: the pass decides on cached state and only tries the node's
 	// own blocks; anything more waits for a pass on fresh state.
 	cached bool
+	// spread: claim a new block before trying the node's own, as
+	// the last pass found them contended.
+	spread bool
+	// yield: give up a contended block rather than queue for it, so
+	// that a fresh pass claims another (spread).
+	yield bool
+	// hop: on a lost race, move on to the node's next block.
+	hop bool
 	// handleKV is the handle as last read or written (Revision 0: absent).
 	handleKV *datastore.KVPair
 	log      *log.Entry
@@ -86,7 +102,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 		return outs[4], outs[6], err
 	}
 	handleKV := &datastore.KVPair{Key: handleKey(args.HandleID)}
-	useCache := true
+	useCache, spread := true, false
 	for pass := 1; ; pass++ {
 		st, err := a.passState(ctx, args, useCache)
 		if err != nil {
@@ -97,6 +113,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 			reserved: st.snap.reserved, cfg: st.snap.cfg,
 			maxBlocks: blockCap(args.MaxBlocksPerHost, st.snap.cfg.MaxBlocksPerHost),
 			conds:     st.conds, cached: st.cached, handleKV: handleKV, log: logCtx,
+			spread:    spread && !st.cached,
 		}
 		failed, err := a.assignFamilies(ctx, &base, args, intent, st, outs)
 		short := false
@@ -110,7 +127,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 			// Cached state was not enough or not current: start over
 			// on fresh state, keeping what was assigned.
 			a.cache.forget()
-			useCache = false
+			useCache, spread = false, errors.Is(err, errContended)
 		case errors.Is(err, errStale) && pass < maxPasses:
 			useCache = false
 		case errors.Is(err, errStale):
@@ -124,7 +141,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 // isTransport reports whether err is a datastore failure (not a decision
 // such as no pool or no room), which a fresh pass would only repeat.
 func isTransport(err error) bool {
-	return !errors.Is(err, errStale) && !errors.Is(err, ErrNoPools) && !errors.Is(err, ErrExhausted) &&
+	return !errors.Is(err, errStale) && !errors.Is(err, errContended) && !errors.Is(err, ErrNoPools) && !errors.Is(err, ErrExhausted) &&
 		!errors.Is(err, ErrPoolNotUsable) && !isConflict(err) && !errors.Is(err, ErrTooManyRetries)
 }
 
@@ -239,20 +256,108 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 		return err
 	}
 
-	// 1. Blocks the node already owns, in pool order, the most recently
-	// claimed first: older ones are the likeliest to be full, and each
-	// one tried costs a read.
-	owned := 0
+	owned, open := 0, 0
 	affs := slices.Clone(r.affs)
 	slices.SortStableFunc(affs, func(x, y Affinity) int { return cmp.Compare(y.Revision, x.Revision) })
+	var mine []Affinity // in the order to try them
 	for _, p := range r.pools {
 		for _, aff := range affs {
 			if aff.State == AffinityPendingDeletion || !p.cidr.Contains(aff.CIDR.Addr()) {
 				continue
 			}
 			owned++
-			if aff.State != AffinityConfirmed || need() == 0 || r.reserved.covers(aff.CIDR) {
+			if aff.State != AffinityConfirmed || r.reserved.covers(aff.CIDR) {
 				continue
+			}
+			mine = append(mine, aff)
+			if free, known := a.cache.free(aff.CIDR); !known || free > 0 {
+				open++
+			}
+		}
+	}
+	r.yield = r.cached && r.cfg.AutoAllocateBlocks && open < maxOpenBlocks && owned < r.maxBlocks
+	if r.cached && open > 1 {
+		// Concurrent assignments for the node (other Allocators) each
+		// start at their own block with room, so they rarely race.
+		mine = a.cache.spreadOrder(r.host, mine)
+	}
+
+	// claim claims up to max new blocks for the node and assigns from
+	// them.
+	var taken map[netip.Prefix]bool
+	claim := func(max int) error {
+		if taken == nil {
+			var err error
+			if taken, err = a.existingBlocks(ctx, r.version); err != nil {
+				return err
+			}
+		}
+		for claimed := 0; need() > 0 && owned < r.maxBlocks && claimed < max; {
+			cidr, ok := findFreeBlock(r.pools, r.host, taken, r.reserved)
+			if !ok {
+				r.log.WithField("version", r.version).Info("No unclaimed block left in the usable pools")
+				return nil
+			}
+			taken[cidr] = true
+			b, rev, aff, err := a.claimBlock(ctx, r.host, cidr)
+			if errors.Is(err, errBlockTaken) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			owned++
+			claimed++
+			r.affs = append(slices.Clip(r.affs), aff)
+			a.cache.setAffinities(r.host, r.version, r.affs)
+			if err := take(cidr, &storedBlock{block: b, key: blockKey(cidr), rev: rev}, true, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	// 0. When the node's blocks were contended, one more block to
+	// spread its concurrent assignments over.
+	if r.spread && r.cfg.AutoAllocateBlocks && open < maxOpenBlocks {
+		var err error
+		if taken, err = a.existingBlocks(ctx, r.version); err != nil {
+			return err
+		}
+		// Only where blocks are plentiful: spreading must never leave
+		// another node short of a block of its own.
+		if mostlyUnclaimed(r.pools, taken) {
+			if err := claim(1); err != nil {
+				return err
+			}
+		}
+	}
+
+	// 1. Blocks the node already owns, in pool order, the most recently
+	// claimed first: older ones are the likeliest to be full, and each
+	// one tried costs a read.
+	// A cached pass moves on from a block it loses a race on while
+	// other blocks with room remain, and comes back to it last.
+	var contended []Affinity
+	for i, aff := range mine {
+		if need() == 0 {
+			break
+		}
+		r.hop = r.cached && open > 1 && i < len(mine)-1
+		err := take(aff.CIDR, nil, true, &aff)
+		if errors.Is(err, errContended) {
+			contended = append(contended, aff)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	r.hop = false
+	if need() > 0 && len(contended) > 0 {
+		for _, aff := range contended {
+			if need() == 0 {
+				break
 			}
 			if err := take(aff.CIDR, nil, true, &aff); err != nil {
 				return err
@@ -265,30 +370,8 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 
 	// 2. New blocks, claimed for the node.
 	if need() > 0 && r.cfg.AutoAllocateBlocks {
-		taken, err := a.existingBlocks(ctx, r.version)
-		if err != nil {
+		if err := claim(r.maxBlocks); err != nil {
 			return err
-		}
-		for need() > 0 && owned < r.maxBlocks {
-			cidr, ok := findFreeBlock(r.pools, r.host, taken, r.reserved)
-			if !ok {
-				r.log.WithField("version", r.version).Info("No unclaimed block left in the usable pools")
-				break
-			}
-			taken[cidr] = true
-			b, rev, aff, err := a.claimBlock(ctx, r.host, cidr)
-			if errors.Is(err, errBlockTaken) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			owned++
-			r.affs = append(slices.Clip(r.affs), aff)
-			a.cache.setAffinities(r.host, r.version, r.affs)
-			if err := take(cidr, &storedBlock{block: b, key: blockKey(cidr), rev: rev}, true, nil); err != nil {
-				return err
-			}
 		}
 	}
 
@@ -405,6 +488,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		newRev, current, err := a.kv.Txn(ctx, conds, ops)
 		if err == nil {
 			a.cache.setBlock(cidr, b, newRev)
+			if own {
+				a.cache.prefer(r.host, cidr)
+			}
 			if r.handle != "" {
 				*r.handleKV = datastore.KVPair{Key: r.handleKV.Key, Value: handleValue, Revision: newRev}
 			}
@@ -418,9 +504,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		if !isConflict(err) {
 			return nil, fmt.Errorf("writing block %s: %w", cidr, err)
 		}
-		raced := false
+		raced, blockRaced := false, false
 		if now := current[0]; now.Revision != rev {
-			raced = true
+			raced, blockRaced = true, true
 			if now.Revision == 0 {
 				a.cache.setBlock(cidr, nil, 0)
 				return nil, nil // the block was deleted
@@ -436,6 +522,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		}
 		if !raced {
 			return nil, errStale
+		}
+		if own && blockRaced && (r.hop || (r.yield && attempt >= 2)) {
+			return nil, errContended
 		}
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
@@ -460,4 +549,23 @@ func (a *Allocator) existingBlocks(ctx context.Context, version int) (map[netip.
 		out[c] = true
 	}
 	return out, nil
+}
+
+// mostlyUnclaimed reports whether at least half of the pools' blocks are
+// still unclaimed.
+func mostlyUnclaimed(pools []pool, taken map[netip.Prefix]bool) bool {
+	var total uint64
+	for _, p := range pools {
+		total += p.blockIndexLimit()
+	}
+	used := uint64(0)
+	for c := range taken {
+		for _, p := range pools {
+			if p.cidr.Contains(c.Addr()) {
+				used++
+				break
+			}
+		}
+	}
+	return used*2 <= total
 }

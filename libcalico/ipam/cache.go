@@ -1,8 +1,13 @@
 package ipam
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -36,6 +41,11 @@ type cache struct {
 	snap   *snapshot
 	affs   map[string][]Affinity // by hostFamily
 	blocks map[netip.Prefix]storedBlock
+	// seed orders a node's blocks with room for this Allocator.
+	seed uint64
+	// preferred is, per node, the block this Allocator last assigned
+	// from: its cached value is the likeliest to be current.
+	preferred map[string]netip.Prefix
 }
 
 // hostFamily keys a node's affinities of one IP version.
@@ -89,6 +99,17 @@ func (c *cache) block(cidr netip.Prefix) (storedBlock, bool) {
 	return sb, ok
 }
 
+// free returns how many free addresses a block had when last seen.
+func (c *cache) free(cidr netip.Prefix) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sb, ok := c.blocks[cidr]
+	if !ok {
+		return 0, false
+	}
+	return len(sb.block.Unallocated), true
+}
+
 // setBlock remembers a block's value, which the caller must not change
 // afterwards; a nil block (it is gone) forgets it.
 func (c *cache) setBlock(cidr netip.Prefix, b *block, rev int64) {
@@ -102,6 +123,50 @@ func (c *cache) setBlock(cidr netip.Prefix, b *block, rev int64) {
 		c.blocks = map[netip.Prefix]storedBlock{}
 	}
 	c.blocks[cidr] = storedBlock{block: b, key: blockKey(cidr), rev: rev}
+}
+
+// prefer records the block last assigned from for host.
+func (c *cache) prefer(host string, cidr netip.Prefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.preferred == nil || len(c.preferred) > maxCachedBlocks {
+		c.preferred = map[string]netip.Prefix{}
+	}
+	c.preferred[host] = cidr
+}
+
+// spreadOrder orders host's blocks for this Allocator: the one it last
+// assigned from first, then those last seen with room (or not seen) in an
+// order of this Allocator's own, so concurrent Allocators for one node
+// start at different blocks; full ones last.
+func (c *cache) spreadOrder(host string, affs []Affinity) []Affinity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seed == 0 {
+		c.seed = rand.Uint64() | 1
+	}
+	pref, hasPref := c.preferred[host]
+	rank := func(aff Affinity) uint64 {
+		if sb, ok := c.blocks[aff.CIDR]; ok && len(sb.block.Unallocated) == 0 {
+			return ^uint64(0) // full: last
+		}
+		if hasPref && aff.CIDR == pref {
+			return 0
+		}
+		h := fnv.New64a()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], c.seed)
+		h.Write(b[:])
+		h.Write([]byte(aff.CIDR.String()))
+		return h.Sum64()>>1 + 1
+	}
+	out := slices.Clone(affs)
+	ranks := make(map[netip.Prefix]uint64, len(out))
+	for _, aff := range out {
+		ranks[aff.CIDR] = rank(aff)
+	}
+	slices.SortStableFunc(out, func(x, y Affinity) int { return cmp.Compare(ranks[x.CIDR], ranks[y.CIDR]) })
+	return out
 }
 
 // readSnapshot reads pools, reservations and the configuration afresh.

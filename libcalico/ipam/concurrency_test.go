@@ -176,7 +176,10 @@ func benchAutoAssign(b *testing.B, clients, nodes int) {
 	stores := make([]*etcdv3.Store, clients)
 	allocs := make([]*Allocator, clients)
 	for i := range clients {
-		stores[i], allocs[i] = e.connect()
+		stores[i], _ = e.connect()
+		kv := &countingKV{KV: stores[i].KV()}
+		st := &countingStore{Interface: stores[i]}
+		allocs[i] = New(st, kv)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -240,6 +243,11 @@ func benchAutoAssign(b *testing.B, clients, nodes int) {
 	if len(seen) != b.N {
 		b.Fatalf("%d addresses assigned, want %d", len(seen), b.N)
 	}
+	var calls int64
+	for _, a := range allocs {
+		calls += a.kv.(*countingKV).calls.Load() + a.store.(*countingStore).calls.Load()
+	}
+	b.ReportMetric(float64(calls)/float64(b.N), "calls/addr")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "addrs/s")
 	b.ReportMetric(elapsed.Seconds()/refTime.Seconds(), "x/ref")
 }
