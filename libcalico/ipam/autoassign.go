@@ -113,7 +113,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 			reserved: st.snap.reserved, cfg: st.snap.cfg,
 			maxBlocks: blockCap(args.MaxBlocksPerHost, st.snap.cfg.MaxBlocksPerHost),
 			conds:     st.conds, cached: st.cached, handleKV: handleKV, log: logCtx,
-			spread:    spread && !st.cached,
+			spread: spread && !st.cached,
 		}
 		failed, err := a.assignFamilies(ctx, &base, args, intent, st, outs)
 		short := false
