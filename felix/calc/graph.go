@@ -1,0 +1,299 @@
+package calc
+
+import (
+	"net/netip"
+	"strings"
+
+	log "github.com/sirupsen/logrus"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// Graph is the calculation graph of one node. Feed it with OnUpdates and
+// OnInSync (it implements Callbacks), then call Flush to pass what changed
+// to the Dataplane. It is not safe for concurrent use: one goroutine owns it.
+type Graph struct {
+	hostname string
+	dp       Dataplane
+
+	labels   *labelIndex
+	compiler *ruleCompiler
+	policies *policyResolver
+	out      *sequencer
+
+	felixGlobal, felixNode *v3.FelixConfigurationSpec
+	configDirty            bool
+	pools                  map[string]v3.IPPoolSpec
+	masqSet, allPoolsSet   *ipSetState
+	inSync                 bool
+}
+
+// NewGraph makes the graph of the node hostname, writing to dp.
+func NewGraph(hostname string, dp Dataplane) *Graph {
+	out := newSequencer()
+	g := &Graph{
+		hostname:    hostname,
+		dp:          dp,
+		labels:      newLabelIndex(out),
+		compiler:    newRuleCompiler(),
+		out:         out,
+		configDirty: true,
+		pools:       map[string]v3.IPPoolSpec{},
+	}
+	g.policies = newPolicyResolver(g.labels, g.compiler, out)
+	g.labels.ref(&ipSetSpec{id: IPSetMasqPools, pools: true})
+	g.labels.ref(&ipSetSpec{id: IPSetAllPools, pools: true})
+	g.masqSet, g.allPoolsSet = g.labels.sets[IPSetMasqPools], g.labels.sets[IPSetAllPools]
+	return g
+}
+
+// OnInSync records that the datastore has been read completely.
+func (g *Graph) OnInSync() { g.inSync = true }
+
+// OnUpdates applies a batch of updates.
+func (g *Graph) OnUpdates(updates []Update) {
+	for _, u := range updates {
+		g.OnUpdate(u)
+	}
+}
+
+// OnUpdate applies one update.
+func (g *Graph) OnUpdate(u Update) {
+	k := u.Key
+	switch k.Kind {
+	case v3.KindWorkloadEndpoint:
+		var wep *v3.WorkloadEndpoint
+		if u.Value != nil {
+			wep = u.Value.(*v3.WorkloadEndpoint)
+		}
+		g.onWorkloadEndpoint(k, wep)
+	case v3.KindHostEndpoint:
+		var hep *v3.HostEndpoint
+		if u.Value != nil {
+			hep = u.Value.(*v3.HostEndpoint)
+		}
+		g.onHostEndpoint(k, hep)
+	case v3.KindNetworkSet, v3.KindGlobalNetworkSet:
+		g.onNetworkSet(k, u.Value)
+	case v3.KindProfile:
+		var p *v3.Profile
+		if u.Value != nil {
+			p = u.Value.(*v3.Profile)
+		}
+		g.onProfile(k.Name, p)
+	case v3.KindNetworkPolicy, v3.KindGlobalNetworkPolicy:
+		g.policies.onPolicy(k, u.Value)
+	case v3.KindTier:
+		var t *v3.Tier
+		if u.Value != nil {
+			t = u.Value.(*v3.Tier)
+		}
+		g.policies.onTier(k.Name, t)
+	case v3.KindIPPool:
+		g.onIPPool(k.Name, u.Value)
+	case v3.KindFelixConfiguration:
+		g.onFelixConfiguration(k.Name, u.Value)
+	default:
+		log.WithField("kind", k.Kind).Debug("Ignoring an update of a kind felix does not use")
+	}
+}
+
+func itemKey(k datastore.Key) string {
+	return k.Kind + "/" + k.Namespace + "/" + k.Name
+}
+
+func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
+	id := EndpointID{Kind: WorkloadEndpoint, Namespace: k.Namespace, Name: k.Name}
+	if wep == nil {
+		g.labels.setItem(itemKey(k), nil)
+		g.policies.setEndpoint(id, nil)
+		return
+	}
+	it := &item{
+		kind: itemWorkload, namespaced: true, ns: k.Namespace, sa: wep.Spec.ServiceAccountName,
+		labels: wep.Labels, profiles: wep.Spec.Profiles, nets: prefixes(wep.Spec.IPNetworks),
+	}
+	for _, p := range wep.Spec.Ports {
+		it.ports = append(it.ports, namedPort{name: p.Name, proto: protoName(p.Protocol), port: p.Port})
+	}
+	g.labels.setItem(itemKey(k), it)
+	if wep.Spec.Node != g.hostname {
+		g.policies.setEndpoint(id, nil)
+		return
+	}
+	g.policies.setEndpoint(id, &localEndpoint{
+		id: id, it: it, iface: wep.Spec.InterfaceName, mac: wep.Spec.MAC, profiles: wep.Spec.Profiles,
+	})
+}
+
+func (g *Graph) onHostEndpoint(k datastore.Key, hep *v3.HostEndpoint) {
+	id := EndpointID{Kind: HostEndpoint, Name: k.Name}
+	if hep == nil {
+		g.labels.setItem(itemKey(k), nil)
+		g.policies.setEndpoint(id, nil)
+		return
+	}
+	it := &item{kind: itemHost, labels: hep.Labels, profiles: hep.Spec.Profiles, nets: prefixes(hep.Spec.ExpectedIPs)}
+	for _, p := range hep.Spec.Ports {
+		it.ports = append(it.ports, namedPort{name: p.Name, proto: protoName(p.Protocol), port: p.Port})
+	}
+	g.labels.setItem(itemKey(k), it)
+	if hep.Spec.Node != g.hostname {
+		g.policies.setEndpoint(id, nil)
+		return
+	}
+	g.policies.setEndpoint(id, &localEndpoint{
+		id: id, it: it, iface: hep.Spec.InterfaceName, profiles: hep.Spec.Profiles, host: true,
+	})
+}
+
+func (g *Graph) onNetworkSet(k datastore.Key, r v3.Resource) {
+	if r == nil {
+		g.labels.setItem(itemKey(k), nil)
+		return
+	}
+	it := &item{kind: itemNetworkSet, labels: r.GetObjectMeta().Labels}
+	switch ns := r.(type) {
+	case *v3.NetworkSet:
+		it.namespaced, it.ns = true, k.Namespace
+		it.nets = prefixes(ns.Spec.Nets)
+	case *v3.GlobalNetworkSet:
+		it.nets = prefixes(ns.Spec.Nets)
+	}
+	g.labels.setItem(itemKey(k), it)
+}
+
+// onProfile handles a profile's rules (for endpoints that use it) and its
+// labels: labelsToApply are inherited by the endpoints listing it; a
+// kns.<namespace> profile carries the namespace's labels and a
+// ksa.<namespace>.<account> profile the service account's.
+func (g *Graph) onProfile(name string, p *v3.Profile) {
+	var apply map[string]string
+	var own map[string]string
+	if p != nil {
+		apply, own = p.Spec.LabelsToApply, p.Labels
+	}
+	x := g.labels
+	var affects func(*item) bool
+	switch {
+	case strings.HasPrefix(name, NamespaceProfilePrefix):
+		ns := name[len(NamespaceProfilePrefix):]
+		setOrDelete(x.nsLabels, ns, stripPrefix(own, apply, NamespaceLabel))
+		affects = func(it *item) bool { return it.namespaced && it.ns == ns || hasProfile(it, name) }
+	case strings.HasPrefix(name, ServiceAccountProfilePrefix):
+		rest := name[len(ServiceAccountProfilePrefix):]
+		if ns, sa, ok := strings.Cut(rest, "."); ok {
+			setOrDelete(x.saLabels, ns+"/"+sa, stripPrefix(own, apply, ServiceAccountLabel))
+			affects = func(it *item) bool { return it.ns == ns && it.sa == sa || hasProfile(it, name) }
+		}
+	}
+	if affects == nil {
+		affects = func(it *item) bool { return hasProfile(it, name) }
+	}
+	setOrDelete(x.profileLabels, name, apply)
+	x.reevaluate(affects)
+	g.policies.labelsChanged(affects)
+	g.policies.onProfile(name, p)
+}
+
+func hasProfile(it *item, name string) bool {
+	for _, p := range it.profiles {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+func setOrDelete(m map[string]map[string]string, k string, v map[string]string) {
+	if len(v) == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = v
+}
+
+// stripPrefix merges a profile's own labels with its labelsToApply, the
+// latter with prefix (pcns./pcsa.) removed.
+func stripPrefix(own, apply map[string]string, prefix string) map[string]string {
+	if len(own) == 0 && len(apply) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(own)+len(apply))
+	for k, v := range own {
+		out[k] = v
+	}
+	for k, v := range apply {
+		out[strings.TrimPrefix(k, prefix)] = v
+	}
+	return out
+}
+
+func (g *Graph) onIPPool(name string, r v3.Resource) {
+	if old, ok := g.pools[name]; ok {
+		g.poolMembers(old, g.labels.removeMember)
+		delete(g.pools, name)
+	}
+	if r == nil {
+		return
+	}
+	spec := r.(*v3.IPPool).Spec
+	g.pools[name] = spec
+	g.poolMembers(spec, g.labels.addMember)
+}
+
+func (g *Graph) poolMembers(spec v3.IPPoolSpec, f func(*ipSetState, string)) {
+	p, err := ParseNet(spec.CIDR)
+	if err != nil {
+		return
+	}
+	m := netMember(p)
+	f(g.allPoolsSet, m)
+	if (spec.NATOutgoing || spec.NATOutgoingV1) && !spec.Disabled {
+		f(g.masqSet, m)
+	}
+}
+
+func (g *Graph) onFelixConfiguration(name string, r v3.Resource) {
+	var spec *v3.FelixConfigurationSpec
+	if r != nil {
+		s := r.(*v3.FelixConfiguration).Spec
+		spec = &s
+	}
+	switch name {
+	case "default":
+		g.felixGlobal = spec
+	case "node." + g.hostname:
+		g.felixNode = spec
+	default:
+		return
+	}
+	g.configDirty = true
+}
+
+// Flush passes everything that changed since the last Flush to the
+// Dataplane, in dependency order.
+func (g *Graph) Flush() {
+	if g.configDirty {
+		g.dp.OnConfigUpdate(MergeConfig(g.felixGlobal, g.felixNode))
+		g.configDirty = false
+	}
+	g.out.flushSets(g.dp)
+	g.policies.flush(g.dp)
+	g.out.flushSetRemovals(g.dp)
+	if g.inSync && !g.out.sentInSync {
+		g.out.sentInSync = true
+		g.dp.OnInSync()
+	}
+}
+
+func prefixes(in []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(in))
+	for _, s := range in {
+		if p, err := ParseNet(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,316 @@
+package calc
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/palisade-net/palisade/libcalico/selector"
+)
+
+// Label keys Calico gives every endpoint, and the prefixes under which an
+// endpoint sees its namespace's and service account's labels.
+const (
+	LabelNamespace      = "projectcalico.org/namespace"
+	LabelServiceAccount = "projectcalico.org/serviceaccount"
+	NamespaceLabel      = "pcns."
+	ServiceAccountLabel = "pcsa."
+	// NamespaceProfilePrefix names the profile that carries a namespace's
+	// labels (kns.<namespace>); ServiceAccountProfilePrefix the one that
+	// carries a service account's (ksa.<namespace>.<account>).
+	NamespaceProfilePrefix      = "kns."
+	ServiceAccountProfilePrefix = "ksa."
+)
+
+// itemKind tells apart the things whose addresses can be IP set members.
+type itemKind uint8
+
+const (
+	itemWorkload itemKind = iota
+	itemHost
+	itemNetworkSet
+)
+
+// namedPort is a named port of an endpoint.
+type namedPort struct {
+	name, proto string
+	port        uint16
+}
+
+// item is one endpoint or network set anywhere in the cluster, as the label
+// index sees it. It implements selector.Labels: its own labels, then the
+// built-in namespace and service-account labels, then the namespace's
+// labels under pcns., then the labelsToApply of its profiles.
+type item struct {
+	idx        *labelIndex
+	kind       itemKind
+	namespaced bool
+	ns, sa     string
+	labels     map[string]string
+	profiles   []string
+	nets       []netip.Prefix
+	ports      []namedPort
+	// sets are the IP sets the item is in (dead ones are skipped).
+	sets []*ipSetState
+}
+
+// Get implements selector.Labels.
+func (it *item) Get(key string) (string, bool) {
+	if v, ok := it.labels[key]; ok {
+		return v, true
+	}
+	switch {
+	case key == LabelNamespace:
+		return it.ns, it.namespaced
+	case key == LabelServiceAccount:
+		return it.sa, it.sa != ""
+	case strings.HasPrefix(key, NamespaceLabel):
+		if it.namespaced {
+			v, ok := it.idx.nsLabels[it.ns][key[len(NamespaceLabel):]]
+			return v, ok
+		}
+		return "", false
+	case strings.HasPrefix(key, ServiceAccountLabel):
+		if it.sa != "" {
+			v, ok := it.idx.saLabels[it.ns+"/"+it.sa][key[len(ServiceAccountLabel):]]
+			return v, ok
+		}
+		return "", false
+	}
+	for _, p := range it.profiles {
+		if v, ok := it.idx.profileLabels[p][key]; ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// ipSetSpec defines an IP set: the items it draws from and what each one
+// contributes (its addresses, or its named port as ip,port).
+type ipSetSpec struct {
+	id  string
+	sel *selector.Selector // nil: all()
+	// namespace, when set, limits the set to items of that namespace.
+	namespace string
+	// nsSel, when set, limits it to namespaced items whose namespace's
+	// labels match; nsGlobal to items without a namespace.
+	nsSel    *selector.Selector
+	nsGlobal bool
+	// Service accounts: names (any of) and a selector over the account's
+	// labels; hasSA says either was given.
+	hasSA   bool
+	saNames []string
+	saSel   *selector.Selector
+	// namedPort and proto make it an ip,port set.
+	namedPort, proto string
+	// pools marks the IP pool sets, whose members are set directly.
+	pools bool
+}
+
+func (s *ipSetSpec) setType() IPSetType {
+	if s.namedPort != "" {
+		return IPSetIPPort
+	}
+	return IPSetNet
+}
+
+func (s *ipSetSpec) matches(it *item) bool {
+	if s.pools {
+		return false
+	}
+	if s.namespace != "" && (!it.namespaced || it.ns != s.namespace) {
+		return false
+	}
+	if s.nsGlobal && it.namespaced {
+		return false
+	}
+	if s.nsSel != nil && (!it.namespaced || !s.nsSel.Evaluate(it.idx.nsLabels[it.ns])) {
+		return false
+	}
+	if s.hasSA {
+		if it.sa == "" {
+			return false
+		}
+		if len(s.saNames) > 0 && !slices.Contains(s.saNames, it.sa) {
+			return false
+		}
+		if s.saSel != nil && !s.saSel.Evaluate(it.idx.saLabels[it.ns+"/"+it.sa]) {
+			return false
+		}
+	}
+	if s.namedPort != "" && it.kind == itemNetworkSet {
+		return false
+	}
+	return s.sel == nil || s.sel.EvaluateLabels(it)
+}
+
+// members returns what an item contributes to a set it matches.
+func (s *ipSetSpec) members(it *item, out []string) []string {
+	if s.namedPort == "" {
+		for _, n := range it.nets {
+			out = append(out, netMember(n))
+		}
+		return out
+	}
+	for _, p := range it.ports {
+		if p.name != s.namedPort || p.proto != s.proto {
+			continue
+		}
+		for _, n := range it.nets {
+			if n.IsSingleIP() {
+				out = append(out, n.Addr().String()+","+p.proto+":"+strconv.Itoa(int(p.port)))
+			}
+		}
+	}
+	return out
+}
+
+// netMember writes a prefix the way `ipset list` prints a hash:net member.
+func netMember(p netip.Prefix) string {
+	p = p.Masked()
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// ipSetState is an active IP set: its members with the number of items
+// contributing each.
+type ipSetState struct {
+	spec    *ipSetSpec
+	refs    int
+	dead    bool
+	members map[string]int
+}
+
+// labelIndex is the stage that keeps IP set membership: every item in the
+// cluster is matched against every active set, incrementally on both
+// sides.
+type labelIndex struct {
+	items map[string]*item
+	sets  map[string]*ipSetState
+	// Label sources items look up through Get.
+	nsLabels      map[string]map[string]string
+	saLabels      map[string]map[string]string
+	profileLabels map[string]map[string]string
+	out           *sequencer
+	scratch       []string
+}
+
+func newLabelIndex(out *sequencer) *labelIndex {
+	return &labelIndex{
+		items:         map[string]*item{},
+		sets:          map[string]*ipSetState{},
+		nsLabels:      map[string]map[string]string{},
+		saLabels:      map[string]map[string]string{},
+		profileLabels: map[string]map[string]string{},
+		out:           out,
+	}
+}
+
+// setItem adds, replaces (or with nil, removes) an item.
+func (x *labelIndex) setItem(key string, it *item) {
+	if old := x.items[key]; old != nil {
+		x.leaveAll(old)
+	}
+	if it == nil {
+		delete(x.items, key)
+		return
+	}
+	it.idx = x
+	x.items[key] = it
+	for _, s := range x.sets {
+		x.join(it, s)
+	}
+}
+
+// reevaluate recomputes the memberships of the items keep selects, after a
+// label source they read changed.
+func (x *labelIndex) reevaluate(keep func(*item) bool) {
+	if len(x.sets) == 0 {
+		return
+	}
+	for _, it := range x.items {
+		if !keep(it) {
+			continue
+		}
+		x.leaveAll(it)
+		for _, s := range x.sets {
+			x.join(it, s)
+		}
+	}
+}
+
+func (x *labelIndex) join(it *item, s *ipSetState) {
+	if !s.spec.matches(it) {
+		return
+	}
+	it.sets = append(it.sets, s)
+	x.scratch = s.spec.members(it, x.scratch[:0])
+	for _, m := range x.scratch {
+		x.addMember(s, m)
+	}
+}
+
+func (x *labelIndex) leaveAll(it *item) {
+	for _, s := range it.sets {
+		if s.dead {
+			continue
+		}
+		x.scratch = s.spec.members(it, x.scratch[:0])
+		for _, m := range x.scratch {
+			x.removeMember(s, m)
+		}
+	}
+	it.sets = it.sets[:0]
+}
+
+func (x *labelIndex) addMember(s *ipSetState, m string) {
+	n := s.members[m]
+	s.members[m] = n + 1
+	if n == 0 {
+		x.out.memberAdded(s, m)
+	}
+}
+
+func (x *labelIndex) removeMember(s *ipSetState, m string) {
+	n := s.members[m]
+	if n <= 1 {
+		delete(s.members, m)
+		if n == 1 {
+			x.out.memberRemoved(s, m)
+		}
+		return
+	}
+	s.members[m] = n - 1
+}
+
+// ref takes a reference on the set spec defines, activating it (and
+// scanning every item) on the first one.
+func (x *labelIndex) ref(spec *ipSetSpec) {
+	if s := x.sets[spec.id]; s != nil {
+		s.refs++
+		return
+	}
+	s := &ipSetState{spec: spec, refs: 1, members: map[string]int{}}
+	x.sets[spec.id] = s
+	x.out.setActivated(s)
+	for _, it := range x.items {
+		x.join(it, s)
+	}
+}
+
+// unref drops a reference; the last one deactivates the set.
+func (x *labelIndex) unref(id string) {
+	s := x.sets[id]
+	if s == nil {
+		return
+	}
+	if s.refs--; s.refs > 0 {
+		return
+	}
+	s.dead = true
+	delete(x.sets, id)
+	x.out.setDeactivated(id)
+}
