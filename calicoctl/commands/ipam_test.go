@@ -23,6 +23,11 @@ metadata: {name: pool-a}
 spec: {cidr: 10.10.0.0/24, blockSize: 26}
 ---
 apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-v6}
+spec: {cidr: "fd00:10::/48"}
+---
+apiVersion: projectcalico.org/v3
 kind: Node
 metadata: {name: node-a}
 ---
