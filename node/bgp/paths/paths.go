@@ -6,8 +6,10 @@
 package paths
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +36,24 @@ type Path struct {
 	Communities []uint32 `json:"communities,omitempty"`
 	// LargeCommunities are (global, local1, local2) triples.
 	LargeCommunities [][3]uint32 `json:"largeCommunities,omitempty"`
+}
+
+// MarshalJSON writes communities as BGPConfiguration spells them
+// ("65000:100", "65000:1:2"), so golden files and diagnostics read well.
+func (p Path) MarshalJSON() ([]byte, error) {
+	type plain Path
+	out := struct {
+		plain
+		Communities      []string `json:"communities,omitempty"`
+		LargeCommunities []string `json:"largeCommunities,omitempty"`
+	}{plain: plain(p)}
+	for _, c := range p.Communities {
+		out.Communities = append(out.Communities, fmt.Sprintf("%d:%d", c>>16, c&0xffff))
+	}
+	for _, l := range p.LargeCommunities {
+		out.LargeCommunities = append(out.LargeCommunities, fmt.Sprintf("%d:%d:%d", l[0], l[1], l[2]))
+	}
+	return json.Marshal(out)
 }
 
 // Key identifies a path by its prefix.
@@ -178,12 +198,21 @@ type communities []struct {
 }
 
 // apply attaches the communities of every prefixAdvertisement whose CIDR
-// holds the path's prefix.
+// holds the path's prefix, in order, each value once.
 func (cs communities) apply(p *Path) {
 	for _, c := range cs {
-		if c.cidr.Bits() <= p.Prefix.Bits() && c.cidr.Contains(p.Prefix.Addr()) {
-			p.Communities = append(p.Communities, c.std...)
-			p.LargeCommunities = append(p.LargeCommunities, c.large...)
+		if c.cidr.Bits() > p.Prefix.Bits() || !c.cidr.Contains(p.Prefix.Addr()) {
+			continue
+		}
+		for _, v := range c.std {
+			if !slices.Contains(p.Communities, v) {
+				p.Communities = append(p.Communities, v)
+			}
+		}
+		for _, v := range c.large {
+			if !slices.Contains(p.LargeCommunities, v) {
+				p.LargeCommunities = append(p.LargeCommunities, v)
+			}
 		}
 	}
 }

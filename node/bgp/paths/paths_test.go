@@ -1,0 +1,414 @@
+package paths
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func pool(name, cidr string, noExport bool) v3.IPPool {
+	return v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.IPPoolSpec{CIDR: cidr, DisableBGPExport: noExport}}
+}
+
+func aff(host, cidr string, state ipam.AffinityState) ipam.Affinity {
+	return ipam.Affinity{Host: host, CIDR: netip.MustParsePrefix(cidr), State: state}
+}
+
+var (
+	v4 = netip.MustParseAddr("198.18.0.1")
+	v6 = netip.MustParseAddr("fd00:198:18::1")
+)
+
+// cases are the inputs whose results are compared with
+// testdata/<name>.golden. NodeName is always "node-a".
+var cases = []struct {
+	name string
+	in   Input
+}{
+	{
+		// Only node-a's confirmed affinities are its blocks; pending ones
+		// (a claim in progress) and pending-deletion ones are not, nor are
+		// other nodes' blocks.
+		name: "affinity-states",
+		in: Input{
+			IPv4:  v4,
+			Pools: []v3.IPPool{pool("pods", "10.244.0.0/16", false)},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "10.244.0.64/26", ipam.AffinityPending),
+				aff("node-a", "10.244.0.128/26", ipam.AffinityPendingDeletion),
+				aff("node-b", "10.244.1.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "10.244.3.0/26", ipam.AffinityConfirmed),
+			},
+		},
+	},
+	{
+		// A pool with disableBGPExport: its blocks are blackholed and kept
+		// from import, but not advertised.
+		name: "disable-bgp-export",
+		in: Input{
+			IPv4: v4,
+			Pools: []v3.IPPool{
+				pool("exported", "10.244.0.0/16", false),
+				pool("private", "10.245.0.0/16", true),
+			},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "10.245.0.0/26", ipam.AffinityConfirmed),
+			},
+		},
+	},
+	{
+		// Nested pools: the most specific pool holding a block decides,
+		// whichever way round the export flags are; a block in no pool
+		// (its pool deleted) is not advertised.
+		name: "most-specific-pool",
+		in: Input{
+			IPv4: v4,
+			Pools: []v3.IPPool{
+				pool("wide-exported", "10.0.0.0/8", false),
+				pool("narrow-private", "10.1.0.0/16", true),
+				pool("wide-private", "172.16.0.0/12", true),
+				pool("narrow-exported", "172.17.0.0/16", false),
+			},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.1.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "10.2.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "172.17.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "172.18.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "192.168.0.0/26", ipam.AffinityConfirmed),
+			},
+		},
+	},
+	{
+		// IPv6 blocks carry the node's IPv6 next hop; without an IPv6
+		// address (second case) they are blackholed but not advertised.
+		name: "dual-stack",
+		in: Input{
+			IPv4: v4, IPv6: v6,
+			Pools: []v3.IPPool{pool("v4", "10.244.0.0/16", false), pool("v6", "fd00:244::/48", false)},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "fd00:244::/122", ipam.AffinityConfirmed),
+				aff("node-b", "fd00:244::40/122", ipam.AffinityConfirmed),
+			},
+		},
+	},
+	{
+		name: "ipv4-only-node",
+		in: Input{
+			IPv4:       v4,
+			Pools:      []v3.IPPool{pool("v4", "10.244.0.0/16", false), pool("v6", "fd00:244::/48", false)},
+			Affinities: []ipam.Affinity{aff("node-a", "fd00:244::/122", ipam.AffinityConfirmed)},
+		},
+	},
+	{
+		// Service ranges of all three kinds, from every node; host bits
+		// are masked, a range listed twice is advertised once, an IPv6
+		// range goes with the IPv6 next hop, a bad CIDR is reported and
+		// skipped.
+		name: "services",
+		in: Input{
+			IPv4: v4, IPv6: v6,
+			Config: &v3.BGPConfigurationSpec{
+				ServiceClusterIPs:      []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/112"}},
+				ServiceExternalIPs:     []v3.ServiceExternalIPBlock{{CIDR: "198.19.200.7/24"}, {CIDR: "10.96.0.0/12"}, {CIDR: "198.19.300.0/24"}},
+				ServiceLoadBalancerIPs: []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.19.201.0/24"}},
+			},
+		},
+	},
+	{
+		// Without an IPv4 address, IPv4 service ranges are not advertised.
+		name: "services-ipv6-only-node",
+		in: Input{
+			IPv6: v6,
+			Config: &v3.BGPConfigurationSpec{
+				ServiceClusterIPs: []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/112"}},
+			},
+		},
+	},
+	{
+		// Communities: standard and large values, named ones resolved,
+		// every prefixAdvertisement whose CIDR holds the prefix applies
+		// (a duplicate value is attached once), prefixes no advertisement
+		// covers get none, bad values and CIDRs are reported.
+		name: "communities",
+		in: Input{
+			IPv4:  v4,
+			Pools: []v3.IPPool{pool("pods", "10.244.0.0/16", false)},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
+			},
+			Config: &v3.BGPConfigurationSpec{
+				ServiceClusterIPs:  []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}},
+				ServiceExternalIPs: []v3.ServiceExternalIPBlock{{CIDR: "198.19.200.0/24"}},
+				Communities: []v3.Community{
+					{Name: "no-export-here", Value: "65000:100"},
+					{Name: "big", Value: "4200000000:1:2"},
+				},
+				PrefixAdvertisements: []v3.PrefixAdvertisement{
+					{CIDR: "10.244.0.0/16", Communities: []string{"no-export-here", "65000:200"}},
+					{CIDR: "10.96.0.0/12", Communities: []string{"big", "65000:300:400"}},
+					{CIDR: "10.0.0.0/8", Communities: []string{"65000:999", "65000:100"}},
+					{CIDR: "10.244.0.0/26", Communities: []string{"70000:1", "not-a-community", "1:2:3:4"}},
+					{CIDR: "10.300.0.0/16", Communities: []string{"65000:1"}},
+				},
+			},
+		},
+	},
+}
+
+// golden is what a case's golden file holds.
+type golden struct {
+	Result Result   `json:"result"`
+	Errors []string `json:"errors,omitempty"`
+}
+
+// TestGolden computes each case's paths and compares them with
+// testdata/<case>.golden (rewritten with -update).
+func TestGolden(t *testing.T) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeName = "node-a"
+			res, errs := Compute(in)
+			g := golden{Result: res}
+			for _, e := range errs {
+				g.Errors = append(g.Errors, e.Error())
+			}
+			got, err := json.MarshalIndent(g, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			file := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(file, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(want, got) {
+				t.Errorf("%s differs from the computed paths:\n%s", file, got)
+			}
+		})
+	}
+}
+
+// TestRules checks the rules the golden files encode, independently of
+// them, so a wrong golden file cannot pass unnoticed.
+func TestRules(t *testing.T) {
+	find := func(name string) Input {
+		for _, c := range cases {
+			if c.name == name {
+				in := c.in
+				in.NodeName = "node-a"
+				return in
+			}
+		}
+		t.Fatalf("no case %q", name)
+		return Input{}
+	}
+	advertised := func(r Result, pfx string) *Path {
+		for i := range r.Paths {
+			if r.Paths[i].Prefix == netip.MustParsePrefix(pfx) {
+				return &r.Paths[i]
+			}
+		}
+		return nil
+	}
+	has := func(list []netip.Prefix, pfx string) bool {
+		for _, p := range list {
+			if p == netip.MustParsePrefix(pfx) {
+				return true
+			}
+		}
+		return false
+	}
+	tests := []struct {
+		input     string
+		prefix    string
+		advertise bool
+		block     bool // in Blocks and Blackholes
+		nextHop   string
+	}{
+		{"affinity-states", "10.244.0.0/26", true, true, "198.18.0.1"},
+		{"affinity-states", "10.244.0.64/26", false, false, ""},
+		{"affinity-states", "10.244.0.128/26", false, false, ""},
+		{"affinity-states", "10.244.1.0/26", false, false, ""},
+		{"disable-bgp-export", "10.244.0.0/26", true, true, "198.18.0.1"},
+		{"disable-bgp-export", "10.245.0.0/26", false, true, ""},
+		{"most-specific-pool", "10.1.0.0/26", false, true, ""},
+		{"most-specific-pool", "10.2.0.0/26", true, true, "198.18.0.1"},
+		{"most-specific-pool", "172.17.0.0/26", true, true, "198.18.0.1"},
+		{"most-specific-pool", "172.18.0.0/26", false, true, ""},
+		{"most-specific-pool", "192.168.0.0/26", false, true, ""},
+		{"dual-stack", "fd00:244::/122", true, true, "fd00:198:18::1"},
+		{"dual-stack", "fd00:244::40/122", false, false, ""},
+		{"ipv4-only-node", "fd00:244::/122", false, true, ""},
+		{"services", "10.96.0.0/12", true, false, "198.18.0.1"},
+		{"services", "198.19.200.0/24", true, false, "198.18.0.1"},
+		{"services", "198.19.201.0/24", true, false, "198.18.0.1"},
+		{"services", "fd00:96::/112", true, false, "fd00:198:18::1"},
+		{"services-ipv6-only-node", "10.96.0.0/12", false, false, ""},
+		{"services-ipv6-only-node", "fd00:96::/112", true, false, "fd00:198:18::1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.input+"/"+tt.prefix, func(t *testing.T) {
+			res, _ := Compute(find(tt.input))
+			p := advertised(res, tt.prefix)
+			if (p != nil) != tt.advertise {
+				t.Fatalf("%s advertised=%v, want %v: %+v", tt.prefix, p != nil, tt.advertise, res.Paths)
+			}
+			if p != nil && p.NextHop.String() != tt.nextHop {
+				t.Errorf("%s next hop %s, want %s", tt.prefix, p.NextHop, tt.nextHop)
+			}
+			if has(res.Blocks, tt.prefix) != tt.block || has(res.Blackholes, tt.prefix) != tt.block {
+				t.Errorf("%s in blocks=%v blackholes=%v, want %v", tt.prefix, has(res.Blocks, tt.prefix), has(res.Blackholes, tt.prefix), tt.block)
+			}
+		})
+	}
+
+	t.Run("services-once", func(t *testing.T) {
+		res, errs := Compute(find("services"))
+		n := 0
+		for _, p := range res.Paths {
+			if p.Prefix == netip.MustParsePrefix("10.96.0.0/12") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("10.96.0.0/12 advertised %d times, want once", n)
+		}
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), `service CIDR "198.19.300.0/24"`) {
+			t.Errorf("errors = %v, want one naming service CIDR \"198.19.300.0/24\"", errs)
+		}
+	})
+
+	t.Run("communities", func(t *testing.T) {
+		res, errs := Compute(find("communities"))
+		blk := advertised(res, "10.244.0.0/26")
+		svc := advertised(res, "10.96.0.0/12")
+		ext := advertised(res, "198.19.200.0/24")
+		if blk == nil || svc == nil || ext == nil {
+			t.Fatalf("missing paths: %+v", res.Paths)
+		}
+		std := func(a, b uint32) uint32 { return a<<16 | b }
+		wantBlk := []uint32{std(65000, 100), std(65000, 200), std(65000, 999)}
+		if !equalU32(blk.Communities, wantBlk) {
+			t.Errorf("block communities %v, want %v", blk.Communities, wantBlk)
+		}
+		wantSvc := []uint32{std(65000, 999), std(65000, 100)}
+		if !equalU32(svc.Communities, wantSvc) {
+			t.Errorf("service communities %v, want %v", svc.Communities, wantSvc)
+		}
+		wantLarge := [][3]uint32{{4200000000, 1, 2}, {65000, 300, 400}}
+		if len(svc.LargeCommunities) != 2 || svc.LargeCommunities[0] != wantLarge[0] || svc.LargeCommunities[1] != wantLarge[1] {
+			t.Errorf("service large communities %v, want %v", svc.LargeCommunities, wantLarge)
+		}
+		if len(ext.Communities)+len(ext.LargeCommunities) != 0 {
+			t.Errorf("198.19.200.0/24 has communities %v %v, want none", ext.Communities, ext.LargeCommunities)
+		}
+		wantErrs := []string{`community "70000:1"`, `community "not-a-community"`, `community "1:2:3:4"`, `prefixAdvertisements cidr "10.300.0.0/16"`}
+		if len(errs) != len(wantErrs) {
+			t.Fatalf("errors = %v, want %d", errs, len(wantErrs))
+		}
+		for i, w := range wantErrs {
+			if !strings.Contains(errs[i].Error(), w) {
+				t.Errorf("error %d = %q, want it to name %s", i, errs[i], w)
+			}
+		}
+	})
+}
+
+func equalU32(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestParseCommunity checks the community syntax.
+func TestParseCommunity(t *testing.T) {
+	tests := []struct {
+		in    string
+		std   uint32
+		large *[3]uint32
+		err   bool
+	}{
+		{in: "65000:100", std: 65000<<16 | 100},
+		{in: "0:0", std: 0},
+		{in: "65535:65535", std: 0xffffffff},
+		{in: "65536:1", err: true},
+		{in: "1:65536", err: true},
+		{in: "4294967295:0:1", large: &[3]uint32{4294967295, 0, 1}},
+		{in: "4294967296:0:1", err: true},
+		{in: "65000", err: true},
+		{in: "a:b", err: true},
+		{in: "-1:2", err: true},
+		{in: "", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			std, large, err := ParseCommunity(tt.in)
+			if (err != nil) != tt.err {
+				t.Fatalf("ParseCommunity(%q) error = %v, want error %v", tt.in, err, tt.err)
+			}
+			if err != nil {
+				return
+			}
+			if (large == nil) != (tt.large == nil) || (large != nil && *large != *tt.large) {
+				t.Fatalf("ParseCommunity(%q) large = %v, want %v", tt.in, large, tt.large)
+			}
+			if large == nil && std != tt.std {
+				t.Errorf("ParseCommunity(%q) = %#x, want %#x", tt.in, std, tt.std)
+			}
+		})
+	}
+}
+
+// TestEqual checks Path.Equal sees every attribute (the reconciler
+// re-advertises on any difference).
+func TestEqual(t *testing.T) {
+	base := Path{Prefix: netip.MustParsePrefix("10.0.0.0/26"), NextHop: v4, Kind: KindBlock, Communities: []uint32{1}, LargeCommunities: [][3]uint32{{1, 2, 3}}}
+	mut := []func(*Path){
+		func(p *Path) { p.Prefix = netip.MustParsePrefix("10.0.0.64/26") },
+		func(p *Path) { p.NextHop = netip.MustParseAddr("198.18.0.2") },
+		func(p *Path) { p.Kind = KindService },
+		func(p *Path) { p.Communities = []uint32{2} },
+		func(p *Path) { p.Communities = nil },
+		func(p *Path) { p.LargeCommunities = [][3]uint32{{1, 2, 4}} },
+		func(p *Path) { p.LargeCommunities = nil },
+	}
+	if !base.Equal(base) {
+		t.Fatal("a path differs from itself")
+	}
+	for i, m := range mut {
+		o := base
+		o.Communities = append([]uint32(nil), base.Communities...)
+		o.LargeCommunities = append([][3]uint32(nil), base.LargeCommunities...)
+		m(&o)
+		if base.Equal(o) {
+			t.Errorf("mutation %d: %+v equals %+v", i, o, base)
+		}
+	}
+}
