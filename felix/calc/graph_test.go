@@ -101,7 +101,9 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 
 func pid(ns, name string) PolicyID { return PolicyID{Tier: "default", Namespace: ns, Name: name} }
 
-func wid(ns, name string) EndpointID { return EndpointID{Kind: WorkloadEndpoint, Namespace: ns, Name: name} }
+func wid(ns, name string) EndpointID {
+	return EndpointID{Kind: WorkloadEndpoint, Namespace: ns, Name: name}
+}
 
 // TestSelectorSets checks which endpoints and network sets each kind of
 // rule selector draws its members from.

@@ -3,7 +3,6 @@ package calc
 import (
 	"cmp"
 	"maps"
-	"net/netip"
 	"slices"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -398,37 +397,32 @@ func (r *policyResolver) flush(dp Dataplane) {
 		}
 	}
 	clear(r.dirtyProfiles)
-	var routeRemovals []netip.Prefix
 	for _, id := range sortedEndpointIDs(maps.Keys(r.dirtyEndpoints)) {
 		ep := r.endpoints[id]
+		if ep == nil {
+			continue
+		}
 		e := r.buildEndpoint(ep)
 		dp.OnEndpointUpdate(e)
 		r.out.sentEndpoints[id] = true
 		var routes []Route
 		if !ep.host && ep.iface != "" {
-			for _, n := range append(append([]netip.Prefix(nil), e.IPv4Nets...), e.IPv6Nets...) {
+			for _, n := range append(slices.Clone(e.IPv4Nets), e.IPv6Nets...) {
 				routes = append(routes, Route{Dst: n, Iface: ep.iface})
 			}
 		}
-		add, rm := r.out.endpointRoutesChanged(id, routes)
-		for _, rt := range add {
-			dp.OnRouteUpdate(rt)
-		}
-		routeRemovals = append(routeRemovals, rm...)
+		r.out.setEndpointRoutes(id, routes)
 	}
 	clear(r.dirtyEndpoints)
 	for _, id := range sortedEndpointIDs(maps.Keys(r.endpointRemovals)) {
+		r.out.setEndpointRoutes(id, nil)
+	}
+	r.out.flushRoutes(dp)
+	for _, id := range sortedEndpointIDs(maps.Keys(r.endpointRemovals)) {
 		dp.OnEndpointRemoved(id)
 		delete(r.out.sentEndpoints, id)
-		_, rm := r.out.endpointRoutesChanged(id, nil)
-		routeRemovals = append(routeRemovals, rm...)
 	}
 	clear(r.endpointRemovals)
-	for _, dst := range routeRemovals {
-		if _, reclaimed := r.out.sentRoutes[dst]; !reclaimed {
-			dp.OnRouteRemoved(dst)
-		}
-	}
 	for _, id := range sortedPolicyIDs(maps.Keys(r.policyRemovals)) {
 		dp.OnPolicyRemoved(id)
 		delete(r.out.sentPolicies, id)

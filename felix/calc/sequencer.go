@@ -24,6 +24,8 @@ type sequencer struct {
 	sentProfiles   map[string]bool
 	sentEndpoints  map[EndpointID]bool
 	endpointRoutes map[EndpointID][]Route
+	routeClaims    map[netip.Prefix]map[EndpointID]string
+	routesDirty    map[netip.Prefix]struct{}
 	sentRoutes     map[netip.Prefix]string
 	sentInSync     bool
 }
@@ -38,6 +40,8 @@ func newSequencer() *sequencer {
 		sentProfiles:   map[string]bool{},
 		sentEndpoints:  map[EndpointID]bool{},
 		endpointRoutes: map[EndpointID][]Route{},
+		routeClaims:    map[netip.Prefix]map[EndpointID]string{},
+		routesDirty:    map[netip.Prefix]struct{}{},
 		sentRoutes:     map[netip.Prefix]string{},
 	}
 }
@@ -120,28 +124,51 @@ func (q *sequencer) flushSetRemovals(dp Dataplane) {
 	clear(q.setRemovals)
 }
 
-// endpointRoutesChanged records the routes of an endpoint (nil when it is
-// gone) and returns the routes to add and the destinations to remove.
-func (q *sequencer) endpointRoutesChanged(id EndpointID, routes []Route) (add []Route, remove []netip.Prefix) {
-	old := q.endpointRoutes[id]
+// setEndpointRoutes records the routes of an endpoint (nil when it is
+// gone) and marks their destinations for flushRoutes.
+func (q *sequencer) setEndpointRoutes(id EndpointID, routes []Route) {
+	for _, r := range q.endpointRoutes[id] {
+		delete(q.routeClaims[r.Dst], id)
+		if len(q.routeClaims[r.Dst]) == 0 {
+			delete(q.routeClaims, r.Dst)
+		}
+		q.routesDirty[r.Dst] = struct{}{}
+	}
 	if len(routes) == 0 {
 		delete(q.endpointRoutes, id)
-	} else {
-		q.endpointRoutes[id] = routes
+		return
 	}
-	keep := map[netip.Prefix]bool{}
+	q.endpointRoutes[id] = routes
 	for _, r := range routes {
-		keep[r.Dst] = true
-		if q.sentRoutes[r.Dst] != r.Iface {
-			q.sentRoutes[r.Dst] = r.Iface
-			add = append(add, r)
+		if q.routeClaims[r.Dst] == nil {
+			q.routeClaims[r.Dst] = map[EndpointID]string{}
+		}
+		q.routeClaims[r.Dst][id] = r.Iface
+		q.routesDirty[r.Dst] = struct{}{}
+	}
+}
+
+// flushRoutes sends the routes whose destination changed hands. When two
+// endpoints claim one address the first by ID wins.
+func (q *sequencer) flushRoutes(dp Dataplane) {
+	var removals []netip.Prefix
+	for _, dst := range slices.SortedFunc(maps.Keys(q.routesDirty), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }) {
+		claims := q.routeClaims[dst]
+		if len(claims) == 0 {
+			if _, sent := q.sentRoutes[dst]; sent {
+				delete(q.sentRoutes, dst)
+				removals = append(removals, dst)
+			}
+			continue
+		}
+		iface := claims[sortedEndpointIDs(maps.Keys(claims))[0]]
+		if q.sentRoutes[dst] != iface {
+			q.sentRoutes[dst] = iface
+			dp.OnRouteUpdate(Route{Dst: dst, Iface: iface})
 		}
 	}
-	for _, r := range old {
-		if !keep[r.Dst] && q.sentRoutes[r.Dst] == r.Iface {
-			delete(q.sentRoutes, r.Dst)
-			remove = append(remove, r.Dst)
-		}
+	clear(q.routesDirty)
+	for _, dst := range removals {
+		dp.OnRouteRemoved(dst)
 	}
-	return add, remove
 }
