@@ -337,9 +337,3 @@ func (v *validator) names(field string, names []string, re *regexp.Regexp) {
 	}
 }
 
-// port checks a TCP/UDP port number in 1-65535 when set.
-func (v *validator) portNumber(field string, p int) {
-	if p < 0 || p > 65535 {
-		v.fail(field, p, "want a port 1-65535")
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -42,7 +41,7 @@ func diagnose(ctx context.Context, endpoints []string, tc *tls.Config) diagnosis
 func diagnoseOne(ctx context.Context, endpoint string, tc *tls.Config) string {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
-		return fmt.Sprintf("not a URL (want http://host:port or https://host:port)")
+		return "not a URL (want http://host:port or https://host:port)"
 	}
 	d := net.Dialer{}
 	conn, err := d.DialContext(ctx, "tcp", u.Host)
