@@ -157,9 +157,26 @@ protocol bgp n1 {
 	f.start("n1")
 	f.start("n2")
 	b.waitHas(blk, true)
-	b.waitHas(blk2, true) // reflected? no: n1 passes n2's iBGP route on to its eBGP peer
+	b.waitHas(blk2, true) // n1 passes n2's iBGP route on to its eBGP peer
 	f.waitRoute(f.ns["n1"], ext, "198.18.0.250")
 	f.waitRoute(f.ns["n2"], ext, "198.18.0.250")
+	// Towards an eBGP peer n1 is the next hop of everything it sends...
+	b.waitNextHop(blk, "198.18.0.1")
+	b.waitNextHop(blk2, "198.18.0.1")
+	// ...until the BGPPeer says keepOriginalNextHop: n2's block then goes
+	// with n2's address (n1's own block still with n1's).
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001, KeepOriginalNextHop: true}})
+	b.waitNextHop(blk2, "198.18.0.2")
+	b.waitNextHop(blk, "198.18.0.1")
+}
+
+// waitNextHop waits until BIRD's route to pfx goes via gw.
+func (b *birdPeer) waitNextHop(pfx netip.Prefix, gw string) {
+	b.f.t.Helper()
+	eventually(b.f.t, 30*time.Second, fmt.Sprintf("BIRD route %s via %s", pfx, gw), func() (bool, string) {
+		out := b.show("show", "route", "for", pfx.String(), "all")
+		return strings.Contains(out, "via "+gw+" ") && strings.Contains(out, "BGP.next_hop: "+gw+"\n"), out
+	})
 }
 
 // TestInClusterRR: mesh off, rr1 carries routeReflectorClusterID and the

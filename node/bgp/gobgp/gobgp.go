@@ -31,6 +31,8 @@ type Router struct {
 	started bool
 	// restarting is set when this speaker restarted (graceful restart).
 	restarting bool
+	// keepNH holds the peers whose routes keep their original next hop.
+	keepNH map[netip.Addr]bool
 }
 
 var _ router.Router = (*Router)(nil)
@@ -47,7 +49,7 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	}
 	s := server.NewBgpServer(opts...)
 	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}}
+	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, keepNH: map[netip.Addr]bool{}}
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -71,6 +73,9 @@ func (r *Router) Start(ctx context.Context, g router.Global) error {
 	}}
 	if err := r.srv.StartBgp(ctx, req); err != nil {
 		return fmt.Errorf("starting GoBGP (AS %d, router ID %s, port %d): %w", g.AS, g.RouterID, port, err)
+	}
+	if err := r.installKeepNextHop(ctx); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.started = true
@@ -153,6 +158,10 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 	r.mu.Lock()
 	restarting := r.restarting
 	r.mu.Unlock()
+	// The next-hop policy is in place before the session can send.
+	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
+		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
+	}
 	if err := r.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, restarting)}); err != nil {
 		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}
@@ -160,8 +169,13 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 }
 
 // UpdatePeer implements router.Router; a changed session is reset so the
-// new settings (timers, password, capabilities) take effect.
+// new settings (timers, password, capabilities) take effect, and routes
+// are sent again when the next-hop rule changed.
 func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
+	changed := r.keepNextHopChanges(p.Address, p.KeepOriginalNextHop)
+	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
+		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
+	}
 	rsp, err := r.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: apiPeer(p, false)})
 	if err != nil {
 		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
@@ -169,12 +183,18 @@ func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
 	if rsp.GetNeedsSoftResetIn() {
 		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_IN})
 	}
+	if changed {
+		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
+	}
 	return nil
 }
 
 // DeletePeer implements router.Router.
 func (r *Router) DeletePeer(ctx context.Context, p peers.Peer) error {
 	if err := r.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: p.Address.String()}); err != nil {
+		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
+	}
+	if err := r.setKeepNextHop(ctx, p.Address, false); err != nil {
 		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
 	}
 	return nil
