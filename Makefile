@@ -14,17 +14,18 @@ LDFLAGS := -s -w \
 	-X $(PKG)/libcalico/buildinfo.GitCommit=$(GIT_COMMIT) \
 	-X $(PKG)/libcalico/buildinfo.BuildDate=$(BUILD_DATE)
 
-BINARIES := calicoctl calico-node calico calico-ipam
+BINARIES := calicoctl calico-node calico calico-ipam lab
 calicoctl_MAIN := ./calicoctl/cmd/calicoctl
 calico-node_MAIN := ./node/cmd/calico-node
 calico_MAIN := ./cni-plugin/cmd/calico
 calico-ipam_MAIN := ./cni-plugin/cmd/calico-ipam
+lab_MAIN := ./lab/cmd/lab
 
 # Whole test run; CI allows 90 minutes, we aim for well under 30.
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 
-.PHONY: all help deps build test bench lint clean $(BINARIES)
+.PHONY: all help deps build test bench lint clean demo $(BINARIES)
 
 all: build
 
@@ -34,6 +35,7 @@ help:
 	@echo "make test   run every test, including those that need root"
 	@echo "make bench  run every benchmark and print one table of ratios"
 	@echo "make lint   gofmt, go vet and staticcheck"
+	@echo "make demo   3 nodes, a BIRD route reflector, 6 pods and their ping matrix (root; KEEP=1 leaves it running)"
 	@echo "make clean  remove build output"
 
 deps:
@@ -56,6 +58,10 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
+
+# The whole fabric on this machine, then removed (KEEP=1 leaves it up).
+demo: build
+	KEEP=$(KEEP) $(BIN)/lab demo
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,297 @@
+// Command lab builds and drives a Palisade fabric on this machine out of
+// network namespaces (see package lab): up, down, status, exec, pod and
+// the demo that `make demo` runs.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/palisade-net/palisade/lab"
+)
+
+func main() {
+	lab.MaybeSupervise()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var ec exitCode
+		if errors.As(err, &ec) {
+			os.Exit(int(ec))
+		}
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+// exitCode passes a command's exit status through exec.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+type globals struct {
+	name, stateDir, binDir string
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "lab",
+		Short: "A whole Palisade fabric on one machine, out of network namespaces",
+		Long: `lab builds a Palisade fabric on this machine: node namespaces on a bridge,
+each running calico-node (node 1 serves the embedded etcd), an optional BIRD
+route reflector and border router, and pods made by the real calico CNI
+plugin. Everything is named pl-<name>-… and recorded in the state directory
+so "lab down" removes it all. Needs root.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.name, "name", "", "Lab name (default: random for up, the only lab for other commands)")
+	pf.StringVar(&g.stateDir, "state-dir", "", "Directory of the labs' state (PALISADE_LAB_DIR; default "+lab.DefaultStateRoot+")")
+	pf.StringVar(&g.binDir, "bin-dir", "", "Directory of calico-node, calicoctl, calico, calico-ipam (PALISADE_BIN; default beside lab)")
+	root.AddCommand(newUp(g), newDown(g), newStatus(g), newExec(g), newPod(g), newList(g), newDemo(g), newPing(g))
+	return root
+}
+
+// open opens the named lab, or the only one.
+func (g *globals) open(cmd *cobra.Command) (*lab.Lab, error) {
+	name := g.name
+	if name == "" {
+		names, err := lab.List(g.stateDir)
+		if err != nil {
+			return nil, err
+		}
+		switch len(names) {
+		case 0:
+			return nil, errors.New("no lab is running (lab up)")
+		case 1:
+			name = names[0]
+		default:
+			return nil, fmt.Errorf("several labs run (%s): say which with --name", strings.Join(names, ", "))
+		}
+	}
+	return lab.Open(g.stateDir, name, cmd.OutOrStdout())
+}
+
+func newUp(g *globals) *cobra.Command {
+	o := lab.Options{}
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Build a lab and wait for its BGP sessions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Name, o.StateRoot, o.BinDir, o.Progress = g.name, g.stateDir, g.binDir, cmd.OutOrStdout()
+			l, err := lab.Up(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "\nlab status --name %[1]s | lab exec --name %[1]s node1 -- calicoctl get nodes | lab pod add --name %[1]s node1 default/web | lab down --name %[1]s\n", l.Name())
+			return l.Close()
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Nodes, "nodes", 3, "Number of nodes")
+	f.StringVar(&o.RR, "rr", lab.RRNone, "Route reflector: bird2, bird1 (BIRD 1.6) or none")
+	f.StringVar(&o.Peering, "peering", "", "Initial topology: rr (default with --rr) or mesh")
+	f.BoolVar(&o.Border, "border", false, "Add a BIRD border router in AS 65001 peering eBGP with every node")
+	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1) or external (/usr/bin/etcd in its own namespace)")
+	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
+	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
+	return c
+}
+
+func newDown(g *globals) *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "down",
+		Short: "Remove a lab: processes, namespaces and state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if all {
+				names, err := lab.List(g.stateDir)
+				if err != nil {
+					return err
+				}
+				var errs []error
+				for _, n := range names {
+					l, err := lab.Open(g.stateDir, n, cmd.OutOrStdout())
+					if err == nil {
+						err = l.Down(cmd.Context())
+					}
+					errs = append(errs, err)
+				}
+				return errors.Join(errs...)
+			}
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			return l.Down(cmd.Context())
+		},
+	}
+	c.Flags().BoolVar(&all, "all", false, "Remove every lab")
+	return c
+}
+
+func newStatus(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Print each node's calicoctl node status and routes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			return l.Status(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+}
+
+func newExec(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec <node|rr|border|etcd|fabric|namespace/pod> -- command [args...]",
+		Short: "Run a command in a lab namespace (calicoctl there talks to the lab's etcd)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			// Release the lock: the command may call lab itself.
+			_ = l.Close()
+			code, err := l.Exec(cmd.Context(), args[0], args[1:], os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return exitCode(code)
+			}
+			return nil
+		},
+	}
+}
+
+func newPod(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "pod", Short: "Add or delete pods (through the calico CNI plugin)"}
+	c.AddCommand(&cobra.Command{
+		Use:   "add <node> <namespace>/<pod>",
+		Short: "Create a pod on a node with CNI ADD",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, err := lab.ParsePodKey(args[1])
+			if err != nil {
+				return err
+			}
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			_, err = l.AddPod(cmd.Context(), args[0], ns, name)
+			return err
+		},
+	}, &cobra.Command{
+		Use:   "del <node> <namespace>/<pod>",
+		Short: "Delete a pod with CNI DEL",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if p, ok := l.Pod(args[1]); ok && p.Node != args[0] {
+				return fmt.Errorf("pod %s runs on %s, not %s", args[1], p.Node, args[0])
+			}
+			return l.DelPod(cmd.Context(), args[1])
+		},
+	})
+	return c
+}
+
+func newList(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the labs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			names, err := lab.List(g.stateDir)
+			for _, n := range names {
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			return err
+		},
+	}
+}
+
+func newDemo(g *globals) *cobra.Command {
+	var keep bool
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "3 nodes, a BIRD route reflector, 6 pods, the ping matrix; then remove it all",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Getenv("KEEP") == "1" {
+				keep = true
+			}
+			self := "lab"
+			if exe, err := os.Executable(); err == nil {
+				self = exe
+				if wd, err := os.Getwd(); err == nil && strings.HasPrefix(exe, wd+"/") {
+					self = strings.TrimPrefix(exe, wd+"/")
+				}
+			}
+			return lab.Demo(cmd.Context(), lab.DemoOptions{Name: g.name, Keep: keep, BinDir: g.binDir, StateRoot: g.stateDir,
+				Out: cmd.OutOrStdout(), LabCommand: self})
+		},
+	}
+	c.Flags().BoolVar(&keep, "keep", false, "Leave the lab running (also KEEP=1)")
+	return c
+}
+
+func newPing(g *globals) *cobra.Command {
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "ping <from: node|namespace/pod|rr|border> <to: address|namespace/pod|node>",
+		Short: "ICMP echo from inside a lab namespace (no ping binary needed)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			dst, err := netip.ParseAddr(args[1])
+			if err != nil {
+				if p, ok := l.Pod(args[1]); ok {
+					dst = p.IP
+				} else if n, ok := l.Node(args[1]); ok {
+					dst = n.IP
+				} else {
+					return fmt.Errorf("%q is neither an address, a pod nor a node", args[1])
+				}
+			}
+			rtt, err := l.Ping(cmd.Context(), args[0], dst, timeout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s → %s: reply in %s\n", args[0], dst, rtt.Round(time.Microsecond))
+			return nil
+		},
+	}
+	c.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "How long to wait for a reply")
+	return c
+}

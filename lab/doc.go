@@ -1,0 +1,24 @@
+// Package lab builds a whole Palisade fabric on one machine out of network
+// namespaces: a fabric namespace holding a bridge, node namespaces attached
+// to it each running calico-node, an optional BIRD route reflector and
+// border router, an optional external etcd, and pods made by the real
+// calico CNI plugin. Everything it creates carries the lab's prefix and is
+// recorded in the lab's state directory, so Down removes it all, from this
+// process or another one.
+//
+// The fabric, for a lab named "demo" with three nodes and a route
+// reflector:
+//
+//	namespace pl-demo-fabric: bridge br0 (no address)
+//	  ├─ pl-demo-node1  eth0 198.18.0.11/24  calico-node + embedded etcd
+//	  ├─ pl-demo-node2  eth0 198.18.0.12/24  calico-node
+//	  ├─ pl-demo-node3  eth0 198.18.0.13/24  calico-node
+//	  ├─ pl-demo-rr     eth0 198.18.0.250/24 BIRD route reflector (AS 64512)
+//	  ├─ pl-demo-border eth0 198.18.0.251/24 BIRD border router (AS 65001)
+//	  └─ pl-demo-etcd   eth0 198.18.0.253/24 external etcd (option)
+//	pods: pl-demo-pod-<namespace>.<pod>, eth0 from calico-ipam, a cali veth
+//	into their node's namespace.
+//
+// No namespace has a route out of the lab, and nothing is created in the
+// machine's own namespace besides the namespaces and state files.
+package lab

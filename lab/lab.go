@@ -1,0 +1,603 @@
+package lab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Route reflector kinds (Options.RR).
+const (
+	RRNone  = "none"
+	RRBird2 = "bird2"
+	RRBird1 = "bird1"
+)
+
+// Etcd placements (Options.Etcd).
+const (
+	// EtcdEmbedded is the etcd calico-node serves on node 1.
+	EtcdEmbedded = "embedded"
+	// EtcdExternal is /usr/bin/etcd in its own namespace.
+	EtcdExternal = "external"
+)
+
+// BGP topologies (Options.Peering).
+const (
+	PeeringMesh = "mesh"
+	PeeringRR   = "rr"
+)
+
+// Fixed addresses on the fabric (198.18.0.0/24).
+var (
+	rrAddr     = netip.MustParseAddr("198.18.0.250")
+	borderAddr = netip.MustParseAddr("198.18.0.251")
+	etcdAddr   = netip.MustParseAddr("198.18.0.253")
+)
+
+// AS numbers of the lab.
+const (
+	ClusterAS = 64512
+	BorderAS  = 65001
+)
+
+// DefaultStateRoot holds the labs' state directories unless configured
+// (PALISADE_LAB_DIR).
+const DefaultStateRoot = "/run/palisade-lab"
+
+// MaxNodes is how many nodes fit the fabric's addresses (.11 to .210).
+const MaxNodes = 200
+
+// Options configure a lab.
+type Options struct {
+	// Name is the lab's name ([a-z0-9-], at most 20); its namespaces are
+	// called pl-<Name>-…. Empty picks a random one.
+	Name string `json:"name"`
+	// Nodes is how many nodes Up starts (default 3).
+	Nodes int `json:"nodes"`
+	// RR is the route reflector: RRBird2, RRBird1 or RRNone (default).
+	RR string `json:"rr"`
+	// Peering is the initial topology: PeeringRR (the default with a
+	// route reflector) or PeeringMesh.
+	Peering string `json:"peering"`
+	// Border adds a BIRD border router in AS 65001 peering eBGP with
+	// every node.
+	Border bool `json:"border"`
+	// Etcd is EtcdEmbedded (default) or EtcdExternal.
+	Etcd string `json:"etcd"`
+	// PoolCIDR is the default IPv4 pool (default 10.244.0.0/16).
+	PoolCIDR string `json:"poolCIDR"`
+	// StateRoot holds the lab's state directory (default
+	// $PALISADE_LAB_DIR or DefaultStateRoot).
+	StateRoot string `json:"stateRoot"`
+	// BinDir holds calico-node, calicoctl, calico and calico-ipam
+	// (default $PALISADE_BIN, else the directory of this executable).
+	BinDir string `json:"binDir"`
+	// Bird1 is BIRD 1.6's binary directory (default .tools/bird1/usr/sbin
+	// found upward from the working directory and BinDir).
+	Bird1 string `json:"bird1"`
+	// LogLevel is calico-node's log level (default info).
+	LogLevel string `json:"logLevel"`
+	// Progress receives one line per step; nil prints nothing.
+	Progress io.Writer `json:"-"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?$`)
+
+// defaults fills in the options and checks them.
+func (o *Options) defaults() error {
+	if o.Name == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		o.Name = hex.EncodeToString(b)
+	}
+	if !nameRE.MatchString(o.Name) {
+		return fmt.Errorf("lab name %q: want 1-20 of a-z, 0-9 and '-', not starting or ending with '-'", o.Name)
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Nodes < 1 || o.Nodes > MaxNodes {
+		return fmt.Errorf("lab %q: %d nodes: want 1 to %d", o.Name, o.Nodes, MaxNodes)
+	}
+	switch o.RR {
+	case "":
+		o.RR = RRNone
+	case RRNone, RRBird2, RRBird1:
+	default:
+		return fmt.Errorf("lab %q: route reflector %q: want bird2, bird1 or none", o.Name, o.RR)
+	}
+	switch o.Peering {
+	case "":
+		o.Peering = PeeringMesh
+		if o.RR != RRNone {
+			o.Peering = PeeringRR
+		}
+	case PeeringMesh:
+	case PeeringRR:
+		if o.RR == RRNone {
+			return fmt.Errorf("lab %q: peering %q needs a route reflector (--rr bird2 or bird1)", o.Name, o.Peering)
+		}
+	default:
+		return fmt.Errorf("lab %q: peering %q: want mesh or rr", o.Name, o.Peering)
+	}
+	switch o.Etcd {
+	case "":
+		o.Etcd = EtcdEmbedded
+	case EtcdEmbedded, EtcdExternal:
+	default:
+		return fmt.Errorf("lab %q: etcd %q: want embedded or external", o.Name, o.Etcd)
+	}
+	if o.PoolCIDR == "" {
+		o.PoolCIDR = "10.244.0.0/16"
+	}
+	if _, err := netip.ParsePrefix(o.PoolCIDR); err != nil {
+		return fmt.Errorf("lab %q: pool %q: %w", o.Name, o.PoolCIDR, err)
+	}
+	o.StateRoot = stateRoot(o.StateRoot)
+	if o.BinDir == "" {
+		o.BinDir = DefaultBinDir()
+	}
+	abs, err := filepath.Abs(o.BinDir)
+	if err != nil {
+		return err
+	}
+	o.BinDir = abs
+	for _, b := range []string{"calico-node", "calicoctl", "calico", "calico-ipam"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			return fmt.Errorf("lab %q: %s not found in %s (make build, or set PALISADE_BIN)", o.Name, b, o.BinDir)
+		}
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	return nil
+}
+
+// stateRoot resolves the directory holding the labs.
+func stateRoot(root string) string {
+	if root == "" {
+		root = os.Getenv("PALISADE_LAB_DIR")
+	}
+	if root == "" {
+		root = DefaultStateRoot
+	}
+	return root
+}
+
+// DefaultBinDir is $PALISADE_BIN, else the directory of this executable.
+func DefaultBinDir() string {
+	if d := os.Getenv("PALISADE_BIN"); d != "" {
+		return d
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(exe)
+}
+
+// Lab is a running lab. Its methods are safe for concurrent use; another
+// process opens the same lab with Open.
+type Lab struct {
+	mu   sync.Mutex
+	st   *state
+	dir  string
+	out  io.Writer
+	lock *os.File
+}
+
+// Name is the lab's name.
+func (l *Lab) Name() string { return l.st.Name }
+
+// Dir is the lab's state directory.
+func (l *Lab) Dir() string { return l.dir }
+
+// Prefix is the prefix of every namespace of the lab.
+func (l *Lab) Prefix() string { return l.st.Prefix }
+
+// Options are the settings the lab runs with.
+func (l *Lab) Options() Options { return l.st.Options }
+
+// Peering is the current BGP topology.
+func (l *Lab) Peering() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st.Peering
+}
+
+// Nodes lists the nodes.
+func (l *Lab) Nodes() []Node {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Node(nil), l.st.Nodes...)
+}
+
+// Node returns a node by name.
+func (l *Lab) Node(name string) (Node, bool) {
+	for _, n := range l.Nodes() {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// Pods lists the pods, by node then name.
+func (l *Lab) Pods() []Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pods := append([]Pod(nil), l.st.Pods...)
+	sort.SliceStable(pods, func(i, j int) bool {
+		if pods[i].Node != pods[j].Node {
+			return nodeLess(pods[i].Node, pods[j].Node)
+		}
+		return pods[i].Key() < pods[j].Key()
+	})
+	return pods
+}
+
+// Pod returns a pod by "namespace/name".
+func (l *Lab) Pod(key string) (Pod, bool) {
+	for _, p := range l.Pods() {
+		if p.Key() == key {
+			return p, true
+		}
+	}
+	return Pod{}, false
+}
+
+// Proc returns a process by role ("calico-node/node1", "bird/rr",
+// "bird/border", "etcd").
+func (l *Lab) Proc(role string) (Proc, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.st.Procs[role]
+	return p, ok
+}
+
+func nodeLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// say prints a progress line.
+func (l *Lab) say(format string, a ...any) {
+	if l.out != nil {
+		fmt.Fprintf(l.out, format+"\n", a...)
+	}
+}
+
+// path is a file or directory in the state directory.
+func (l *Lab) path(elem ...string) string {
+	return filepath.Join(append([]string{l.dir}, elem...)...)
+}
+
+// save writes the state file; l.mu must be held.
+func (l *Lab) save() error { return l.st.save(l.dir) }
+
+// recordNS notes a namespace about to be created, before it is, so a
+// failure never leaves one unrecorded.
+func (l *Lab) recordNS(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st.Namespaces = append(l.st.Namespaces, name)
+	return l.save()
+}
+
+// newNS creates and records a namespace of the lab.
+func (l *Lab) newNS(ctx context.Context, suffix string) (string, error) {
+	name := l.st.Prefix + suffix
+	if err := l.recordNS(name); err != nil {
+		return "", err
+	}
+	return name, addNS(ctx, name)
+}
+
+// forgetNS deletes a namespace and drops it from the record.
+func (l *Lab) forgetNS(ctx context.Context, name string) error {
+	if err := delNS(ctx, name); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, n := range l.st.Namespaces {
+		if n == name {
+			l.st.Namespaces = append(l.st.Namespaces[:i], l.st.Namespaces[i+1:]...)
+			break
+		}
+	}
+	return l.save()
+}
+
+// recordProc notes a started process.
+func (l *Lab) recordProc(role string, p Proc) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st.Procs[role] = p
+	return l.save()
+}
+
+// fabricNS is the namespace holding the bridge.
+func (l *Lab) fabricNS() string { return l.st.Prefix + "fabric" }
+
+// lockDir takes the lab's lock, waiting for another process holding it.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking lab %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking lab %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Up builds a lab: fabric, etcd, route reflector and border router when
+// asked, then the nodes, and waits for every BGP session. A failure part
+// way removes everything it made.
+func Up(ctx context.Context, o Options) (_ *Lab, err error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab creates network namespaces: run it as root")
+	}
+	dir := filepath.Join(o.StateRoot, o.Name)
+	if err := os.MkdirAll(o.StateRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("lab %q: %w", o.Name, err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("lab %q already exists (%s): remove it with `lab down --name %s`", o.Name, dir, o.Name)
+		}
+		return nil, fmt.Errorf("lab %q: %w", o.Name, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	l := &Lab{dir: dir, out: o.Progress, lock: lock, st: &state{
+		Name: o.Name, Prefix: "pl-" + o.Name + "-", Created: time.Now(), Options: o,
+		Peering: PeeringMesh, Procs: map[string]Proc{}, NextIndex: 1,
+	}}
+	if err := l.save(); err != nil {
+		l.release()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			l.say("✗ %v", err)
+			l.say("removing what was made")
+			if derr := l.Down(context.Background()); derr != nil {
+				err = fmt.Errorf("%w (and removing the lab: %v)", err, derr)
+			}
+		}
+	}()
+	began := time.Now()
+	l.say("lab %s: %d node(s), route reflector %s, etcd %s, border %v; state in %s", o.Name, o.Nodes, o.RR, o.Etcd, o.Border, dir)
+	if err := l.makeFabric(ctx); err != nil {
+		return nil, err
+	}
+	if o.Etcd == EtcdExternal {
+		if err := l.startEtcd(ctx); err != nil {
+			return nil, err
+		}
+	}
+	first, err := l.addNodeNS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var rest []Node
+	for i := 1; i < o.Nodes; i++ {
+		n, err := l.addNodeNS(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rest = append(rest, n)
+	}
+	if o.RR != RRNone {
+		if err := l.startBird(ctx, "rr"); err != nil {
+			return nil, err
+		}
+	}
+	if o.Border {
+		if err := l.startBird(ctx, "border"); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.startNode(ctx, first); err != nil {
+		return nil, err
+	}
+	if err := l.applyTopology(ctx, o.Peering); err != nil {
+		return nil, err
+	}
+	errc := make(chan error, len(rest))
+	for _, n := range rest {
+		go func() { errc <- l.startNode(ctx, n) }()
+	}
+	var errs []error
+	for range rest {
+		errs = append(errs, <-errc)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	l.say("✓ %d calico-node(s) running after %s", o.Nodes, time.Since(began).Round(10*time.Millisecond))
+	if _, err := l.WaitSessions(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	l.say("✓ lab %s is up after %s", o.Name, time.Since(began).Round(10*time.Millisecond))
+	return l, nil
+}
+
+// Open opens an existing lab by name (another process's, or an earlier
+// run's). Close releases it.
+func Open(root, name string, progress io.Writer) (*Lab, error) {
+	dir := filepath.Join(stateRoot(root), name)
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
+		return nil, fmt.Errorf("no lab %q in %s", name, stateRoot(root))
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := loadState(dir)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return &Lab{st: st, dir: dir, out: progress, lock: lock}, nil
+}
+
+// List names the labs under root.
+func List(root string) ([]string, error) {
+	ents, err := os.ReadDir(stateRoot(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join(stateRoot(root), e.Name(), stateFile)); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// Close releases the lab's lock (the lab keeps running).
+func (l *Lab) Close() error { l.release(); return nil }
+
+func (l *Lab) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lock != nil {
+		l.lock.Close()
+		l.lock = nil
+	}
+}
+
+// Down stops every process and deletes every namespace and file of the
+// lab, including namespaces with its prefix that were never recorded.
+func (l *Lab) Down(ctx context.Context) error {
+	l.say("removing lab %s", l.st.Name)
+	l.mu.Lock()
+	procs := make(map[string]Proc, len(l.st.Procs))
+	for k, v := range l.st.Procs {
+		procs[k] = v
+	}
+	nss := append([]string(nil), l.st.Namespaces...)
+	for _, p := range l.st.Pods {
+		nss = append(nss, p.NS)
+	}
+	l.mu.Unlock()
+	var errs []error
+	// calico-node first (node 1 last: it may serve etcd), then BIRD and
+	// etcd.
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	stop := func(role string, p Proc) {
+		defer wg.Done()
+		if err := p.Stop(5 * time.Second); err != nil {
+			emu.Lock()
+			errs = append(errs, err)
+			emu.Unlock()
+		}
+	}
+	first := ""
+	if len(l.st.Nodes) > 0 {
+		first = "calico-node/" + l.st.Nodes[0].Name
+	}
+	for role, p := range procs {
+		if strings.HasPrefix(role, "calico-node/") && role != first {
+			wg.Add(1)
+			go stop(role, p)
+		}
+	}
+	wg.Wait()
+	for role, p := range procs {
+		if !strings.HasPrefix(role, "calico-node/") || role == first {
+			wg.Add(1)
+			go stop(role, p)
+		}
+	}
+	wg.Wait()
+	// Namespaces in reverse order of creation, then any stray one with
+	// the lab's prefix.
+	seen := map[string]bool{}
+	for i := len(nss) - 1; i >= 0; i-- {
+		if seen[nss[i]] {
+			continue
+		}
+		seen[nss[i]] = true
+		if err := delNS(ctx, nss[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ents, err := os.ReadDir(netnsDir); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), l.st.Prefix) && !seen[e.Name()] {
+				if err := delNS(ctx, e.Name()); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		l.release()
+		return fmt.Errorf("removing lab %s: %w (state kept in %s; run down again)", l.st.Name, err, l.dir)
+	}
+	if err := os.RemoveAll(l.dir); err != nil {
+		l.release()
+		return fmt.Errorf("removing lab %s: %w", l.st.Name, err)
+	}
+	l.release()
+	l.say("✓ lab %s removed", l.st.Name)
+	return nil
+}
+
+// makeFabric creates the fabric namespace and its bridge.
+func (l *Lab) makeFabric(ctx context.Context) error {
+	l.say("creating fabric namespace %s with bridge br0 (198.18.0.0/24)", l.fabricNS())
+	ns, err := l.newNS(ctx, "fabric")
+	if err != nil {
+		return err
+	}
+	if _, err := run(ctx, "ip", "-n", ns, "link", "add", "br0", "type", "bridge"); err != nil {
+		return err
+	}
+	_, err = run(ctx, "ip", "-n", ns, "link", "set", "br0", "up")
+	return err
+}
+
+// attachNS makes a namespace attached to the fabric at addr; port names
+// its end on the bridge.
+func (l *Lab) attachNS(ctx context.Context, suffix, port string, addr netip.Addr) (string, error) {
+	ns, err := l.newNS(ctx, suffix)
+	if err != nil {
+		return "", err
+	}
+	if err := attach(ctx, l.fabricNS(), port, ns, netip.PrefixFrom(addr, 24).String()); err != nil {
+		return "", err
+	}
+	return ns, nil
+}
