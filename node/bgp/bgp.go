@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -35,6 +36,10 @@ import (
 
 // DefaultGRPCListen is where GoBGP's gRPC API is served unless configured.
 const DefaultGRPCListen = "127.0.0.1:50051"
+
+// DefaultSecretsDir is where BGP passwords are read from unless
+// configured: <DefaultSecretsDir>/<secret name>/<key>.
+const DefaultSecretsDir = "/etc/calico/bgp-secrets"
 
 // Config configures Run.
 type Config struct {
@@ -56,7 +61,9 @@ type Config struct {
 	DisableKernelRoutes bool
 	// SecretsDir holds BGP passwords as files <SecretsDir>/<secret>/<key>
 	// (a mounted Kubernetes secret has this shape), read for BGPPeer
-	// password.secretKeyRef and nodeMeshPassword.
+	// password.secretKeyRef and nodeMeshPassword; DefaultSecretsDir when
+	// empty. Files are re-read every round, so a changed password takes
+	// effect without a restart.
 	SecretsDir string
 	// PollInterval is how often IPAM affinities (which have no resource
 	// watch) are re-read; 1 s when zero.
@@ -77,6 +84,9 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	if c.SecretsDir == "" {
+		c.SecretsDir = DefaultSecretsDir
+	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
 	}
@@ -229,7 +239,9 @@ func passwordReader(dir string) func(v3.SecretKeySelector) (string, bool) {
 		if err != nil {
 			return "", false
 		}
-		return string(b), true
+		// A file written by hand usually ends in a newline that is not
+		// part of the password.
+		return strings.TrimRight(string(b), "\r\n"), true
 	}
 }
 

@@ -127,15 +127,17 @@ func (f *fabric) apply(r v3.Resource) {
 	}
 }
 
-// start runs the node's BGP process in its namespace.
-func (f *fabric) start(name string) {
+// start runs the node's BGP process in its namespace, with extra testnode
+// flags.
+func (f *fabric) start(name string, extra ...string) {
 	f.t.Helper()
 	bin := testnode(f.t)
 	logf, err := os.OpenFile(filepath.Join(f.t.TempDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", f.ns[name], bin, "-name", name, "-etcd", "http://"+etcdAddr, "-grpc", "127.0.0.1:50051")
+	args := append([]string{"netns", "exec", f.ns[name], bin, "-name", name, "-etcd", "http://" + etcdAddr, "-grpc", "127.0.0.1:50051"}, extra...)
+	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)

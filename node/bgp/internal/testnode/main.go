@@ -23,6 +23,7 @@ func main() {
 	grpc := flag.String("grpc", "", "GoBGP gRPC listen address")
 	poll := flag.Duration("poll", 200*time.Millisecond, "IPAM poll interval")
 	stale := flag.Duration("stale", 10*time.Second, "stale route timeout")
+	secrets := flag.String("secrets", "", "directory of BGP password files <secret>/<key>")
 	flag.Parse()
 	log.SetLevel(log.InfoLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -34,7 +35,7 @@ func main() {
 	defer store.Close()
 	err = bgp.Run(ctx, bgp.Config{
 		NodeName: *name, Store: store, KV: store.KV(), GRPCListen: *grpc,
-		PollInterval: *poll, StaleRouteTimeout: *stale,
+		PollInterval: *poll, StaleRouteTimeout: *stale, SecretsDir: *secrets,
 	})
 	if err != nil {
 		log.WithError(err).Fatal("bgp")
