@@ -275,6 +275,7 @@ func (g *Graph) onFelixConfiguration(name string, r v3.Resource) {
 // Flush passes everything that changed since the last Flush to the
 // Dataplane, in dependency order.
 func (g *Graph) Flush() {
+	g.labels.scanPending()
 	if g.configDirty {
 		g.dp.OnConfigUpdate(MergeConfig(g.felixGlobal, g.felixNode))
 		g.configDirty = false

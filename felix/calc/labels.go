@@ -181,6 +181,8 @@ type ipSetState struct {
 	spec    *ipSetSpec
 	refs    int
 	dead    bool
+	// pending sets are filled by the next scanPending, not yet joined.
+	pending bool
 	members map[string]int
 }
 
@@ -196,6 +198,8 @@ type labelIndex struct {
 	profileLabels map[string]map[string]string
 	out           *sequencer
 	scratch       []string
+	// pending are sets activated since the last scanPending.
+	pending []*ipSetState
 }
 
 func newLabelIndex(out *sequencer) *labelIndex {
@@ -221,7 +225,9 @@ func (x *labelIndex) setItem(key string, it *item) {
 	it.idx = x
 	x.items[key] = it
 	for _, s := range x.sets {
-		x.join(it, s)
+		if !s.pending {
+			x.join(it, s)
+		}
 	}
 }
 
@@ -237,8 +243,33 @@ func (x *labelIndex) reevaluate(keep func(*item) bool) {
 		}
 		x.leaveAll(it)
 		for _, s := range x.sets {
+			if !s.pending {
+				x.join(it, s)
+			}
+		}
+	}
+}
+
+// scanPending fills the sets activated since the last call, in one pass
+// over the items (each item's labels are read once for all of them).
+func (x *labelIndex) scanPending() {
+	live := x.pending[:0]
+	for _, s := range x.pending {
+		if !s.dead {
+			live = append(live, s)
+		}
+	}
+	x.pending = x.pending[:0]
+	if len(live) == 0 {
+		return
+	}
+	for _, it := range x.items {
+		for _, s := range live {
 			x.join(it, s)
 		}
+	}
+	for _, s := range live {
+		s.pending = false
 	}
 }
 
@@ -286,19 +317,17 @@ func (x *labelIndex) removeMember(s *ipSetState, m string) {
 	s.members[m] = n - 1
 }
 
-// ref takes a reference on the set spec defines, activating it (and
-// scanning every item) on the first one.
+// ref takes a reference on the set spec defines, activating it on the
+// first one; scanPending fills it.
 func (x *labelIndex) ref(spec *ipSetSpec) {
 	if s := x.sets[spec.id]; s != nil {
 		s.refs++
 		return
 	}
-	s := &ipSetState{spec: spec, refs: 1, members: map[string]int{}}
+	s := &ipSetState{spec: spec, refs: 1, members: map[string]int{}, pending: true}
 	x.sets[spec.id] = s
 	x.out.setActivated(s)
-	for _, it := range x.items {
-		x.join(it, s)
-	}
+	x.pending = append(x.pending, s)
 }
 
 // unref drops a reference; the last one deactivates the set.
