@@ -8,11 +8,17 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 )
 
-// TestKVTxn checks the multi-key compare-and-swap: every condition kind
-// holding and failing, that a failed transaction writes nothing, and that
-// it reads the conditions' keys back.
+// TestKVTxn checks the multi-key compare-and-swap against the embedded
+// etcd and the system one: every condition kind holding and failing, that
+// a failed transaction writes nothing, and that it reads the conditions'
+// keys back.
 func TestKVTxn(t *testing.T) {
-	s := connect(t, etcdtest.Start(t))
+	t.Run("embedded", func(t *testing.T) { testKVTxn(t, etcdtest.Start(t)) })
+	t.Run("external", func(t *testing.T) { testKVTxn(t, etcdtest.StartExternal(t)) })
+}
+
+func testKVTxn(t *testing.T, endpoints []string) {
+	s := connect(t, endpoints)
 	kv := s.KV()
 	ctx := testCtx(t)
 	a, err := kv.Create(ctx, datastore.KVPair{Key: "/t/a", Value: []byte("a1")})
