@@ -235,3 +235,45 @@ func wantIn(cidr string) func(t *testing.T, e *env, got netip.Prefix) {
 		}
 	}
 }
+
+// TestReleaseByHandleTransactions checks release by handle reads the
+// handle once and then each block and writes it with the handle in one
+// transaction, and that it also clears counts an interrupted assignment
+// left for blocks that hold none of the handle's addresses.
+func TestReleaseByHandleTransactions(t *testing.T) {
+	e := newEnv(t)
+	e.pool("p", "10.0.0.0/24", func(s *v3.IPPoolSpec) { s.BlockSize = 28 })
+	v4, _ := e.assign(AutoAssignArgs{Num4: 20, HandleID: "two-blocks", Hostname: "n"})
+	e.assign(AutoAssignArgs{Num4: 1, HandleID: "neighbour", Hostname: "n"})
+	blocks := map[netip.Prefix]bool{}
+	for _, p := range v4 {
+		blocks[p.Masked()] = true
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("20 addresses in %d blocks of 16, want 2", len(blocks))
+	}
+	// A count for a third block that holds nothing of the handle, as an
+	// assignment interrupted between counting and writing leaves.
+	if err := e.alloc.adjustHandle(ctxT(t), "two-blocks", mustPrefix(t, "10.0.0.128/28"), 3); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.connect()
+	kv := &countingKV{KV: s.KV()}
+	a := New(s, kv)
+	if err := a.ReleaseByHandle(ctxT(t), "two-blocks"); err != nil {
+		t.Fatal(err)
+	}
+	// 1 handle read, then per block a read and a transaction.
+	if got, want := kv.calls.Load(), int64(1+2*3); got != want {
+		t.Errorf("release by handle made %d KV calls, want %d", got, want)
+	}
+	if h := e.handles(); len(h) != 1 || h["neighbour"] != 1 {
+		t.Errorf("handles after release: %v, want only neighbour with 1", h)
+	}
+	for _, p := range v4 {
+		if _, err := e.alloc.GetAssignmentAttributes(ctxT(t), p.Addr()); err == nil {
+			t.Errorf("%s still assigned", p)
+		}
+	}
+	e.checkInvariants()
+}

@@ -13,18 +13,19 @@
 // Every write is a compare-and-swap on the key's mod revision, retried a
 // bounded number of times, so concurrent allocators (goroutines or
 // processes, for the same or different nodes) never hand out one address
-// twice nor lose an update. AutoAssign writes a block and its handle in
-// one transaction (datastore.KV.Txn), conditional on the pools,
-// reservations, IPAM configuration, node labels and affinity it decided
-// with, so an Allocator may keep them (and the blocks' last known values)
-// between calls: a warm assignment is one round trip, and anything stale
-// fails the transaction and is read again. When a node's blocks are
-// contended by several long-lived Allocators, each starts at a block of
-// its own and, while the pools are mostly unclaimed, the node claims up to
-// a few extra blocks to spread over. Other writes increment a handle
-// before the block write that uses it and decrement it after the block
-// write that frees it, so a crash leaves a handle over-counted (found and
-// cleaned by release by handle), never an allocation without its handle.
+// twice nor lose an update. AutoAssign and ReleaseByHandle write a block
+// and its handle in one transaction (datastore.KV.Txn). AutoAssign's is
+// also conditional on the pools, reservations, IPAM configuration, node
+// labels and affinity it decided with, so an Allocator may keep them (and
+// the blocks' last known values) between calls: a warm assignment is one
+// round trip, and anything stale fails the transaction and is read again.
+// When a node's blocks are contended by several long-lived Allocators,
+// each starts at a block of its own and, while the pools are mostly
+// unclaimed, the node claims up to a few extra blocks to spread over.
+// AssignIP and ReleaseIPs increment a handle before the block write that
+// uses it and decrement it after the block write that frees it, so a
+// crash leaves a handle over-counted (found and cleaned by release by
+// handle), never an allocation without its handle.
 //
 // The package imports only the datastore interfaces, the v3 API types and
 // the selector language, so the calico-ipam CNI plugin stays lean.

@@ -153,3 +153,12 @@ func countHandle(p datastore.KVPair, id string, cidr netip.Prefix, n int) ([]byt
 	h.Block[cidr.String()] += n
 	return json.Marshal(h)
 }
+
+// encode serialises a handle for storage.
+func (h *handleRecord) encode() ([]byte, error) {
+	v, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encoding handle %q: %w", h.HandleID, err)
+	}
+	return v, nil
+}

@@ -119,68 +119,128 @@ func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, add
 
 // ReleaseByHandle frees every address held by handleID and deletes the
 // handle. A handle that does not exist fails with an error matching
-// datastore.ErrNotFound.
+// datastore.ErrNotFound. Each of the handle's blocks is released together
+// with the handle's count for it, in one transaction.
 func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error {
 	if err := checkName("handle ID", handleID); err != nil {
 		return fmt.Errorf("release by handle: %w", err)
 	}
-	h, err := a.getHandle(ctx, handleID)
+	hkv, err := a.kv.Get(ctx, handleKey(handleID))
+	if err != nil {
+		return fmt.Errorf("release by handle: handle %q: %w", handleID, err)
+	}
+	h, err := decodeHandle(hkv)
 	if err != nil {
 		return fmt.Errorf("release by handle: %w", err)
 	}
 	var errs []error
-	for c := range h.Block {
+	for _, c := range slices.Sorted(maps.Keys(h.Block)) {
 		cidr, err := netip.ParsePrefix(c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("handle %q: block %q: %w", handleID, c, err))
 			continue
 		}
-		if err := a.releaseHandleInBlock(ctx, handleID, cidr); err != nil {
+		if err := a.releaseHandleInBlock(ctx, handleID, cidr, &hkv); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// releaseHandleInBlock frees handleID's addresses in one block and
-// decrements the handle by as many; when the block held none (a count
-// left by an interrupted assignment), the block's entry is dropped.
-func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, cidr netip.Prefix) error {
+// releaseHandleInBlock frees handleID's addresses in one block and takes
+// the block out of the handle (whose stored pair is *hkv, kept current),
+// deleting the handle when it holds nothing else, in one transaction. A
+// block left empty and without affinity is deleted with it.
+func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, cidr netip.Prefix, hkv *datastore.KVPair) error {
 	key := blockKey(cidr)
-	released := 0
+	b, rev, err := a.getBlock(ctx, key)
+	if errors.Is(err, datastore.ErrNotFound) {
+		b = nil
+	} else if err != nil {
+		return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, err)
+	}
 	for attempt := 1; attempt <= maxRetries; attempt++ {
-		b, rev, err := a.getBlock(ctx, key)
-		if errors.Is(err, datastore.ErrNotFound) {
-			break
+		var conds []datastore.KVCond
+		var ops []datastore.KVOp
+		released := 0
+		if b != nil {
+			nb := b.clone()
+			if released = nb.releaseHandle(handleID); released > 0 {
+				conds = append(conds, datastore.KVCond{Key: key, Revision: rev})
+				if nb.empty() && nb.host() == "" {
+					ops = append(ops, datastore.KVOp{Key: key, Delete: true})
+				} else {
+					v, err := nb.encode()
+					if err != nil {
+						return err
+					}
+					ops = append(ops, datastore.KVOp{Key: key, Value: v})
+				}
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, err)
+		var handleValue []byte
+		if hkv.Revision != 0 {
+			h, err := decodeHandle(*hkv)
+			if err != nil {
+				return err
+			}
+			if n := h.Block[cidr.String()] - released; released > 0 && n > 0 {
+				h.Block[cidr.String()] = n
+			} else {
+				// All released, or a count an interrupted assignment
+				// left with no address behind it.
+				delete(h.Block, cidr.String())
+			}
+			conds = append(conds, datastore.KVCond{Key: hkv.Key, Revision: hkv.Revision})
+			if len(h.Block) == 0 {
+				ops = append(ops, datastore.KVOp{Key: hkv.Key, Delete: true})
+			} else {
+				if handleValue, err = h.encode(); err != nil {
+					return err
+				}
+				ops = append(ops, datastore.KVOp{Key: hkv.Key, Value: handleValue})
+			}
 		}
-		released = b.releaseHandle(handleID)
-		if released == 0 {
-			break
+		if len(ops) == 0 {
+			return nil
 		}
-		err = a.putBlock(ctx, key, b, rev)
+		newRev, current, err := a.kv.Txn(ctx, conds, ops)
 		if err == nil {
-			break
+			if hkv.Revision != 0 {
+				if handleValue == nil {
+					*hkv = datastore.KVPair{Key: hkv.Key}
+				} else {
+					*hkv = datastore.KVPair{Key: hkv.Key, Value: handleValue, Revision: newRev}
+				}
+			}
+			if released > 0 {
+				log.WithFields(log.Fields{"block": cidr, "handle": handleID, "released": released}).Debug("Released addresses by handle")
+			}
+			return nil
 		}
 		if !isConflict(err) {
-			return fmt.Errorf("handle %q: writing block %s: %w", handleID, cidr, err)
+			return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, err)
 		}
-		if attempt == maxRetries {
-			return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, ErrTooManyRetries)
+		i := 0
+		if released > 0 {
+			now := current[0]
+			if now.Revision == 0 {
+				b = nil
+			} else if now.Revision != rev {
+				if b, err = decodeBlock(now.Value); err != nil {
+					return fmt.Errorf("key %q: %w", key, err)
+				}
+				rev = now.Revision
+			}
+			i++
+		}
+		if i < len(current) {
+			*hkv = current[i]
+			hkv.Key = handleKey(handleID)
 		}
 		if err := backoff(ctx, attempt); err != nil {
 			return err
 		}
 	}
-	delta := -released
-	if released == 0 {
-		delta = -1 << 30 // drop the stale entry whatever it counts
-	}
-	err := a.adjustHandle(ctx, handleID, cidr, delta)
-	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
-		return err
-	}
-	return nil
+	return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, ErrTooManyRetries)
 }
