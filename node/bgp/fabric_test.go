@@ -58,6 +58,8 @@ type fabric struct {
 	alloc *ipam.Allocator
 	ns    map[string]string // node name → namespace
 	procs map[string]*exec.Cmd
+	// etcd is the test's etcd on loopback, which etcdAddr proxies to.
+	etcd string
 }
 
 const etcdAddr = "198.18.0.254:2379"
@@ -71,14 +73,21 @@ func newFabric(t testing.TB) *fabric {
 	eps := etcdtest.Start(t)
 	f.store = etcdtest.NewStore(t, eps)
 	f.alloc = ipam.New(f.store, f.store.KV())
-	target := strings.TrimPrefix(eps[0], "http://")
-	var ln net.Listener
-	if err := nstest.Do(f.br, func() (err error) { ln, err = net.Listen("tcp", etcdAddr); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go proxy(ln, target)
+	f.etcd = strings.TrimPrefix(eps[0], "http://")
+	f.serveEtcd(etcdAddr)
 	return f
+}
+
+// serveEtcd makes etcd reachable in the lab at addr (an address of the
+// bridge namespace).
+func (f *fabric) serveEtcd(addr string) {
+	f.t.Helper()
+	var ln net.Listener
+	if err := nstest.Do(f.br, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { ln.Close() })
+	go proxy(ln, f.etcd)
 }
 
 // proxy forwards connections accepted in the lab to etcd on loopback.

@@ -1,10 +1,15 @@
 // Command testnode runs bgp.Run for one node, for the namespace tests that
 // need a separate process (one per node namespace, or one to kill with -9).
+// With -peers it serves the speaker's session table (bgp.PeerTable, what
+// the agent's status API reports) as JSON on a unix socket.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,6 +29,7 @@ func main() {
 	poll := flag.Duration("poll", 200*time.Millisecond, "IPAM poll interval")
 	stale := flag.Duration("stale", 10*time.Second, "stale route timeout")
 	secrets := flag.String("secrets", "", "directory of BGP password files <secret>/<key>")
+	peersSock := flag.String("peers", "", "unix socket serving the session table as JSON")
 	flag.Parse()
 	log.SetLevel(log.InfoLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -33,11 +39,34 @@ func main() {
 		log.WithError(err).Fatal("connecting to etcd")
 	}
 	defer store.Close()
+	table := &bgp.PeerTable{}
+	if *peersSock != "" {
+		servePeers(*peersSock, table)
+	}
 	err = bgp.Run(ctx, bgp.Config{
 		NodeName: *name, Store: store, KV: store.KV(), GRPCListen: *grpc,
 		PollInterval: *poll, StaleRouteTimeout: *stale, SecretsDir: *secrets,
+		Peers: table,
 	})
 	if err != nil {
 		log.WithError(err).Fatal("bgp")
 	}
+}
+
+// servePeers answers every request on the socket with the session table.
+func servePeers(path string, table *bgp.PeerTable) {
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		log.WithError(err).Fatal("peers socket")
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ps, err := table.ListPeers(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(ps)
+	})
+	go func() { _ = http.Serve(l, h) }()
 }
