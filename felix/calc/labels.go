@@ -178,9 +178,9 @@ func netMember(p netip.Prefix) string {
 // ipSetState is an active IP set: its members with the number of items
 // contributing each.
 type ipSetState struct {
-	spec    *ipSetSpec
-	refs    int
-	dead    bool
+	spec *ipSetSpec
+	refs int
+	dead bool
 	// pending sets are filled by the next scanPending, not yet joined.
 	pending bool
 	members map[string]int

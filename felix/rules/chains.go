@@ -1,0 +1,140 @@
+// Package rules renders the calculation graph's output into iptables
+// chains named like Calico's, as data (tables of chains of rules, each
+// rule tagged with a hash) and as iptables-restore text. It is pure: the
+// kernel driver (felix/dataplane/iptables) writes what it returns.
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// Mark bits, as Calico's defaults within the mark mask 0xffff0000.
+const (
+	MarkAccept = 0x10000
+	MarkPass   = 0x20000
+	// MarkScratch is a scratch bit used within one rule.
+	MarkScratch = 0x40000
+	// markAll is every bit felix clears at the start of a pass.
+	markAll = 0xf0000
+)
+
+// MaxChainName is the longest chain name iptables accepts.
+const MaxChainName = 28
+
+// Rule is one iptables rule: the match part, the target (what follows
+// -j, for example "ACCEPT", "cali-pi-x" or "MARK --set-xmark 0x10000/0x10000"),
+// an optional human comment, and Hash, a per-rule hash that also covers the
+// chain name and every rule before it, so the dataplane can compare the
+// hashes it reads back and rewrite only what changed.
+type Rule struct {
+	Match   string
+	Action  string
+	Comment string
+	Hash    string
+}
+
+// Chain is one of our chains.
+type Chain struct {
+	Name  string
+	Rules []Rule
+}
+
+// KernelJump is a rule felix inserts into a kernel chain (the only rules
+// it writes outside its own chains).
+type KernelJump struct {
+	Table, Chain string
+	Rule         Rule
+}
+
+// Ruleset is everything felix programs for one IP family.
+type Ruleset struct {
+	IPVersion int
+	// Tables maps "filter", "nat", "mangle" and "raw" to their chains, in
+	// a stable order.
+	Tables map[string][]Chain
+	Jumps  []KernelJump
+}
+
+// TableNames is the order tables are written in.
+func TableNames() []string { return []string{"raw", "mangle", "nat", "filter"} }
+
+// hashRules fills in the hash of every rule of a chain.
+func hashRules(chain string, rules []Rule) {
+	prev := chain
+	for i := range rules {
+		sum := sha256.Sum256([]byte(prev + "\x00" + rules[i].Match + "\x00" + rules[i].Action + "\x00" + rules[i].Comment))
+		rules[i].Hash = base64.RawURLEncoding.EncodeToString(sum[:])[:16]
+		prev = rules[i].Hash
+	}
+}
+
+// Text renders a rule as an iptables-restore line of chain, without the
+// leading -A/-I.
+func (r Rule) Text() string {
+	var b strings.Builder
+	if r.Match != "" {
+		b.WriteString(r.Match)
+		b.WriteString(" ")
+	}
+	fmt.Fprintf(&b, "-m comment --comment \"cali:%s\"", r.Hash)
+	if r.Comment != "" {
+		fmt.Fprintf(&b, " -m comment --comment %q", r.Comment)
+	}
+	if r.Action != "" {
+		b.WriteString(" -j ")
+		b.WriteString(r.Action)
+	}
+	return b.String()
+}
+
+// Restore renders one table as iptables-restore input for --noflush: a
+// declaration (which creates or empties the chain) and the rules of every
+// chain. With jumps the kernel-chain jumps are inserted too (for a first
+// write or a test; the driver checks them one by one). The text is the
+// same for the nft and legacy backends.
+func (rs *Ruleset) Restore(table string, jumps bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%s\n", table)
+	for _, c := range rs.Tables[table] {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
+	}
+	for _, c := range rs.Tables[table] {
+		for _, r := range c.Rules {
+			fmt.Fprintf(&b, "-A %s %s\n", c.Name, r.Text())
+		}
+	}
+	if jumps {
+		for _, j := range rs.Jumps {
+			if j.Table == table {
+				fmt.Fprintf(&b, "-I %s 1 %s\n", j.Chain, j.Rule.Text())
+			}
+		}
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// ChainName returns prefix+name, or when that is longer than iptables
+// allows, prefix + "_" + a hash of name, as Calico does.
+func ChainName(prefix, name string) string {
+	if len(prefix)+len(name) <= MaxChainName && !strings.ContainsAny(name, " \t\"'") {
+		return prefix + name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return prefix + "_" + base64.RawURLEncoding.EncodeToString(sum[:])[:MaxChainName-len(prefix)-1]
+}
+
+// IPSetName is the kernel name of a calc IP set ID for a family:
+// cali40s:<hash>, cali40n:<hash>, cali40masq-ipam-pools (cali60… for IPv6),
+// at most 31 characters.
+func IPSetName(id string, ipVersion int) string {
+	name := fmt.Sprintf("cali%d0%s", ipVersion, id)
+	if len(name) > 31 {
+		sum := sha256.Sum256([]byte(id))
+		name = fmt.Sprintf("cali%d0%s", ipVersion, base64.RawURLEncoding.EncodeToString(sum[:])[:25])
+	}
+	return name
+}

@@ -1,0 +1,440 @@
+package rules
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/palisade-net/palisade/felix/calc"
+)
+
+// Chain names and prefixes, as Calico's.
+const (
+	ChainFilterInput    = "cali-INPUT"
+	ChainFilterOutput   = "cali-OUTPUT"
+	ChainFilterForward  = "cali-FORWARD"
+	ChainPrerouting     = "cali-PREROUTING"
+	ChainPostrouting    = "cali-POSTROUTING"
+	ChainRawOutput      = "cali-OUTPUT"
+	ChainNATOutgoing    = "cali-nat-outgoing"
+	ChainWorkloadToHost = "cali-wl-to-host"
+	ChainFromWlDispatch = "cali-from-wl-dispatch"
+	ChainToWlDispatch   = "cali-to-wl-dispatch"
+	ChainFromHEP        = "cali-from-host-endpoint"
+	ChainToHEP          = "cali-to-host-endpoint"
+	ChainFromHEPForward = "cali-from-hep-forward"
+	ChainToHEPForward   = "cali-to-hep-forward"
+	ChainFailsafeIn     = "cali-failsafe-in"
+	ChainFailsafeOut    = "cali-failsafe-out"
+
+	PrefixToWorkload    = "cali-tw-"
+	PrefixFromWorkload  = "cali-fw-"
+	PrefixFromHost      = "cali-fh-"
+	PrefixToHost        = "cali-th-"
+	PrefixFromHostFwd   = "cali-fhfw-"
+	PrefixToHostFwd     = "cali-thfw-"
+	PrefixPolicyIn      = "cali-pi-"
+	PrefixPolicyOut     = "cali-po-"
+	PrefixProfileIn     = "cali-pri-"
+	PrefixProfileOut    = "cali-pro-"
+	workloadIfaceSuffix = "+"
+)
+
+// Input is what one family's ruleset is rendered from: the calc output
+// the dataplane accumulated.
+type Input struct {
+	Config    *calc.Config
+	IPVersion int
+	Policies  map[calc.PolicyID]*calc.Policy
+	Profiles  map[string]*calc.Profile
+	Endpoints map[calc.EndpointID]*calc.Endpoint
+}
+
+// PolicyChain names a policy's chain for a direction.
+func PolicyChain(id calc.PolicyID, ingress bool) string {
+	prefix := PrefixPolicyOut
+	if ingress {
+		prefix = PrefixPolicyIn
+	}
+	return ChainName(prefix, id.Tier+"/"+id.String())
+}
+
+// ProfileChain names a profile's chain for a direction.
+func ProfileChain(name string, ingress bool) string {
+	prefix := PrefixProfileOut
+	if ingress {
+		prefix = PrefixProfileIn
+	}
+	return ChainName(prefix, name)
+}
+
+func markMatch(bits int) string    { return fmt.Sprintf("-m mark --mark %#x/%#x", bits, bits) }
+func notMarkMatch(bits int) string { return fmt.Sprintf("-m mark --mark 0x0/%#x", bits) }
+func setMark(bits int) string      { return fmt.Sprintf("MARK --set-xmark %#x/%#x", bits, bits) }
+func clearMark(bits int) string    { return fmt.Sprintf("MARK --set-xmark 0x0/%#x", bits) }
+
+type builder struct {
+	in     Input
+	tables map[string][]Chain
+}
+
+func (b *builder) add(table, name string, rules []Rule) {
+	hashRules(name, rules)
+	b.tables[table] = append(b.tables[table], Chain{Name: name, Rules: rules})
+}
+
+// Render builds the ruleset of one family.
+func Render(in Input) *Ruleset {
+	b := &builder{in: in, tables: map[string][]Chain{}}
+	cfg := in.Config
+	if cfg == nil {
+		cfg = calc.MergeConfig(nil, nil)
+		b.in.Config = cfg
+	}
+	var workloads, hosts []*calc.Endpoint
+	for _, e := range in.Endpoints {
+		if e.ID.Kind == calc.HostEndpoint {
+			if e.InterfaceName != "" {
+				hosts = append(hosts, e)
+			}
+		} else if e.InterfaceName != "" {
+			workloads = append(workloads, e)
+		}
+	}
+	byIface := func(a, b *calc.Endpoint) int { return cmp.Compare(a.InterfaceName, b.InterfaceName) }
+	slices.SortFunc(workloads, byIface)
+	slices.SortFunc(hosts, byIface)
+
+	// filter: the entry chains.
+	var input []Rule
+	for _, p := range cfg.InterfacePrefixes {
+		input = append(input, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: "goto " + ChainWorkloadToHost})
+	}
+	input = append(input,
+		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT"},
+		Rule{Action: clearMark(markAll)},
+		Rule{Action: ChainFromHEP},
+		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+	)
+	b.add("filter", ChainFilterInput, fixGoto(input))
+	toHost := strings.ToUpper(cfg.DefaultEndpointToHostAction)
+	if toHost == "" {
+		toHost = "DROP"
+	}
+	b.add("filter", ChainWorkloadToHost, []Rule{
+		{Action: ChainFromWlDispatch},
+		{Action: toHost, Comment: "Configured DefaultEndpointToHostAction"},
+	})
+	var forward []Rule
+	forward = append(forward,
+		Rule{Action: clearMark(markAll)},
+		Rule{Action: ChainFromHEPForward},
+	)
+	for _, p := range cfg.InterfacePrefixes {
+		forward = append(forward, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: ChainFromWlDispatch})
+	}
+	for _, p := range cfg.InterfacePrefixes {
+		forward = append(forward, Rule{Match: "-o " + p + workloadIfaceSuffix, Action: ChainToWlDispatch})
+	}
+	forward = append(forward,
+		Rule{Action: ChainToHEPForward},
+		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
+	)
+	b.add("filter", ChainFilterForward, forward)
+	output := []Rule{{Match: markMatch(MarkAccept), Action: "ACCEPT"}}
+	for _, p := range cfg.InterfacePrefixes {
+		output = append(output, Rule{Match: "-o " + p + workloadIfaceSuffix, Action: "RETURN"})
+	}
+	output = append(output,
+		Rule{Action: clearMark(markAll)},
+		Rule{Action: ChainToHEP},
+		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+	)
+	b.add("filter", ChainFilterOutput, output)
+
+	// Workload dispatch: every known interface goes to its chain, any
+	// other workload interface is dropped (fail closed).
+	var fromWl, toWl []Rule
+	for _, e := range workloads {
+		fromWl = append(fromWl, Rule{Match: "-i " + e.InterfaceName, Action: "goto " + ChainName(PrefixFromWorkload, e.InterfaceName)})
+		toWl = append(toWl, Rule{Match: "-o " + e.InterfaceName, Action: "goto " + ChainName(PrefixToWorkload, e.InterfaceName)})
+	}
+	fromWl = append(fromWl, Rule{Action: "DROP", Comment: "Unknown interface"})
+	toWl = append(toWl, Rule{Action: "DROP", Comment: "Unknown interface"})
+	b.add("filter", ChainFromWlDispatch, fixGoto(fromWl))
+	b.add("filter", ChainToWlDispatch, fixGoto(toWl))
+	for _, e := range workloads {
+		b.add("filter", ChainName(PrefixToWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, true, "", true))
+		b.add("filter", ChainName(PrefixFromWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, false, "", true))
+	}
+
+	// Host endpoints.
+	b.failsafe("filter")
+	var fromHEP, toHEP, fromFwd, toFwd []Rule
+	for _, e := range hosts {
+		in, out := ifaceMatch("-i", e.InterfaceName), ifaceMatch("-o", e.InterfaceName)
+		suffix := hostSuffix(e.InterfaceName)
+		fromHEP = append(fromHEP, Rule{Match: in, Action: "goto " + ChainName(PrefixFromHost, suffix)})
+		toHEP = append(toHEP, Rule{Match: out, Action: "goto " + ChainName(PrefixToHost, suffix)})
+		fromFwd = append(fromFwd, Rule{Match: in, Action: "goto " + ChainName(PrefixFromHostFwd, suffix)})
+		toFwd = append(toFwd, Rule{Match: out, Action: "goto " + ChainName(PrefixToHostFwd, suffix)})
+	}
+	b.add("filter", ChainFromHEP, fixGoto(fromHEP))
+	b.add("filter", ChainToHEP, fixGoto(toHEP))
+	b.add("filter", ChainFromHEPForward, fixGoto(fromFwd))
+	b.add("filter", ChainToHEPForward, fixGoto(toFwd))
+	for _, e := range hosts {
+		suffix := hostSuffix(e.InterfaceName)
+		b.add("filter", ChainName(PrefixFromHost, suffix), b.endpointChain(e.Tiers, e.Profiles, true, ChainFailsafeIn, true))
+		b.add("filter", ChainName(PrefixToHost, suffix), b.endpointChain(e.Tiers, e.Profiles, false, ChainFailsafeOut, true))
+		b.add("filter", ChainName(PrefixFromHostFwd, suffix), b.endpointChain(e.ForwardTiers, e.Profiles, true, "", true))
+		b.add("filter", ChainName(PrefixToHostFwd, suffix), b.endpointChain(e.ForwardTiers, e.Profiles, false, "", true))
+	}
+	b.policyChains("filter", false)
+
+	// raw: untracked policy; mangle: preDNAT policy (host endpoints).
+	b.untracked(hosts)
+	b.preDNAT(hosts)
+
+	// nat: masquerade from pools with natOutgoing to anywhere outside the
+	// pools.
+	b.add("nat", ChainPrerouting, nil)
+	b.add("nat", ChainPostrouting, []Rule{{Action: ChainNATOutgoing}})
+	b.add("nat", ChainNATOutgoing, []Rule{{
+		Match: fmt.Sprintf("-m set --match-set %s src -m set ! --match-set %s dst",
+			IPSetName(calc.IPSetMasqPools, in.IPVersion), IPSetName(calc.IPSetAllPools, in.IPVersion)),
+		Action: "MASQUERADE --random-fully",
+	}})
+
+	rs := &Ruleset{IPVersion: in.IPVersion, Tables: b.tables}
+	for _, j := range []struct{ table, kernel, ours string }{
+		{"raw", "PREROUTING", ChainPrerouting}, {"raw", "OUTPUT", ChainRawOutput},
+		{"mangle", "PREROUTING", ChainPrerouting},
+		{"nat", "PREROUTING", ChainPrerouting}, {"nat", "POSTROUTING", ChainPostrouting},
+		{"filter", "INPUT", ChainFilterInput}, {"filter", "FORWARD", ChainFilterForward}, {"filter", "OUTPUT", ChainFilterOutput},
+	} {
+		r := []Rule{{Action: j.ours}}
+		hashRules(j.kernel, r)
+		rs.Jumps = append(rs.Jumps, KernelJump{Table: j.table, Chain: j.kernel, Rule: r[0]})
+	}
+	return rs
+}
+
+// fixGoto turns the "goto X" shorthand into iptables' -g.
+func fixGoto(rules []Rule) []Rule {
+	for i, r := range rules {
+		if t, ok := strings.CutPrefix(r.Action, "goto "); ok {
+			rules[i].Match = strings.TrimSpace(r.Match + " -g " + t)
+			rules[i].Action = ""
+		}
+	}
+	return rules
+}
+
+func ifaceMatch(flag, iface string) string {
+	if iface == "*" {
+		return ""
+	}
+	return flag + " " + iface
+}
+
+func hostSuffix(iface string) string {
+	if iface == "*" {
+		return "any"
+	}
+	return iface
+}
+
+// endpointChain is the policy of one endpoint and direction: conntrack
+// fast path, failsafe ports (host endpoints), the tiers, the profiles,
+// then drop. final false leaves out the profiles and the drop (untracked
+// and preDNAT chains fall through to normal policy).
+func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, ingress bool, failsafe string, final bool) []Rule {
+	var rules []Rule
+	if final {
+		rules = append(rules,
+			Rule{Match: "-m conntrack --ctstate RELATED,ESTABLISHED", Action: "ACCEPT"},
+			Rule{Match: "-m conntrack --ctstate INVALID", Action: "DROP"},
+		)
+	}
+	rules = append(rules, Rule{Action: clearMark(MarkAccept | MarkPass)})
+	if failsafe != "" {
+		rules = append(rules, Rule{Action: failsafe})
+	}
+	for _, t := range tiers {
+		ids := t.Egress
+		if ingress {
+			ids = t.Ingress
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		rules = append(rules, Rule{Action: clearMark(MarkPass), Comment: "Start of tier " + t.Name})
+		for _, id := range ids {
+			if _, ok := b.in.Policies[id]; !ok {
+				continue
+			}
+			rules = append(rules,
+				Rule{Match: notMarkMatch(MarkPass), Action: PolicyChain(id, ingress)},
+				Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if policy accepted"},
+			)
+		}
+		if t.DefaultAction != calc.Pass && final {
+			rules = append(rules, Rule{Match: notMarkMatch(MarkPass), Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
+		}
+	}
+	if !final {
+		return rules
+	}
+	for _, p := range profiles {
+		if _, ok := b.in.Profiles[p]; !ok {
+			continue
+		}
+		rules = append(rules,
+			Rule{Action: ProfileChain(p, ingress)},
+			Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if profile accepted"},
+		)
+	}
+	return append(rules, Rule{Action: "DROP", Comment: "Drop if no profiles matched"})
+}
+
+// policyChains renders every policy and profile chain of a table. untracked
+// and preDNAT select which policies belong to raw and mangle.
+func (b *builder) policyChains(table string, special bool) {
+	ids := slices.SortedFunc(func(yield func(calc.PolicyID) bool) {
+		for id := range b.in.Policies {
+			if !yield(id) {
+				return
+			}
+		}
+	}, func(a, c calc.PolicyID) int { return cmp.Compare(PolicyChain(a, true), PolicyChain(c, true)) })
+	for _, id := range ids {
+		p := b.in.Policies[id]
+		isSpecial := p.DoNotTrack || p.PreDNAT
+		if isSpecial != special || table == "raw" && !p.DoNotTrack || table == "mangle" && !p.PreDNAT {
+			continue
+		}
+		allow := "ALLOW"
+		if p.DoNotTrack {
+			allow = "NOTRACK"
+		}
+		if p.Ingress {
+			b.add(table, PolicyChain(id, true), b.ruleChain(p.Inbound, allow))
+		}
+		if p.Egress {
+			b.add(table, PolicyChain(id, false), b.ruleChain(p.Outbound, allow))
+		}
+	}
+	if special {
+		return
+	}
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range b.in.Profiles {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		p := b.in.Profiles[name]
+		b.add(table, ProfileChain(name, true), b.ruleChain(p.Inbound, "ALLOW"))
+		b.add(table, ProfileChain(name, false), b.ruleChain(p.Outbound, "ALLOW"))
+	}
+}
+
+// ruleChain renders the rules of a policy or profile.
+func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
+	var out []Rule
+	for _, r := range rules {
+		matches := ruleMatches(r, b.in.IPVersion)
+		if len(matches) > 0 {
+			out = append(out, notNetRules(r, b.in.IPVersion)...)
+		}
+		for _, m := range matches {
+			switch r.Action {
+			case calc.Allow:
+				out = append(out, Rule{Match: m, Action: setMark(MarkAccept)})
+				if allow == "NOTRACK" {
+					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "CT --notrack"})
+				}
+				out = append(out, Rule{Match: markMatch(MarkAccept), Action: "RETURN"})
+			case calc.Pass:
+				out = append(out, Rule{Match: m, Action: setMark(MarkPass)}, Rule{Match: markMatch(MarkPass), Action: "RETURN"})
+			case calc.Deny:
+				out = append(out, Rule{Match: m, Action: "DROP"})
+			case calc.Log:
+				out = append(out, Rule{Match: m, Action: `LOG --log-prefix "calico-packet: " --log-level 5`})
+			}
+		}
+	}
+	return out
+}
+
+// failsafe renders the failsafe chains of a table.
+func (b *builder) failsafe(table string) {
+	fs := func(ports []calc.ProtoPort) []Rule {
+		var out []Rule
+		for _, p := range ports {
+			out = append(out, Rule{Match: fmt.Sprintf("-p %s -m %s --dport %d", p.Protocol, p.Protocol, p.Port), Action: "ACCEPT"})
+		}
+		return out
+	}
+	b.add(table, ChainFailsafeIn, fs(b.in.Config.FailsafeInbound))
+	b.add(table, ChainFailsafeOut, fs(b.in.Config.FailsafeOutbound))
+}
+
+// untracked renders the raw table: doNotTrack policy of host endpoints;
+// a packet it allows is not tracked and accepted.
+func (b *builder) untracked(hosts []*calc.Endpoint) {
+	pre := []Rule{{Action: clearMark(markAll)}}
+	out := []Rule{{Action: clearMark(markAll)}}
+	var chains [][2]any
+	for _, e := range hosts {
+		if len(e.UntrackedTiers) == 0 {
+			continue
+		}
+		suffix := hostSuffix(e.InterfaceName)
+		pre = append(pre, Rule{Match: ifaceMatch("-i", e.InterfaceName), Action: "goto " + ChainName(PrefixFromHost, suffix)})
+		out = append(out, Rule{Match: ifaceMatch("-o", e.InterfaceName), Action: "goto " + ChainName(PrefixToHost, suffix)})
+		chains = append(chains, [2]any{suffix, e})
+	}
+	b.add("raw", ChainPrerouting, fixGoto(pre))
+	b.add("raw", ChainRawOutput, fixGoto(out))
+	if len(chains) == 0 {
+		return
+	}
+	b.failsafe("raw")
+	for _, c := range chains {
+		suffix, e := c[0].(string), c[1].(*calc.Endpoint)
+		b.add("raw", ChainName(PrefixFromHost, suffix), b.endpointChain(e.UntrackedTiers, nil, true, ChainFailsafeIn, false))
+		b.add("raw", ChainName(PrefixToHost, suffix), b.endpointChain(e.UntrackedTiers, nil, false, ChainFailsafeOut, false))
+	}
+	b.policyChains("raw", true)
+}
+
+// preDNAT renders the mangle table: preDNAT policy of host endpoints,
+// applied to new connections before DNAT.
+func (b *builder) preDNAT(hosts []*calc.Endpoint) {
+	pre := []Rule{
+		{Match: "-m conntrack --ctstate RELATED,ESTABLISHED", Action: "ACCEPT"},
+		{Action: clearMark(markAll)},
+	}
+	var chains []*calc.Endpoint
+	for _, e := range hosts {
+		if len(e.PreDNATTiers) == 0 {
+			continue
+		}
+		pre = append(pre, Rule{Match: ifaceMatch("-i", e.InterfaceName), Action: ChainName(PrefixFromHost, hostSuffix(e.InterfaceName))})
+		chains = append(chains, e)
+	}
+	pre = append(pre, Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
+	b.add("mangle", ChainPrerouting, pre)
+	if len(chains) == 0 {
+		return
+	}
+	b.failsafe("mangle")
+	for _, e := range chains {
+		b.add("mangle", ChainName(PrefixFromHost, hostSuffix(e.InterfaceName)), b.endpointChain(e.PreDNATTiers, nil, true, ChainFailsafeIn, false))
+	}
+	b.policyChains("mangle", true)
+}

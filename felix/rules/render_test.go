@@ -1,0 +1,318 @@
+package rules
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/libcalico/api/numorstring"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const node = "node-a"
+
+// state accumulates the calc output, as the dataplane driver does.
+type state struct {
+	cfg       *calc.Config
+	sets      map[string]*calc.IPSet
+	policies  map[calc.PolicyID]*calc.Policy
+	profiles  map[string]*calc.Profile
+	endpoints map[calc.EndpointID]*calc.Endpoint
+}
+
+func (s *state) OnConfigUpdate(c *calc.Config)           { s.cfg = c }
+func (s *state) OnIPSetUpdate(x *calc.IPSet)             { s.sets[x.ID] = x }
+func (s *state) OnIPSetDelta(string, []string, []string) {}
+func (s *state) OnIPSetRemoved(id string)                { delete(s.sets, id) }
+func (s *state) OnPolicyUpdate(p *calc.Policy)           { s.policies[p.ID] = p }
+func (s *state) OnPolicyRemoved(id calc.PolicyID)        { delete(s.policies, id) }
+func (s *state) OnProfileUpdate(p *calc.Profile)         { s.profiles[p.Name] = p }
+func (s *state) OnProfileRemoved(n string)               { delete(s.profiles, n) }
+func (s *state) OnEndpointUpdate(e *calc.Endpoint)       { s.endpoints[e.ID] = e }
+func (s *state) OnEndpointRemoved(id calc.EndpointID)    { delete(s.endpoints, id) }
+func (s *state) OnRouteUpdate(calc.Route)                {}
+func (s *state) OnRouteRemoved(netip.Prefix)             {}
+func (s *state) OnInSync()                               {}
+
+func calculate(rs []v3.Resource) *state {
+	s := &state{sets: map[string]*calc.IPSet{}, policies: map[calc.PolicyID]*calc.Policy{},
+		profiles: map[string]*calc.Profile{}, endpoints: map[calc.EndpointID]*calc.Endpoint{}}
+	g := calc.NewGraph(node, s)
+	for _, r := range rs {
+		g.OnUpdate(calc.Update{Key: datastore.KeyOf(r), Value: r})
+	}
+	g.OnInSync()
+	g.Flush()
+	return s
+}
+
+func (s *state) render(family int) *Ruleset {
+	return Render(Input{Config: s.cfg, IPVersion: family, Policies: s.policies, Profiles: s.profiles, Endpoints: s.endpoints})
+}
+
+// Fixtures.
+var (
+	tcp  = numorstring.ProtocolFromString("TCP")
+	udp  = numorstring.ProtocolFromString("UDP")
+	sctp = numorstring.ProtocolFromString("SCTP")
+	icmp = numorstring.ProtocolFromString("ICMP")
+)
+
+func intp(i int) *int                                { return &i }
+func ord(f float64) *float64                         { return &f }
+func ports(p ...numorstring.Port) []numorstring.Port { return p }
+
+func pod(ns, name, ip string, labels map[string]string, node string) *v3.WorkloadEndpoint {
+	return &v3.WorkloadEndpoint{
+		TypeMeta:   v3.TypeMeta{Kind: v3.KindWorkloadEndpoint},
+		ObjectMeta: v3.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: v3.WorkloadEndpointSpec{Node: node, IPNetworks: []string{ip}, InterfaceName: "cali-" + name,
+			Profiles: []string{"kns." + ns}, ServiceAccountName: "sa-" + name,
+			Ports: []v3.WorkloadEndpointPort{{Name: "http", Protocol: tcp, Port: 8080}}},
+	}
+}
+
+func nsProfile(ns string, labels map[string]string) *v3.Profile {
+	return &v3.Profile{TypeMeta: v3.TypeMeta{Kind: v3.KindProfile}, ObjectMeta: v3.ObjectMeta{Name: "kns." + ns, Labels: labels},
+		Spec: v3.ProfileSpec{Ingress: []v3.Rule{{Action: v3.Allow}}, Egress: []v3.Rule{{Action: v3.Allow}}}}
+}
+
+func gnp(name string, order *float64, spec v3.GlobalNetworkPolicySpec) *v3.GlobalNetworkPolicy {
+	spec.Order = order
+	if spec.Selector == "" {
+		spec.Selector = "app == 'web'"
+	}
+	return &v3.GlobalNetworkPolicy{TypeMeta: v3.TypeMeta{Kind: v3.KindGlobalNetworkPolicy}, ObjectMeta: v3.ObjectMeta{Name: name}, Spec: spec}
+}
+
+func netpol(ns, name string, spec v3.NetworkPolicySpec) *v3.NetworkPolicy {
+	if spec.Selector == "" {
+		spec.Selector = "app == 'web'"
+	}
+	return &v3.NetworkPolicy{TypeMeta: v3.TypeMeta{Kind: v3.KindNetworkPolicy}, ObjectMeta: v3.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+}
+
+func hep(name, iface string, labels map[string]string) *v3.HostEndpoint {
+	return &v3.HostEndpoint{TypeMeta: v3.TypeMeta{Kind: v3.KindHostEndpoint}, ObjectMeta: v3.ObjectMeta{Name: name, Labels: labels},
+		Spec: v3.HostEndpointSpec{Node: node, InterfaceName: iface, ExpectedIPs: []string{"198.18.0.1"}}}
+}
+
+func felixConfig(spec v3.FelixConfigurationSpec) *v3.FelixConfiguration {
+	return &v3.FelixConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindFelixConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: spec}
+}
+
+// base is a namespace with a local web pod and a remote db pod.
+func base() []v3.Resource {
+	return []v3.Resource{
+		nsProfile("prod", map[string]string{"env": "prod"}),
+		nsProfile("dev", map[string]string{"env": "dev"}),
+		pod("prod", "web", "10.65.0.2/32", map[string]string{"app": "web"}, node),
+		pod("prod", "db", "10.65.1.3/32", map[string]string{"app": "db"}, "node-b"),
+		pod("dev", "client", "10.65.2.4/32", map[string]string{"app": "client"}, "node-b"),
+	}
+}
+
+type catalogueCase struct {
+	name      string
+	resources []v3.Resource
+	families  []int
+}
+
+func catalogue() []catalogueCase {
+	in := func(rules ...v3.Rule) v3.GlobalNetworkPolicySpec {
+		return v3.GlobalNetworkPolicySpec{Ingress: rules, Types: []v3.PolicyType{v3.PolicyTypeIngress}}
+	}
+	deny := v3.Deny
+	pass := v3.Pass
+	tier := func(name string, order float64, action v3.Action) *v3.Tier {
+		return &v3.Tier{TypeMeta: v3.TypeMeta{Kind: v3.KindTier}, ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.TierSpec{Order: &order, DefaultAction: &action}}
+	}
+	inTier := func(p *v3.GlobalNetworkPolicy, t string) *v3.GlobalNetworkPolicy { p.Spec.Tier = t; return p }
+	_ = deny
+	cases := []catalogueCase{
+		{"profiles-only", nil, []int{4}},
+		{"allow-deny", []v3.Resource{gnp("allow-db", ord(10), in(
+			v3.Rule{Action: v3.Allow, Protocol: &tcp, Source: v3.EntityRule{Selector: "app == 'db'"}, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(80))}},
+			v3.Rule{Action: v3.Deny}))}, []int{4}},
+		{"pass-log-tiers", []v3.Resource{
+			tier("security", 10, pass), tier("platform", 20, deny),
+			inTier(gnp("log-all", ord(1), in(v3.Rule{Action: v3.Log}, v3.Rule{Action: v3.Pass, Source: v3.EntityRule{Nets: []string{"10.65.0.0/16"}}})), "security"),
+			inTier(gnp("unordered", nil, in(v3.Rule{Action: v3.Deny, Protocol: &udp})), "security"),
+			inTier(gnp("platform-allow", ord(5), in(v3.Rule{Action: v3.Allow, Protocol: &tcp})), "platform"),
+		}, []int{4}},
+		{"named-ports-namespace-selector-service-accounts", []v3.Resource{
+			netpol("prod", "np", v3.NetworkPolicySpec{Ingress: []v3.Rule{
+				{Action: v3.Allow, Protocol: &tcp, Source: v3.EntityRule{NamespaceSelector: "env == 'dev'"}, Destination: v3.EntityRule{Ports: ports(numorstring.NamedPort("http"), numorstring.SinglePort(443))}},
+				{Action: v3.Allow, Source: v3.EntityRule{ServiceAccounts: &v3.ServiceAccountMatch{Names: []string{"sa-db"}}}},
+			}})}, []int{4}},
+		{"nets-notnets-network-sets", []v3.Resource{
+			&v3.GlobalNetworkSet{TypeMeta: v3.TypeMeta{Kind: v3.KindGlobalNetworkSet}, ObjectMeta: v3.ObjectMeta{Name: "partners", Labels: map[string]string{"role": "partner"}},
+				Spec: v3.GlobalNetworkSetSpec{Nets: []string{"192.0.2.0/24", "2001:db8::/48"}}},
+			gnp("nets", nil, in(
+				v3.Rule{Action: v3.Allow, Source: v3.EntityRule{Nets: []string{"10.0.0.0/8", "172.16.0.0/12", "fd00::/8"}, NotNets: []string{"10.1.0.0/16"}}},
+				v3.Rule{Action: v3.Allow, Source: v3.EntityRule{Selector: "role == 'partner'", NotSelector: "app == 'db'"}},
+			))}, []int{4, 6}},
+		{"icmp-protocols-ports", []v3.Resource{gnp("protos", nil, in(
+			v3.Rule{Action: v3.Allow, Protocol: &icmp, ICMP: &v3.ICMPFields{Type: intp(8), Code: intp(0)}},
+			v3.Rule{Action: v3.Deny, Protocol: &icmp, NotICMP: &v3.ICMPFields{Type: intp(3)}},
+			v3.Rule{Action: v3.Allow, Protocol: &sctp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(9000))}},
+			v3.Rule{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.Port{MinPort: 5000, MaxPort: 5100}), NotPorts: ports(numorstring.SinglePort(5050))}},
+			v3.Rule{Action: v3.Allow, Protocol: func() *numorstring.Protocol { p := numorstring.ProtocolFromInt(47); return &p }()},
+			v3.Rule{Action: v3.Deny, NotProtocol: &tcp, IPVersion: intp(4)},
+		))}, []int{4, 6}},
+		{"host-endpoint-failsafe", []v3.Resource{
+			hep("eth0", "eth0", map[string]string{"host": "a"}),
+			gnp("host-ssh", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(22))}}}}),
+			gnp("host-fwd", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", ApplyOnForward: true, Egress: []v3.Rule{{Action: v3.Allow}}}),
+			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
+			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
+		}, []int{4}},
+		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
+		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},
+		{"nat-outgoing", []v3.Resource{
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "nonat"}, Spec: v3.IPPoolSpec{CIDR: "10.66.0.0/16"}},
+		}, []int{4}},
+	}
+	for i := range cases {
+		cases[i].resources = append(base(), cases[i].resources...)
+	}
+	return cases
+}
+
+// golden renders every table plus the IP sets the rules use.
+func golden(s *state, family int) string {
+	rs := s.render(family)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# IPv%d IP sets\n", family)
+	for _, id := range slices.Sorted(func(y func(string) bool) {
+		for id := range s.sets {
+			if !y(id) {
+				return
+			}
+		}
+	}) {
+		set := s.sets[id]
+		var members []string
+		for _, m := range set.Members {
+			if calc.MemberIsIPv6(m) == (family == 6) {
+				members = append(members, m)
+			}
+		}
+		fmt.Fprintf(&b, "# %s %s %s\n", IPSetName(id, family), set.Type, strings.Join(members, " "))
+	}
+	for _, t := range TableNames() {
+		b.WriteString(rs.Restore(t, true))
+	}
+	return b.String()
+}
+
+func TestGolden(t *testing.T) {
+	for _, c := range catalogue() {
+		s := calculate(c.resources)
+		for _, fam := range c.families {
+			name := fmt.Sprintf("%s-v%d.golden", c.name, fam)
+			t.Run(name, func(t *testing.T) {
+				got := golden(s, fam)
+				path := filepath.Join("testdata", name)
+				if *update {
+					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run with -update)", err)
+				}
+				if got != string(want) {
+					t.Errorf("%s differs from the rendering; diff with -update:\n%s", path, got)
+				}
+			})
+		}
+	}
+}
+
+// TestNamesAndHashes checks the limits iptables and ipset set on names and
+// that rule hashes depend on position.
+func TestNamesAndHashes(t *testing.T) {
+	long := calc.PolicyID{Tier: "default", Namespace: "a-very-long-namespace-name", Name: "a-very-long-policy-name"}
+	for _, c := range []string{PolicyChain(long, true), PolicyChain(long, false), ProfileChain(strings.Repeat("p", 40), true), ChainName(PrefixToWorkload, "cali0123456789a")} {
+		if len(c) > MaxChainName {
+			t.Errorf("chain %q is %d long, max %d", c, len(c), MaxChainName)
+		}
+	}
+	if PolicyChain(long, true) == PolicyChain(calc.PolicyID{Tier: "default", Namespace: long.Namespace, Name: long.Name + "x"}, true) {
+		t.Error("two long policy names share a chain")
+	}
+	for _, id := range []string{"s:abcdefghijklmnopqrstuv", "n:abcdefghijklmnopqrstuv", calc.IPSetMasqPools, calc.IPSetAllPools} {
+		for _, fam := range []int{4, 6} {
+			if n := IPSetName(id, fam); len(n) > 31 {
+				t.Errorf("ipset %q is %d long", n, len(n))
+			}
+		}
+	}
+	rules := []Rule{{Action: "ACCEPT"}, {Action: "ACCEPT"}}
+	hashRules("c", rules)
+	if rules[0].Hash == rules[1].Hash || len(rules[0].Hash) != 16 {
+		t.Errorf("hashes %q %q: want 16 chars, different by position", rules[0].Hash, rules[1].Hash)
+	}
+}
+
+// TestIptablesRestoreAccepts feeds rendered rulesets to iptables-restore
+// --test, nft and legacy, in a network namespace holding the IP sets.
+func TestIptablesRestoreAccepts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := fmt.Sprintf("felixrules-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	inNS := func(stdin string, args ...string) error {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	for _, c := range catalogue() {
+		s := calculate(c.resources)
+		for _, fam := range c.families {
+			var sets strings.Builder
+			for id, set := range s.sets {
+				f := "inet"
+				if fam == 6 {
+					f = "inet6"
+				}
+				fmt.Fprintf(&sets, "create %s %s family %s -exist\n", IPSetName(id, fam), set.Type, f)
+			}
+			if err := inNS(sets.String(), "ipset", "restore"); err != nil {
+				t.Fatal(err)
+			}
+			rs := s.render(fam)
+			for _, backend := range []string{"nft", "legacy"} {
+				cmd := fmt.Sprintf("iptables-%s-restore", backend)
+				if fam == 6 {
+					cmd = fmt.Sprintf("ip6tables-%s-restore", backend)
+				}
+				for _, table := range TableNames() {
+					if err := inNS(rs.Restore(table, true), cmd, "--noflush", "--test"); err != nil {
+						t.Errorf("%s v%d %s table %s: %v", c.name, fam, backend, table, err)
+					}
+				}
+			}
+		}
+	}
+}
