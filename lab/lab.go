@@ -188,6 +188,17 @@ func DefaultBinDir() string {
 	return filepath.Dir(exe)
 }
 
+// UpTimes says how long Up's phases took.
+type UpTimes struct {
+	// Agents is from the start of Up until every calico-node serves its
+	// status.
+	Agents time.Duration
+	// Sessions is how long the BGP sessions then took to establish.
+	Sessions time.Duration
+	// Total is the whole of Up.
+	Total time.Duration
+}
+
 // Lab is a running lab. Its methods are safe for concurrent use; another
 // process opens the same lab with Open.
 type Lab struct {
@@ -196,7 +207,13 @@ type Lab struct {
 	dir  string
 	out  io.Writer
 	lock *os.File
+	// times are Up's timings (zero for a lab opened with Open).
+	times UpTimes
 }
+
+// UpTimes says how long Up took to start the agents and establish the
+// BGP sessions.
+func (l *Lab) UpTimes() UpTimes { return l.times }
 
 // Name is the lab's name.
 func (l *Lab) Name() string { return l.st.Name }
@@ -439,11 +456,13 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	l.say("✓ %d calico-node(s) running after %s", o.Nodes, time.Since(began).Round(10*time.Millisecond))
-	if _, err := l.WaitSessions(ctx, 60*time.Second); err != nil {
+	l.times.Agents = time.Since(began)
+	l.say("✓ %d calico-node(s) running after %s", o.Nodes, l.times.Agents.Round(10*time.Millisecond))
+	if l.times.Sessions, err = l.WaitSessions(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
-	l.say("✓ lab %s is up after %s", o.Name, time.Since(began).Round(10*time.Millisecond))
+	l.times.Total = time.Since(began)
+	l.say("✓ lab %s is up after %s", o.Name, l.times.Total.Round(10*time.Millisecond))
 	return l, nil
 }
 
