@@ -60,6 +60,8 @@ type Handle struct {
 	seq   uint32
 	buf   []byte
 	rbuf  []byte
+	// hops is parse's scratch space for next hops.
+	hops []netip.Addr
 }
 
 // Open opens a route socket in the calling thread's network namespace for
@@ -103,24 +105,31 @@ func (h *Handle) Close() error {
 // List reads back every route of our protocol in the main table, IPv4 and
 // IPv6.
 func (h *Handle) List() (map[netip.Prefix]Route, error) {
-	return h.list(0)
+	out := map[netip.Prefix]Route{}
+	err := h.Walk(func(r Route) {
+		r.NextHops = slices.Clone(r.NextHops)
+		out[r.Dst] = r
+	})
+	return out, err
 }
 
-// list reads back our routes into a map sized for about hint routes.
-func (h *Handle) list(hint int) (map[netip.Prefix]Route, error) {
+// Walk calls fn with every route of our protocol in the main table, IPv4
+// then IPv6, as the kernel's dump is read: nothing is collected first. The
+// route's NextHops (sorted and unique) are only valid during the call; fn
+// must copy them to keep them, and must not call the handle.
+func (h *Handle) Walk(fn func(Route)) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[netip.Prefix]Route, hint)
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		if err := h.dump(fam, out); err != nil {
-			return nil, err
+		if err := h.dump(fam, fn); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// dump lists one family.
-func (h *Handle) dump(fam uint8, out map[netip.Prefix]Route) error {
+// dump walks one family.
+func (h *Handle) dump(fam uint8, fn func(Route)) error {
 	h.seq++
 	seq := h.seq
 	msg := make([]byte, unix.SizeofNlMsghdr+unix.SizeofRtMsg)
@@ -163,14 +172,15 @@ func (h *Handle) dump(fam uint8, out map[netip.Prefix]Route) error {
 				return nil
 			case unix.RTM_NEWROUTE:
 				if r, ok := h.parse(m[unix.SizeofNlMsghdr:]); ok {
-					out[r.Dst] = r
+					fn(r)
 				}
 			}
 		}
 	}
 }
 
-// parse decodes a route message; ok is false for routes not ours.
+// parse decodes a route message; ok is false for routes not ours. The next
+// hops are decoded into the handle's scratch slice (no allocation).
 func (h *Handle) parse(m []byte) (Route, bool) {
 	if len(m) < unix.SizeofRtMsg {
 		return Route{}, false
@@ -181,6 +191,7 @@ func (h *Handle) parse(m []byte) (Route, bool) {
 	}
 	var r Route
 	r.Blackhole = typ == unix.RTN_BLACKHOLE
+	hops := h.hops[:0]
 	var dst []byte
 	attrs := m[unix.SizeofRtMsg:]
 	for len(attrs) >= 4 {
@@ -199,7 +210,7 @@ func (h *Handle) parse(m []byte) (Route, bool) {
 			dst = v
 		case unix.RTA_GATEWAY:
 			if a, ok := netip.AddrFromSlice(v); ok {
-				r.NextHops = append(r.NextHops, a)
+				hops = append(hops, a)
 			}
 		case unix.RTA_MULTIPATH:
 			for len(v) >= 8 {
@@ -215,7 +226,7 @@ func (h *Handle) parse(m []byte) (Route, bool) {
 					}
 					if binary.NativeEndian.Uint16(na[2:4]) == unix.RTA_GATEWAY {
 						if a, ok := netip.AddrFromSlice(na[4:l]); ok {
-							r.NextHops = append(r.NextHops, a)
+							hops = append(hops, a)
 						}
 					}
 					na = na[align(l):]
@@ -225,6 +236,7 @@ func (h *Handle) parse(m []byte) (Route, bool) {
 		}
 		attrs = attrs[align(al):]
 	}
+	h.hops = hops
 	if table != mainTable {
 		return Route{}, false
 	}
@@ -242,8 +254,12 @@ func (h *Handle) parse(m []byte) (Route, bool) {
 		}
 	}
 	r.Dst = netip.PrefixFrom(addr, dstLen)
-	if len(r.NextHops) > 1 {
-		r = r.Normalize()
+	if len(hops) > 1 {
+		slices.SortFunc(hops, func(a, b netip.Addr) int { return a.Compare(b) })
+		hops = slices.Compact(hops)
+	}
+	if len(hops) > 0 {
+		r.NextHops = hops
 	}
 	return r, true
 }

@@ -4,36 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	log "github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
-
-// Diff returns the ops that turn current (routes of our protocol read back
-// from the kernel) into desired. Routes in current but not desired are
-// deleted only when removeStale is set: until the speaker has converged a
-// route left by a previous run may still be right.
-func Diff(current, desired map[netip.Prefix]Route, removeStale bool) []Op {
-	var ops []Op
-	for dst, want := range desired {
-		have, ok := current[dst]
-		switch {
-		case !ok:
-			ops = append(ops, Op{Route: want})
-		case !have.Equal(want):
-			ops = append(ops, Op{Route: want, Replace: true})
-		}
-	}
-	if removeStale {
-		for dst, have := range current {
-			if _, ok := desired[dst]; !ok {
-				ops = append(ops, Op{Route: have, Delete: true})
-			}
-		}
-	}
-	return ops
-}
 
 // Stats counts what a sync or update did.
 type Stats struct {
@@ -43,17 +19,43 @@ type Stats struct {
 	Errors    []error
 }
 
+// key is a destination in a compact, pointer-free form: hashed and
+// compared as plain bytes, and never scanned by the garbage collector
+// (netip.Prefix holds a pointer and hashes field by field).
+type key struct {
+	addr [16]byte
+	bits uint8
+	v4   bool
+}
+
+func keyOf(p netip.Prefix) key {
+	return key{addr: p.Addr().As16(), bits: uint8(p.Bits()), v4: p.Addr().Is4()}
+}
+
+// entry is one destination: the route we want there, and the route of ours
+// the kernel holds there (as last read back or written).
+type entry struct {
+	want    Route
+	wanted  bool
+	have    Route
+	written bool
+	// seen is the resync generation that last found the route in the
+	// kernel.
+	seen uint32
+}
+
 // Syncer keeps the kernel's routes of our protocol equal to a desired set:
-// Set and Delete apply each change at once (against what it last wrote),
-// Resync reads the kernel back, diffs and repairs. Safe for concurrent use.
+// Update applies each change at once (against what it last wrote), Resync
+// reads the kernel back, diffs and repairs. Safe for concurrent use.
 type Syncer struct {
 	h   *Handle
 	log *log.Entry
 
-	mu      sync.Mutex
-	desired map[netip.Prefix]Route
-	// written is what we believe the kernel holds of ours.
-	written map[netip.Prefix]Route
+	mu     sync.Mutex
+	routes map[key]*entry
+	// wanted counts the entries with wanted set.
+	wanted int
+	gen    uint32
 }
 
 // NewSyncer returns a Syncer writing through h.
@@ -61,7 +63,7 @@ func NewSyncer(h *Handle, logger *log.Entry) *Syncer {
 	if logger == nil {
 		logger = log.NewEntry(log.StandardLogger())
 	}
-	return &Syncer{h: h, log: logger, desired: map[netip.Prefix]Route{}, written: map[netip.Prefix]Route{}}
+	return &Syncer{h: h, log: logger, routes: map[key]*entry{}}
 }
 
 // Update sets routes (a route with neither next hops nor the blackhole flag
@@ -72,19 +74,35 @@ func (s *Syncer) Update(routes []Route) Stats {
 	var ops []Op
 	for _, r := range routes {
 		r = r.Normalize()
+		k := keyOf(r.Dst)
+		e := s.routes[k]
 		if !r.Blackhole && len(r.NextHops) == 0 {
-			delete(s.desired, r.Dst)
-			if have, ok := s.written[r.Dst]; ok {
-				ops = append(ops, Op{Route: have, Delete: true})
+			if e == nil {
+				continue
+			}
+			if e.wanted {
+				e.wanted, e.want = false, Route{}
+				s.wanted--
+			}
+			if e.written {
+				ops = append(ops, Op{Route: e.have, Delete: true})
+			} else {
+				delete(s.routes, k)
 			}
 			continue
 		}
-		s.desired[r.Dst] = r
-		have, ok := s.written[r.Dst]
+		if e == nil {
+			e = &entry{}
+			s.routes[k] = e
+		}
+		if !e.wanted {
+			s.wanted++
+		}
+		e.want, e.wanted = r, true
 		switch {
-		case !ok:
+		case !e.written:
 			ops = append(ops, Op{Route: r})
-		case !have.Equal(r):
+		case !e.have.Equal(r):
 			ops = append(ops, Op{Route: r, Replace: true})
 		}
 	}
@@ -95,36 +113,84 @@ func (s *Syncer) Update(routes []Route) Stats {
 func (s *Syncer) Desired() map[netip.Prefix]Route {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[netip.Prefix]Route, len(s.desired))
-	for k, v := range s.desired {
-		out[k] = v
+	out := make(map[netip.Prefix]Route, s.wanted)
+	for _, e := range s.routes {
+		if e.wanted {
+			out[e.want.Dst] = e.want
+		}
 	}
 	return out
 }
 
 // Resync reads back our routes, diffs them against the desired set and
 // repairs the difference; stale routes (ours, not desired) are removed only
-// when removeStale is set.
+// when removeStale is set: until the speaker has converged, a route left by
+// a previous run may still be right. The kernel's dump is compared route
+// by route as it is read, with no list built first.
 func (s *Syncer) Resync(removeStale bool) (Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	current, err := s.h.list(len(s.desired) + len(s.desired)/8)
+	s.gen++
+	gen := s.gen
+	var ops []Op
+	read, seen := 0, 0
+	err := s.h.Walk(func(r Route) {
+		read++
+		k := keyOf(r.Dst)
+		e := s.routes[k]
+		if e == nil {
+			// Ours but unknown: left by a previous run or added by hand.
+			e = &entry{}
+			s.routes[k] = e
+		}
+		if e.seen != gen {
+			seen++
+		}
+		e.seen = gen
+		if !e.written || !e.have.Equal(r) {
+			r.NextHops = slices.Clone(r.NextHops)
+			e.have, e.written = r, true
+		}
+		switch {
+		case e.wanted:
+			if !e.want.Equal(e.have) {
+				ops = append(ops, Op{Route: e.want, Replace: true})
+			}
+		case removeStale:
+			ops = append(ops, Op{Route: e.have, Delete: true})
+		}
+	})
 	if err != nil {
 		return Stats{}, err
 	}
-	s.written = current
-	st := s.apply(Diff(current, s.desired, removeStale), len(current))
-	return st, nil
+	// What the dump did not show is not in the kernel (any more).
+	if seen < len(s.routes) {
+		for k, e := range s.routes {
+			if e.seen == gen {
+				continue
+			}
+			e.have, e.written = Route{}, false
+			if e.wanted {
+				ops = append(ops, Op{Route: e.want})
+			} else {
+				delete(s.routes, k)
+			}
+		}
+	}
+	return s.apply(ops, read), nil
 }
 
-// apply runs ops and keeps written in step.
+// apply runs ops and keeps the entries' kernel side in step.
 func (s *Syncer) apply(ops []Op, read int) Stats {
 	st := Stats{Read: read}
 	if len(ops) == 0 {
 		return st
 	}
-	failed := map[netip.Prefix]error{}
+	var failed map[netip.Prefix]error
 	for _, e := range s.h.Apply(ops) {
+		if failed == nil {
+			failed = map[netip.Prefix]error{}
+		}
 		failed[e.Op.Route.Dst] = e.Err
 		switch {
 		case !e.Op.Delete && !e.Op.Replace && errors.Is(e.Err, unix.EEXIST):
@@ -140,16 +206,26 @@ func (s *Syncer) apply(ops []Op, read int) Stats {
 		if err, bad := failed[op.Route.Dst]; bad && err != nil {
 			continue
 		}
+		k := keyOf(op.Route.Dst)
+		e := s.routes[k]
 		switch {
 		case op.Delete:
 			st.Deleted++
-			delete(s.written, op.Route.Dst)
-		case op.Replace:
-			st.Replaced++
-			s.written[op.Route.Dst] = op.Route
+			if e != nil {
+				e.have, e.written = Route{}, false
+				if !e.wanted {
+					delete(s.routes, k)
+				}
+			}
 		default:
-			st.Added++
-			s.written[op.Route.Dst] = op.Route
+			if op.Replace {
+				st.Replaced++
+			} else {
+				st.Added++
+			}
+			if e != nil {
+				e.have, e.written = op.Route, true
+			}
 		}
 	}
 	if len(st.Errors) > 0 {
