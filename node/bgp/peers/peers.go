@@ -292,7 +292,8 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	template := Peer{
 		Type:                typ,
 		RestartTime:         DefaultRestartTime,
-		KeepOriginalNextHop: s.KeepOriginalNextHop,
+		// nextHopMode Keep is the newer spelling of keepOriginalNextHop.
+		KeepOriginalNextHop: s.KeepOriginalNextHop || (s.NextHopMode != nil && *s.NextHopMode == v3.NextHopKeep),
 	}
 	if s.MaxRestartTime != nil {
 		template.RestartTime = s.MaxRestartTime.Duration

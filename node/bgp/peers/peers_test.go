@@ -144,3 +144,43 @@ func TestInvalidSkipped(t *testing.T) {
 		t.Fatalf("got %d peers, want the 3 mesh sessions: %+v", len(res.Peers), res.Peers)
 	}
 }
+
+// TestKeepNextHop checks both spellings of "keep the original next hop".
+func TestKeepNextHop(t *testing.T) {
+	keep, self, auto := v3.NextHopKeep, v3.NextHopSelf, v3.NextHopAuto
+	tests := []struct {
+		name   string
+		legacy bool
+		mode   *v3.NextHopMode
+		want   bool
+	}{
+		{"unset", false, nil, false},
+		{"keepOriginalNextHop", true, nil, true},
+		{"nextHopMode Keep", false, &keep, true},
+		{"nextHopMode Auto", false, &auto, false},
+		{"nextHopMode Self", false, &self, false},
+		{"both", true, &auto, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := loadTopology(t, "testdata/mesh.yaml")
+			in.NodeName = "node-a"
+			in.Peers = []v3.BGPPeer{{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{
+				PeerIP: "198.19.0.1", ASNumber: 65001, KeepOriginalNextHop: tt.legacy, NextHopMode: tt.mode,
+			}}}
+			res, errs := Compute(in)
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			for _, p := range res.Peers {
+				if p.Address == netip.MustParseAddr("198.19.0.1") {
+					if p.KeepOriginalNextHop != tt.want {
+						t.Errorf("keepOriginalNextHop = %v, want %v", p.KeepOriginalNextHop, tt.want)
+					}
+					return
+				}
+			}
+			t.Fatalf("no session to 198.19.0.1: %+v", res.Peers)
+		})
+	}
+}
