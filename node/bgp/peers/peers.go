@@ -290,8 +290,8 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 		applies = func(n nodeInfo) bool { return sel.Evaluate(n.labels) }
 	}
 	template := Peer{
-		Type:                typ,
-		RestartTime:         DefaultRestartTime,
+		Type:        typ,
+		RestartTime: DefaultRestartTime,
 		// nextHopMode Keep is the newer spelling of keepOriginalNextHop.
 		KeepOriginalNextHop: s.KeepOriginalNextHop || (s.NextHopMode != nil && *s.NextHopMode == v3.NextHopKeep),
 	}
