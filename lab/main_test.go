@@ -41,7 +41,7 @@ func runTests(m *testing.M) int {
 	}
 	binDir = filepath.Join(root, "bin")
 	for name, pkg := range map[string]string{"calico-node": "../node/cmd/calico-node", "calicoctl": "../calicoctl/cmd/calicoctl",
-		"calico": "../cni-plugin/cmd/calico", "calico-ipam": "../cni-plugin/cmd/calico-ipam"} {
+		"calico": "../cni-plugin/cmd/calico", "calico-ipam": "../cni-plugin/cmd/calico-ipam", "lab": "./cmd/lab"} {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(binDir, name), pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -1,0 +1,87 @@
+package lab
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLI drives the lab binary as a user would, each command its own
+// process: up, pod add, exec calicoctl, ping, status, pod del, down; down
+// leaves no namespace, process or state behind.
+func TestCLI(t *testing.T) {
+	requireLab(t)
+	bin := filepath.Join(binDir, "lab")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("%s not built (make build)", bin)
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := "tcli" + hex.EncodeToString(b)
+	root := t.TempDir()
+	lab := func(wantOK bool, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--name", name, "--state-dir", root, "--bin-dir", binDir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != wantOK {
+			t.Fatalf("lab %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+			lab(true, "down")
+		}
+	})
+	out := lab(true, "up", "--nodes", "2", "--rr", "bird2", "--border")
+	for _, want := range []string{"Established", "lab " + name + " is up"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up: no %q in\n%s", want, out)
+		}
+	}
+	lab(false, "up") // the same name twice
+	lab(true, "pod", "add", "node1", "default/web")
+	lab(true, "pod", "add", "node2", "default/db")
+	if out := lab(true, "exec", "node2", "--", "calicoctl", "get", "workloadendpoints", "-A"); !strings.Contains(out, "web") || !strings.Contains(out, "db") {
+		t.Errorf("calicoctl get workloadendpoints in node2 lacks the pods:\n%s", out)
+	}
+	if out := lab(true, "ping", "default/web", "default/db"); !strings.Contains(out, "reply in") {
+		t.Errorf("ping: %s", out)
+	}
+	lab(true, "ping", "border", "default/db")
+	out = lab(true, "status")
+	for _, want := range []string{"=== node1", "=== node2", "calicoctl node status", "Calico process is running", "proto 196", "=== rr", "=== border", "default/web"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status: no %q in\n%s", want, out)
+		}
+	}
+	if out, err := exec.Command(bin, "--name", name, "--state-dir", root, "exec", "node1", "--", "sh", "-c", "exit 3").CombinedOutput(); err == nil || cmdExit(err) != 3 {
+		t.Errorf("exec should pass exit status 3 through: %v %s", err, out)
+	}
+	lab(true, "pod", "del", "node1", "default/web")
+	lab(false, "ping", "--timeout", "500ms", "node1", "default/web")
+	lab(true, "down")
+	ents, _ := os.ReadDir(netnsDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "pl-"+name+"-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+		t.Errorf("state left behind in %s", filepath.Join(root, name))
+	}
+	if out, _ := exec.Command("pgrep", "-f", filepath.Join(root, name)).Output(); len(out) > 0 {
+		t.Errorf("processes left behind: %s", out)
+	}
+}
+
+func cmdExit(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
