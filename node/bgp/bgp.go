@@ -340,7 +340,11 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 					self = append(self, p.Addr())
 				}
 			}
-			im.setLocal(st.paths.Blackholes, self)
+			originated := make([]netip.Prefix, 0, len(st.paths.Paths))
+			for _, p := range st.paths.Paths {
+				originated = append(originated, p.Prefix)
+			}
+			im.setLocal(st.paths.Blackholes, originated, self)
 		}
 		rec.apply(ctx, st)
 

@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/palisade-net/palisade/node/bgp/kernel"
@@ -10,8 +11,9 @@ import (
 
 // importer turns learned best routes and this node's blocks into the
 // kernel's desired routes: learned prefixes over their (ECMP) next hops,
-// except anything inside our own blocks or pointing at ourselves, plus a
-// blackhole for each of our blocks.
+// except anything inside our own blocks, anything we originate ourselves
+// (the service ranges every node advertises) or pointing at ourselves,
+// plus a blackhole for each of our blocks.
 type importer struct {
 	sync *kernel.Syncer
 
@@ -20,7 +22,13 @@ type importer struct {
 	blocks     []netip.Prefix
 	blackholes map[netip.Prefix]bool
 	self       map[netip.Addr]bool
+	own        map[netip.Prefix]bool
 	lastChange chan struct{}
+	// The last setLocal arguments.
+	primed     bool
+	lastBlocks []netip.Prefix
+	lastOwn    []netip.Prefix
+	lastSelf   []netip.Addr
 }
 
 func newImporter(s *kernel.Syncer) *importer {
@@ -29,6 +37,7 @@ func newImporter(s *kernel.Syncer) *importer {
 		learned:    map[netip.Prefix][]netip.Addr{},
 		blackholes: map[netip.Prefix]bool{},
 		self:       map[netip.Addr]bool{},
+		own:        map[netip.Prefix]bool{},
 		lastChange: make(chan struct{}, 1),
 	}
 }
@@ -39,6 +48,9 @@ func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
 	r := kernel.Route{Dst: pfx}
 	if im.blackholes[pfx] {
 		r.Blackhole = true
+		return r
+	}
+	if im.own[pfx] {
 		return r
 	}
 	for _, b := range im.blocks {
@@ -74,10 +86,22 @@ func (im *importer) onRoutes(rs []router.Route) {
 	}
 }
 
-// setLocal sets our blocks (never imported, each a blackhole) and
-// addresses, and recomputes every affected route.
-func (im *importer) setLocal(blocks []netip.Prefix, self []netip.Addr) {
+// setLocal sets our blocks (never imported, each a blackhole), the
+// prefixes we originate (never imported) and our addresses, and recomputes
+// every affected route.
+func (im *importer) setLocal(blocks, originated []netip.Prefix, self []netip.Addr) {
 	im.mu.Lock()
+	// Called every round: nothing to do unless something changed.
+	if im.primed && slices.Equal(blocks, im.lastBlocks) && slices.Equal(originated, im.lastOwn) && slices.Equal(self, im.lastSelf) {
+		im.mu.Unlock()
+		return
+	}
+	im.primed = true
+	im.lastBlocks, im.lastOwn, im.lastSelf = slices.Clone(blocks), slices.Clone(originated), slices.Clone(self)
+	im.own = make(map[netip.Prefix]bool, len(originated))
+	for _, p := range originated {
+		im.own[p] = true
+	}
 	old := im.blackholes
 	im.blocks = blocks
 	im.blackholes = make(map[netip.Prefix]bool, len(blocks))
