@@ -1,0 +1,190 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/iptables"
+	"github.com/palisade-net/palisade/felix/rules"
+)
+
+// setup resolves the backend and makes the table drivers of each family.
+func (d *Driver) setup(ctx context.Context) error {
+	b, err := iptables.DetectBackend(ctx, d.run, d.cfg.IptablesBackend)
+	if err != nil {
+		return err
+	}
+	d.backend = b
+	versions := []int{4}
+	if d.cfg.IPv6Support {
+		if b.Available(6) {
+			versions = append(versions, 6)
+		} else {
+			d.log.WithField("backend", b).Warn("IPv6 support is on but this backend has no ip6tables commands: IPv6 policy is not programmed")
+		}
+	}
+	for _, v := range versions {
+		f := &family{version: v, sets: d.sets[v/6]}
+		for _, t := range rules.TableNames() {
+			f.tables = append(f.tables, iptables.NewTable(t, v, b, d.run, d.log))
+		}
+		d.families = append(d.families, f)
+	}
+	d.log.WithFields(log.Fields{"backend": b, "ipVersions": versions}).Info("iptables dataplane ready")
+	return nil
+}
+
+// refresh marks what is due for a periodic read-back.
+func (d *Driver) refresh(now time.Time) {
+	due := func(last *time.Time, every time.Duration) bool {
+		if every <= 0 || now.Sub(*last) < every {
+			return false
+		}
+		*last = now
+		return true
+	}
+	if due(&d.lastRefresh.iptables, d.cfg.IptablesRefreshInterval) {
+		for _, f := range d.families {
+			for _, t := range f.tables {
+				t.Invalidate()
+			}
+		}
+	}
+	if due(&d.lastRefresh.ipsets, d.cfg.IpsetsRefreshInterval) {
+		for _, f := range d.families {
+			f.sets.Resync()
+		}
+	}
+	if due(&d.lastRefresh.routes, d.cfg.RouteRefreshInterval) {
+		d.routes.Resync()
+	}
+}
+
+// NextRefresh is how long until the next periodic read-back is due (a
+// minute when none is configured).
+func (d *Driver) NextRefresh(now time.Time) time.Duration {
+	next := time.Minute
+	if d.cfg == nil {
+		return next
+	}
+	for _, x := range []struct {
+		last  time.Time
+		every time.Duration
+	}{
+		{d.lastRefresh.iptables, d.cfg.IptablesRefreshInterval},
+		{d.lastRefresh.ipsets, d.cfg.IpsetsRefreshInterval},
+		{d.lastRefresh.routes, d.cfg.RouteRefreshInterval},
+	} {
+		if x.every > 0 {
+			if w := x.last.Add(x.every).Sub(now); w < next {
+				next = w
+			}
+		}
+	}
+	return max(next, 0)
+}
+
+// Apply does the kernel work collected since the last Apply, in order: IP
+// sets added or changed, iptables (every table of every family), routes,
+// IP sets removed; then endpoint status. Nothing is written before the
+// datastore is in sync. On error the parts that failed read the kernel
+// back and are written again by the next Apply.
+func (d *Driver) Apply(ctx context.Context) error {
+	if !d.inSync || d.cfg == nil {
+		return nil
+	}
+	if d.backend == "" {
+		if err := d.setup(ctx); err != nil {
+			return err
+		}
+		now := time.Now()
+		d.lastRefresh.iptables, d.lastRefresh.ipsets, d.lastRefresh.routes = now, now, now
+	}
+	d.refresh(time.Now())
+
+	for _, f := range d.families {
+		if err := f.sets.ApplyUpdates(ctx); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	if d.rulesDirty {
+		for _, f := range d.families {
+			rs := rules.Render(rules.Input{Config: d.cfg, IPVersion: f.version, Policies: d.policies, Profiles: d.profiles, Endpoints: d.endpoints})
+			for _, t := range f.tables {
+				t.SetChains(rs.Tables[t.Name])
+				t.SetJumps(rs.Jumps, d.cfg.ChainInsertMode)
+			}
+		}
+		d.rulesDirty = false
+	}
+	rulesOK := true
+	for _, f := range d.families {
+		for _, t := range f.tables {
+			if _, err := t.Apply(ctx); err != nil {
+				errs = append(errs, err)
+				rulesOK = false
+			}
+		}
+	}
+	if err := d.routes.Apply(); err != nil {
+		errs = append(errs, err)
+	}
+	if rulesOK {
+		for _, f := range d.families {
+			if err := f.sets.ApplyDeletions(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		errs = append(errs, d.reportStatus()...)
+	}
+	return errors.Join(errs...)
+}
+
+// reportStatus writes the status of endpoints programmed since the last
+// report and removes that of endpoints gone.
+func (d *Driver) reportStatus() []error {
+	var errs []error
+	for id := range d.epRemoved {
+		if err := d.status.removed(id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(d.epRemoved, id)
+	}
+	for id := range d.epDirty {
+		if ep := d.endpoints[id]; ep != nil {
+			if err := d.status.programmed(ep); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		delete(d.epDirty, id)
+	}
+	if !d.swept && d.status.dir != "" {
+		d.swept = true
+		entries, err := os.ReadDir(d.status.dir)
+		if err != nil && !os.IsNotExist(err) {
+			errs = append(errs, fmt.Errorf("endpoint status directory: %w", err))
+		}
+		known := map[string]bool{}
+		for id := range d.endpoints {
+			if id.Kind == calc.WorkloadEndpoint {
+				known[StatusFileName(id.Namespace, id.Name)] = true
+			}
+		}
+		for _, e := range entries {
+			if !known[e.Name()] || strings.HasSuffix(e.Name(), ".tmp") {
+				_ = os.Remove(d.status.dir + "/" + e.Name())
+			}
+		}
+	}
+	return errs
+}

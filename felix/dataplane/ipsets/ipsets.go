@@ -1,0 +1,334 @@
+// Package ipsets keeps the kernel's IP sets of one family (cali40… or
+// cali60…) equal to what felix's rules need: it takes set contents and deltas
+// cheaply, then writes only the difference from the kernel in one
+// `ipset restore`, filling a temporary set and swapping it in when a set
+// changes a lot. Sets no longer needed are destroyed in a separate step,
+// after the rules that used them are gone.
+package ipsets
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/rules"
+)
+
+// MaxElem is the capacity each set is created with.
+const MaxElem = 1048576
+
+// swapThreshold: a change touching more members than this (and more than
+// half the set) is written as a new set swapped in.
+const swapThreshold = 64
+
+type set struct {
+	typ     calc.IPSetType
+	members map[string]struct{}
+}
+
+func (s *set) clone() *set {
+	c := &set{typ: s.typ, members: make(map[string]struct{}, len(s.members))}
+	for m := range s.members {
+		c.members[m] = struct{}{}
+	}
+	return c
+}
+
+// Manager owns the IP sets of one family.
+type Manager struct {
+	family int
+	prefix string // "cali4" or "cali6": every set (and temp set) we own
+	run    *nsexec.Runner
+	log    *log.Entry
+
+	desired map[string]*set // kernel name → content
+	kernel  map[string]*set // what the kernel holds, as last read or written
+	dirty   map[string]struct{}
+	// resync asks for the kernel to be read back before the next write.
+	resync bool
+}
+
+// New makes the manager of family 4 or 6, running ipset through run.
+func New(family int, run *nsexec.Runner, logger *log.Entry) *Manager {
+	return &Manager{
+		family: family, prefix: fmt.Sprintf("cali%d", family), run: run,
+		log:     logger.WithField("ipsets", family),
+		desired: map[string]*set{}, kernel: map[string]*set{}, dirty: map[string]struct{}{},
+		resync: true,
+	}
+}
+
+func (m *Manager) ours(member string) bool { return calc.MemberIsIPv6(member) == (m.family == 6) }
+
+// Name is the kernel name of a set ID in this family.
+func (m *Manager) Name(id string) string { return rules.IPSetName(id, m.family) }
+
+// Set replaces the content of a set (members of the other family are
+// ignored).
+func (m *Manager) Set(id string, typ calc.IPSetType, members []string) {
+	s := &set{typ: typ, members: make(map[string]struct{}, len(members))}
+	for _, mb := range members {
+		if m.ours(mb) {
+			s.members[mb] = struct{}{}
+		}
+	}
+	name := m.Name(id)
+	m.desired[name] = s
+	m.dirty[name] = struct{}{}
+}
+
+// Delta adds and removes members of a set already Set.
+func (m *Manager) Delta(id string, added, removed []string) {
+	name := m.Name(id)
+	s := m.desired[name]
+	if s == nil {
+		m.log.WithField("set", id).Warn("Delta for an unknown IP set ignored")
+		return
+	}
+	for _, mb := range removed {
+		if m.ours(mb) {
+			delete(s.members, mb)
+			m.dirty[name] = struct{}{}
+		}
+	}
+	for _, mb := range added {
+		if m.ours(mb) {
+			s.members[mb] = struct{}{}
+			m.dirty[name] = struct{}{}
+		}
+	}
+}
+
+// Remove says the set is no longer needed; it is destroyed by
+// ApplyDeletions.
+func (m *Manager) Remove(id string) {
+	name := m.Name(id)
+	delete(m.desired, name)
+	delete(m.dirty, name)
+}
+
+// Resync makes the next apply read the kernel back first (the periodic
+// refresh, or after an error).
+func (m *Manager) Resync() { m.resync = true }
+
+// Len is the number of sets wanted.
+func (m *Manager) Len() int { return len(m.desired) }
+
+func (m *Manager) read(ctx context.Context) error {
+	out, err := m.run.Run(ctx, "", "ipset", "save")
+	if err != nil {
+		return fmt.Errorf("reading IP sets: %w", err)
+	}
+	kernel, err := parseSave(out, m.prefix)
+	if err != nil {
+		return err
+	}
+	m.kernel = kernel
+	// Every set whose kernel content differs is rewritten.
+	for name, want := range m.desired {
+		if have := kernel[name]; have == nil || !equal(have, want) {
+			m.dirty[name] = struct{}{}
+		}
+	}
+	m.resync = false
+	return nil
+}
+
+// parseSave reads `ipset save` output, keeping sets whose name starts with
+// prefix.
+func parseSave(out []byte, prefix string) (map[string]*set, error) {
+	sets := map[string]*set{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 || !strings.HasPrefix(f[1], prefix) {
+			continue
+		}
+		switch f[0] {
+		case "create":
+			sets[f[1]] = &set{typ: calc.IPSetType(f[2]), members: map[string]struct{}{}}
+		case "add":
+			s := sets[f[1]]
+			if s == nil {
+				return nil, fmt.Errorf("ipset save: member %q of set %s before its create line", f[2], f[1])
+			}
+			s.members[f[2]] = struct{}{}
+		}
+	}
+	return sets, sc.Err()
+}
+
+func equal(a, b *set) bool {
+	if a.typ != b.typ || len(a.members) != len(b.members) {
+		return false
+	}
+	for mb := range b.members {
+		if _, ok := a.members[mb]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Manager) family6() string {
+	if m.family == 6 {
+		return "inet6"
+	}
+	return "inet"
+}
+
+// tempName is the name a set is filled under before the swap.
+func (m *Manager) tempName(name string) string { return m.prefix + "t" + name[len(m.prefix)+1:] }
+
+// ApplyUpdates creates and updates the sets that changed, in one
+// `ipset restore`. Call it before the rules that use the sets are written.
+func (m *Manager) ApplyUpdates(ctx context.Context) error {
+	if m.resync {
+		if err := m.read(ctx); err != nil {
+			return err
+		}
+		// Leftover temporary sets (an interrupted swap) are removed.
+		for name := range m.kernel {
+			if strings.HasPrefix(name, m.prefix+"t") {
+				m.dirty[name] = struct{}{}
+			}
+		}
+	}
+	if len(m.dirty) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range m.dirty {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	var written []string
+	for _, name := range names {
+		want := m.desired[name]
+		if want == nil {
+			continue // destroyed by ApplyDeletions
+		}
+		have := m.kernel[name]
+		create := func(n string) {
+			fmt.Fprintf(&b, "create %s %s family %s maxelem %d\n", n, want.typ, m.family6(), MaxElem)
+		}
+		switch {
+		case have == nil:
+			create(name)
+			for mb := range want.members {
+				fmt.Fprintf(&b, "add %s %s\n", name, mb)
+			}
+		case have.typ != want.typ:
+			// Recreate: the set's rules were rewritten by then.
+			fmt.Fprintf(&b, "destroy %s\n", name)
+			create(name)
+			for mb := range want.members {
+				fmt.Fprintf(&b, "add %s %s\n", name, mb)
+			}
+		default:
+			var adds, dels []string
+			for mb := range want.members {
+				if _, ok := have.members[mb]; !ok {
+					adds = append(adds, mb)
+				}
+			}
+			for mb := range have.members {
+				if _, ok := want.members[mb]; !ok {
+					dels = append(dels, mb)
+				}
+			}
+			if n := len(adds) + len(dels); n > swapThreshold && n > len(want.members)/2 {
+				tmp := m.tempName(name)
+				create(tmp)
+				fmt.Fprintf(&b, "flush %s\n", tmp)
+				for mb := range want.members {
+					fmt.Fprintf(&b, "add %s %s\n", tmp, mb)
+				}
+				fmt.Fprintf(&b, "swap %s %s\ndestroy %s\n", tmp, name, tmp)
+			} else {
+				for _, mb := range dels {
+					fmt.Fprintf(&b, "del %s %s\n", name, mb)
+				}
+				for _, mb := range adds {
+					fmt.Fprintf(&b, "add %s %s\n", name, mb)
+				}
+			}
+		}
+		written = append(written, name)
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, m.prefix+"t") && m.kernel[name] != nil {
+			fmt.Fprintf(&b, "destroy %s\n", name)
+		}
+	}
+	if b.Len() > 0 {
+		if _, err := m.run.Run(ctx, b.String(), "ipset", "restore", "-exist"); err != nil {
+			m.resync = true
+			return fmt.Errorf("writing IP sets (family %d): %w", m.family, err)
+		}
+	}
+	for _, name := range written {
+		m.kernel[name] = m.desired[name].clone()
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, m.prefix+"t") {
+			delete(m.kernel, name)
+		}
+		delete(m.dirty, name)
+	}
+	m.log.WithField("sets", len(written)).Debug("IP sets written")
+	return nil
+}
+
+// ApplyDeletions destroys our sets that are no longer wanted. Call it after
+// the rules that used them were removed. A set still in use by a rule
+// stays and is retried next time.
+func (m *Manager) ApplyDeletions(ctx context.Context) error {
+	var stale []string
+	for name := range m.kernel {
+		if m.desired[name] == nil {
+			stale = append(stale, name)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	slices.Sort(stale)
+	var b strings.Builder
+	for _, name := range stale {
+		fmt.Fprintf(&b, "destroy %s\n", name)
+	}
+	if _, err := m.run.Run(ctx, b.String(), "ipset", "restore", "-exist"); err == nil {
+		for _, name := range stale {
+			delete(m.kernel, name)
+		}
+		return nil
+	}
+	// One at a time, so one set still referenced does not keep the rest.
+	var firstErr error
+	for _, name := range stale {
+		if _, err := m.run.Run(ctx, "", "ipset", "destroy", name); err != nil {
+			if strings.Contains(err.Error(), "does not exist") {
+				delete(m.kernel, name)
+				continue
+			}
+			if firstErr == nil {
+				firstErr = fmt.Errorf("destroying IP set %s: %w", name, err)
+			}
+			continue
+		}
+		delete(m.kernel, name)
+	}
+	return firstErr
+}

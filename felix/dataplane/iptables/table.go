@@ -1,0 +1,324 @@
+package iptables
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/rules"
+)
+
+// ChainPrefix marks the chains felix owns.
+const ChainPrefix = "cali-"
+
+// Insert modes of the jumps in kernel chains (FelixConfiguration
+// chainInsertMode).
+const (
+	Insert = "Insert"
+	Append = "Append"
+)
+
+var hashRe = regexp.MustCompile(`--comment "?cali:([A-Za-z0-9_-]{16})"?`)
+
+// kernelRule is one rule of a kernel chain as read back: our hash ("" for
+// a rule of another program) and the text after "-A <chain> ".
+type kernelRule struct {
+	hash string
+	spec string
+}
+
+// Table is the driver of one table (raw, mangle, nat or filter) of one
+// family. Set what is wanted with SetChains and SetJumps (cheap), then
+// Apply writes the difference.
+//
+// Our chains are compared by their list of rule hashes; a chain whose list
+// differs is rewritten whole (declared, which flushes it, then appended
+// to) in the restore transaction. A rule's hash covers every rule before
+// it, so a change anywhere in a chain changes every later hash: per-rule
+// edits would save little, and whole-chain rewrites inside one atomic
+// transaction never leave a half-written chain visible.
+type Table struct {
+	Name   string
+	family int
+	save   string
+	restor string
+	wait   bool
+	run    *nsexec.Runner
+	log    *log.Entry
+
+	insertMode string
+	desired    map[string][]rules.Rule // our chains
+	order      []string
+	jumps      map[string][]rules.Rule // kernel chain → our jumps, in order
+
+	// Kernel state: hashes of our chains, and the rules of the kernel
+	// chains we jump from.
+	kernel        map[string][]string
+	kernelChains  map[string][]kernelRule
+	needRead      bool
+	jumpsVerified bool
+	// replaceJumps moves our jumps even where they are present (the
+	// insert mode changed).
+	replaceJumps bool
+}
+
+// NewTable makes the driver of a table for family 4 or 6 on a backend.
+func NewTable(name string, family int, backend Backend, run *nsexec.Runner, logger *log.Entry) *Table {
+	save, restore := backend.Commands(family)
+	return &Table{
+		Name: name, family: family, save: save, restor: restore, wait: backend == Legacy, run: run,
+		log:        logger.WithFields(log.Fields{"table": name, "ipVersion": family, "backend": backend}),
+		insertMode: Insert, desired: map[string][]rules.Rule{}, jumps: map[string][]rules.Rule{},
+		kernel: map[string][]string{}, kernelChains: map[string][]kernelRule{}, needRead: true,
+	}
+}
+
+// SetChains sets every chain felix wants in the table.
+func (t *Table) SetChains(chains []rules.Chain) {
+	t.desired = make(map[string][]rules.Rule, len(chains))
+	t.order = t.order[:0]
+	for _, c := range chains {
+		t.desired[c.Name] = c.Rules
+		t.order = append(t.order, c.Name)
+	}
+}
+
+// SetJumps sets our rules in kernel chains and how they are placed
+// (Insert: first in the chain; Append: anywhere, added at the end).
+func (t *Table) SetJumps(jumps []rules.KernelJump, mode string) {
+	j := map[string][]rules.Rule{}
+	for _, k := range jumps {
+		if k.Table == t.Name {
+			j[k.Chain] = append(j[k.Chain], k.Rule)
+		}
+	}
+	if mode != Append {
+		mode = Insert
+	}
+	if mode != t.insertMode {
+		t.replaceJumps = true
+	}
+	if t.replaceJumps || !sameJumps(j, t.jumps) {
+		t.jumpsVerified = false
+	}
+	t.jumps, t.insertMode = j, mode
+}
+
+func sameJumps(a, b map[string][]rules.Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for c, rs := range a {
+		if !slices.EqualFunc(rs, b[c], func(x, y rules.Rule) bool { return x.Hash == y.Hash }) {
+			return false
+		}
+	}
+	return true
+}
+
+// Invalidate makes the next Apply read the kernel back (the periodic
+// refresh that repairs tampering).
+func (t *Table) Invalidate() { t.needRead = true }
+
+// read loads the kernel's view of the table: our chains' hashes and the
+// rules of the kernel chains we jump from.
+func (t *Table) read(ctx context.Context) error {
+	out, err := t.run.Run(ctx, "", t.save, "-t", t.Name)
+	if err != nil {
+		return fmt.Errorf("reading table %s (IPv%d): %w", t.Name, t.family, err)
+	}
+	t.kernel, t.kernelChains = parseSave(out, t.jumps)
+	t.needRead = false
+	t.jumpsVerified = false
+	return nil
+}
+
+// parseSave reads iptables-save output: the hashes of every cali- chain,
+// and the rules of the kernel chains listed in jumps.
+func parseSave(out []byte, jumps map[string][]rules.Rule) (ours map[string][]string, kernel map[string][]kernelRule) {
+	ours, kernel = map[string][]string{}, map[string][]kernelRule{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			if strings.HasPrefix(name, ChainPrefix) {
+				ours[name] = []string{}
+			} else {
+				kernel[name] = []kernelRule{}
+			}
+		case strings.HasPrefix(line, "-A "):
+			chain, spec, _ := strings.Cut(line[3:], " ")
+			hash := ""
+			if m := hashRe.FindStringSubmatch(spec); m != nil {
+				hash = m[1]
+			}
+			if strings.HasPrefix(chain, ChainPrefix) {
+				ours[chain] = append(ours[chain], hash)
+			} else {
+				kernel[chain] = append(kernel[chain], kernelRule{hash: hash, spec: spec})
+			}
+		}
+	}
+	return ours, kernel
+}
+
+func hashes(rs []rules.Rule) []string {
+	h := make([]string, len(rs))
+	for i, r := range rs {
+		h[i] = r.Hash
+	}
+	return h
+}
+
+// jumpsOK reports whether a kernel chain holds exactly our jumps, placed
+// as the insert mode wants.
+func (t *Table) jumpsOK(chain string, want []rules.Rule) bool {
+	var ours []int
+	have := t.kernelChains[chain]
+	for i, r := range have {
+		if r.hash != "" {
+			ours = append(ours, i)
+		}
+	}
+	if len(ours) != len(want) {
+		return false
+	}
+	for k, i := range ours {
+		if have[i].hash != want[k].Hash || t.insertMode == Insert && i != k {
+			return false
+		}
+	}
+	return true
+}
+
+// Apply writes what differs between the wanted table and the kernel in
+// one iptables-restore --noflush. It reports whether anything was written.
+func (t *Table) Apply(ctx context.Context) (bool, error) {
+	if t.needRead {
+		if err := t.read(ctx); err != nil {
+			return false, err
+		}
+	}
+	var decl, body, tail strings.Builder
+	var rewritten, stale []string
+	for _, name := range t.order {
+		want := t.desired[name]
+		if have, ok := t.kernel[name]; ok && slices.Equal(have, hashes(want)) {
+			continue
+		}
+		rewritten = append(rewritten, name)
+		fmt.Fprintf(&decl, ":%s - [0:0]\n", name)
+		for _, r := range want {
+			body.WriteString("-A ")
+			body.WriteString(name)
+			body.WriteByte(' ')
+			body.WriteString(r.Text())
+			body.WriteByte('\n')
+		}
+	}
+	for name := range t.kernel {
+		if _, ok := t.desired[name]; !ok {
+			stale = append(stale, name)
+		}
+	}
+	slices.Sort(stale)
+	// Jumps from kernel chains: delete ours that are misplaced or stale,
+	// then insert or append the wanted ones.
+	var fixedJumps []string
+	if !t.jumpsVerified {
+		for _, chain := range slices.Sorted(func(yield func(string) bool) {
+			for c := range t.kernelChains {
+				if !yield(c) {
+					return
+				}
+			}
+			for c := range t.jumps {
+				if _, ok := t.kernelChains[c]; !ok && !yield(c) {
+					return
+				}
+			}
+		}) {
+			want := t.jumps[chain]
+			if !t.replaceJumps && t.jumpsOK(chain, want) {
+				continue
+			}
+			fixedJumps = append(fixedJumps, chain)
+			for _, r := range t.kernelChains[chain] {
+				if r.hash != "" {
+					fmt.Fprintf(&tail, "-D %s %s\n", chain, r.spec)
+				}
+			}
+			if t.insertMode == Insert {
+				for i := len(want) - 1; i >= 0; i-- {
+					fmt.Fprintf(&tail, "-I %s 1 %s\n", chain, want[i].Text())
+				}
+			} else {
+				for _, r := range want {
+					fmt.Fprintf(&tail, "-A %s %s\n", chain, r.Text())
+				}
+			}
+		}
+	}
+	if len(rewritten) == 0 && len(stale) == 0 && len(fixedJumps) == 0 {
+		t.jumpsVerified = true
+		return false, nil
+	}
+	var b strings.Builder
+	b.Grow(decl.Len() + body.Len() + tail.Len() + 64)
+	fmt.Fprintf(&b, "*%s\n", t.Name)
+	b.WriteString(decl.String())
+	for _, name := range stale {
+		// Flushed first, so stale chains that jump to each other can go.
+		fmt.Fprintf(&b, ":%s - [0:0]\n", name)
+	}
+	b.WriteString(body.String())
+	b.WriteString(tail.String())
+	for _, name := range stale {
+		fmt.Fprintf(&b, "-X %s\n", name)
+	}
+	b.WriteString("COMMIT\n")
+	args := []string{"--noflush"}
+	if t.wait {
+		args = append(args, "--wait", "10")
+	}
+	if _, err := t.run.Run(ctx, b.String(), t.restor, args...); err != nil {
+		t.needRead = true
+		return false, fmt.Errorf("writing table %s (IPv%d): %w", t.Name, t.family, err)
+	}
+	for _, name := range rewritten {
+		t.kernel[name] = hashes(t.desired[name])
+	}
+	for _, name := range stale {
+		delete(t.kernel, name)
+	}
+	for _, chain := range fixedJumps {
+		var others []kernelRule
+		for _, r := range t.kernelChains[chain] {
+			if r.hash == "" {
+				others = append(others, r)
+			}
+		}
+		var ours []kernelRule
+		for _, r := range t.jumps[chain] {
+			ours = append(ours, kernelRule{hash: r.Hash, spec: r.Text()})
+		}
+		if t.insertMode == Insert {
+			t.kernelChains[chain] = append(ours, others...)
+		} else {
+			t.kernelChains[chain] = append(others, ours...)
+		}
+	}
+	t.jumpsVerified, t.replaceJumps = true, false
+	t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "jumps": len(fixedJumps)}).Debug("Table written")
+	return true, nil
+}

@@ -1,0 +1,199 @@
+// Package routes keeps the routes to local workloads — a /32 (or /128),
+// scope link, through each workload's cali interface — equal to the
+// endpoints felix knows: it adds the missing ones and removes scope-link
+// routes on workload interfaces that no endpoint wants. It never touches
+// routes of other protocols on those interfaces (BGP's, protocol 196) nor
+// any route on other interfaces.
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+
+	log "github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+)
+
+// Protocol is the route protocol felix writes (RTPROT_BOOT, as Calico).
+const Protocol = unix.RTPROT_BOOT
+
+// bgpProtocol is the protocol of routes programmed by the BGP part.
+const bgpProtocol = 196
+
+// Manager owns the workload routes of one namespace.
+type Manager struct {
+	h        *netlink.Handle
+	prefixes []string
+	log      *log.Entry
+
+	desired map[netip.Prefix]string // dst → interface
+	dirty   map[netip.Prefix]struct{}
+	resync  bool
+}
+
+// New opens netlink in run's namespace.
+func New(run *nsexec.Runner, logger *log.Entry) (*Manager, error) {
+	var h *netlink.Handle
+	var err error
+	if run.Handle() >= 0 {
+		h, err = netlink.NewHandleAt(run.Handle())
+	} else {
+		h, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening netlink: %w", err)
+	}
+	return &Manager{
+		h: h, prefixes: []string{"cali"}, log: logger.WithField("part", "routes"),
+		desired: map[netip.Prefix]string{}, dirty: map[netip.Prefix]struct{}{}, resync: true,
+	}, nil
+}
+
+// Close releases the netlink handle.
+func (m *Manager) Close() { m.h.Close() }
+
+// SetInterfacePrefixes sets the workload interface prefixes whose routes
+// the manager owns.
+func (m *Manager) SetInterfacePrefixes(p []string) {
+	if len(p) > 0 && strings.Join(p, ",") != strings.Join(m.prefixes, ",") {
+		m.prefixes = p
+		m.resync = true
+	}
+}
+
+// Set wants a route to dst through iface.
+func (m *Manager) Set(dst netip.Prefix, iface string) {
+	m.desired[dst] = iface
+	m.dirty[dst] = struct{}{}
+}
+
+// Remove no longer wants a route to dst.
+func (m *Manager) Remove(dst netip.Prefix) {
+	delete(m.desired, dst)
+	m.dirty[dst] = struct{}{}
+}
+
+// Resync makes the next Apply compare every route with the kernel.
+func (m *Manager) Resync() { m.resync = true }
+
+func (m *Manager) ours(name string) bool {
+	for _, p := range m.prefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func toIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// Pending is the number of wanted routes whose interface is missing or
+// down; Apply should be retried while it is not zero.
+func (m *Manager) Pending() int { return len(m.dirty) }
+
+// Apply writes the routes that changed (all of them after a resync). A
+// route whose interface is missing or down stays pending (see Pending).
+func (m *Manager) Apply() error {
+	if m.resync {
+		if err := m.readBack(); err != nil {
+			return err
+		}
+		m.resync = false
+	}
+	var firstErr error
+	links := map[string]netlink.Link{}
+	for dst := range m.dirty {
+		iface, want := m.desired[dst]
+		if !want {
+			r := &netlink.Route{Dst: toIPNet(dst), Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: Protocol}
+			if err := m.h.RouteDel(r); err != nil && !errors.Is(err, syscall.ESRCH) {
+				m.log.WithError(err).WithField("dst", dst).Debug("Removing a workload route")
+			}
+			delete(m.dirty, dst)
+			continue
+		}
+		link := links[iface]
+		if link == nil {
+			l, err := m.h.LinkByName(iface)
+			if err != nil {
+				m.log.WithFields(log.Fields{"dst": dst, "iface": iface}).Debug("Interface not there yet; route pending")
+				continue
+			}
+			link, links[iface] = l, l
+		}
+		if link.Attrs().Flags&net.FlagUp == 0 {
+			continue
+		}
+		r := &netlink.Route{Dst: toIPNet(dst), LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: Protocol}
+		if err := m.h.RouteReplace(r); err != nil {
+			if errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENODEV) {
+				continue
+			}
+			if firstErr == nil {
+				firstErr = fmt.Errorf("route %s dev %s: %w", dst, iface, err)
+			}
+			continue
+		}
+		delete(m.dirty, dst)
+	}
+	return firstErr
+}
+
+// readBack compares the kernel's scope-link routes on workload interfaces
+// with the wanted ones: wrong or unwanted ones are deleted, and every
+// wanted route is marked to be written.
+func (m *Manager) readBack() error {
+	links, err := m.h.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		if m.ours(l.Attrs().Name) {
+			names[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
+	have := map[netip.Prefix]bool{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := m.h.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("listing routes: %w", err)
+		}
+		for _, r := range routes {
+			name, ok := names[r.LinkIndex]
+			if !ok || r.Dst == nil || r.Scope != netlink.SCOPE_LINK || r.Protocol == bgpProtocol {
+				continue
+			}
+			if r.Protocol == unix.RTPROT_KERNEL && fam == netlink.FAMILY_V6 {
+				continue // the interface's own link-local routes
+			}
+			ip, _ := netip.AddrFromSlice(r.Dst.IP)
+			ones, _ := r.Dst.Mask.Size()
+			dst := netip.PrefixFrom(ip.Unmap(), ones)
+			if m.desired[dst] == name {
+				have[dst] = true
+				continue
+			}
+			m.log.WithFields(log.Fields{"dst": dst, "iface": name}).Info("Removing a workload route no endpoint wants")
+			rr := r
+			if err := m.h.RouteDel(&rr); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("removing route %s dev %s: %w", dst, name, err)
+			}
+		}
+	}
+	for dst := range m.desired {
+		if !have[dst] {
+			m.dirty[dst] = struct{}{}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+// Package felix runs the policy engine of one node: the syncer reads the
+// datastore, the calculation graph works out what the node must enforce,
+// and the iptables dataplane writes it into the node's network namespace.
+package felix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// Config configures one felix.
+type Config struct {
+	// NodeName is the node whose endpoints felix programs.
+	NodeName string
+	// Store is the datastore.
+	Store datastore.Interface
+	// NetNS is the path of the network namespace to program ("" for the
+	// current one, as in calico-node).
+	NetNS string
+	// StatusDir receives one file per programmed workload endpoint (see
+	// dataplane.EndpointStatus); "" writes none.
+	StatusDir string
+	// Log is the logger (logrus' standard one when nil).
+	Log *log.Entry
+	// Applied, when set, is called after every successful dataplane
+	// apply (for tests and benchmarks).
+	Applied func()
+}
+
+// Retry bounds after a failed dataplane apply.
+const (
+	minRetry = 50 * time.Millisecond
+	maxRetry = 5 * time.Second
+	// routeRetry is the pause before writing a route again whose
+	// interface was not up.
+	routeRetry = 20 * time.Millisecond
+)
+
+// event is what the syncer hands the main loop.
+type event struct {
+	updates []calc.Update
+	inSync  bool
+}
+
+// forwarder turns the syncer's callbacks into events for the main loop,
+// which owns the graph.
+type forwarder struct {
+	ctx context.Context
+	c   chan<- event
+}
+
+func (f forwarder) OnUpdates(u []calc.Update) {
+	select {
+	case f.c <- event{updates: u}:
+	case <-f.ctx.Done():
+	}
+}
+
+func (f forwarder) OnInSync() {
+	select {
+	case f.c <- event{inSync: true}:
+	case <-f.ctx.Done():
+	}
+}
+
+// Run runs felix until ctx ends, then returns nil. Kernel state is left in
+// place on return (a restarted felix takes it over and repairs it).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.NodeName == "" || cfg.Store == nil {
+		return errors.New("felix: NodeName and Store are required")
+	}
+	logger := cfg.Log
+	if logger == nil {
+		logger = log.NewEntry(log.StandardLogger())
+	}
+	logger = logger.WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
+	dp, err := dataplane.New(dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger})
+	if err != nil {
+		return fmt.Errorf("felix: %w", err)
+	}
+	defer dp.Close()
+	graph := calc.NewGraph(cfg.NodeName, dp)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan event, 64)
+	syncDone := make(chan error, 1)
+	go func() {
+		syncDone <- calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events}).Run(ctx)
+	}()
+	defer func() { <-syncDone }()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	retry := time.Duration(0)
+	handle := func(ev event) {
+		if ev.inSync {
+			graph.OnInSync()
+			return
+		}
+		graph.OnUpdates(ev.updates)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("felix stopping")
+			return nil
+		case ev := <-events:
+			handle(ev)
+			// Take whatever else is queued, so one apply covers it.
+		drain:
+			for {
+				select {
+				case ev := <-events:
+					handle(ev)
+				default:
+					break drain
+				}
+			}
+			graph.Flush()
+		case <-timer.C:
+		}
+		err := dp.Apply(ctx)
+		wait := dp.NextRefresh(time.Now())
+		switch {
+		case err != nil && ctx.Err() == nil:
+			retry = min(max(retry*2, minRetry), maxRetry)
+			logger.WithError(err).WithField("retryIn", retry).Warn("Dataplane apply failed")
+			wait = min(wait, retry)
+		case err == nil:
+			retry = 0
+			if dp.Pending() {
+				wait = min(wait, routeRetry)
+			}
+			if cfg.Applied != nil && dp.InSync() {
+				cfg.Applied()
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(wait, time.Millisecond))
+	}
+}
