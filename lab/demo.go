@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -73,9 +74,12 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 		st, _ := l.NodeStatus(ctx, n.Name)
 		routes, _ := l.Routes(ctx, n.Name)
 		fmt.Fprintf(out, "\n%s (%s)$ calicoctl node status\n%s%s (%s)$ ip route\n%s", n.Name, n.IP, indent(st), n.Name, n.IP, indent(routes))
-		if ss, err := l.Sessions(ctx, n.Name); err == nil {
-			for _, s := range ss {
-				fmt.Fprintf(out, "  (GoBGP: %s AS %d %s)\n", s.Peer, s.AS, s.State)
+		if strings.Contains(st, "not available") {
+			// An agent that does not report its peers: ask GoBGP.
+			if ss, err := l.Sessions(ctx, n.Name); err == nil {
+				for _, s := range ss {
+					fmt.Fprintf(out, "  (GoBGP: %s AS %d %s)\n", s.Peer, s.AS, s.State)
+				}
 			}
 		}
 	}

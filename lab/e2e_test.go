@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -381,4 +383,25 @@ func TestEtcdStopped(t *testing.T) {
 	})
 	t.Logf("new pod %s: %s", p3.Key(), p3.IP)
 	requireReachable(t, l, "after etcd came back")
+}
+
+// TestUpFailureCleansUp: an Up that fails part way (BIRD 1.6 asked for
+// from a directory that does not hold it, after the fabric and nodes were
+// made) removes every namespace, process and file it made.
+func TestUpFailureCleansUp(t *testing.T) {
+	requireLab(t)
+	o := Options{Name: "tfail", Nodes: 2, RR: RRBird1, Bird1: t.TempDir(), BinDir: binDir, StateRoot: testRoot}
+	_, err := Up(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "BIRD (rr)") && !strings.Contains(err.Error(), "bird") {
+		t.Fatalf("Up with no BIRD 1.6: want an error naming BIRD, got %v", err)
+	}
+	ents, _ := os.ReadDir(netnsDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "pl-tfail-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(testRoot, "tfail")); err == nil {
+		t.Errorf("state directory left behind")
+	}
 }
