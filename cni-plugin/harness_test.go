@@ -49,8 +49,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	for _, name := range []string{"calico", "calico-ipam"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, name), "./cmd/"+name)
+	for name, pkg := range map[string]string{"calico": "./cmd/calico", "calico-ipam": "./cmd/calico-ipam", "calicoctl": "../calicoctl/cmd/calicoctl"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, name), pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", name, err, out)
