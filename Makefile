@@ -54,7 +54,8 @@ test: build
 bench: build
 	PALISADE_BIN=$(CURDIR)/$(BIN) $(GO) run ./hack/benchtable -- $(GO) test -run '^$$' -bench . -count 1 ./...
 
-lint: deps
+lint:
+	@hack/install-deps.sh --lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...

@@ -25,10 +25,13 @@ DEBIAN_PACKAGES=(
 	ipset
 )
 
-# Go tools, pinned: "binary module@version".
+# Go tools, pinned: "binary module@version". Only `make lint` needs them,
+# so they are installed when this script is called with --lint.
 GO_TOOLS=(
 	"staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 )
+WANT_GO_TOOLS=false
+[ "${1:-}" = "--lint" ] && WANT_GO_TOOLS=true
 
 die() { echo "install-deps: $*" >&2; exit 1; }
 
@@ -67,6 +70,7 @@ if [ ! -x "$TOOLS_DIR/bird1/usr/sbin/bird" ]; then
 	rm -rf "$tmp"
 	trap - EXIT
 fi
+$WANT_GO_TOOLS || exit 0
 for entry in "${GO_TOOLS[@]}"; do
 	bin=${entry%% *}
 	mod=${entry#* }
