@@ -1,0 +1,117 @@
+package ipsets
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
+)
+
+// members lists a kernel set's members, sorted ("" when the set is absent).
+func members(t *testing.T, ns nstest.NS, name string) []string {
+	t.Helper()
+	out, err := ns.Run("ipset", "save", name)
+	if err != nil {
+		if strings.Contains(out, "does not exist") {
+			return nil
+		}
+		t.Fatalf("ipset save %s: %v: %s", name, err, out)
+	}
+	got := []string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "add" {
+			got = append(got, f[2])
+		}
+	}
+	slices.Sort(got)
+	return got
+}
+
+func TestManager(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "node")
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	ctx := context.Background()
+	v4, v6 := New(4, run, log.WithField("test", t.Name())), New(6, run, log.WithField("test", t.Name()))
+	apply := func() {
+		t.Helper()
+		for _, m := range []*Manager{v4, v6} {
+			if err := m.ApplyUpdates(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.ApplyDeletions(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(name string, want ...string) {
+		t.Helper()
+		slices.Sort(want)
+		if got := members(t, ns, name); !slices.Equal(got, want) {
+			t.Errorf("set %s = %v, want %v", name, got, want)
+		}
+	}
+	// A set left by an earlier run, and someone else's set.
+	ns.MustRun(t, "ipset", "create", "cali40s:leftover", "hash:net")
+	ns.MustRun(t, "ipset", "create", "other", "hash:net")
+
+	for _, m := range []*Manager{v4, v6} {
+		m.Set("s:web", calc.IPSetNet, []string{"10.65.0.1", "10.65.1.0/24", "fd00::1"})
+		m.Set("n:http", calc.IPSetIPPort, []string{"10.65.0.1,tcp:80", "fd00::1,tcp:80"})
+	}
+	apply()
+	check("cali40s:web", "10.65.0.1", "10.65.1.0/24")
+	check("cali60s:web", "fd00::1")
+	check("cali40n:http", "10.65.0.1,tcp:80")
+	if members(t, ns, "cali40s:leftover") != nil {
+		t.Error("a cali40 set nobody wants survived")
+	}
+	if members(t, ns, "other") == nil {
+		t.Error("another program's set was destroyed")
+	}
+
+	t.Run("delta", func(t *testing.T) {
+		v4.Delta("s:web", []string{"10.65.0.2"}, []string{"10.65.1.0/24"})
+		apply()
+		check("cali40s:web", "10.65.0.1", "10.65.0.2")
+	})
+	t.Run("big change swaps", func(t *testing.T) {
+		var big []string
+		for i := range 300 {
+			big = append(big, fmt.Sprintf("10.66.%d.%d", i/250, i%250+1))
+		}
+		v4.Set("s:web", calc.IPSetNet, big)
+		apply()
+		check("cali40s:web", big...)
+		if out := ns.MustRun(t, "ipset", "list", "-name"); strings.Contains(out, "cali4t") {
+			t.Errorf("temporary set left behind: %s", out)
+		}
+	})
+	t.Run("tamper repaired at resync", func(t *testing.T) {
+		ns.MustRun(t, "ipset", "del", "cali40n:http", "10.65.0.1,tcp:80")
+		ns.MustRun(t, "ipset", "add", "cali40n:http", "10.65.9.9,tcp:81")
+		v4.Resync()
+		apply()
+		check("cali40n:http", "10.65.0.1,tcp:80")
+	})
+	t.Run("removed", func(t *testing.T) {
+		for _, m := range []*Manager{v4, v6} {
+			m.Remove("n:http")
+		}
+		apply()
+		if members(t, ns, "cali40n:http") != nil || members(t, ns, "cali60n:http") != nil {
+			t.Error("removed sets still in the kernel")
+		}
+	})
+}
