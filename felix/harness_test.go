@@ -263,7 +263,7 @@ func (c *cluster) addPod(ns, name, ip string, labels map[string]string, sa strin
 			Orchestrator: "k8s", Node: nodeName, Pod: name, Endpoint: "eth0", InterfaceName: p.iface,
 			IPNetworks: []string{ip + "/32"}, Profiles: []string{"kns." + ns, "ksa." + ns + "." + sa},
 			ServiceAccountName: sa,
-			Ports: []v3.WorkloadEndpointPort{{Name: "http", Protocol: numorstring.ProtocolFromString("TCP"), Port: 8080}},
+			Ports:              []v3.WorkloadEndpointPort{{Name: "http", Protocol: numorstring.ProtocolFromString("TCP"), Port: 8080}},
 		},
 	}
 	if _, err := c.store.Apply(c.ctx, wep); err != nil {
