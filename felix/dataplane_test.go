@@ -185,7 +185,9 @@ spec:
 
 	t.Run("routes and status follow the endpoint", func(t *testing.T) {
 		c.t = t
-		route := func() string { return strings.TrimSpace(c.node.MustRun(t, "ip", "-d", "route", "show", "10.65.0.3/32")) }
+		route := func() string {
+			return strings.TrimSpace(c.node.MustRun(t, "ip", "-d", "route", "show", "10.65.0.3/32"))
+		}
 		if r := route(); !strings.Contains(r, "dev "+names.VethNameForWorkload("ns-b", "other")) || !strings.Contains(r, "proto boot") || !strings.Contains(r, "scope link") {
 			t.Errorf("route to other = %q, want dev %s proto boot scope link", r, names.VethNameForWorkload("ns-b", "other"))
 		}
