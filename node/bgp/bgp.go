@@ -373,10 +373,13 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 		}
 		if !staleRemoved {
 			converged := false
+			// Converged: every session is up and has sent its whole
+			// table (End-of-RIB). Before that, a route from the previous
+			// run may only be missing because it has not arrived yet.
 			if ps, err := r.ListPeers(ctx); err == nil {
 				converged = true
 				for _, p := range ps {
-					converged = converged && p.State == "Established"
+					converged = converged && p.State == "Established" && p.EndOfRIB
 				}
 			}
 			if (converged && time.Since(lastLearn) > time.Second) || time.Since(start) > cfg.StaleRouteTimeout {

@@ -297,9 +297,13 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 				ps.Since = st.GetDowntime().AsTime()
 			}
 		}
+		ps.EndOfRIB = true
 		for _, a := range p.GetAfiSafis() {
 			ps.Received += a.GetState().GetReceived()
 			ps.Accepted += a.GetState().GetAccepted()
+			if gr := a.GetMpGracefulRestart().GetState(); gr.GetEnabled() && gr.GetReceived() && !gr.GetEndOfRibReceived() {
+				ps.EndOfRIB = false
+			}
 		}
 		out = append(out, ps)
 	})

@@ -41,6 +41,10 @@ type PeerState struct {
 	Since time.Time
 	// Received and Accepted count the prefixes learned from the peer.
 	Received, Accepted uint64
+	// EndOfRIB is true once the peer has sent End-of-RIB for every family
+	// where both sides negotiated graceful restart (and always for a
+	// session without graceful restart, which sends no such marker).
+	EndOfRIB bool
 }
 
 // Route is the set of best (equal-cost) next hops the speaker has learned
