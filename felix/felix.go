@@ -16,6 +16,13 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
+// EndpointStatusDir is the directory, under calico-node's run directory
+// (/var/run/calico), of the endpoint status files: one file per programmed
+// WorkloadEndpoint, named dataplane.StatusFileName(namespace, name) and
+// holding a dataplane.EndpointStatus in JSON. The CNI plugin may wait for
+// its pod's file before returning from ADD.
+const EndpointStatusDir = "endpoint-status"
+
 // Config configures one felix.
 type Config struct {
 	// NodeName is the node whose endpoints felix programs.

@@ -12,6 +12,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
+	"github.com/palisade-net/palisade/felix"
 	"github.com/palisade-net/palisade/libcalico/client"
 	"github.com/palisade-net/palisade/libcalico/datastore/embedded"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
@@ -48,6 +49,8 @@ type Options struct {
 	// Ready, when set, is called once the node is registered and the
 	// status API serves.
 	Ready func()
+	// DisableFelix leaves policy (iptables, workload routes) alone.
+	DisableFelix bool
 }
 
 // peerLister is what the agent needs from the BGP part for its status.
@@ -127,6 +130,19 @@ func Run(ctx context.Context, o Options) (err error) {
 		logger.WithField("grpc", o.BGPGRPCListen).Info("BGP (embedded GoBGP) started")
 	}
 
+	// felix programs policy and workload routes in this namespace; it
+	// reports programmed endpoints under <RunDir>/endpoint-status.
+	felixDone := make(chan error, 1)
+	if !o.DisableFelix {
+		go func() {
+			felixDone <- felix.Run(ctx, felix.Config{
+				NodeName: cfg.NodeName, Store: store, StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
+				Log: logger,
+			})
+		}()
+		logger.Info("felix started")
+	}
+
 	src := func(ctx context.Context) (status.Report, error) {
 		rep := status.Report{NodeName: cfg.NodeName, PID: os.Getpid(), Started: started, Backend: cfg.Backend}
 		rep.BGPRunning = bgpRunning
@@ -155,7 +171,13 @@ func Run(ctx context.Context, o Options) (err error) {
 	case <-ctx.Done():
 		logger.Info("calico-node stopping")
 		<-waitBGP(bgpRunning, bgpDone)
+		<-waitBGP(!o.DisableFelix, felixDone)
 		return nil
+	case err := <-felixDone:
+		if err != nil {
+			return fmt.Errorf("felix: %w", err)
+		}
+		return fmt.Errorf("felix: stopped unexpectedly")
 	case err := <-bgpDone:
 		if err != nil {
 			return fmt.Errorf("bgp: %w", err)
