@@ -336,4 +336,3 @@ func (v *validator) names(field string, names []string, re *regexp.Regexp) {
 		}
 	}
 }
-

@@ -1,0 +1,92 @@
+// Package apiconfig reads the datastore settings the way calicoctl and
+// calico-node share them: a CalicoAPIConfig file, overridden by the
+// environment (DATASTORE_TYPE, ETCD_ENDPOINTS, ETCD_USERNAME,
+// ETCD_PASSWORD, ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE, each
+// also read with a CALICO_ prefix).
+package apiconfig
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+)
+
+// DefaultPath is where the CalicoAPIConfig is read from unless told
+// otherwise; a missing file there is no error.
+const DefaultPath = "/etc/calico/calicoctl.cfg"
+
+// envOverrides maps environment variables to the field they set. The bare
+// name wins over the CALICO_ prefixed one.
+var envOverrides = []struct {
+	name string
+	set  func(*v3.CalicoAPIConfigSpec, string)
+}{
+	{"DATASTORE_TYPE", func(s *v3.CalicoAPIConfigSpec, v string) { s.DatastoreType = v }},
+	{"ETCD_ENDPOINTS", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdEndpoints = v }},
+	{"ETCD_USERNAME", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdUsername = v }},
+	{"ETCD_PASSWORD", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdPassword = v }},
+	{"ETCD_KEY_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdKeyFile = v }},
+	{"ETCD_CERT_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCertFile = v }},
+	{"ETCD_CA_CERT_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCACertFile = v }},
+}
+
+// Load reads the CalicoAPIConfig at path (absent at DefaultPath is fine),
+// lets the environment override it, and returns the etcd settings it
+// describes. Endpoints stay empty when nothing names one: the caller
+// decides the default. DialTimeout is left for the caller too.
+func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
+	var spec v3.CalicoAPIConfigSpec
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && path == DefaultPath:
+	case err != nil:
+		return etcdv3.Config{}, fmt.Errorf("reading config file %s: %w", path, err)
+	default:
+		var cfg v3.CalicoAPIConfig
+		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+			return etcdv3.Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+		if cfg.Kind != "" && cfg.Kind != v3.KindCalicoAPIConfig {
+			return etcdv3.Config{}, fmt.Errorf("config file %s: kind is %q, want %s", path, cfg.Kind, v3.KindCalicoAPIConfig)
+		}
+		if cfg.APIVersion != "" && cfg.APIVersion != v3.APIVersion {
+			return etcdv3.Config{}, fmt.Errorf("config file %s: apiVersion is %q, want %s", path, cfg.APIVersion, v3.APIVersion)
+		}
+		spec = cfg.Spec
+	}
+	for _, o := range envOverrides {
+		if v := getenv(o.name); v != "" {
+			o.set(&spec, v)
+		} else if v := getenv("CALICO_" + o.name); v != "" {
+			o.set(&spec, v)
+		}
+	}
+	switch spec.DatastoreType {
+	case "", v3.DatastoreEtcdV3:
+	default:
+		return etcdv3.Config{}, fmt.Errorf("datastore type %q is not supported: Palisade stores its state in etcd, set datastoreType (or DATASTORE_TYPE) to %s", spec.DatastoreType, v3.DatastoreEtcdV3)
+	}
+	if spec.EtcdKey != "" || spec.EtcdCert != "" || spec.EtcdCACert != "" {
+		return etcdv3.Config{}, errors.New("inline etcdKey/etcdCert/etcdCACert are not supported: use etcdKeyFile, etcdCertFile and etcdCACertFile")
+	}
+	cfg := etcdv3.Config{
+		Username:   spec.EtcdUsername,
+		Password:   spec.EtcdPassword,
+		KeyFile:    spec.EtcdKeyFile,
+		CertFile:   spec.EtcdCertFile,
+		CACertFile: spec.EtcdCACertFile,
+	}
+	for _, ep := range strings.Split(spec.EtcdEndpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			cfg.Endpoints = append(cfg.Endpoints, ep)
+		}
+	}
+	return cfg, nil
+}
