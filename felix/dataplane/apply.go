@@ -15,6 +15,9 @@ import (
 	"github.com/palisade-net/palisade/felix/rules"
 )
 
+// slowApply is the apply time above which the phases are logged.
+const slowApply = 30 * time.Millisecond
+
 // setup resolves the backend and makes the table drivers of each family.
 func (d *Driver) setup(ctx context.Context) error {
 	b, err := iptables.DetectBackend(ctx, d.run, d.cfg.IptablesBackend)
@@ -31,7 +34,7 @@ func (d *Driver) setup(ctx context.Context) error {
 		}
 	}
 	for _, v := range versions {
-		f := &family{version: v, sets: d.sets[v/6]}
+		f := &family{version: v, sets: d.sets[v/6], render: newRenderer(v)}
 		for _, t := range rules.TableNames() {
 			f.tables = append(f.tables, iptables.NewTable(t, v, b, d.run, d.log))
 		}
@@ -108,16 +111,24 @@ func (d *Driver) Apply(ctx context.Context) error {
 		d.lastRefresh.iptables, d.lastRefresh.ipsets, d.lastRefresh.routes = now, now, now
 	}
 	d.refresh(time.Now())
+	start := time.Now()
+	var tSets, tRender, tTables, tRoutes time.Duration
+	defer func() {
+		if total := time.Since(start); total > slowApply {
+			d.log.WithFields(log.Fields{"total": total, "ipsets": tSets, "render": tRender, "iptables": tTables, "routes": tRoutes}).Debug("Slow dataplane apply")
+		}
+	}()
 
 	for _, f := range d.families {
 		if err := f.sets.ApplyUpdates(ctx); err != nil {
 			return err
 		}
 	}
+	tSets = time.Since(start)
 	var errs []error
 	if d.rulesDirty {
 		for _, f := range d.families {
-			rs := rules.Render(rules.Input{Config: d.cfg, IPVersion: f.version, Policies: d.policies, Profiles: d.profiles, Endpoints: d.endpoints})
+			rs := f.render.render(d.cfg, d.policies, d.profiles, d.endpoints)
 			for _, t := range f.tables {
 				t.SetChains(rs.Tables[t.Name])
 				t.SetJumps(rs.Jumps, d.cfg.ChainInsertMode)
@@ -125,6 +136,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 		d.rulesDirty = false
 	}
+	tRender = time.Since(start) - tSets
 	rulesOK := true
 	for _, f := range d.families {
 		for _, t := range f.tables {
@@ -134,9 +146,11 @@ func (d *Driver) Apply(ctx context.Context) error {
 			}
 		}
 	}
+	tTables = time.Since(start) - tSets - tRender
 	if err := d.routes.Apply(); err != nil {
 		errs = append(errs, err)
 	}
+	tRoutes = time.Since(start) - tSets - tRender - tTables
 	if rulesOK {
 		for _, f := range d.families {
 			if err := f.sets.ApplyDeletions(ctx); err != nil {

@@ -36,6 +36,7 @@ type family struct {
 	version int
 	sets    *ipsets.Manager
 	tables  []*iptables.Table
+	render  *renderer
 }
 
 // Driver is the dataplane of one node.
@@ -89,6 +90,9 @@ func New(cfg Config) (*Driver, error) {
 
 // Close releases the driver's handles (the kernel state stays).
 func (d *Driver) Close() {
+	for _, m := range d.sets {
+		m.Close()
+	}
 	d.routes.Close()
 	d.run.Close()
 }

@@ -25,14 +25,14 @@ func bigRuleset(n int) *rules.Ruleset {
 		Profiles: map[string]*calc.Profile{}, Endpoints: map[calc.EndpointID]*calc.Endpoint{}}
 	// Each policy: 10 rules → 30 iptables rules (mark, return... for
 	// allow) ; each endpoint chain adds a few.
-	policies := n / 40
+	policies := n / 34
 	for i := range policies {
 		id := calc.PolicyID{Tier: "default", Name: fmt.Sprintf("p%d", i)}
 		p := &calc.Policy{ID: id, Ingress: true}
 		for r := range 10 {
 			port := uint16(1000 + i*10 + r)
 			p.Inbound = append(p.Inbound, calc.Rule{Action: calc.Allow, Protocol: 6,
-				SrcNets:  []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)},
+				SrcNets: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)}, SrcIPSets: setsFor(i),
 				DstPorts: []calc.PortRange{{Min: port, Max: port}}})
 		}
 		in.Policies[id] = p
@@ -110,4 +110,13 @@ func BenchmarkProgram10kRules(b *testing.B) {
 			b.ReportMetric(float64(o)/float64(r), "x/ref")
 		})
 	}
+}
+
+var withSets = false
+
+func setsFor(i int) []string {
+	if !withSets {
+		return nil
+	}
+	return []string{"s:x"}
 }

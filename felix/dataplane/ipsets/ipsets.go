@@ -11,10 +11,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	log "github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -53,12 +56,30 @@ type Manager struct {
 	dirty   map[string]struct{}
 	// resync asks for the kernel to be read back before the next write.
 	resync bool
+	// nl writes small deltas without starting a process (nil: always
+	// ipset restore).
+	nl *netlink.Handle
 }
+
+// netlinkMax is the largest delta written through netlink; bigger ones go
+// through one ipset restore.
+const netlinkMax = 64
 
 // New makes the manager of family 4 or 6, running ipset through run.
 func New(family int, run *nsexec.Runner, logger *log.Entry) *Manager {
+	var nl *netlink.Handle
+	var err error
+	if run.Handle() >= 0 {
+		nl, err = netlink.NewHandleAt(run.Handle())
+	} else {
+		nl, err = netlink.NewHandle()
+	}
+	if err != nil {
+		logger.WithError(err).Warn("No netlink handle for IP set deltas: using ipset restore only")
+		nl = nil
+	}
 	return &Manager{
-		family: family, prefix: fmt.Sprintf("cali%d", family), run: run,
+		nl: nl, family: family, prefix: fmt.Sprintf("cali%d", family), run: run,
 		log:     logger.WithField("ipsets", family),
 		desired: map[string]*set{}, kernel: map[string]*set{}, dirty: map[string]struct{}{},
 		resync: true,
@@ -205,6 +226,9 @@ func (m *Manager) ApplyUpdates(ctx context.Context) error {
 	if len(m.dirty) == 0 {
 		return nil
 	}
+	if m.applyNetlink() {
+		return nil
+	}
 	var b strings.Builder
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range m.dirty {
@@ -331,4 +355,104 @@ func (m *Manager) ApplyDeletions(ctx context.Context) error {
 		delete(m.kernel, name)
 	}
 	return firstErr
+}
+
+// Close releases the netlink handle.
+func (m *Manager) Close() {
+	if m.nl != nil {
+		m.nl.Close()
+	}
+}
+
+// entry turns a member string into a netlink ipset entry.
+func entry(typ calc.IPSetType, member string) (*netlink.IPSetEntry, error) {
+	addr, portPart, hasPort := strings.Cut(member, ",")
+	if typ == calc.IPSetIPPort {
+		if !hasPort {
+			return nil, fmt.Errorf("member %q: want ip,proto:port", member)
+		}
+		proto, port, ok := strings.Cut(portPart, ":")
+		n, err := strconv.ParseUint(port, 10, 16)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("member %q: bad port", member)
+		}
+		num := map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}[proto]
+		if num == 0 {
+			return nil, fmt.Errorf("member %q: unknown protocol %q", member, proto)
+		}
+		ip := net.ParseIP(addr)
+		if ip == nil {
+			return nil, fmt.Errorf("member %q: bad address", member)
+		}
+		p16 := uint16(n)
+		return &netlink.IPSetEntry{IP: ip, Protocol: &num, Port: &p16}, nil
+	}
+	p, err := calc.ParseNet(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &netlink.IPSetEntry{IP: p.Addr().AsSlice(), CIDR: uint8(p.Bits())}, nil
+}
+
+// applyNetlink writes the pending changes through netlink when they are
+// only a few member additions and removals of sets the kernel has, and
+// reports whether it did. Anything else (or an error) is left to ipset
+// restore.
+func (m *Manager) applyNetlink() bool {
+	if m.nl == nil {
+		return false
+	}
+	type op struct {
+		name string
+		add  bool
+		e    *netlink.IPSetEntry
+	}
+	var ops []op
+	for name := range m.dirty {
+		want, have := m.desired[name], m.kernel[name]
+		if want == nil || have == nil || want.typ != have.typ {
+			return false
+		}
+		for mb := range want.members {
+			if _, ok := have.members[mb]; !ok {
+				e, err := entry(want.typ, mb)
+				if err != nil {
+					return false
+				}
+				ops = append(ops, op{name, true, e})
+			}
+		}
+		for mb := range have.members {
+			if _, ok := want.members[mb]; !ok {
+				e, err := entry(want.typ, mb)
+				if err != nil {
+					return false
+				}
+				ops = append(ops, op{name, false, e})
+			}
+		}
+		if len(ops) > netlinkMax {
+			return false
+		}
+	}
+	for _, o := range ops {
+		var err error
+		if o.add {
+			err = m.nl.IpsetAdd(o.name, o.e)
+		} else {
+			err = m.nl.IpsetDel(o.name, o.e)
+		}
+		if err != nil {
+			// ipset restore -exist finishes the job from the kernel's
+			// state as read back.
+			m.log.WithError(err).WithField("set", o.name).Debug("netlink IP set write failed; falling back to ipset restore")
+			m.resync = true
+			return false
+		}
+	}
+	for name := range m.dirty {
+		m.kernel[name] = m.desired[name].clone()
+		delete(m.dirty, name)
+	}
+	return true
 }

@@ -82,9 +82,19 @@ func TestManager(t *testing.T) {
 	}
 
 	t.Run("delta", func(t *testing.T) {
-		v4.Delta("s:web", []string{"10.65.0.2"}, []string{"10.65.1.0/24"})
+		v4.Delta("s:web", []string{"10.65.0.2", "10.65.2.0/25"}, []string{"10.65.1.0/24"})
+		v4.Delta("n:http", []string{"10.65.0.2,udp:53", "10.65.0.3,sctp:9000"}, nil)
+		v6.Delta("s:web", []string{"fd00::2", "fd00:1::/64"}, []string{"fd00::1"})
+		// Small deltas of existing sets go through netlink: no process.
+		if !v4.applyNetlink() || !v6.applyNetlink() {
+			t.Fatal("a small delta was not written through netlink")
+		}
+		check("cali40s:web", "10.65.0.1", "10.65.0.2", "10.65.2.0/25")
+		check("cali40n:http", "10.65.0.1,tcp:80", "10.65.0.2,udp:53", "10.65.0.3,sctp:9000")
+		check("cali60s:web", "fd00::2", "fd00:1::/64")
+		v4.Delta("n:http", nil, []string{"10.65.0.2,udp:53", "10.65.0.3,sctp:9000"})
 		apply()
-		check("cali40s:web", "10.65.0.1", "10.65.0.2")
+		check("cali40n:http", "10.65.0.1,tcp:80")
 	})
 	t.Run("big change swaps", func(t *testing.T) {
 		var big []string

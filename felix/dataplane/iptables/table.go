@@ -172,6 +172,18 @@ func parseSave(out []byte, jumps map[string][]rules.Rule) (ours map[string][]str
 	return ours, kernel
 }
 
+func sameHashes(have []string, want []rules.Rule) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i, r := range want {
+		if have[i] != r.Hash {
+			return false
+		}
+	}
+	return true
+}
+
 func hashes(rs []rules.Rule) []string {
 	h := make([]string, len(rs))
 	for i, r := range rs {
@@ -213,7 +225,7 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 	var rewritten, stale []string
 	for _, name := range t.order {
 		want := t.desired[name]
-		if have, ok := t.kernel[name]; ok && slices.Equal(have, hashes(want)) {
+		if have, ok := t.kernel[name]; ok && sameHashes(have, want) {
 			continue
 		}
 		rewritten = append(rewritten, name)

@@ -1,0 +1,235 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/palisade-net/palisade/felix"
+	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
+	"github.com/palisade-net/palisade/libcalico/names"
+)
+
+const nodeName = "bench-node"
+
+// bed is a node namespace with many workload endpoints (real cali veths,
+// their other ends left in the node namespace) and a few real pods, an
+// embedded etcd holding them and many policies, and felix programming it.
+type bed struct {
+	b       *testing.B
+	ctx     context.Context
+	prefix  string
+	store   datastore.Interface
+	node    nstest.NS
+	nodeRun *nsexec.Runner
+	nodeH   *netlink.Handle
+	status  string
+	stop    func()
+}
+
+func newBed(b *testing.B) *bed {
+	nstest.RequireRoot(b)
+	log.SetLevel(log.WarnLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	e := &bed{b: b, ctx: ctx, prefix: nstest.Prefix(), status: b.TempDir(), stop: func() {}}
+	e.store = etcdtest.NewStore(b, etcdtest.Start(b))
+	e.node = nstest.New(b, e.prefix, "node")
+	var err error
+	if e.nodeRun, err = nsexec.New(e.node.Path()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.nodeRun.Close() })
+	e.nodeH, _ = nstest.Handle(b, e.node)
+	if err := nstest.Sysctl(e.nodeRun, "net/ipv4/ip_forward", "1"); err != nil {
+		b.Fatal(err)
+	}
+	e.apply(`apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {ipv6Support: false}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool}
+spec: {cidr: 10.80.0.0/16}
+---
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: kns.bench}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+`)
+	return e
+}
+
+func (e *bed) apply(y string) {
+	e.b.Helper()
+	rs, err := v3.Decode([]byte(y))
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	for _, r := range rs {
+		if _, err := e.store.Apply(e.ctx, r); err != nil {
+			e.b.Fatal(err)
+		}
+	}
+}
+
+func (e *bed) delete(kind, ns, name string) {
+	e.b.Helper()
+	if _, err := e.store.Delete(e.ctx, datastore.Key{Kind: kind, Namespace: ns, Name: name}, ""); err != nil {
+		e.b.Fatal(err)
+	}
+}
+
+// startFelix runs felix on the node namespace until the benchmark ends.
+func (e *bed) startFelix() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- felix.Run(ctx, felix.Config{NodeName: nodeName, Store: e.store, NetNS: e.node.Path(), StatusDir: e.status})
+	}()
+	e.stop = func() { cancel(); <-done }
+	e.b.Cleanup(e.stop)
+}
+
+func addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 80, byte(i >> 8), byte(i)}) }
+
+// wep writes the WorkloadEndpoint of pod i.
+func (e *bed) wep(pod, iface string, ip netip.Addr, labels map[string]string) string {
+	e.b.Helper()
+	name := names.WorkloadEndpointName(nodeName, "k8s", pod, "eth0")
+	w := &v3.WorkloadEndpoint{
+		TypeMeta:   v3.TypeMeta{Kind: v3.KindWorkloadEndpoint, APIVersion: v3.APIVersion},
+		ObjectMeta: v3.ObjectMeta{Name: name, Namespace: "bench", Labels: labels},
+		Spec: v3.WorkloadEndpointSpec{Orchestrator: "k8s", Node: nodeName, Pod: pod, Endpoint: "eth0",
+			InterfaceName: iface, IPNetworks: []string{ip.String() + "/32"}, Profiles: []string{"kns.bench"}},
+	}
+	if _, err := e.store.Apply(e.ctx, w); err != nil {
+		e.b.Fatal(err)
+	}
+	return name
+}
+
+// fillers adds n endpoints with real cali veths whose other end stays in
+// the node namespace, spread over groups g0..g<groups-1>.
+func (e *bed) fillers(n, groups int) {
+	for i := range n {
+		iface := fmt.Sprintf("calib%010d", i)
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: iface}, PeerName: fmt.Sprintf("pb%010d", i)}
+		if err := e.nodeH.LinkAdd(veth); err != nil {
+			e.b.Fatalf("veth %s: %v", iface, err)
+		}
+		_ = e.nodeH.LinkSetUp(veth)
+		e.wep(fmt.Sprintf("filler-%d", i), iface, addr(1000+i), map[string]string{"group": fmt.Sprintf("g%d", i%groups)})
+	}
+}
+
+// policies adds n ingress policies: policy i selects group g<i%groups> and
+// allows one TCP port from the next group.
+func (e *bed) policies(n, groups int) {
+	for i := range n {
+		e.apply(fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: p%d}
+spec:
+  order: %d
+  selector: group == 'g%d'
+  types: [Ingress]
+  ingress: [{action: Allow, protocol: TCP, source: {selector: group == 'g%d'}, destination: {ports: [%d]}}]
+`, i, 100+i, i%groups, (i+1)%groups, 10000+i))
+	}
+}
+
+// pod is a real workload with its own namespace.
+type pod struct {
+	name  string
+	ip    netip.Addr
+	iface string
+	ns    nstest.NS
+	run   *nsexec.Runner
+	wep   string
+}
+
+// plumb makes a pod's namespace and veth (what the CNI plugin does before
+// it writes the WorkloadEndpoint).
+func (e *bed) plumb(name string, ip netip.Addr) *pod {
+	e.b.Helper()
+	p := &pod{name: name, ip: ip, iface: names.VethNameForWorkload("bench", name)}
+	p.ns = nstest.New(e.b, e.prefix, name)
+	var err error
+	if p.run, err = nsexec.New(p.ns.Path()); err != nil {
+		e.b.Fatal(err)
+	}
+	e.b.Cleanup(func() { p.run.Close() })
+	podH, podNS := nstest.Handle(e.b, p.ns)
+	if err := nstest.Workload(e.nodeH, podH, podNS, p.iface, ip); err != nil {
+		e.b.Fatal(err)
+	}
+	return p
+}
+
+// waitStatus waits for felix to report the endpoint programmed.
+func (e *bed) waitStatus(wep string, timeout time.Duration) {
+	e.b.Helper()
+	path := e.status + "/" + dataplane.StatusFileName("bench", wep)
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := statFile(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.b.Fatalf("endpoint %s not programmed within %s", wep, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// connect tries one TCP connection from run's namespace with a short
+// timeout: a dropped SYN shows as a timeout.
+func connect(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) bool {
+	var c net.Conn
+	err := run.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp4", dst.String(), timeout)
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// until probes until ok(connect) is want, returning the time since start.
+func until(run *nsexec.Runner, dst netip.AddrPort, want bool, start time.Time, limit time.Duration) (time.Duration, bool) {
+	for time.Since(start) < limit {
+		if connect(run, dst, 3*time.Millisecond) == want {
+			return time.Since(start), true
+		}
+	}
+	return 0, false
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
