@@ -155,15 +155,12 @@ func Render(in Input) *Ruleset {
 
 	// Workload dispatch: every known interface goes to its chain, any
 	// other workload interface is dropped (fail closed).
-	var fromWl, toWl []Rule
-	for _, e := range workloads {
-		fromWl = append(fromWl, Rule{Match: "-i " + e.InterfaceName, Action: "goto " + ChainName(PrefixFromWorkload, e.InterfaceName)})
-		toWl = append(toWl, Rule{Match: "-o " + e.InterfaceName, Action: "goto " + ChainName(PrefixToWorkload, e.InterfaceName)})
+	ifaces := make([]string, len(workloads))
+	for i, e := range workloads {
+		ifaces[i] = e.InterfaceName
 	}
-	fromWl = append(fromWl, Rule{Action: "DROP", Comment: "Unknown interface"})
-	toWl = append(toWl, Rule{Action: "DROP", Comment: "Unknown interface"})
-	b.add("filter", ChainFromWlDispatch, fixGoto(fromWl))
-	b.add("filter", ChainToWlDispatch, fixGoto(toWl))
+	b.dispatch(ChainFromWlDispatch, ChainFromWlDispatch, "-i", PrefixFromWorkload, ifaces, 0)
+	b.dispatch(ChainToWlDispatch, ChainToWlDispatch, "-o", PrefixToWorkload, ifaces, 0)
 	for _, e := range workloads {
 		b.add("filter", ChainName(PrefixToWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, true, "", true))
 		b.add("filter", ChainName(PrefixFromWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, false, "", true))
@@ -219,6 +216,55 @@ func Render(in Input) *Ruleset {
 		rs.Jumps = append(rs.Jumps, KernelJump{Table: j.table, Chain: j.kernel, Rule: r[0]})
 	}
 	return rs
+}
+
+// dispatchFanout is the largest dispatch chain written flat; above it the
+// interfaces are split by name prefix into child chains, as Calico does,
+// so a packet meets a few short chains instead of one rule per endpoint.
+const dispatchFanout = 16
+
+// dispatch writes the dispatch chain name for the sorted interfaces that
+// share their first depth characters: one goto per interface to its
+// endpoint chain (prefix), or, when there are many, one goto per group of
+// interfaces with the same next character to a child chain
+// (<root>-<group>, hashed to fit). Every dispatch chain ends with DROP: an
+// unknown interface fails closed.
+func (b *builder) dispatch(root, name, flag, prefix string, ifaces []string, depth int) {
+	var rules []Rule
+	if len(ifaces) <= dispatchFanout {
+		for _, i := range ifaces {
+			rules = append(rules, Rule{Match: flag + " " + i, Action: "goto " + ChainName(prefix, i)})
+		}
+	} else {
+		// Skip the characters every interface shares.
+		for {
+			first, last := ifaces[0], ifaces[len(ifaces)-1]
+			if depth >= len(first) || depth >= len(last) || first[depth] != last[depth] {
+				break
+			}
+			depth++
+		}
+		for start := 0; start < len(ifaces); {
+			end := start + 1
+			if depth < len(ifaces[start]) {
+				for end < len(ifaces) && depth < len(ifaces[end]) && ifaces[end][depth] == ifaces[start][depth] {
+					end++
+				}
+			}
+			group := ifaces[start:end]
+			if len(group) == 1 || depth >= len(ifaces[start]) {
+				rules = append(rules, Rule{Match: flag + " " + ifaces[start], Action: "goto " + ChainName(prefix, ifaces[start])})
+			} else {
+				pfx := ifaces[start][:depth+1]
+				child := ChainName(root+"-", pfx)
+				rules = append(rules, Rule{Match: flag + " " + pfx + workloadIfaceSuffix, Action: "goto " + child})
+				b.dispatch(root, child, flag, prefix, group, depth+1)
+			}
+			start = end
+		}
+	}
+	rules = append(rules, Rule{Action: "DROP", Comment: "Unknown interface"})
+	b.add("filter", name, fixGoto(rules))
 }
 
 // fixGoto turns the "goto X" shorthand into iptables' -g.
