@@ -220,3 +220,47 @@ func TestTable(t *testing.T) {
 		})
 	}
 }
+
+// TestTableIPv6 programs the IPv6 ruleset (nft: Debian ships no legacy
+// ip6tables here) and checks that a second apply writes nothing.
+func TestTableIPv6(t *testing.T) {
+	nstest.RequireRoot(t)
+	if !NFT.Available(6) {
+		t.Skip("no ip6tables-nft")
+	}
+	ns := nstest.New(t, nstest.Prefix(), "node6")
+	for _, set := range []string{"cali60masq-ipam-pools", "cali60all-ipam-pools"} {
+		ns.MustRun(t, "ipset", "create", set, "hash:net", "family", "inet6")
+	}
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	in := input("cali1")
+	in.IPVersion = 6
+	rs := rules.Render(in)
+	for round, wantWrites := range []int{4, 0} {
+		writes := 0
+		for _, name := range rules.TableNames() {
+			tb := NewTable(name, 6, NFT, run, log.WithField("test", t.Name()))
+			tb.SetChains(rs.Tables[name])
+			tb.SetJumps(rs.Jumps, Insert)
+			wrote, err := tb.Apply(context.Background())
+			if err != nil {
+				t.Fatalf("round %d table %s: %v", round, name, err)
+			}
+			if wrote {
+				writes++
+			}
+		}
+		if writes != wantWrites {
+			t.Errorf("round %d wrote %d tables, want %d", round, writes, wantWrites)
+		}
+	}
+	save := ns.MustRun(t, "ip6tables-nft-save", "-t", "filter")
+	wantHashes(t, save, findChain(rs, "filter", "cali-tw-cali1"))
+	if !strings.Contains(save, "-A INPUT -m comment --comment \"cali:") {
+		t.Errorf("no jump in ip6tables INPUT:\n%s", save)
+	}
+}

@@ -19,12 +19,13 @@ import (
 type Runner struct {
 	path   string
 	target netns.NsHandle
+	set    bool // target is open
 }
 
 // New opens the namespace at path (for example /run/netns/node-a); an
 // empty path means the current namespace.
 func New(path string) (*Runner, error) {
-	r := &Runner{path: path, target: -1}
+	r := &Runner{path: path}
 	if path == "" {
 		return r, nil
 	}
@@ -32,7 +33,7 @@ func New(path string) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening network namespace %s: %w", path, err)
 	}
-	r.target = h
+	r.target, r.set = h, true
 	return r, nil
 }
 
@@ -40,11 +41,17 @@ func New(path string) (*Runner, error) {
 func (r *Runner) Path() string { return r.path }
 
 // Handle returns the namespace handle, or -1 for the current namespace.
-func (r *Runner) Handle() netns.NsHandle { return r.target }
+func (r *Runner) Handle() netns.NsHandle {
+	if r == nil || !r.set {
+		return -1
+	}
+	return r.target
+}
 
 // Close releases the namespace handle.
 func (r *Runner) Close() error {
-	if r.target >= 0 {
+	if r.set {
+		r.set = false
 		return r.target.Close()
 	}
 	return nil
@@ -53,7 +60,7 @@ func (r *Runner) Close() error {
 // Do runs fn on an OS thread that is in the namespace. A process started
 // by fn (os/exec) inherits the namespace.
 func (r *Runner) Do(fn func() error) error {
-	if r == nil || r.target < 0 {
+	if r == nil || !r.set {
 		return fn()
 	}
 	errc := make(chan error, 1)
