@@ -1,0 +1,72 @@
+package routes
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	log "github.com/sirupsen/logrus"
+
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
+)
+
+func TestManager(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "node")
+	ns.MustRun(t, "ip", "link", "add", "cali1", "type", "veth", "peer", "name", "p1")
+	ns.MustRun(t, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "p2")
+	for _, l := range []string{"cali1", "p1", "eth1", "p2"} {
+		ns.MustRun(t, "ip", "link", "set", l, "up")
+	}
+	// Routes that are not ours to remove: BGP's on a cali interface, and
+	// a scope-link route on another interface.
+	ns.MustRun(t, "ip", "route", "add", "10.70.0.0/26", "dev", "cali1", "proto", "196", "scope", "link")
+	ns.MustRun(t, "ip", "route", "add", "10.71.0.1/32", "dev", "eth1", "scope", "link")
+	// One nobody wants on a cali interface.
+	ns.MustRun(t, "ip", "route", "add", "10.65.0.99/32", "dev", "cali1", "scope", "link")
+
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	m, err := New(run, log.WithField("test", t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Set(netip.MustParsePrefix("10.65.0.1/32"), "cali1")
+	m.Set(netip.MustParsePrefix("10.65.0.2/32"), "cali2") // interface not there yet
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	routes := func() string { return ns.MustRun(t, "ip", "route", "show") }
+	got := routes()
+	for _, want := range []string{"10.65.0.1 dev cali1", "10.70.0.0/26 dev cali1 proto 196", "10.71.0.1 dev eth1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("routes lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "10.65.0.99") {
+		t.Errorf("unwanted workload route kept:\n%s", got)
+	}
+	if m.Pending() != 1 {
+		t.Errorf("Pending = %d, want 1 (cali2 missing)", m.Pending())
+	}
+	ns.MustRun(t, "ip", "link", "add", "cali2", "type", "veth", "peer", "name", "p3")
+	ns.MustRun(t, "ip", "link", "set", "cali2", "up")
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Pending() != 0 || !strings.Contains(routes(), "10.65.0.2 dev cali2") {
+		t.Errorf("pending route not written once its interface came up:\n%s", routes())
+	}
+	m.Remove(netip.MustParsePrefix("10.65.0.1/32"))
+	if err := m.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := routes(); strings.Contains(got, "10.65.0.1 ") || !strings.Contains(got, "proto 196") {
+		t.Errorf("after removal:\n%s", got)
+	}
+}
