@@ -109,6 +109,18 @@ spec: {node: node-a, interfaceName: eth-ext}
 		c.remove(rs)
 		c.waitFor("the host endpoint chain removed", func() bool { return !strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
 		c.expect(allow("ext", "node", "tcp", 8080))
+
+		// Named by its expected IP only: felix finds the interface.
+		rs = c.apply(`apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: node-a-ext-by-ip}
+spec: {node: node-a, expectedIPs: [198.18.0.1]}
+`)
+		c.waitFor("the host endpoint chain of the interface holding 198.18.0.1", func() bool { return strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
+		c.expect(allow("ext", "node", "tcp", 22), deny("ext", "node", "tcp", 8080))
+		c.remove(rs)
+		c.waitFor("the host endpoint chain removed", func() bool { return !strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
+		c.expect(allow("ext", "node", "tcp", 8080))
 	})
 
 	t.Run("defaultEndpointToHostAction", func(t *testing.T) {

@@ -126,9 +126,13 @@ func (d *Driver) Apply(ctx context.Context) error {
 	}
 	tSets = time.Since(start)
 	var errs []error
-	if d.rulesDirty {
+	if d.rulesDirty || d.unresolvedHosts() {
+		eps, err := d.hosts.endpoints(d.endpoints)
+		if err != nil {
+			errs = append(errs, err)
+		}
 		for _, f := range d.families {
-			rs := f.render.render(d.cfg, d.policies, d.profiles, d.endpoints)
+			rs := f.render.render(d.cfg, d.policies, d.profiles, eps)
 			for _, t := range f.tables {
 				t.SetChains(rs.Tables[t.Name])
 				t.SetJumps(rs.Jumps, d.cfg.ChainInsertMode)
@@ -160,6 +164,18 @@ func (d *Driver) Apply(ctx context.Context) error {
 		errs = append(errs, d.reportStatus()...)
 	}
 	return errors.Join(errs...)
+}
+
+// unresolvedHosts reports whether a host endpoint is named by its
+// expectedIPs only: its interface is looked up again at every apply (an
+// address may have moved).
+func (d *Driver) unresolvedHosts() bool {
+	for id, ep := range d.endpoints {
+		if id.Kind == calc.HostEndpoint && ep.InterfaceName == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // reportStatus writes the status of endpoints programmed since the last

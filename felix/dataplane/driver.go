@@ -44,6 +44,7 @@ type Driver struct {
 	run    *nsexec.Runner
 	log    *log.Entry
 	routes *routes.Manager
+	hosts  *hostIfaces
 	status statusFiles
 
 	cfg       *calc.Config
@@ -78,8 +79,14 @@ func New(cfg Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
+	hosts, err := newHostIfaces(run)
+	if err != nil {
+		rm.Close()
+		run.Close()
+		return nil, err
+	}
 	return &Driver{
-		run: run, log: logger, routes: rm,
+		run: run, log: logger, routes: rm, hosts: hosts,
 		sets:     [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)},
 		status:   statusFiles{dir: cfg.StatusDir, written: map[calc.EndpointID]string{}},
 		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{},
@@ -94,6 +101,7 @@ func (d *Driver) Close() {
 		m.Close()
 	}
 	d.routes.Close()
+	d.hosts.close()
 	d.run.Close()
 }
 
