@@ -93,4 +93,3 @@ func (hi *hostIfaces) endpoints(eps map[calc.EndpointID]*calc.Endpoint) (map[cal
 	}
 	return out, nil
 }
-
