@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,6 +144,16 @@ func (d *Driver) Apply(ctx context.Context) error {
 	tRender = time.Since(start) - tSets
 	rulesOK := true
 	for _, f := range d.families {
+		// One iptables-save for every table that must be read back.
+		if slices.ContainsFunc(f.tables, (*iptables.Table).NeedsRead) {
+			if sections, err := iptables.ReadAll(ctx, d.run, d.backend, f.version); err == nil {
+				for _, t := range f.tables {
+					if t.NeedsRead() {
+						t.Load(sections[t.Name])
+					}
+				}
+			}
+		}
 		for _, t := range f.tables {
 			if _, err := t.Apply(ctx); err != nil {
 				errs = append(errs, err)

@@ -127,6 +127,41 @@ func sameJumps(a, b map[string][]rules.Rule) bool {
 // refresh that repairs tampering).
 func (t *Table) Invalidate() { t.needRead = true }
 
+// NeedsRead reports whether the next Apply reads the kernel back first.
+func (t *Table) NeedsRead() bool { return t.needRead }
+
+// Load gives the table its section of an iptables-save of every table
+// (see ReadAll), sparing Apply its own read.
+func (t *Table) Load(save []byte) {
+	t.kernel, t.kernelChains = parseSave(save, t.jumps)
+	t.needRead = false
+	t.jumpsVerified = false
+}
+
+// ReadAll runs one iptables-save of every table of a family and returns
+// each table's section, for Table.Load.
+func ReadAll(ctx context.Context, run *nsexec.Runner, backend Backend, family int) (map[string][]byte, error) {
+	save, _ := backend.Commands(family)
+	out, err := run.Run(ctx, "", save)
+	if err != nil {
+		return nil, fmt.Errorf("reading iptables (IPv%d): %w", family, err)
+	}
+	sections := map[string][]byte{}
+	table := ""
+	for _, line := range bytes.SplitAfter(out, []byte("\n")) {
+		if len(line) > 1 && line[0] == '*' {
+			table = string(bytes.TrimSpace(line[1:]))
+		}
+		if table != "" {
+			sections[table] = append(sections[table], line...)
+		}
+		if bytes.HasPrefix(line, []byte("COMMIT")) {
+			table = ""
+		}
+	}
+	return sections, nil
+}
+
 // read loads the kernel's view of the table: our chains' hashes and the
 // rules of the kernel chains we jump from.
 func (t *Table) read(ctx context.Context) error {
