@@ -18,6 +18,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -60,6 +61,11 @@ type Manager struct {
 	// ipset restore).
 	nl *netlink.Handle
 }
+
+// revision is the set type revision created through netlink: the first
+// that has every feature ipset restore would use here (maxelem, CIDR
+// entries, SCTP ports).
+var revision = map[calc.IPSetType]uint8{calc.IPSetNet: 1, calc.IPSetIPPort: 1}
 
 // netlinkMax is the largest delta written through netlink; bigger ones go
 // through one ipset restore.
@@ -408,9 +414,18 @@ func (m *Manager) applyNetlink() bool {
 		e    *netlink.IPSetEntry
 	}
 	var ops []op
+	var creates []string
 	for name := range m.dirty {
 		want, have := m.desired[name], m.kernel[name]
-		if want == nil || have == nil || want.typ != have.typ {
+		if want == nil || strings.HasPrefix(name, m.prefix+"t") {
+			return false
+		}
+		if have == nil {
+			// A new small set: created through netlink too.
+			creates = append(creates, name)
+			have = &set{typ: want.typ}
+		}
+		if want.typ != have.typ {
 			return false
 		}
 		for mb := range want.members {
@@ -432,6 +447,18 @@ func (m *Manager) applyNetlink() bool {
 			}
 		}
 		if len(ops) > netlinkMax {
+			return false
+		}
+	}
+	family := uint8(unix.NFPROTO_IPV4)
+	if m.family == 6 {
+		family = unix.NFPROTO_IPV6
+	}
+	for _, name := range creates {
+		err := m.nl.IpsetCreate(name, string(m.desired[name].typ), netlink.IpsetCreateOptions{Family: family, MaxElements: MaxElem, Revision: revision[m.desired[name].typ]})
+		if err != nil {
+			m.log.WithError(err).WithField("set", name).Debug("netlink IP set create failed; falling back to ipset restore")
+			m.resync = true
 			return false
 		}
 	}

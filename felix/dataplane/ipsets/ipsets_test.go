@@ -85,13 +85,25 @@ func TestManager(t *testing.T) {
 		v4.Delta("s:web", []string{"10.65.0.2", "10.65.2.0/25"}, []string{"10.65.1.0/24"})
 		v4.Delta("n:http", []string{"10.65.0.2,udp:53", "10.65.0.3,sctp:9000"}, nil)
 		v6.Delta("s:web", []string{"fd00::2", "fd00:1::/64"}, []string{"fd00::1"})
-		// Small deltas of existing sets go through netlink: no process.
+		v4.Set("n:new", calc.IPSetIPPort, []string{"10.65.0.7,sctp:9000", "fd00::7,sctp:9000"})
+		v6.Set("n:new", calc.IPSetIPPort, []string{"10.65.0.7,sctp:9000", "fd00::7,sctp:9000"})
+		// Small deltas and small new sets go through netlink: no process.
 		if !v4.applyNetlink() || !v6.applyNetlink() {
 			t.Fatal("a small delta was not written through netlink")
 		}
 		check("cali40s:web", "10.65.0.1", "10.65.0.2", "10.65.2.0/25")
 		check("cali40n:http", "10.65.0.1,tcp:80", "10.65.0.2,udp:53", "10.65.0.3,sctp:9000")
 		check("cali60s:web", "fd00::2", "fd00:1::/64")
+		check("cali40n:new", "10.65.0.7,sctp:9000")
+		check("cali60n:new", "fd00::7,sctp:9000")
+		if out := ns.MustRun(t, "ipset", "list", "cali60n:new"); !strings.Contains(out, "family inet6") || !strings.Contains(out, "maxelem 1048576") {
+			t.Errorf("set created through netlink lacks its family or size:\n%s", out)
+		}
+		// The kernel read back agrees with what was written.
+		v4.Resync()
+		v6.Resync()
+		apply()
+		check("cali40n:new", "10.65.0.7,sctp:9000")
 		v4.Delta("n:http", nil, []string{"10.65.0.2,udp:53", "10.65.0.3,sctp:9000"})
 		apply()
 		check("cali40n:http", "10.65.0.1,tcp:80")
