@@ -11,12 +11,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdhttp"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
 // roundTrip proves a store works: create, read back, delete.
-func roundTrip(t *testing.T, s *etcdv3.Store) {
+func roundTrip(t *testing.T, s store) {
 	t.Helper()
 	ctx := testCtx(t)
 	created := mustCreate(t, s, pool("pool-a", "10.1.0.0/16"))
@@ -47,34 +48,36 @@ func TestTLS(t *testing.T) {
 		{"cert without key", etcdv3.Config{CACertFile: files.CA, CertFile: files.ClientCert}, "needs both a cert file and a key file"},
 		{"missing CA file", etcdv3.Config{CACertFile: files.CA + ".missing"}, "reading etcd CA certificate"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg
-			cfg.Endpoints = endpoints
-			cfg.DialTimeout = 2 * time.Second
-			start := time.Now()
-			s, err := etcdv3.New(context.Background(), cfg)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("New: %v", err)
+	for _, c := range clients() {
+		for _, tc := range cases {
+			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
+				cfg := tc.cfg
+				cfg.Endpoints = endpoints
+				cfg.DialTimeout = 2 * time.Second
+				start := time.Now()
+				s, err := c.open(context.Background(), cfg)
+				if tc.wantErr == "" {
+					if err != nil {
+						t.Fatalf("New: %v", err)
+					}
+					defer s.Close()
+					roundTrip(t, s)
+					return
 				}
-				defer s.Close()
-				roundTrip(t, s)
-				return
-			}
-			if err == nil {
-				s.Close()
-				t.Fatalf("New succeeded, want an error containing %q", tc.wantErr)
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), endpoints[0]) {
-				t.Fatalf("New error %q does not contain %q and the endpoint", err, tc.wantErr)
-			}
-			// A TLS setting the server rejects cannot get better by
-			// waiting: New must give up at once, not at its deadline.
-			if d := time.Since(start); d > 1500*time.Millisecond {
-				t.Fatalf("New took %s to fail", d)
-			}
-		})
+				if err == nil {
+					s.Close()
+					t.Fatalf("New succeeded, want an error containing %q", tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), endpoints[0]) {
+					t.Fatalf("New error %q does not contain %q and the endpoint", err, tc.wantErr)
+				}
+				// A TLS setting the server rejects cannot get better by
+				// waiting: New must give up at once, not at its deadline.
+				if d := time.Since(start); d > 1500*time.Millisecond {
+					t.Fatalf("New took %s to fail", d)
+				}
+			})
+		}
 	}
 }
 
@@ -104,36 +107,43 @@ func TestUsernamePassword(t *testing.T) {
 		{"wrong password", "root", "nope", "authentication failed"},
 		{"no credentials", "", "", "user name is empty"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: endpoints, Username: tc.user, Password: tc.password, DialTimeout: 2 * time.Second})
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("New: %v", err)
+	for _, c := range clients() {
+		for _, tc := range cases {
+			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
+				s, err := c.open(ctx, etcdv3.Config{Endpoints: endpoints, Username: tc.user, Password: tc.password, DialTimeout: 2 * time.Second})
+				if tc.wantErr == "" {
+					if err != nil {
+						t.Fatalf("New: %v", err)
+					}
+					defer s.Close()
+					roundTrip(t, s)
+					return
 				}
-				defer s.Close()
-				roundTrip(t, s)
-				return
-			}
-			if err == nil {
-				s.Close()
-				t.Fatalf("New succeeded, want an error containing %q", tc.wantErr)
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), endpoints[0]) {
-				t.Fatalf("New error %q does not contain %q and the endpoint", err, tc.wantErr)
-			}
-		})
+				if err == nil {
+					s.Close()
+					t.Fatalf("New succeeded, want an error containing %q", tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), endpoints[0]) {
+					t.Fatalf("New error %q does not contain %q and the endpoint", err, tc.wantErr)
+				}
+			})
+		}
 	}
 }
 
-func TestUnreachable(t *testing.T) {
-	// A port nobody listens on: take a free one and release it.
+// deadEndpoint is the URL of a loopback port nobody listens on.
+func deadEndpoint(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	endpoint := "http://" + l.Addr().String()
-	l.Close()
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}
+
+func TestUnreachable(t *testing.T) {
+	endpoint := deadEndpoint(t)
 
 	start := time.Now()
 	s, err := etcdv3.New(context.Background(), etcdv3.Config{Endpoints: []string{endpoint}})
@@ -162,5 +172,71 @@ func TestUnreachable(t *testing.T) {
 	start = time.Now()
 	if _, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: []string{endpoint}}); err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("New with a 300ms context: %v after %s", err, time.Since(start))
+	}
+}
+
+// TestUnreachableLean: the lean client fails at once on a refused
+// connection and within its dial timeout on a server that never answers,
+// naming the endpoint either way.
+func TestUnreachableLean(t *testing.T) {
+	// A listener that accepts connections and never answers.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	cases := []struct {
+		name     string
+		endpoint string
+		timeout  time.Duration
+		want     string
+		within   time.Duration
+	}{
+		{"nothing listening", deadEndpoint(t), 0, "connection refused", time.Second},
+		{"no answer", "http://" + mute.Addr().String(), time.Second, "no answer within 1s", 2500 * time.Millisecond},
+		{"not a URL", "127.0.0.1:2379", 0, "is not a URL", 100 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			s, err := etcdhttp.New(context.Background(), etcdv3.Config{Endpoints: []string{tc.endpoint}, DialTimeout: tc.timeout})
+			elapsed := time.Since(start)
+			if err == nil {
+				s.Close()
+				t.Fatalf("New(%s) succeeded", tc.endpoint)
+			}
+			if !strings.Contains(err.Error(), tc.endpoint) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name the endpoint %s and say %q", err, tc.endpoint, tc.want)
+			}
+			if elapsed > tc.within {
+				t.Errorf("New gave up after %s, want within %s", elapsed, tc.within)
+			}
+			t.Logf("%v (after %s)", err, elapsed.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestFirstEndpointDown: with a dead endpoint listed first, both clients
+// reach etcd through the next one.
+func TestFirstEndpointDown(t *testing.T) {
+	endpoints := append([]string{deadEndpoint(t)}, etcdtest.Start(t)...)
+	for _, c := range clients() {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := c.open(testCtx(t), etcdv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second})
+			if err != nil {
+				t.Fatalf("New(%v): %v", endpoints, err)
+			}
+			defer s.Close()
+			roundTrip(t, s)
+		})
 	}
 }
