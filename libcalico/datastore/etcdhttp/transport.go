@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdcore"
 )
 
@@ -220,12 +221,12 @@ func (t *transport) post(ctx context.Context, endpoint, path string, body []byte
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return fmt.Errorf("%s: %w", endpoint, err)
+		return &datastore.UnavailableError{Endpoint: endpoint, Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("%s%s: reading the answer: %w", endpoint, path, err)
+		return &datastore.UnavailableError{Endpoint: endpoint, Err: fmt.Errorf("reading the answer to %s: %w", path, err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		var eb errorBody

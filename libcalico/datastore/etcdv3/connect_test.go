@@ -200,10 +200,13 @@ func TestUnreachableLean(t *testing.T) {
 		timeout  time.Duration
 		want     string
 		within   time.Duration
+		// unavailable: the error matches datastore.ErrUnavailable (try
+		// again later), unlike a configuration mistake.
+		unavailable bool
 	}{
-		{"nothing listening", deadEndpoint(t), 0, "connection refused", time.Second},
-		{"no answer", "http://" + mute.Addr().String(), time.Second, "no answer within 1s", 2500 * time.Millisecond},
-		{"not a URL", "127.0.0.1:2379", 0, "is not a URL", 100 * time.Millisecond},
+		{"nothing listening", deadEndpoint(t), 0, "connection refused", time.Second, true},
+		{"no answer", "http://" + mute.Addr().String(), time.Second, "no answer within 1s", 2500 * time.Millisecond, true},
+		{"not a URL", "127.0.0.1:2379", 0, "is not a URL", 100 * time.Millisecond, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,6 +222,9 @@ func TestUnreachableLean(t *testing.T) {
 			}
 			if elapsed > tc.within {
 				t.Errorf("New gave up after %s, want within %s", elapsed, tc.within)
+			}
+			if got := errors.Is(err, datastore.ErrUnavailable); got != tc.unavailable {
+				t.Errorf("errors.Is(%q, ErrUnavailable) = %v, want %v", err, got, tc.unavailable)
 			}
 			t.Logf("%v (after %s)", err, elapsed.Round(time.Millisecond))
 		})
