@@ -183,23 +183,20 @@ func (t *transport) send(ctx context.Context, path string, in, out any, withToke
 	}
 	n := len(t.endpoints)
 	start := int(t.cur.Load())
-	var failed []string
+	var undialled []string
 	for i := range n {
 		idx := (start + i) % n
 		err := t.post(ctx, t.endpoints[idx], path, body, token, out)
-		if err == nil {
+		switch {
+		case err == nil:
 			t.cur.Store(int32(idx))
 			return nil
-		}
-		if !isDialError(err) || ctx.Err() != nil {
+		case !isDialError(err) || ctx.Err() != nil || n == 1:
 			return err
-		}
-		if n == 1 {
-			return err
-		}
-		failed = append(failed, err.Error())
-		if i == n-1 {
-			return fmt.Errorf("no endpoint answered: %s: %w", strings.Join(failed[:len(failed)-1], "; "), err)
+		case i < n-1:
+			undialled = append(undialled, err.Error())
+		default:
+			return fmt.Errorf("no endpoint answered (%s); %w", strings.Join(undialled, "; "), err)
 		}
 	}
 	return errors.New("no endpoints")

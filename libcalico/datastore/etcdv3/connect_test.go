@@ -194,31 +194,38 @@ func TestUnreachableLean(t *testing.T) {
 			defer c.Close()
 		}
 	}()
+	dead1, dead2 := deadEndpoint(t), deadEndpoint(t)
 	cases := []struct {
-		name     string
-		endpoint string
-		timeout  time.Duration
-		want     string
-		within   time.Duration
+		name      string
+		endpoints []string
+		timeout   time.Duration
+		want      string
+		within    time.Duration
 		// unavailable: the error matches datastore.ErrUnavailable (try
 		// again later), unlike a configuration mistake.
 		unavailable bool
 	}{
-		{"nothing listening", deadEndpoint(t), 0, "connection refused", time.Second, true},
-		{"no answer", "http://" + mute.Addr().String(), time.Second, "no answer within 1s", 2500 * time.Millisecond, true},
-		{"not a URL", "127.0.0.1:2379", 0, "is not a URL", 100 * time.Millisecond, false},
+		{"nothing listening", []string{dead1}, 0, "connection refused", time.Second, true},
+		{"nothing listening on either", []string{dead1, dead2}, 0, "no endpoint answered", time.Second, true},
+		{"no answer", []string{"http://" + mute.Addr().String()}, time.Second, "no answer within 1s", 2500 * time.Millisecond, true},
+		{"not a URL", []string{"127.0.0.1:2379"}, 0, "is not a URL", 100 * time.Millisecond, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			s, err := etcdhttp.New(context.Background(), etcdv3.Config{Endpoints: []string{tc.endpoint}, DialTimeout: tc.timeout})
+			s, err := etcdhttp.New(context.Background(), etcdv3.Config{Endpoints: tc.endpoints, DialTimeout: tc.timeout})
 			elapsed := time.Since(start)
 			if err == nil {
 				s.Close()
-				t.Fatalf("New(%s) succeeded", tc.endpoint)
+				t.Fatalf("New(%v) succeeded", tc.endpoints)
 			}
-			if !strings.Contains(err.Error(), tc.endpoint) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not name the endpoint %s and say %q", err, tc.endpoint, tc.want)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+			for _, ep := range tc.endpoints {
+				if !strings.Contains(err.Error(), ep) {
+					t.Errorf("error %q does not name the endpoint %s", err, ep)
+				}
 			}
 			if elapsed > tc.within {
 				t.Errorf("New gave up after %s, want within %s", elapsed, tc.within)
