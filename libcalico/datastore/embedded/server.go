@@ -41,6 +41,9 @@ type Config struct {
 	TickMs, ElectionMs uint
 	// UnsafeNoFsync trades durability for speed (tests only).
 	UnsafeNoFsync bool
+	// AuthTokenTTL is how long an idle auth token stays valid, in whole
+	// seconds (etcd's default, 5 minutes, when zero).
+	AuthTokenTTL time.Duration
 	// StartTimeout bounds Start; DefaultStartTimeout when zero.
 	StartTimeout time.Duration
 }
@@ -99,6 +102,9 @@ func (c Config) etcdConfig() (*embed.Config, error) {
 		ec.ElectionMs = c.ElectionMs
 	}
 	ec.UnsafeNoFsync = c.UnsafeNoFsync
+	if c.AuthTokenTTL > 0 {
+		ec.AuthTokenTTL = uint(max(c.AuthTokenTTL/time.Second, 1))
+	}
 	ec.ClientTLSInfo.CertFile = c.CertFile
 	ec.ClientTLSInfo.KeyFile = c.KeyFile
 	if c.ClientCAFile != "" {

@@ -27,6 +27,7 @@ type core = etcdcore.Store
 // returns its raw key-value view. It is safe for concurrent use.
 type Store struct {
 	*core
+	tr *transport
 }
 
 var _ datastore.Interface = (*Store)(nil)
@@ -53,7 +54,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcd at %s: %w", cfg.EndpointList(), err)
 	}
 	log.WithField("endpoints", cfg.EndpointList()).Debug("Connected to etcd through its gateway")
-	return &Store{core: etcdcore.NewStore(tr)}, nil
+	return &Store{core: etcdcore.NewStore(tr), tr: tr}, nil
 }
 
 // probe authenticates when a username is set and reads one key. A user

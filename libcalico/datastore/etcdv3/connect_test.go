@@ -81,8 +81,14 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// TestUsernamePassword logs in with both clients, on the embedded etcd
+// and on the system one (whose gateway is an older grpc-gateway).
 func TestUsernamePassword(t *testing.T) {
-	endpoints := etcdtest.Start(t)
+	t.Run("embedded", func(t *testing.T) { testUsernamePassword(t, etcdtest.Start(t)) })
+	t.Run("external", func(t *testing.T) { testUsernamePassword(t, etcdtest.StartExternal(t)) })
+}
+
+func testUsernamePassword(t *testing.T, endpoints []string) {
 	ctx := testCtx(t)
 	admin, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
 	if err != nil {
