@@ -28,18 +28,18 @@ func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Reso
 	if err != nil {
 		return nil, "", fmt.Errorf("listing %s: %w", path, err)
 	}
-	items, err := s.DecodeAll(opts.Kind, resp.KVs)
+	items, err := s.decodeAll(opts.Kind, resp.KVs)
 	if err != nil {
 		return nil, "", err
 	}
 	return items, revString(resp.Revision), nil
 }
 
-// DecodeAll decodes a range result. With a kind, every key must be of that
+// decodeAll decodes a range result. With a kind, every key must be of that
 // kind; without one (a list of everything), keys of kinds this build does
 // not know are skipped. Large results are decoded on every CPU at once:
 // JSON decoding, not etcd, is most of the cost of a big List.
-func (s *Store) DecodeAll(kind string, kvs []KeyValue) ([]v3.Resource, error) {
+func (s *Store) decodeAll(kind string, kvs []KeyValue) ([]v3.Resource, error) {
 	var info v3.KindInfo
 	if kind != "" {
 		var ok bool
