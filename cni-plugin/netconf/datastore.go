@@ -8,21 +8,23 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdhttp"
 )
 
 // Connect opens the etcd datastore the configuration names; settings
 // missing from it fall back to the ETCD_ENDPOINTS, ETCD_KEY_FILE,
 // ETCD_CERT_FILE and ETCD_CA_CERT_FILE environment variables. An
-// unreachable datastore is a "try again later" CNI error.
-func (c *NetConf) Connect(ctx context.Context) (*etcdv3.Store, error) {
+// unreachable datastore is a "try again later" CNI error. The connection
+// is the lean client over etcd's JSON gateway, so the plugins link no
+// gRPC.
+func (c *NetConf) Connect(ctx context.Context) (*etcdhttp.Store, error) {
 	pick := func(v, env string) string {
 		if v != "" {
 			return v
 		}
 		return os.Getenv(env)
 	}
-	cfg := etcdv3.Config{
+	cfg := etcdhttp.Config{
 		KeyFile:     pick(c.EtcdKeyFile, "ETCD_KEY_FILE"),
 		CertFile:    pick(c.EtcdCertFile, "ETCD_CERT_FILE"),
 		CACertFile:  pick(c.EtcdCACertFile, "ETCD_CA_CERT_FILE"),
@@ -37,7 +39,7 @@ func (c *NetConf) Connect(ctx context.Context) (*etcdv3.Store, error) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig,
 			fmt.Sprintf("network %q: etcd_endpoints is required (or ETCD_ENDPOINTS in the environment)", c.Name), "")
 	}
-	store, err := etcdv3.New(ctx, cfg)
+	store, err := etcdhttp.New(ctx, cfg)
 	if err != nil {
 		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("connecting to the datastore: %v", err), "")
 	}

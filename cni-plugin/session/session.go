@@ -16,7 +16,7 @@ import (
 	"github.com/palisade-net/palisade/cni-plugin/logging"
 	"github.com/palisade-net/palisade/cni-plugin/netconf"
 	"github.com/palisade-net/palisade/libcalico/datastore"
-	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdhttp"
 )
 
 // Session is what every command starts from.
@@ -27,7 +27,7 @@ type Session struct {
 	Ctx      context.Context
 	cancel   context.CancelFunc
 	logFile  io.Closer
-	conn     *etcdv3.Store
+	conn     *etcdhttp.Store
 }
 
 // invocationTimeouts bounds a whole invocation, in datastore timeouts.
@@ -86,10 +86,11 @@ func (s *Session) Close() {
 	s.logFile.Close()
 }
 
-// Retryable marks datastore failures the runtime may retry (etcd down or
-// contended) as "try again later"; others stay internal errors.
+// Retryable marks datastore failures the runtime may retry (etcd down,
+// unreachable or contended) as "try again later"; others stay internal
+// errors.
 func Retryable(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, datastore.ErrConflict) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, datastore.ErrUnavailable) || errors.Is(err, datastore.ErrConflict) {
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	}
 	return err

@@ -18,6 +18,9 @@ var (
 	// ErrBatchRejected is returned by WriteBatch when a precondition of
 	// one of its writes failed, so nothing was written.
 	ErrBatchRejected = errors.New("batch rejected: a resource changed since it was read")
+	// ErrUnavailable is returned when the datastore could not be reached
+	// or dropped the connection mid-request: trying again later may work.
+	ErrUnavailable = errors.New("datastore unavailable")
 )
 
 // subject names what an error is about: a resource key when Key.Kind is
@@ -107,3 +110,19 @@ func (e *BatchRejectedError) Error() string {
 
 // Is makes errors.Is(err, ErrBatchRejected) true.
 func (e *BatchRejectedError) Is(target error) bool { return target == ErrBatchRejected }
+
+// UnavailableError says a request could not reach the datastore at
+// Endpoint, or lost its connection before the answer (so it may or may
+// not have been applied).
+type UnavailableError struct {
+	Endpoint string
+	Err      error
+}
+
+func (e *UnavailableError) Error() string { return e.Endpoint + ": " + e.Err.Error() }
+
+// Unwrap exposes the network error.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +27,8 @@ type Config struct {
 	// DataDir holds the member's data; required.
 	DataDir string
 	// ClientURLs to listen on for clients; a port of 0 picks a free one
-	// (read it back with Endpoints). Default http://127.0.0.1:2379.
+	// before starting (read it back with Endpoints). Default
+	// http://127.0.0.1:2379.
 	ClientURLs []string
 	// PeerURLs to listen on for peers. Default http://127.0.0.1:2380.
 	PeerURLs []string
@@ -38,6 +41,9 @@ type Config struct {
 	TickMs, ElectionMs uint
 	// UnsafeNoFsync trades durability for speed (tests only).
 	UnsafeNoFsync bool
+	// AuthTokenTTL is how long an idle auth token stays valid, in whole
+	// seconds (etcd's default, 5 minutes, when zero).
+	AuthTokenTTL time.Duration
 	// StartTimeout bounds Start; DefaultStartTimeout when zero.
 	StartTimeout time.Duration
 }
@@ -96,16 +102,26 @@ func (c Config) etcdConfig() (*embed.Config, error) {
 		ec.ElectionMs = c.ElectionMs
 	}
 	ec.UnsafeNoFsync = c.UnsafeNoFsync
+	if c.AuthTokenTTL > 0 {
+		ec.AuthTokenTTL = uint(max(c.AuthTokenTTL/time.Second, 1))
+	}
 	ec.ClientTLSInfo.CertFile = c.CertFile
 	ec.ClientTLSInfo.KeyFile = c.KeyFile
 	if c.ClientCAFile != "" {
 		ec.ClientTLSInfo.TrustedCAFile = c.ClientCAFile
 		ec.ClientTLSInfo.ClientCertAuth = true
 	}
+	// The JSON gateway (POST /v3/kv/...) is what the CNI plugins' lean
+	// client speaks; it is etcd's default, set here so it stays on.
+	ec.EnableGRPCGateway = true
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	return ec, nil
 }
+
+// portPicks bounds the attempts at starting on picked ports, one of
+// which another process may take between the pick and etcd's bind.
+const portPicks = 3
 
 // Start runs an etcd member and waits until it serves clients.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
@@ -113,9 +129,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("embedded etcd in %s: starting: %w", cfg.DataDir, err)
+	// Client URLs are listened on and advertised as configured.
+	configured := ec.ListenClientUrls
+	var e *embed.Etcd
+	for attempt := 1; ; attempt++ {
+		urls, picked, err := pickFreePorts(configured)
+		if err != nil {
+			return nil, fmt.Errorf("embedded etcd in %s: %w", cfg.DataDir, err)
+		}
+		ec.ListenClientUrls, ec.AdvertiseClientUrls = urls, urls
+		e, err = embed.StartEtcd(ec)
+		if err == nil {
+			break
+		}
+		if !picked || attempt == portPicks || !strings.Contains(err.Error(), "address already in use") {
+			return nil, fmt.Errorf("embedded etcd in %s: starting: %w", cfg.DataDir, err)
+		}
 	}
 	s := &Server{etcd: e}
 	timeout := cfg.StartTimeout
@@ -141,6 +170,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	log.WithFields(log.Fields{"endpoints": strings.Join(s.endpoints, ","), "dataDir": cfg.DataDir}).Debug("Embedded etcd is serving")
 	return s, nil
+}
+
+// pickFreePorts returns urls with port 0 replaced by a free port, and
+// whether it replaced any: etcd's JSON gateway reaches the gRPC server at
+// the configured address, so with port 0 it would dial port 0.
+func pickFreePorts(urls []url.URL) ([]url.URL, bool, error) {
+	out := make([]url.URL, len(urls))
+	picked := false
+	for i, u := range urls {
+		out[i] = u
+		if u.Port() != "0" {
+			continue
+		}
+		l, err := net.Listen("tcp", u.Host)
+		if err != nil {
+			return nil, false, fmt.Errorf("picking a free port for client URL %s: %w", u.String(), err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		out[i].Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port))
+		picked = true
+	}
+	return out, picked, nil
 }
 
 // schemeOf finds the scheme of the URL a listener was opened for: the URL

@@ -49,3 +49,12 @@ func StartTLS(t testing.TB) ([]string, TLSFiles) {
 	cfg.CertFile, cfg.KeyFile, cfg.ClientCAFile = files.ServerCert, files.ServerKey, files.CA
 	return startEmbedded(t, cfg), files
 }
+
+// StartWith runs an embedded etcd like Start, with adjust applied to its
+// configuration first (for example a short AuthTokenTTL).
+func StartWith(t testing.TB, adjust func(*embedded.Config)) []string {
+	t.Helper()
+	cfg := fastConfig(t, "http")
+	adjust(&cfg)
+	return startEmbedded(t, cfg)
+}

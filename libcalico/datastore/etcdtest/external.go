@@ -21,12 +21,27 @@ const ExternalBinary = "/usr/bin/etcd"
 // not installed.
 func StartExternal(t testing.TB) []string {
 	t.Helper()
+	return startExternalRetrying(t, nil)
+}
+
+// StartExternalTLS runs the system etcd like StartExternal, serving https
+// only and requiring a client certificate signed by the generated CA;
+// files are in the test's temporary directory.
+func StartExternalTLS(t testing.TB) ([]string, TLSFiles) {
+	t.Helper()
+	files := GenerateTLS(t, t.TempDir())
+	return startExternalRetrying(t, &files), files
+}
+
+// startExternalRetrying starts the binary, with TLS when files is set.
+func startExternalRetrying(t testing.TB, files *TLSFiles) []string {
+	t.Helper()
 	if _, err := os.Stat(ExternalBinary); err != nil {
 		t.Skipf("external etcd: %s not installed (Debian package etcd-server): %v", ExternalBinary, err)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken meanwhile
-		ep, err := startExternal(t)
+		ep, err := startExternal(t, files)
 		if err == nil {
 			return []string{ep}
 		}
@@ -37,7 +52,7 @@ func StartExternal(t testing.TB) []string {
 }
 
 // startExternal makes one attempt at starting the binary.
-func startExternal(t testing.TB) (string, error) {
+func startExternal(t testing.TB, files *TLSFiles) (string, error) {
 	dir := t.TempDir()
 	clientPort, err := freePort()
 	if err != nil {
@@ -47,7 +62,11 @@ func startExternal(t testing.TB) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	scheme := "http"
+	if files != nil {
+		scheme = "https"
+	}
+	client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, clientPort)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	logPath := filepath.Join(dir, "etcd.log")
 	logFile, err := os.Create(logPath)
@@ -55,17 +74,28 @@ func startExternal(t testing.TB) (string, error) {
 		return "", err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(ExternalBinary,
+	args := []string{
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client,
 		"--advertise-client-urls", client,
 		"--listen-peer-urls", peer,
 		"--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "test="+peer,
+		"--initial-cluster", "test=" + peer,
 		"--heartbeat-interval", "10",
 		"--election-timeout", "100",
-	)
+	}
+	hc := &http.Client{Timeout: time.Second}
+	if files != nil {
+		args = append(args, "--cert-file", files.ServerCert, "--key-file", files.ServerKey,
+			"--client-cert-auth", "--trusted-ca-file", files.CA)
+		tc, err := files.clientTLS()
+		if err != nil {
+			return "", err
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
+	}
+	cmd := exec.Command(ExternalBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("running %s: %w", ExternalBinary, err)
@@ -80,7 +110,7 @@ func startExternal(t testing.TB) (string, error) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-	if err := waitHealthy(client, exited, &waitErr); err != nil {
+	if err := waitHealthy(hc, client, exited, &waitErr); err != nil {
 		stop()
 		tail, _ := os.ReadFile(logPath)
 		if len(tail) > 2000 {
@@ -94,8 +124,7 @@ func startExternal(t testing.TB) (string, error) {
 
 // waitHealthy polls the member's /health until it reports healthy, the
 // process exits, or 15 s pass.
-func waitHealthy(client string, exited <-chan struct{}, waitErr *error) error {
-	hc := &http.Client{Timeout: time.Second}
+func waitHealthy(hc *http.Client, client string, exited <-chan struct{}, waitErr *error) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {

@@ -11,7 +11,7 @@ import (
 
 // testWriteBatch checks that a batch is written whole, keeps the identity
 // it is given on updates, and writes nothing when any precondition fails.
-func testWriteBatch(t *testing.T, s *etcdv3.Store, _ []string) {
+func testWriteBatch(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	existing := mustCreate(t, s, netset("ns", "old", "10.0.0.0/24"))
 
@@ -29,7 +29,7 @@ func testWriteBatch(t *testing.T, s *etcdv3.Store, _ []string) {
 		t.Fatalf("WriteBatch returned %d resources, want %d", len(out), len(writes))
 	}
 	for _, r := range out {
-		checkStored(t, s, r)
+		checkStored(t, raw, r)
 		got, err := s.Get(ctx, datastore.KeyOf(r))
 		if err != nil {
 			t.Fatal(err)

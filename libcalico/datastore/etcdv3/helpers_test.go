@@ -11,8 +11,55 @@ import (
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdhttp"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
+
+// store is what both clients offer: resources and raw keys.
+type store interface {
+	datastore.Interface
+	KV() *etcdv3.KV
+}
+
+// client is one way of talking to etcd: the gRPC client (etcdv3) or the
+// lean one over etcd's JSON gateway (etcdhttp).
+type client struct {
+	name    string
+	open    func(ctx context.Context, cfg etcdv3.Config) (store, error)
+	watches bool
+}
+
+// clients lists both clients; every behavioural test runs against each.
+func clients() []client {
+	return []client{
+		{name: "grpc", watches: true, open: func(ctx context.Context, cfg etcdv3.Config) (store, error) {
+			s, err := etcdv3.New(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}},
+		{name: "http", open: func(ctx context.Context, cfg etcdv3.Config) (store, error) {
+			s, err := etcdhttp.New(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}},
+	}
+}
+
+// connectWith opens a store with c on endpoints, closed when the test
+// ends.
+func connectWith(t testing.TB, c client, endpoints []string) store {
+	t.Helper()
+	s, err := c.open(testCtx(t), etcdv3.Config{Endpoints: endpoints})
+	if err != nil {
+		t.Fatalf("connecting the %s client to %v: %v", c.name, endpoints, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
 
 // testCtx bounds every test operation.
 func testCtx(t testing.TB) context.Context {

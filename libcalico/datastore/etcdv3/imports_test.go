@@ -7,8 +7,9 @@ import (
 )
 
 // TestClientStaysLean guards the layering the CNI binaries rely on: the
-// datastore interface imports no etcd package, and the etcd backend never
-// pulls in the etcd server.
+// datastore interface imports no etcd package, the shared rules and the
+// lean client import neither etcd's Go packages nor gRPC or protobuf, and
+// the gRPC backend never pulls in the etcd server.
 func TestClientStaysLean(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -21,6 +22,10 @@ func TestClientStaysLean(t *testing.T) {
 	}{
 		{mod, "go.etcd.io/"},
 		{mod + "/etcdv3", "go.etcd.io/etcd/server/"},
+		{mod + "/etcdcore", "go.etcd.io/"},
+		{mod + "/etcdcore", "google.golang.org/"},
+		{mod + "/etcdhttp", "go.etcd.io/"},
+		{mod + "/etcdhttp", "google.golang.org/"},
 	}
 	for _, tc := range cases {
 		out, err := exec.Command(goBin, "list", "-deps", tc.pkg).CombinedOutput()

@@ -9,16 +9,17 @@ import (
 )
 
 // TestKVTxn checks the multi-key compare-and-swap against the embedded
-// etcd and the system one: every condition kind holding and failing, that
-// a failed transaction writes nothing, and that it reads the conditions'
-// keys back.
+// etcd and the system one, with both clients: every condition kind
+// holding and failing, that a failed transaction writes nothing, and that
+// it reads the conditions' keys back.
 func TestKVTxn(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { testKVTxn(t, etcdtest.Start(t)) })
-	t.Run("external", func(t *testing.T) { testKVTxn(t, etcdtest.StartExternal(t)) })
+	for _, c := range clients() {
+		t.Run("embedded/"+c.name, func(t *testing.T) { testKVTxn(t, connectWith(t, c, etcdtest.Start(t))) })
+		t.Run("external/"+c.name, func(t *testing.T) { testKVTxn(t, connectWith(t, c, etcdtest.StartExternal(t))) })
+	}
 }
 
-func testKVTxn(t *testing.T, endpoints []string) {
-	s := connect(t, endpoints)
+func testKVTxn(t *testing.T, s store) {
 	kv := s.KV()
 	ctx := testCtx(t)
 	a, err := kv.Create(ctx, datastore.KVPair{Key: "/t/a", Value: []byte("a1")})

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -14,16 +13,33 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdcore"
 )
 
-// Store is a connection to etcd. It implements datastore.Interface; KV
-// returns its raw key-value view. It is safe for concurrent use.
+// Config says how to reach etcd.
+type Config = etcdcore.Config
+
+// DefaultDialTimeout bounds how long New waits for etcd to answer.
+const DefaultDialTimeout = etcdcore.DefaultDialTimeout
+
+// MaxBatch is the most writes one WriteBatch takes: etcd refuses
+// transactions of more than 128 operations by default.
+const MaxBatch = etcdcore.MaxBatch
+
+// KV is the raw key-value view of a Store (Store.KV), for IPAM.
+type KV = etcdcore.KV
+
+// core is embedded unexported so that its methods, not the field, are
+// part of Store's API.
+type core = etcdcore.Store
+
+// Store is a connection to etcd over its gRPC client. It implements
+// datastore.Interface: the resource and KV rules come from etcdcore, Watch
+// and Client from here; KV returns its raw key-value view. It is safe for
+// concurrent use.
 type Store struct {
-	client    *clientv3.Client
-	codec     *datastore.Codec
-	endpoints string
-	closeOnce sync.Once
-	closeErr  error
+	*core
+	client *clientv3.Client
 }
 
 var _ datastore.Interface = (*Store)(nil)
@@ -35,13 +51,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("etcd: no endpoints configured")
 	}
-	timeout := cfg.dialTimeout()
+	timeout := cfg.Timeout()
 	probeCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	tlsCfg, err := cfg.tlsConfig()
+	tlsCfg, err := cfg.TLSConfig()
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: %w", cfg.endpointList(), err)
+		return nil, fmt.Errorf("etcd at %s: %w", cfg.EndpointList(), err)
 	}
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:            cfg.Endpoints,
@@ -54,7 +70,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Logger:               zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: connecting: %w", cfg.endpointList(), err)
+		return nil, fmt.Errorf("etcd at %s: connecting: %w", cfg.EndpointList(), err)
 	}
 	// clientv3.New does not wait for a connection: read one key, bounded.
 	// Meanwhile dial the endpoints ourselves, since gRPC reports only a
@@ -64,24 +80,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = client.Close()
 		return nil, err
 	}
-	log.WithField("endpoints", cfg.endpointList()).Debug("Connected to etcd")
-	return &Store{client: client, codec: datastore.NewCodec(), endpoints: cfg.endpointList()}, nil
+	log.WithField("endpoints", cfg.EndpointList()).Debug("Connected to etcd")
+	return &Store{core: etcdcore.NewStore(grpcTransport{client: client}), client: client}, nil
 }
 
 // Client is the underlying etcd client, for tools that need etcd itself
 // (compaction, status, benchmarks).
 func (s *Store) Client() *clientv3.Client { return s.client }
-
-// Close closes the connection; calling it again is harmless.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closeErr = s.client.Close()
-		if errors.Is(s.closeErr, context.Canceled) {
-			s.closeErr = nil
-		}
-	})
-	return s.closeErr
-}
 
 // probe reads one key within probeCtx and explains a failure.
 func probe(ctx, probeCtx context.Context, cancel context.CancelFunc, client *clientv3.Client, cfg Config, tlsCfg *tls.Config) error {
@@ -102,7 +107,7 @@ func probe(ctx, probeCtx context.Context, cancel context.CancelFunc, client *cli
 		if d.fatal {
 			cancel()
 			<-got
-			return fmt.Errorf("etcd at %s: %s", cfg.endpointList(), d.problems)
+			return fmt.Errorf("etcd at %s: %s", cfg.EndpointList(), d.problems)
 		}
 		err = <-got
 	}
@@ -110,7 +115,7 @@ func probe(ctx, probeCtx context.Context, cancel context.CancelFunc, client *cli
 		return nil
 	}
 	if probeCtx.Err() == nil || ctx.Err() != nil {
-		return fmt.Errorf("etcd at %s: %w", cfg.endpointList(), err)
+		return fmt.Errorf("etcd at %s: %w", cfg.EndpointList(), err)
 	}
 	if diag == nil {
 		d := <-diagCh
@@ -120,5 +125,5 @@ func probe(ctx, probeCtx context.Context, cancel context.CancelFunc, client *cli
 	if diag.problems != "" {
 		why = " (" + diag.problems + ")"
 	}
-	return fmt.Errorf("etcd at %s: no answer within %s%s: %w", cfg.endpointList(), cfg.dialTimeout(), why, err)
+	return fmt.Errorf("etcd at %s: no answer within %s%s: %w", cfg.EndpointList(), cfg.Timeout(), why, err)
 }

@@ -12,11 +12,13 @@ import (
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdhttp"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
-// TestEmbeddedEtcd runs the behavioural suite against an embedded etcd.
+// TestEmbeddedEtcd runs the behavioural suite against an embedded etcd,
+// with the gRPC client and the lean HTTP one.
 func TestEmbeddedEtcd(t *testing.T) {
 	runSuite(t, etcdtest.Start(t))
 }
@@ -27,12 +29,13 @@ func TestExternalEtcd(t *testing.T) {
 	runSuite(t, etcdtest.StartExternal(t))
 }
 
-// runSuite is the behaviour every etcd the store talks to must show. Each
-// case starts from an empty store.
+// runSuite is the behaviour every etcd the store talks to must show, with
+// both clients. Each case starts from an empty store; raw is a gRPC store
+// on the same etcd for what the case checks behind the client's back.
 func runSuite(t *testing.T, endpoints []string) {
 	cases := []struct {
 		name string
-		run  func(t *testing.T, s *etcdv3.Store, endpoints []string)
+		run  func(t *testing.T, s store, raw *etcdv3.Store)
 	}{
 		{"CRUDClusterScoped", testCRUDClusterScoped},
 		{"CRUDNamespaced", testCRUDNamespaced},
@@ -40,20 +43,55 @@ func runSuite(t *testing.T, endpoints []string) {
 		{"AlreadyExists", testAlreadyExists},
 		{"NotFound", testNotFound},
 		{"List", testList},
-		{"WatchOrder", testWatchOrder},
-		{"WatchFromCompactedRevision", testWatchFromCompactedRevision},
-		{"WatchResumesAfterCompaction", testWatchResumesAfterCompaction},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
-		{"WatchReportsUndecodableValues", testWatchUndecodable},
+		{"GetUndecodable", testGetUndecodable},
 		{"KV", testKV},
 		{"WriteBatch", testWriteBatch},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			s := connect(t, endpoints)
-			wipe(t, s)
-			tc.run(t, s, endpoints)
+	// Watching needs the gRPC client.
+	watchCases := []struct {
+		name string
+		run  func(t *testing.T, s *etcdv3.Store, endpoints []string)
+	}{
+		{"WatchOrder", testWatchOrder},
+		{"WatchFromCompactedRevision", testWatchFromCompactedRevision},
+		{"WatchResumesAfterCompaction", testWatchResumesAfterCompaction},
+		{"WatchReportsUndecodableValues", testWatchUndecodable},
+	}
+	for _, c := range clients() {
+		t.Run(c.name, func(t *testing.T) {
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					raw := connect(t, endpoints)
+					wipe(t, raw)
+					tc.run(t, connectWith(t, c, endpoints), raw)
+				})
+			}
+			if !c.watches {
+				t.Run("WatchUnsupported", func(t *testing.T) {
+					testWatchUnsupported(t, connectWith(t, c, endpoints))
+				})
+				return
+			}
+			for _, tc := range watchCases {
+				t.Run(tc.name, func(t *testing.T) {
+					s := connect(t, endpoints)
+					wipe(t, s)
+					tc.run(t, s, endpoints)
+				})
+			}
 		})
+	}
+}
+
+// testWatchUnsupported: a client that cannot watch says so at once.
+func testWatchUnsupported(t *testing.T, s store) {
+	w, err := s.Watch(testCtx(t), datastore.ListOptions{Kind: "IPPool"}, "")
+	if w != nil || !errors.Is(err, etcdhttp.ErrWatchUnsupported) {
+		t.Fatalf("Watch = %v, %v; want ErrWatchUnsupported", w, err)
+	}
+	if !strings.Contains(err.Error(), "watch is not supported by the lean client") {
+		t.Errorf("Watch error %q does not explain itself", err)
 	}
 }
 
@@ -95,7 +133,7 @@ type crudCase struct {
 	applied v3.Resource       // a second resource created by Apply
 }
 
-func runCRUD(t *testing.T, s *etcdv3.Store, c crudCase) {
+func runCRUD(t *testing.T, s store, raw *etcdv3.Store, c crudCase) {
 	ctx := testCtx(t)
 	inputCopy := reflect.ValueOf(c.create).Elem().Interface()
 	created := mustCreate(t, s, c.create)
@@ -109,7 +147,7 @@ func runCRUD(t *testing.T, s *etcdv3.Store, c crudCase) {
 	if created.GetTypeMeta().APIVersion != v3.APIVersion || created.GetTypeMeta().Kind == "" {
 		t.Errorf("created %s has TypeMeta %+v", keyName(created), created.GetTypeMeta())
 	}
-	checkStored(t, s, created)
+	checkStored(t, raw, created)
 
 	got, err := s.Get(ctx, datastore.KeyOf(created))
 	if err != nil {
@@ -134,7 +172,7 @@ func runCRUD(t *testing.T, s *etcdv3.Store, c crudCase) {
 	if reflect.DeepEqual(specOf(updated), specOf(created)) {
 		t.Errorf("update did not change the spec")
 	}
-	checkStored(t, s, updated)
+	checkStored(t, raw, updated)
 
 	// Apply without a resourceVersion over the existing one keeps its
 	// identity; Apply of a new one creates it.
@@ -183,23 +221,23 @@ func specOf(r v3.Resource) any {
 	return reflect.ValueOf(r).Elem().FieldByName("Spec").Interface()
 }
 
-func testCRUDClusterScoped(t *testing.T, s *etcdv3.Store, _ []string) {
-	runCRUD(t, s, crudCase{
+func testCRUDClusterScoped(t *testing.T, s store, raw *etcdv3.Store) {
+	runCRUD(t, s, raw, crudCase{
 		create:  pool("pool-a", "10.1.0.0/16"),
 		change:  func(r v3.Resource) { r.(*v3.IPPool).Spec.NATOutgoing = true },
 		applied: pool("pool-b", "10.2.0.0/16"),
 	})
 }
 
-func testCRUDNamespaced(t *testing.T, s *etcdv3.Store, _ []string) {
-	runCRUD(t, s, crudCase{
+func testCRUDNamespaced(t *testing.T, s store, raw *etcdv3.Store) {
+	runCRUD(t, s, raw, crudCase{
 		create:  policy("default", "allow-web", "app == 'web'"),
 		change:  func(r v3.Resource) { r.(*v3.NetworkPolicy).Spec.Selector = "app == 'db'" },
 		applied: policy("other", "allow-web", "all()"),
 	})
 }
 
-func testConflicts(t *testing.T, s *etcdv3.Store, _ []string) {
+func testConflicts(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	first := mustCreate(t, s, pool("pool-a", "10.1.0.0/16")).(*v3.IPPool)
 	second := clonePool(t, first)
@@ -253,7 +291,7 @@ func testConflicts(t *testing.T, s *etcdv3.Store, _ []string) {
 	}
 }
 
-func testAlreadyExists(t *testing.T, s *etcdv3.Store, _ []string) {
+func testAlreadyExists(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	cases := []struct {
 		r   v3.Resource
@@ -275,7 +313,7 @@ func testAlreadyExists(t *testing.T, s *etcdv3.Store, _ []string) {
 	mustCreate(t, s, policy("other", "allow-web", "all()"))
 }
 
-func testNotFound(t *testing.T, s *etcdv3.Store, _ []string) {
+func testNotFound(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	poolKey := datastore.Key{Kind: "IPPool", Name: "pool-a"}
 	polKey := datastore.Key{Kind: "NetworkPolicy", Namespace: "default", Name: "allow-web"}
@@ -314,7 +352,7 @@ func testNotFound(t *testing.T, s *etcdv3.Store, _ []string) {
 	}
 }
 
-func testList(t *testing.T, s *etcdv3.Store, _ []string) {
+func testList(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	var last string
 	for _, r := range []v3.Resource{
@@ -367,7 +405,7 @@ func testList(t *testing.T, s *etcdv3.Store, _ []string) {
 	}
 }
 
-func testKV(t *testing.T, s *etcdv3.Store, _ []string) {
+func testKV(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	kv := s.KV()
 	const key = "/calico/ipam/v2/handle/k8s-pod-network.abc"
@@ -409,7 +447,7 @@ func testKV(t *testing.T, s *etcdv3.Store, _ []string) {
 
 // testConcurrentCAS has writers race read-modify-write cycles on one
 // resource; compare-and-swap must make every increment count exactly once.
-func testConcurrentCAS(t *testing.T, s *etcdv3.Store, _ []string) {
+func testConcurrentCAS(t *testing.T, s store, raw *etcdv3.Store) {
 	ctx := testCtx(t)
 	mustCreate(t, s, pool("counter", "10.1.0.0/16"))
 	key := datastore.Key{Kind: "IPPool", Name: "counter"}
@@ -459,6 +497,20 @@ func testConcurrentCAS(t *testing.T, s *etcdv3.Store, _ []string) {
 	t.Logf("%d conflicts retried", lost)
 }
 
+// testGetUndecodable: a stored value that is not valid JSON fails a Get
+// with an error naming the resource.
+func testGetUndecodable(t *testing.T, s store, raw *etcdv3.Store) {
+	ctx := testCtx(t)
+	const path = datastore.ResourcePrefix + "ippools/broken"
+	if _, err := raw.Client().Put(ctx, path, "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Get(ctx, datastore.Key{Kind: "IPPool", Name: "broken"})
+	if err == nil || !strings.Contains(err.Error(), `ippool "broken": decoding stored value`) {
+		t.Fatalf("Get of undecodable value: %v", err)
+	}
+}
+
 // testWatchUndecodable: a value that is not valid JSON is reported as an
 // Error event naming its key, and the watch goes on.
 func testWatchUndecodable(t *testing.T, s *etcdv3.Store, _ []string) {
@@ -475,10 +527,6 @@ func testWatchUndecodable(t *testing.T, s *etcdv3.Store, _ []string) {
 	e := next(t, w)
 	if e.Type != datastore.Error || e.Err == nil || !strings.Contains(e.Err.Error(), `ippool "broken": decoding stored value`) {
 		t.Fatalf("got %s, want an Error event naming ippool \"broken\"", summarize(e))
-	}
-	_, err = s.Get(ctx, datastore.Key{Kind: "IPPool", Name: "broken"})
-	if err == nil || !strings.Contains(err.Error(), `ippool "broken"`) {
-		t.Fatalf("Get of undecodable value: %v", err)
 	}
 	created := mustCreate(t, s, pool("fine", "10.1.0.0/16"))
 	if e := summarize(next(t, w)); e.Type != datastore.Added || e.Name != "fine" || e.Revision != created.GetObjectMeta().ResourceVersion {

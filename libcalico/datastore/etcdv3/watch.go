@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -85,7 +86,7 @@ func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision 
 		w.rev = resp.Header.Revision
 	}
 	for _, kv := range resp.Kvs {
-		if _, _, err := s.codec.ParseKey(string(kv.Key)); err == nil {
+		if _, _, err := s.Codec().ParseKey(string(kv.Key)); err == nil {
 			w.known[string(kv.Key)] = delivered{modRev: kv.ModRevision, value: kv.Value}
 		}
 	}
@@ -201,7 +202,7 @@ func (w *watcher) deliver(ev *clientv3.Event) bool {
 		}
 		return w.emit(datastore.Deleted, key, value, modRev, rev)
 	}
-	if _, _, err := w.store.codec.ParseKey(key); err != nil {
+	if _, _, err := w.store.Codec().ParseKey(key); err != nil {
 		return true // a kind this build does not know
 	}
 	w.known[key] = delivered{modRev: rev, value: ev.Kv.Value}
@@ -215,11 +216,11 @@ func (w *watcher) deliver(ev *clientv3.Event) bool {
 // emit decodes a value and sends the event, or an Error event when the
 // value does not decode.
 func (w *watcher) emit(typ datastore.EventType, key string, value []byte, modRev, eventRev int64) bool {
-	obj, err := w.store.codec.Decode(key, value, modRev)
+	obj, err := w.store.Codec().Decode(key, value, modRev)
 	if err != nil {
-		return w.send(datastore.Event{Type: datastore.Error, Revision: revString(eventRev), Err: err})
+		return w.send(datastore.Event{Type: datastore.Error, Revision: strconv.FormatInt(eventRev, 10), Err: err})
 	}
-	return w.send(datastore.Event{Type: typ, Object: obj, Revision: revString(eventRev)})
+	return w.send(datastore.Event{Type: typ, Object: obj, Revision: strconv.FormatInt(eventRev, 10)})
 }
 
 // resync lists the current state and reports what differs from what the
@@ -250,7 +251,7 @@ func (w *watcher) resync() bool {
 	var changed []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
-		if _, _, err := w.store.codec.ParseKey(key); err != nil {
+		if _, _, err := w.store.Codec().ParseKey(key); err != nil {
 			continue
 		}
 		present[key] = true

@@ -1,14 +1,12 @@
-package etcdv3
+package etcdcore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -18,26 +16,13 @@ import (
 // losing races with other writers.
 const maxWriteAttempts = 16
 
-// revString formats a mod revision as a resourceVersion.
-func revString(rev int64) string { return strconv.FormatInt(rev, 10) }
-
-// setRevision stamps a returned object with the revision it was stored at.
-func setRevision(r v3.Resource, rev int64) v3.Resource {
-	r.GetObjectMeta().ResourceVersion = revString(rev)
-	return r
-}
-
 // Create stores a new resource with a fresh uid and creationTimestamp.
 func (s *Store) Create(ctx context.Context, r v3.Resource) (v3.Resource, error) {
 	k, path, err := s.codec.KeyOf(r)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := s.create(ctx, k, path, r)
-	if err != nil {
-		return nil, err
-	}
-	return obj, nil
+	return s.create(ctx, k, path, r)
 }
 
 // create writes r at path if the key is free.
@@ -46,22 +31,18 @@ func (s *Store) create(ctx context.Context, k datastore.Key, path string, r v3.R
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
-		Then(clientv3.OpPut(path, string(val))).
-		Else(clientv3.OpGet(path, clientv3.WithKeysOnly())).
-		Commit()
+	resp, err := s.tr.Txn(ctx, []Compare{Absent(path)}, []Op{OpPut(path, val)}, []Op{OpGetKeys(path)})
 	if err != nil {
 		return nil, fmt.Errorf("%s: create: %w", k, err)
 	}
 	if !resp.Succeeded {
 		e := &datastore.AlreadyExistsError{Key: k}
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			e.Revision = revString(kvs[0].ModRevision)
+		if kv, ok := firstKV(resp); ok {
+			e.Revision = revString(kv.ModRevision)
 		}
 		return nil, e
 	}
-	return setRevision(obj, resp.Header.Revision), nil
+	return setRevision(obj, resp.Revision), nil
 }
 
 // Update replaces an existing resource; see datastore.Interface.
@@ -87,11 +68,11 @@ func (s *Store) replace(ctx context.Context, r v3.Resource, upsert bool) (v3.Res
 		return nil, fmt.Errorf("%s: metadata.resourceVersion: %w", k, err)
 	}
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
-		cur, err := s.client.Get(ctx, path)
+		cur, err := s.tr.Range(ctx, path, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: reading before update: %w", k, err)
 		}
-		if len(cur.Kvs) == 0 {
+		if len(cur.KVs) == 0 {
 			if !upsert || want != 0 {
 				return nil, &datastore.NotFoundError{Key: k}
 			}
@@ -101,7 +82,7 @@ func (s *Store) replace(ctx context.Context, r v3.Resource, upsert bool) (v3.Res
 			}
 			return obj, err
 		}
-		kv := cur.Kvs[0]
+		kv := cur.KVs[0]
 		if want != 0 && kv.ModRevision != want {
 			return nil, &datastore.ConflictError{Key: k, Op: "update", Revision: revString(want), Current: revString(kv.ModRevision)}
 		}
@@ -121,23 +102,19 @@ func (s *Store) replace(ctx context.Context, r v3.Resource, upsert bool) (v3.Res
 		if err != nil {
 			return nil, err
 		}
-		resp, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(path), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(path, string(val))).
-			Else(clientv3.OpGet(path, clientv3.WithKeysOnly())).
-			Commit()
+		resp, err := s.tr.Txn(ctx, []Compare{ModifiedAt(path, kv.ModRevision)}, []Op{OpPut(path, val)}, []Op{OpGetKeys(path)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: update: %w", k, err)
 		}
 		if resp.Succeeded {
-			return setRevision(obj, resp.Header.Revision), nil
+			return setRevision(obj, resp.Revision), nil
 		}
 		if want != 0 {
-			kvs := resp.Responses[0].GetResponseRange().Kvs
-			if len(kvs) == 0 {
+			cur, ok := firstKV(resp)
+			if !ok {
 				return nil, &datastore.NotFoundError{Key: k}
 			}
-			return nil, &datastore.ConflictError{Key: k, Op: "update", Revision: revString(want), Current: revString(kvs[0].ModRevision)}
+			return nil, &datastore.ConflictError{Key: k, Op: "update", Revision: revString(want), Current: revString(cur.ModRevision)}
 		}
 		// An unconditional write lost a race: read again and retry.
 	}
@@ -154,40 +131,27 @@ func (s *Store) Delete(ctx context.Context, k datastore.Key, resourceVersion str
 	if err != nil {
 		return nil, fmt.Errorf("%s: resourceVersion: %w", k, err)
 	}
-	var prev []byte
-	var prevRev int64
-	if want == 0 {
-		resp, err := s.client.Delete(ctx, path, clientv3.WithPrevKV())
-		if err != nil {
-			return nil, fmt.Errorf("%s: delete: %w", k, err)
-		}
-		if resp.Deleted == 0 || len(resp.PrevKvs) == 0 {
-			return nil, &datastore.NotFoundError{Key: k}
-		}
-		prev, prevRev = resp.PrevKvs[0].Value, resp.PrevKvs[0].ModRevision
-	} else {
-		resp, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(path), "=", want)).
-			Then(clientv3.OpDelete(path, clientv3.WithPrevKV())).
-			Else(clientv3.OpGet(path, clientv3.WithKeysOnly())).
-			Commit()
-		if err != nil {
-			return nil, fmt.Errorf("%s: delete: %w", k, err)
-		}
-		if !resp.Succeeded {
-			kvs := resp.Responses[0].GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				return nil, &datastore.NotFoundError{Key: k}
-			}
-			return nil, &datastore.ConflictError{Key: k, Op: "delete", Revision: revString(want), Current: revString(kvs[0].ModRevision)}
-		}
-		kvs := resp.Responses[0].GetResponseDeleteRange().PrevKvs
-		if len(kvs) == 0 {
-			return nil, &datastore.NotFoundError{Key: k}
-		}
-		prev, prevRev = kvs[0].Value, kvs[0].ModRevision
+	var cmps []Compare
+	var els []Op
+	if want != 0 {
+		cmps, els = []Compare{ModifiedAt(path, want)}, []Op{OpGetKeys(path)}
 	}
-	return s.codec.Decode(path, prev, prevRev)
+	resp, err := s.tr.Txn(ctx, cmps, []Op{OpDelete(path, true)}, els)
+	if err != nil {
+		return nil, fmt.Errorf("%s: delete: %w", k, err)
+	}
+	if !resp.Succeeded {
+		cur, ok := firstKV(resp)
+		if !ok {
+			return nil, &datastore.NotFoundError{Key: k}
+		}
+		return nil, &datastore.ConflictError{Key: k, Op: "delete", Revision: revString(want), Current: revString(cur.ModRevision)}
+	}
+	prev, ok := firstKV(resp)
+	if !ok {
+		return nil, &datastore.NotFoundError{Key: k}
+	}
+	return s.codec.Decode(path, prev.Value, prev.ModRevision)
 }
 
 // Get reads one resource.
@@ -196,12 +160,12 @@ func (s *Store) Get(ctx context.Context, k datastore.Key) (v3.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.client.Get(ctx, path)
+	resp, err := s.tr.Range(ctx, path, false)
 	if err != nil {
 		return nil, fmt.Errorf("%s: get: %w", k, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if len(resp.KVs) == 0 {
 		return nil, &datastore.NotFoundError{Key: k}
 	}
-	return s.codec.Decode(path, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	return s.codec.Decode(path, resp.KVs[0].Value, resp.KVs[0].ModRevision)
 }

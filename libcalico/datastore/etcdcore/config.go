@@ -1,4 +1,4 @@
-package etcdv3
+package etcdcore
 
 import (
 	"crypto/tls"
@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// DefaultDialTimeout bounds how long New waits for etcd to answer.
+// DefaultDialTimeout bounds how long a client's New waits for etcd to
+// answer.
 const DefaultDialTimeout = 5 * time.Second
 
-// Config says how to reach etcd.
+// Config says how to reach etcd; both clients take it.
 type Config struct {
 	// Endpoints are client URLs, e.g. "https://10.0.0.1:2379".
 	Endpoints []string
@@ -26,22 +27,22 @@ type Config struct {
 	DialTimeout time.Duration
 }
 
-// dialTimeout is the configured timeout or the default.
-func (c Config) dialTimeout() time.Duration {
+// Timeout is the configured dial timeout or the default.
+func (c Config) Timeout() time.Duration {
 	if c.DialTimeout > 0 {
 		return c.DialTimeout
 	}
 	return DefaultDialTimeout
 }
 
-// endpointList names the endpoints in errors.
-func (c Config) endpointList() string {
+// EndpointList names the endpoints in errors.
+func (c Config) EndpointList() string {
 	return strings.Join(c.Endpoints, ",")
 }
 
-// tlsConfig builds the client TLS settings from the files, or returns nil
+// TLSConfig builds the client TLS settings from the files, or returns nil
 // when no file is set and no endpoint is https.
-func (c Config) tlsConfig() (*tls.Config, error) {
+func (c Config) TLSConfig() (*tls.Config, error) {
 	https := false
 	for _, ep := range c.Endpoints {
 		if strings.HasPrefix(ep, "https://") {

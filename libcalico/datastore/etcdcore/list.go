@@ -1,4 +1,4 @@
-package etcdv3
+package etcdcore
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"sync"
 
 	log "github.com/sirupsen/logrus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -26,26 +24,22 @@ func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Reso
 	if err != nil {
 		return nil, "", err
 	}
-	var ops []clientv3.OpOption
-	if prefix {
-		ops = append(ops, clientv3.WithPrefix())
-	}
-	resp, err := s.client.Get(ctx, path, ops...)
+	resp, err := s.tr.Range(ctx, path, prefix)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing %s: %w", path, err)
 	}
-	items, err := s.decodeAll(opts.Kind, resp.Kvs)
+	items, err := s.decodeAll(opts.Kind, resp.KVs)
 	if err != nil {
 		return nil, "", err
 	}
-	return items, revString(resp.Header.Revision), nil
+	return items, revString(resp.Revision), nil
 }
 
 // decodeAll decodes a range result. With a kind, every key must be of that
 // kind; without one (a list of everything), keys of kinds this build does
 // not know are skipped. Large results are decoded on every CPU at once:
 // JSON decoding, not etcd, is most of the cost of a big List.
-func (s *Store) decodeAll(kind string, kvs []*mvccpb.KeyValue) ([]v3.Resource, error) {
+func (s *Store) decodeAll(kind string, kvs []KeyValue) ([]v3.Resource, error) {
 	var info v3.KindInfo
 	if kind != "" {
 		var ok bool
@@ -56,14 +50,14 @@ func (s *Store) decodeAll(kind string, kvs []*mvccpb.KeyValue) ([]v3.Resource, e
 	items := make([]v3.Resource, len(kvs))
 	decodeRange := func(lo, hi int) error {
 		for i := lo; i < hi; i++ {
-			kv := kvs[i]
+			kv := &kvs[i]
 			var err error
 			if kind != "" {
-				items[i], err = s.codec.DecodeKind(info, string(kv.Key), kv.Value, kv.ModRevision)
-			} else if _, _, perr := s.codec.ParseKey(string(kv.Key)); perr != nil {
-				log.WithField("key", string(kv.Key)).WithError(perr).Debug("Skipping key of an unknown kind")
+				items[i], err = s.codec.DecodeKind(info, kv.Key, kv.Value, kv.ModRevision)
+			} else if _, _, perr := s.codec.ParseKey(kv.Key); perr != nil {
+				log.WithField("key", kv.Key).WithError(perr).Debug("Skipping key of an unknown kind")
 			} else {
-				items[i], err = s.codec.Decode(string(kv.Key), kv.Value, kv.ModRevision)
+				items[i], err = s.codec.Decode(kv.Key, kv.Value, kv.ModRevision)
 			}
 			if err != nil {
 				return err

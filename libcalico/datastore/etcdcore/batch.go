@@ -1,4 +1,4 @@
-package etcdv3
+package etcdcore
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -22,8 +21,8 @@ func (s *Store) WriteBatch(ctx context.Context, writes []datastore.BatchWrite) (
 	if len(writes) > MaxBatch {
 		return nil, fmt.Errorf("a batch takes at most %d writes, got %d", MaxBatch, len(writes))
 	}
-	cmps := make([]clientv3.Cmp, 0, len(writes))
-	ops := make([]clientv3.Op, 0, len(writes))
+	cmps := make([]Compare, 0, len(writes))
+	ops := make([]Op, 0, len(writes))
 	objs := make([]v3.Resource, 0, len(writes))
 	seen := make(map[string]bool, len(writes))
 	now := v3.NewTime(time.Now())
@@ -39,7 +38,7 @@ func (s *Store) WriteBatch(ctx context.Context, writes []datastore.BatchWrite) (
 		m := w.Resource.GetObjectMeta()
 		uid, created := uuid.NewString(), now
 		if w.Create {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(path), "=", 0))
+			cmps = append(cmps, Absent(path))
 		} else {
 			rev, err := datastore.ParseRevision(m.ResourceVersion)
 			if err != nil {
@@ -48,7 +47,7 @@ func (s *Store) WriteBatch(ctx context.Context, writes []datastore.BatchWrite) (
 			if rev == 0 {
 				return nil, fmt.Errorf("%s: a batched update needs metadata.resourceVersion", k)
 			}
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(path), "=", rev))
+			cmps = append(cmps, ModifiedAt(path, rev))
 			if m.UID != "" {
 				uid = m.UID
 			}
@@ -60,10 +59,10 @@ func (s *Store) WriteBatch(ctx context.Context, writes []datastore.BatchWrite) (
 		if err != nil {
 			return nil, err
 		}
-		ops = append(ops, clientv3.OpPut(path, string(val)))
+		ops = append(ops, OpPut(path, val))
 		objs = append(objs, obj)
 	}
-	resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := s.tr.Txn(ctx, cmps, ops, nil)
 	if err != nil {
 		return nil, fmt.Errorf("writing a batch of %d resources: %w", len(writes), err)
 	}
@@ -71,7 +70,7 @@ func (s *Store) WriteBatch(ctx context.Context, writes []datastore.BatchWrite) (
 		return nil, &datastore.BatchRejectedError{Writes: len(writes)}
 	}
 	for _, obj := range objs {
-		setRevision(obj, resp.Header.Revision)
+		setRevision(obj, resp.Revision)
 	}
 	return objs, nil
 }
