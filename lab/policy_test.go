@@ -1,0 +1,453 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/palisade-net/palisade/felix"
+	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/libcalico/names"
+)
+
+// policyConverge bounds how long a policy change may take to show in
+// every probed cell.
+const policyConverge = 10 * time.Second
+
+// probeParallel bounds how many probes run at once.
+const probeParallel = 256
+
+// podSpec is a pod of the policy lab: where it runs and its labels.
+type podSpec struct {
+	namespace, name string
+	node            int // index into the lab's nodes
+	labels          labels
+}
+
+// policyPods are the pods of the policy tests. The e2e model's namespaces
+// x, y, z hold pods a, b, c, rotated over the nodes so that every
+// namespace has a pod on each node and both same-node and cross-node paths
+// are probed. The seed's scenarios add namespace dev (media-api pods
+// behind an API gateway tier), kube-system (a DNS server) and demo (a
+// client whose egress is locked down). x/c also carries tier=apigateway,
+// to show that a podSelector without namespaceSelector stays in its own
+// namespace.
+func policyPods(nodes int) []podSpec {
+	var out []podSpec
+	for i, ns := range []string{"x", "y", "z"} {
+		for j, name := range []string{"a", "b", "c"} {
+			l := labels{"pod": name}
+			if ns == "x" && name == "c" {
+				l["tier"] = "apigateway"
+			}
+			out = append(out, podSpec{ns, name, (i + j) % nodes, l})
+		}
+	}
+	return append(out,
+		podSpec{"dev", "media-a", 0, labels{"run": "media-api"}},
+		podSpec{"dev", "media-b", 1 % nodes, labels{"run": "media-api"}},
+		podSpec{"dev", "gateway", 2 % nodes, labels{"tier": "apigateway"}},
+		podSpec{"dev", "batch", 1 % nodes, labels{"app": "batch"}},
+		podSpec{"kube-system", "dns", 2 % nodes, labels{"k8s-app": "kube-dns"}},
+		podSpec{"demo", "client", 0, labels{"app": "client"}},
+	)
+}
+
+// policyNamespaces are the namespaces' labels (kube-system's as in the
+// seed: name=kube-system).
+var policyNamespaces = map[string]labels{
+	"x": {"ns": "x"}, "y": {"ns": "y"}, "z": {"ns": "z"},
+	"dev": {"ns": "dev"}, "kube-system": {"name": "kube-system"}, "demo": {"ns": "demo"},
+}
+
+// probePorts are the ports every pod's server answers on.
+var probePorts = []int{53, 80, 81}
+
+// policyLab is the lab shared by the policy tests: its pods with their
+// probe servers and the model's view of them.
+type policyLab struct {
+	l       *Lab
+	pods    map[string]Pod
+	model   map[string]modelPod
+	servers map[string]*probeServer
+}
+
+// setupPolicyLab creates the pods concurrently, waits for felix to report
+// each programmed, gives the WorkloadEndpoints their labels and the
+// namespaces theirs, starts the probe servers, and waits until every pod
+// reaches every other one with no policy.
+func setupPolicyLab(t *testing.T, l *Lab) *policyLab {
+	t.Helper()
+	ctx := context.Background()
+	began := time.Now()
+	pl := &policyLab{l: l, pods: map[string]Pod{}, model: map[string]modelPod{}, servers: map[string]*probeServer{}}
+	nodes := l.Nodes()
+	specs := policyPods(len(nodes))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, len(specs))
+	for i, s := range specs {
+		wg.Go(func() {
+			p, err := l.AddPod(ctx, nodes[s.node].Name, s.namespace, s.name)
+			if err == nil {
+				err = waitEndpointStatus(ctx, l, p, 10*time.Second)
+			}
+			if err == nil {
+				err = labelEndpoint(ctx, l, p, s.labels)
+			}
+			errs[i] = err
+			mu.Lock()
+			pl.pods[p.Key()] = p
+			pl.model[p.Key()] = modelPod{namespace: s.namespace, name: s.name, labels: s.labels}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d pods created, programmed and labelled in %s", len(specs), time.Since(began).Round(time.Millisecond))
+	if err := l.Apply(ctx, namespaceProfilesYAML(policyNamespaces)); err != nil {
+		t.Fatalf("namespace profiles: %v", err)
+	}
+	for key := range pl.pods {
+		srv, err := serveProbes(l, key, probePorts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl.servers[key] = srv
+		t.Cleanup(srv.close)
+	}
+	if _, err := l.WaitPodRoutes(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod routes in place after %s", time.Since(began).Round(time.Millisecond))
+	return pl
+}
+
+// waitEndpointStatus waits for the file felix writes once a pod's endpoint
+// is programmed, holding the pod's address.
+func waitEndpointStatus(ctx context.Context, l *Lab, p Pod, timeout time.Duration) error {
+	wep := names.WorkloadEndpointName(p.Node, names.OrchestratorKubernetes, p.Name, "eth0")
+	path := filepath.Join(l.RunDir(p.Node), felix.EndpointStatusDir, dataplane.StatusFileName(p.Namespace, wep))
+	deadline := time.Now().Add(timeout)
+	for {
+		var st dataplane.EndpointStatus
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(b, &st)
+		}
+		if err == nil && st.Status == "up" && slices.Contains(st.Addresses, p.IP.String()+"/32") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pod %s: felix did not report endpoint %s programmed with %s in %s (%s: %v %q)", p.Key(), wep, p.IP, timeout, path, err, b)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// labelEndpoint gives a pod's WorkloadEndpoint labels with calicoctl, as
+// the Kubernetes pod's labels would be.
+func labelEndpoint(ctx context.Context, l *Lab, p Pod, ls labels) error {
+	wep := names.WorkloadEndpointName(p.Node, names.OrchestratorKubernetes, p.Name, "eth0")
+	for _, k := range slices.Sorted(maps.Keys(ls)) {
+		if _, err := l.Calicoctl(ctx, p.Node, nil, "label", "workloadendpoint", wep, k+"="+ls[k], "-n", p.Namespace); err != nil {
+			return fmt.Errorf("pod %s: %w", p.Key(), err)
+		}
+	}
+	return nil
+}
+
+// grid is a reachability grid over the named pods.
+func (pl *policyLab) grid(keys []string, protos []string, ports []int) grid {
+	var pods []modelPod
+	for _, k := range keys {
+		pods = append(pods, pl.model[k])
+	}
+	return newGrid(pods, protos, ports)
+}
+
+// probeCells probes cells concurrently and records in g whether each got
+// through.
+func (pl *policyLab) probeCells(ctx context.Context, g grid, cells []cell) {
+	sem := make(chan struct{}, probeParallel)
+	res := make([]bool, len(cells))
+	var wg sync.WaitGroup
+	for i, k := range cells {
+		src, dst := pl.pods[g.pods[k.src].key()], pl.pods[g.pods[k.dst].key()]
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res[i] = probe(ctx, pl.l, src.Key(), src.IP, pl.servers[dst.Key()], dst.IP, k.proto, k.port) == nil
+		})
+	}
+	wg.Wait()
+	for i, k := range cells {
+		g.ok[k] = res[i]
+	}
+}
+
+// converge probes until every cell matches want in one full round, or
+// policyConverge passes. After a full round, only the cells that differed
+// are probed again, and a last full round confirms. The error shows the
+// last difference and the cells that never once matched.
+func (pl *policyLab) converge(ctx context.Context, want grid) (rounds int, took time.Duration, err error) {
+	start := time.Now()
+	got := newGrid(want.pods, want.protos, want.ports)
+	all := want.cells()
+	never := map[cell]bool{}
+	for _, k := range all {
+		never[k] = true
+	}
+	pending := all
+	for {
+		rounds++
+		pl.probeCells(ctx, got, pending)
+		for _, k := range pending {
+			if got.ok[k] == want.ok[k] {
+				delete(never, k)
+			}
+		}
+		bad := mismatches(want, got, pending)
+		if len(bad) == 0 {
+			if len(pending) == len(all) {
+				return rounds, time.Since(start), nil
+			}
+			pending = all
+			continue
+		}
+		if time.Since(start) > policyConverge {
+			var b strings.Builder
+			fmt.Fprintf(&b, "%d of %d cells differ after %s (%d rounds):\n", len(bad), len(all), time.Since(start).Round(time.Millisecond), rounds)
+			printDiff(&b, want, got)
+			if len(never) > 0 {
+				var ks []string
+				for _, k := range all {
+					if never[k] {
+						ks = append(ks, want.name(k))
+					}
+				}
+				fmt.Fprintf(&b, "never converged (%d): %s\n", len(ks), strings.Join(ks, ", "))
+			}
+			return rounds, time.Since(start), errors.New(b.String())
+		}
+		pending = bad
+		// A cell still showing the old state answers at once: give
+		// felix a moment rather than spinning.
+		select {
+		case <-ctx.Done():
+			return rounds, time.Since(start), ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// check is a cell of a case's intent stated by hand, checked against the
+// model's expectation before anything is probed.
+type check struct {
+	src, dst string
+	proto    string
+	port     int
+	allowed  bool
+}
+
+// policyCase is a set of policies applied together and the intent they
+// express.
+type policyCase struct {
+	name     string
+	policies []netpol
+	checks   []check
+}
+
+// run applies the case's policies, waits until the probes show the
+// model's matrix, then deletes them and waits until everything is allowed
+// again.
+func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
+	t.Helper()
+	ctx := context.Background()
+	cl := cluster{nsLabels: policyNamespaces, policies: c.policies}
+	want := g.expect(cl)
+	for _, ch := range c.checks {
+		k, ok := want.find(ch.src, ch.dst, ch.proto, ch.port)
+		if !ok {
+			t.Fatalf("check %s → %s: not a cell of the grid", ch.src, ch.dst)
+		}
+		if want.ok[k] != ch.allowed {
+			t.Fatalf("the model says %s allowed=%v, the case's intent says %v", want.name(k), want.ok[k], ch.allowed)
+		}
+	}
+	allowed, blocked := want.counts()
+	if allowed == 0 || blocked == 0 {
+		t.Fatalf("case %s: %d cells allowed, %d blocked: a case must tell enforcement from its absence", c.name, allowed, blocked)
+	}
+	yaml := policiesYAML(c.policies)
+	if err := pl.l.Apply(ctx, yaml); err != nil {
+		t.Fatalf("applying:\n%s\n%v", yaml, err)
+	}
+	rounds, took, err := pl.converge(ctx, want)
+	if err != nil {
+		t.Errorf("policies:\n%s\n%v", yaml, err)
+	} else {
+		t.Logf("%d allowed / %d blocked cells as the model says after %s (%d probe rounds)", allowed, blocked, took.Round(time.Millisecond), rounds)
+	}
+	if _, err := pl.l.Calicoctl(ctx, pl.l.Nodes()[0].Name, strings.NewReader(yaml), "delete", "-f", "-"); err != nil {
+		t.Fatalf("deleting the policies: %v", err)
+	}
+	open := g.expect(cluster{nsLabels: policyNamespaces})
+	if _, took, err := pl.converge(ctx, open); err != nil {
+		t.Fatalf("after deleting the policies, not everything is allowed again: %v", err)
+	} else {
+		t.Logf("policies deleted: all allowed again after %s", took.Round(time.Millisecond))
+	}
+}
+
+// TestPolicy runs Calico policy end to end in one three-node lab: the
+// seed's scenarios, then the Kubernetes network-policy e2e model's cases,
+// each probed cell by cell with real TCP, UDP and SCTP packets against a
+// matrix the model computes from the case's intent.
+func TestPolicy(t *testing.T) {
+	began := time.Now()
+	l := newLab(t, Options{Nodes: 3})
+	t.Logf("lab up in %s", time.Since(began).Round(time.Millisecond))
+	pl := setupPolicyLab(t, l)
+	all := slices.Sorted(maps.Keys(pl.pods))
+	baseline := pl.grid(all, []string{protoTCP, protoUDP, protoSCTP}, probePorts).expect(cluster{nsLabels: policyNamespaces})
+	if rounds, took, err := pl.converge(context.Background(), baseline); err != nil {
+		t.Fatalf("with no policy, pods do not all reach each other: %v", err)
+	} else {
+		t.Logf("no policy: all %d cells allowed after %s (%d rounds)", len(baseline.cells()), took.Round(time.Millisecond), rounds)
+	}
+	t.Run("seed", func(t *testing.T) { testSeedPolicies(t, pl) })
+	t.Run("model", func(t *testing.T) { testModelPolicies(t, pl) })
+	t.Logf("whole policy test: %s", time.Since(began).Round(time.Millisecond))
+}
+
+// testSeedPolicies: the seed's Kubernetes policies written as Calico
+// NetworkPolicy: namespace dev isolated, then opened to its API gateway
+// tier, and namespace demo's egress limited to DNS in kube-system.
+func testSeedPolicies(t *testing.T, pl *policyLab) {
+	g := func() grid {
+		return pl.grid([]string{"dev/media-a", "dev/media-b", "dev/gateway", "dev/batch", "kube-system/dns", "demo/client", "x/a", "x/c"},
+			[]string{protoTCP, protoUDP}, []int{53, 80})
+	}
+	defaultDeny := netpol{name: "default-deny", namespace: "dev", pods: labels{}, ingress: true}
+	cases := []policyCase{{
+		name:     "default-deny",
+		policies: []netpol{defaultDeny},
+		checks: []check{
+			{"x/a", "dev/media-a", protoTCP, 80, false},
+			{"dev/gateway", "dev/media-b", protoUDP, 53, false},
+			{"dev/media-a", "x/a", protoTCP, 80, true},
+			{"x/a", "kube-system/dns", protoUDP, 53, true},
+			{"demo/client", "x/c", protoTCP, 80, true},
+		},
+	}, {
+		name: "allow-from-apigateway",
+		policies: []netpol{defaultDeny, {
+			name: "allow-ingress-nginx", namespace: "dev", pods: labels{"run": "media-api"}, ingress: true,
+			in: []rule{{peers: []peer{{pods: labels{"tier": "apigateway"}}}}},
+		}},
+		checks: []check{
+			{"dev/gateway", "dev/media-a", protoTCP, 80, true},
+			{"dev/gateway", "dev/media-b", protoUDP, 53, true},
+			{"dev/batch", "dev/media-a", protoTCP, 80, false},
+			{"dev/media-b", "dev/gateway", protoTCP, 80, false},
+			// tier=apigateway in another namespace is not the gateway.
+			{"x/c", "dev/media-a", protoTCP, 80, false},
+		},
+	}, {
+		name: "egress-only-dns",
+		policies: []netpol{
+			{name: "default-deny-egress", namespace: "demo", pods: labels{}, egress: true},
+			{name: "allow-dns", namespace: "demo", pods: labels{}, egress: true, out: []rule{{
+				peers: []peer{{namespaces: labels{"name": "kube-system"}}},
+				ports: []port{{protoUDP, 53}},
+			}}},
+		},
+		checks: []check{
+			{"demo/client", "kube-system/dns", protoUDP, 53, true},
+			{"demo/client", "kube-system/dns", protoTCP, 53, false},
+			{"demo/client", "kube-system/dns", protoUDP, 80, false},
+			{"demo/client", "x/a", protoUDP, 53, false},
+			{"x/a", "demo/client", protoTCP, 80, true},
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { pl.run(t, c, g()) })
+	}
+}
+
+// testModelPolicies: the Kubernetes network-policy e2e model (namespaces
+// x, y, z; pods a, b, c; ports 80 and 81; TCP, UDP and SCTP) with its
+// classic cases written as Calico NetworkPolicy.
+func testModelPolicies(t *testing.T, pl *policyLab) {
+	var keys []string
+	for _, ns := range []string{"x", "y", "z"} {
+		for _, p := range []string{"a", "b", "c"} {
+			keys = append(keys, ns+"/"+p)
+		}
+	}
+	g := func() grid { return pl.grid(keys, []string{protoTCP, protoUDP, protoSCTP}, []int{80, 81}) }
+	denyX := netpol{name: "deny-all", namespace: "x", pods: labels{}, ingress: true}
+	cases := []policyCase{{
+		name:     "deny-all-ingress-x",
+		policies: []netpol{denyX},
+		checks:   []check{{"y/a", "x/b", protoSCTP, 81, false}, {"x/a", "y/b", protoTCP, 80, true}},
+	}, {
+		name: "allow-same-namespace-x",
+		policies: []netpol{{name: "same-ns", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{pods: labels{}}}}}}},
+		checks: []check{{"x/a", "x/b", protoUDP, 81, true}, {"z/a", "x/b", protoTCP, 80, false}},
+	}, {
+		name: "allow-namespace-y-into-x",
+		policies: []netpol{{name: "from-y", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{namespaces: labels{"ns": "y"}}}}}}},
+		checks: []check{{"y/c", "x/a", protoSCTP, 80, true}, {"x/b", "x/a", protoTCP, 80, false}},
+	}, {
+		name: "allow-pod-b-any-namespace-into-x-a",
+		policies: []netpol{{name: "from-b", namespace: "x", pods: labels{"pod": "a"}, ingress: true,
+			in: []rule{{peers: []peer{{pods: labels{"pod": "b"}, namespaces: labels{}}}}}}},
+		checks: []check{{"z/b", "x/a", protoTCP, 81, true}, {"z/c", "x/a", protoTCP, 81, false}, {"z/c", "x/b", protoTCP, 81, true}},
+	}, {
+		name: "allow-tcp-81-only-into-x",
+		policies: []netpol{{name: "tcp-81", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{ports: []port{{protoTCP, 81}}}}}},
+		checks: []check{{"y/a", "x/a", protoTCP, 81, true}, {"y/a", "x/a", protoTCP, 80, false}, {"y/a", "x/a", protoUDP, 81, false}},
+	}, {
+		name: "sctp-80-from-z-into-x",
+		policies: []netpol{{name: "sctp-z", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{namespaces: labels{"ns": "z"}}}, ports: []port{{protoSCTP, 80}}}}}},
+		checks: []check{{"z/a", "x/c", protoSCTP, 80, true}, {"z/a", "x/c", protoSCTP, 81, false}, {"z/a", "x/c", protoTCP, 80, false}},
+	}, {
+		name:     "deny-all-egress-y",
+		policies: []netpol{{name: "deny-egress", namespace: "y", pods: labels{}, egress: true}},
+		checks:   []check{{"y/a", "y/b", protoTCP, 80, false}, {"x/a", "y/b", protoTCP, 80, true}},
+	}, {
+		name: "egress-x-a-to-y-b-udp-80",
+		policies: []netpol{{name: "a-to-yb", namespace: "x", pods: labels{"pod": "a"}, egress: true,
+			out: []rule{{peers: []peer{{pods: labels{"pod": "b"}, namespaces: labels{"ns": "y"}}}, ports: []port{{protoUDP, 80}}}}}},
+		checks: []check{{"x/a", "y/b", protoUDP, 80, true}, {"x/a", "x/b", protoUDP, 80, false}, {"x/b", "y/a", protoTCP, 81, true}},
+	}, {
+		name: "allow-all-overrides-deny-x",
+		policies: []netpol{denyX, {name: "allow-all", namespace: "x", pods: labels{"pod": "a"}, ingress: true,
+			in: []rule{{}}}},
+		checks: []check{{"z/c", "x/a", protoSCTP, 81, true}, {"z/c", "x/b", protoSCTP, 81, false}},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { pl.run(t, c, g()) })
+	}
+}
