@@ -24,6 +24,9 @@ func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Reso
 	if err != nil {
 		return nil, "", err
 	}
+	if pr, ok := s.tr.(PagedRanger); ok && prefix {
+		return s.listPaged(ctx, pr, opts.Kind, path)
+	}
 	resp, err := s.tr.Range(ctx, path, prefix)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing %s: %w", path, err)
@@ -33,6 +36,64 @@ func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Reso
 		return nil, "", err
 	}
 	return items, revString(resp.Revision), nil
+}
+
+// listPage is how many keys one page of a paged List reads.
+const listPage = 2000
+
+// page is one page of a paged List on its way to the decoder.
+type page struct {
+	kvs []KeyValue
+	err error
+}
+
+// listPaged reads the prefix in pages pinned to the first page's revision
+// (one consistent snapshot) and decodes each page while the next one is
+// being read, so a large List costs little more than the read itself. A
+// list that fits in one page is one request, as before.
+func (s *Store) listPaged(ctx context.Context, pr PagedRanger, kind, prefix string) ([]v3.Resource, string, error) {
+	end := PrefixEnd(prefix)
+	first, more, err := pr.RangePage(ctx, prefix, end, 0, listPage)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing %s: %w", prefix, err)
+	}
+	rev := first.Revision
+	pages := make(chan page, 4)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(pages)
+		kvs := first.KVs
+		for more {
+			from := kvs[len(kvs)-1].Key + "\x00"
+			next, m, err := pr.RangePage(ctx, from, end, rev, listPage)
+			if err != nil {
+				pages <- page{err: fmt.Errorf("listing %s at revision %d: %w", prefix, rev, err)}
+				return
+			}
+			kvs, more = next.KVs, m
+			select {
+			case pages <- page{kvs: kvs}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	items, err := s.decodeAll(kind, first.KVs)
+	if err != nil {
+		return nil, "", err
+	}
+	for p := range pages {
+		if p.err != nil {
+			return nil, "", p.err
+		}
+		decoded, err := s.decodeAll(kind, p.kvs)
+		if err != nil {
+			return nil, "", err
+		}
+		items = append(items, decoded...)
+	}
+	return items, revString(rev), nil
 }
 
 // decodeAll decodes a range result. With a kind, every key must be of that

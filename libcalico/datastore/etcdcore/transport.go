@@ -16,6 +16,16 @@ type Transport interface {
 	Close() error
 }
 
+// PagedRanger is implemented by transports that can read a range in
+// pages at a fixed revision, which lets List decode one page while the
+// next is on its way.
+type PagedRanger interface {
+	// RangePage reads at most limit keys in [from, end) at revision rev
+	// (the current one when 0), sorted by key, and says whether more
+	// keys follow.
+	RangePage(ctx context.Context, from, end string, rev, limit int64) (RangeResult, bool, error)
+}
+
 // KeyValue is one stored key as etcd returns it.
 type KeyValue struct {
 	Key         string

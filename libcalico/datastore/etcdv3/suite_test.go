@@ -43,6 +43,7 @@ func runSuite(t *testing.T, endpoints []string) {
 		{"AlreadyExists", testAlreadyExists},
 		{"NotFound", testNotFound},
 		{"List", testList},
+		{"ListManyPages", testListManyPages},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"GetUndecodable", testGetUndecodable},
 		{"KV", testKV},

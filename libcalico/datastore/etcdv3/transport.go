@@ -30,6 +30,19 @@ func (t grpcTransport) Range(ctx context.Context, key string, prefix bool) (etcd
 	return etcdcore.RangeResult{KVs: keyValues(resp.Kvs), Revision: resp.Header.Revision}, nil
 }
 
+// RangePage reads one page of a range at a fixed revision.
+func (t grpcTransport) RangePage(ctx context.Context, from, end string, rev, limit int64) (etcdcore.RangeResult, bool, error) {
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+	if rev != 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := t.client.Get(ctx, from, opts...)
+	if err != nil {
+		return etcdcore.RangeResult{}, false, err
+	}
+	return etcdcore.RangeResult{KVs: keyValues(resp.Kvs), Revision: resp.Header.Revision}, resp.More, nil
+}
+
 // Txn runs one etcd transaction.
 func (t grpcTransport) Txn(ctx context.Context, cmps []etcdcore.Compare, then, els []etcdcore.Op) (etcdcore.TxnResult, error) {
 	ccmps := make([]clientv3.Cmp, len(cmps))
