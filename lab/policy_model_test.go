@@ -11,11 +11,12 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
-// This file is the policy tests' model: Kubernetes NetworkPolicy intent
-// (who selects whom, which peers and ports a rule admits), evaluated by
-// plain map matching into the reachability each probe should see, and
-// rendered into the Calico NetworkPolicy YAML the lab applies. The model
-// never looks at the YAML: the two meet only in the kernel.
+// This file is the policy tests' model: policy intent in the terms of a
+// Kubernetes NetworkPolicy (who selects whom, which peers and ports a rule
+// matches) plus Calico's order, Deny action and GlobalNetworkPolicy,
+// evaluated by plain map matching into the reachability each probe should
+// see, and rendered into the Calico YAML the lab applies. The model never
+// looks at the YAML: the two meet only in the kernel.
 
 // Protocols a cell of the matrix is probed with.
 const (
@@ -50,7 +51,8 @@ func (s labels) calico() string {
 }
 
 // peer is a NetworkPolicyPeer: pods matching pods (nil: any pod) in
-// namespaces matching namespaces (nil: the policy's own namespace).
+// namespaces matching namespaces (nil: the policy's own namespace, or any
+// namespace for a global policy). Both nil: anything.
 type peer struct {
 	pods, namespaces labels
 }
@@ -61,22 +63,51 @@ type port struct {
 	num   int
 }
 
-// rule admits traffic from (ingress) or to (egress) any of its peers (none:
-// everyone) on any of its ports (none: every port and protocol).
+// rule matches traffic from (ingress) or to (egress) any of its peers
+// (none: everyone) on any of its ports (none: every port and protocol);
+// its action (Allow unless deny) decides what matches.
 type rule struct {
 	peers []peer
 	ports []port
+	deny  bool
 }
 
-// netpol is a Kubernetes NetworkPolicy's intent.
+// netpol is a policy's intent: a Kubernetes NetworkPolicy's, with Calico's
+// order and, when global, a GlobalNetworkPolicy's reach.
 type netpol struct {
 	name, namespace string
 	// pods is the podSelector (empty: every pod of the namespace).
 	pods labels
-	// ingress and egress say which directions the policy isolates
-	// (policyTypes); their rules the traffic it admits.
+	// global makes a GlobalNetworkPolicy: pods of any namespace whose
+	// labels match namespaces (nil: every namespace).
+	global     bool
+	namespaces labels
+	// order places it among the policies (nil: after those with one;
+	// then by name).
+	order *float64
+	// ingress and egress say which directions the policy applies to
+	// (policyTypes); the first of their rules that matches decides.
 	ingress, egress bool
 	in, out         []rule
+}
+
+// selects says whether the policy applies to pod.
+func (p netpol) selects(c cluster, pod modelPod) bool {
+	if p.global {
+		return (p.namespaces == nil || p.namespaces.matches(c.nsLabels[pod.namespace])) && p.pods.matches(pod.labels)
+	}
+	return p.namespace == pod.namespace && p.pods.matches(pod.labels)
+}
+
+// before orders policies as Calico does within a tier.
+func (p netpol) before(q netpol) bool {
+	switch {
+	case p.order != nil && q.order != nil && *p.order != *q.order:
+		return *p.order < *q.order
+	case (p.order == nil) != (q.order == nil):
+		return p.order != nil
+	}
+	return p.name < q.name
 }
 
 // modelPod is a pod as the model sees it.
@@ -96,47 +127,56 @@ type cluster struct {
 }
 
 // allowed says whether a packet from src to dst on proto/port gets
-// through: the egress policies selecting src and the ingress policies
-// selecting dst each either select nothing or admit it in some rule.
+// through: src's egress and dst's ingress must both let it.
 func (c cluster) allowed(src, dst modelPod, proto string, num int) bool {
 	return c.admits(src, dst, proto, num, false) && c.admits(dst, src, proto, num, true)
 }
 
-// admits evaluates one direction: the policies isolating subject in that
-// direction, and whether one of their rules admits other.
+// admits evaluates one direction for subject: with no policy applying, the
+// profile allows; otherwise the policies in order, the first rule that
+// matches other deciding, and nothing matched denies. With Allow rules
+// only this is Kubernetes' union of what the policies admit.
 func (c cluster) admits(subject, other modelPod, proto string, num int, ingress bool) bool {
-	isolated := false
+	var apply []netpol
 	for _, p := range c.policies {
-		if p.namespace != subject.namespace || !p.pods.matches(subject.labels) {
-			continue
+		if p.selects(c, subject) && (ingress && p.ingress || !ingress && p.egress) {
+			apply = append(apply, p)
 		}
+	}
+	slices.SortFunc(apply, func(p, q netpol) int {
+		if p.before(q) {
+			return -1
+		}
+		if q.before(p) {
+			return 1
+		}
+		return 0
+	})
+	for _, p := range apply {
 		rules := p.out
 		if ingress {
-			if !p.ingress {
-				continue
-			}
 			rules = p.in
-		} else if !p.egress {
-			continue
 		}
-		isolated = true
 		for _, r := range rules {
-			if c.ruleAdmits(p, r, other, proto, num) {
-				return true
+			if c.ruleMatches(p, r, other, proto, num) {
+				return !r.deny
 			}
 		}
 	}
-	return !isolated
+	return len(apply) == 0
 }
 
-func (c cluster) ruleAdmits(p netpol, r rule, other modelPod, proto string, num int) bool {
+func (c cluster) ruleMatches(p netpol, r rule, other modelPod, proto string, num int) bool {
 	peerOK := len(r.peers) == 0
 	for _, pr := range r.peers {
 		var nsOK bool
-		if pr.namespaces == nil {
-			nsOK = other.namespace == p.namespace
-		} else {
+		switch {
+		case pr.namespaces != nil:
 			nsOK = pr.namespaces.matches(c.nsLabels[other.namespace])
+		case pr.pods == nil || p.global:
+			nsOK = true
+		default:
+			nsOK = other.namespace == p.namespace
 		}
 		if nsOK && (pr.pods == nil || pr.pods.matches(other.labels)) {
 			peerOK = true
@@ -153,12 +193,23 @@ func (c cluster) ruleAdmits(p netpol, r rule, other modelPod, proto string, num 
 	return peerOK && portOK
 }
 
-// yaml renders the policy as a Calico NetworkPolicy: each (peer, port)
-// pair of a rule becomes an Allow rule; a peer's podSelector becomes the
-// rule's selector (namespace-scoped unless a namespaceSelector is given).
+// yaml renders the policy as a Calico NetworkPolicy (GlobalNetworkPolicy
+// when global): each (peer, port) pair of a rule becomes a rule with its
+// action; a peer's podSelector becomes the rule's selector (scoped to the
+// policy's namespace unless a namespaceSelector is given).
 func (p netpol) yaml() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata:\n  name: %q\n  namespace: %q\nspec:\n", p.name, p.namespace)
+	if p.global {
+		fmt.Fprintf(&b, "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  name: %q\nspec:\n", p.name)
+		if p.namespaces != nil {
+			fmt.Fprintf(&b, "  namespaceSelector: %q\n", p.namespaces.calico())
+		}
+	} else {
+		fmt.Fprintf(&b, "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata:\n  name: %q\n  namespace: %q\nspec:\n", p.name, p.namespace)
+	}
+	if p.order != nil {
+		fmt.Fprintf(&b, "  order: %g\n", *p.order)
+	}
 	fmt.Fprintf(&b, "  selector: %q\n  types:\n", p.pods.calico())
 	if p.ingress {
 		b.WriteString("  - Ingress\n")
@@ -184,7 +235,11 @@ func (p netpol) yaml() string {
 			}
 			for _, pr := range peers {
 				for _, pt := range ports {
-					b.WriteString("  - action: Allow\n")
+					if r.deny {
+						b.WriteString("  - action: Deny\n")
+					} else {
+						b.WriteString("  - action: Allow\n")
+					}
 					if pt.proto != "" {
 						fmt.Fprintf(&b, "    protocol: %s\n", pt.proto)
 					}
@@ -410,6 +465,14 @@ func TestPolicyModel(t *testing.T) {
 			out: []rule{{peers: []peer{{pods: labels{"pod": "a"}, namespaces: labels{"ns": "x"}}}, ports: []port{{protoTCP, 80}}}}}, yb, xa, protoTCP, 80, true},
 		{"egress to a peer on another port", netpol{name: "p", namespace: "y", pods: labels{"pod": "b"}, egress: true,
 			out: []rule{{peers: []peer{{pods: labels{"pod": "a"}, namespaces: labels{"ns": "x"}}}, ports: []port{{protoTCP, 80}}}}}, yb, xa, protoTCP, 81, false},
+		{"a Deny first decides", netpol{name: "p", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{namespaces: labels{"ns": "y"}}}, deny: true}, {}}}, yb, xa, protoTCP, 80, false},
+		{"a rule that does not match passes to the next", netpol{name: "p", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{namespaces: labels{"ns": "y"}}}, ports: []port{{protoUDP, 0}}, deny: true}, {}}}, yb, xa, protoTCP, 80, true},
+		{"global policy selects across namespaces", netpol{name: "g", global: true, namespaces: labels{"ns": "x"}, pods: labels{}, ingress: true}, yb, xa, protoTCP, 80, false},
+		{"global policy's namespaceSelector", netpol{name: "g", global: true, namespaces: labels{"ns": "y"}, pods: labels{}, ingress: true}, yb, xa, protoTCP, 80, true},
+		{"global policy's peer selector is not scoped", netpol{name: "g", global: true, pods: labels{"pod": "a"}, ingress: true,
+			in: []rule{{peers: []peer{{pods: labels{"tier": "gw"}}}}}}, yb, xa, protoTCP, 80, true},
 		{"pod not selected", netpol{name: "p", namespace: "x", pods: labels{"pod": "b"}, ingress: true}, yb, xa, protoTCP, 80, true},
 	}
 	for _, tc := range tests {
@@ -426,11 +489,16 @@ func TestPolicyModel(t *testing.T) {
 			if err := v3.Validate(rs[0]); err != nil {
 				t.Errorf("%v\n%s", err, tc.pol.yaml())
 			}
-			np, ok := rs[0].(*v3.NetworkPolicy)
-			if !ok {
+			var got []string
+			switch r := rs[0].(type) {
+			case *v3.NetworkPolicy:
+				got = decodedRules(r.Spec.Ingress, r.Spec.Egress)
+			case *v3.GlobalNetworkPolicy:
+				got = decodedRules(r.Spec.Ingress, r.Spec.Egress)
+			default:
 				t.Fatalf("decoded a %T", rs[0])
 			}
-			if got, want := decodedRules(np), intendedRules(tc.pol); !slices.Equal(got, want) {
+			if want := intendedRules(tc.pol); !slices.Equal(got, want) {
 				t.Errorf("rendered rules %q, want %q\n%s", got, want, tc.pol.yaml())
 			}
 		})
@@ -473,7 +541,11 @@ func intendedRules(p netpol) []string {
 					if pr.namespaces != nil {
 						nsSel = pr.namespaces.calico()
 					}
-					out = append(out, fmt.Sprintf("%s %s sel=%s ns=%s port=%d", dir, pt.proto, sel, nsSel, pt.num))
+					action := "Allow"
+					if r.deny {
+						action = "Deny"
+					}
+					out = append(out, fmt.Sprintf("%s %s %s sel=%s ns=%s port=%d", dir, action, pt.proto, sel, nsSel, pt.num))
 				}
 			}
 		}
@@ -483,8 +555,8 @@ func intendedRules(p netpol) []string {
 	return out
 }
 
-// decodedRules flattens a decoded Calico policy the same way.
-func decodedRules(np *v3.NetworkPolicy) []string {
+// decodedRules flattens a decoded Calico policy's rules the same way.
+func decodedRules(ingress, egress []v3.Rule) []string {
 	var out []string
 	add := func(dir string, rules []v3.Rule, peerOf func(v3.Rule) v3.EntityRule) {
 		for _, r := range rules {
@@ -497,11 +569,11 @@ func decodedRules(np *v3.NetworkPolicy) []string {
 				num = int(r.Destination.Ports[0].MinPort)
 			}
 			pe := peerOf(r)
-			out = append(out, fmt.Sprintf("%s %s sel=%s ns=%s port=%d", dir, proto, pe.Selector, pe.NamespaceSelector, num))
+			out = append(out, fmt.Sprintf("%s %s %s sel=%s ns=%s port=%d", dir, r.Action, proto, pe.Selector, pe.NamespaceSelector, num))
 		}
 	}
-	add("in", np.Spec.Ingress, func(r v3.Rule) v3.EntityRule { return r.Source })
-	add("out", np.Spec.Egress, func(r v3.Rule) v3.EntityRule { return r.Destination })
+	add("in", ingress, func(r v3.Rule) v3.EntityRule { return r.Source })
+	add("out", egress, func(r v3.Rule) v3.EntityRule { return r.Destination })
 	return out
 }
 

@@ -64,9 +64,11 @@ func policyPods(nodes int) []podSpec {
 
 // policyNamespaces are the namespaces' labels (kube-system's as in the
 // seed: name=kube-system).
-var policyNamespaces = map[string]labels{
-	"x": {"ns": "x"}, "y": {"ns": "y"}, "z": {"ns": "z"},
-	"dev": {"ns": "dev"}, "kube-system": {"name": "kube-system"}, "demo": {"ns": "demo"},
+func policyNamespaces() map[string]labels {
+	return map[string]labels{
+		"x": {"ns": "x"}, "y": {"ns": "y"}, "z": {"ns": "z"},
+		"dev": {"ns": "dev"}, "kube-system": {"name": "kube-system"}, "demo": {"ns": "demo"},
+	}
 }
 
 // probePorts are the ports every pod's server answers on.
@@ -75,10 +77,11 @@ var probePorts = []int{53, 80, 81}
 // policyLab is the lab shared by the policy tests: its pods with their
 // probe servers and the model's view of them.
 type policyLab struct {
-	l       *Lab
-	pods    map[string]Pod
-	model   map[string]modelPod
-	servers map[string]*probeServer
+	l        *Lab
+	pods     map[string]Pod
+	model    map[string]modelPod
+	servers  map[string]*probeServer
+	nsLabels map[string]labels
 }
 
 // setupPolicyLab creates the pods concurrently, waits for felix to report
@@ -89,7 +92,7 @@ func setupPolicyLab(t *testing.T, l *Lab) *policyLab {
 	t.Helper()
 	ctx := context.Background()
 	began := time.Now()
-	pl := &policyLab{l: l, pods: map[string]Pod{}, model: map[string]modelPod{}, servers: map[string]*probeServer{}}
+	pl := &policyLab{l: l, pods: map[string]Pod{}, model: map[string]modelPod{}, servers: map[string]*probeServer{}, nsLabels: policyNamespaces()}
 	nodes := l.Nodes()
 	specs := policyPods(len(nodes))
 	var mu sync.Mutex
@@ -116,7 +119,7 @@ func setupPolicyLab(t *testing.T, l *Lab) *policyLab {
 		t.Fatal(err)
 	}
 	t.Logf("%d pods created, programmed and labelled in %s", len(specs), time.Since(began).Round(time.Millisecond))
-	if err := l.Apply(ctx, namespaceProfilesYAML(policyNamespaces)); err != nil {
+	if err := l.Apply(ctx, namespaceProfilesYAML(pl.nsLabels)); err != nil {
 		t.Fatalf("namespace profiles: %v", err)
 	}
 	for key := range pl.pods {
@@ -279,7 +282,7 @@ type policyCase struct {
 func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 	t.Helper()
 	ctx := context.Background()
-	cl := cluster{nsLabels: policyNamespaces, policies: c.policies}
+	cl := cluster{nsLabels: pl.nsLabels, policies: c.policies}
 	want := g.expect(cl)
 	for _, ch := range c.checks {
 		k, ok := want.find(ch.src, ch.dst, ch.proto, ch.port)
@@ -307,7 +310,7 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 	if _, err := pl.l.Calicoctl(ctx, pl.l.Nodes()[0].Name, strings.NewReader(yaml), "delete", "-f", "-"); err != nil {
 		t.Fatalf("deleting the policies: %v", err)
 	}
-	open := g.expect(cluster{nsLabels: policyNamespaces})
+	open := g.expect(cluster{nsLabels: pl.nsLabels})
 	if _, took, err := pl.converge(ctx, open); err != nil {
 		t.Fatalf("after deleting the policies, not everything is allowed again: %v", err)
 	} else {
@@ -325,7 +328,7 @@ func TestPolicy(t *testing.T) {
 	t.Logf("lab up in %s", time.Since(began).Round(time.Millisecond))
 	pl := setupPolicyLab(t, l)
 	all := slices.Sorted(maps.Keys(pl.pods))
-	baseline := pl.grid(all, []string{protoTCP, protoUDP, protoSCTP}, probePorts).expect(cluster{nsLabels: policyNamespaces})
+	baseline := pl.grid(all, []string{protoTCP, protoUDP, protoSCTP}, probePorts).expect(cluster{nsLabels: pl.nsLabels})
 	if rounds, took, err := pl.converge(context.Background(), baseline); err != nil {
 		t.Fatalf("with no policy, pods do not all reach each other: %v", err)
 	} else {
@@ -333,6 +336,7 @@ func TestPolicy(t *testing.T) {
 	}
 	t.Run("seed", func(t *testing.T) { testSeedPolicies(t, pl) })
 	t.Run("model", func(t *testing.T) { testModelPolicies(t, pl) })
+	t.Run("dynamic", func(t *testing.T) { testDynamicPolicies(t, pl) })
 	t.Logf("whole policy test: %s", time.Since(began).Round(time.Millisecond))
 }
 
@@ -446,8 +450,176 @@ func testModelPolicies(t *testing.T, pl *policyLab) {
 		policies: []netpol{denyX, {name: "allow-all", namespace: "x", pods: labels{"pod": "a"}, ingress: true,
 			in: []rule{{}}}},
 		checks: []check{{"z/c", "x/a", protoSCTP, 81, true}, {"z/c", "x/b", protoSCTP, 81, false}},
+	}, {
+		// Calico's own semantics: order before name, a Deny rule, a
+		// policy whose rules do not match handing over to the next one in
+		// the tier, and a GlobalNetworkPolicy across namespaces.
+		name: "calico-order-deny-global",
+		policies: []netpol{
+			{name: "deny-y-tcp-80", global: true, order: ptr(10.0), pods: labels{}, ingress: true, in: []rule{
+				{peers: []peer{{namespaces: labels{"ns": "y"}}}, ports: []port{{protoTCP, 80}}, deny: true}, {}}},
+			{name: "a-from-y-tcp", namespace: "x", order: ptr(5.0), pods: labels{"pod": "a"}, ingress: true,
+				in: []rule{{peers: []peer{{namespaces: labels{"ns": "y"}}}, ports: []port{{protoTCP, 0}}}}},
+		},
+		checks: []check{{"y/b", "x/a", protoTCP, 80, true}, {"y/b", "x/b", protoTCP, 80, false}, {"y/b", "z/c", protoTCP, 80, false},
+			{"z/b", "x/a", protoTCP, 80, true}, {"y/b", "x/b", protoTCP, 81, true}, {"y/b", "x/b", protoUDP, 80, true}},
+	}, {
+		name: "calico-egress-order-over-name",
+		policies: []netpol{
+			{name: "a-allow-all", namespace: "z", order: ptr(2.0), pods: labels{}, egress: true, out: []rule{{}}},
+			{name: "b-deny-udp-to-x", namespace: "z", order: ptr(1.0), pods: labels{}, egress: true,
+				out: []rule{{peers: []peer{{namespaces: labels{"ns": "x"}}}, ports: []port{{protoUDP, 0}}, deny: true}}},
+			{name: "a-deny-unordered", namespace: "z", pods: labels{"pod": "c"}, egress: true, out: []rule{{deny: true}}},
+		},
+		checks: []check{{"z/a", "x/a", protoUDP, 81, false}, {"z/a", "x/a", protoTCP, 81, true}, {"z/c", "y/a", protoSCTP, 80, true}},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { pl.run(t, c, g()) })
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// expectNow waits until the probes show what the model says of the pods'
+// and namespaces' current labels under policies.
+func (pl *policyLab) expectNow(t *testing.T, what string, policies []netpol, g func() grid) {
+	t.Helper()
+	want := g().expect(cluster{nsLabels: pl.nsLabels, policies: policies})
+	if _, took, err := pl.converge(context.Background(), want); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	} else {
+		t.Logf("%s: as the model says after %s", what, took.Round(time.Millisecond))
+	}
+}
+
+// relabel sets one label of a pod's WorkloadEndpoint and of the model's pod.
+func (pl *policyLab) relabel(t *testing.T, key, k, v string) {
+	t.Helper()
+	p := pl.pods[key]
+	wep := names.WorkloadEndpointName(p.Node, names.OrchestratorKubernetes, p.Name, "eth0")
+	if _, err := pl.l.Calicoctl(context.Background(), p.Node, nil, "label", "workloadendpoint", wep, k+"="+v, "--overwrite", "-n", p.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	m := pl.model[key]
+	m.labels = maps.Clone(m.labels)
+	m.labels[k] = v
+	pl.model[key] = m
+}
+
+// relabelNamespace replaces a namespace's labels (its kns. Profile).
+func (pl *policyLab) relabelNamespace(t *testing.T, ns string, ls labels) {
+	t.Helper()
+	pl.nsLabels[ns] = ls
+	if err := pl.l.Apply(context.Background(), namespaceProfilesYAML(map[string]labels{ns: ls})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testDynamicPolicies: policy follows the cluster while it stays in
+// force — a pod's labels change, a namespace's labels change, a pod is
+// born into an isolated namespace.
+func testDynamicPolicies(t *testing.T, pl *policyLab) {
+	ctx := context.Background()
+	keys := []string{"x/a", "x/b", "y/a", "y/b", "z/a", "z/c"}
+	g := func() grid { return pl.grid(keys, []string{protoTCP, protoUDP}, []int{80}) }
+	withPolicies := func(t *testing.T, ps []netpol, steps func(t *testing.T)) {
+		yaml := policiesYAML(ps)
+		if err := pl.l.Apply(ctx, yaml); err != nil {
+			t.Fatalf("applying:\n%s\n%v", yaml, err)
+		}
+		pl.expectNow(t, "applied", ps, g)
+		steps(t)
+		if _, err := pl.l.Calicoctl(ctx, pl.l.Nodes()[0].Name, strings.NewReader(yaml), "delete", "-f", "-"); err != nil {
+			t.Fatalf("deleting the policies: %v", err)
+		}
+		pl.expectNow(t, "policies deleted", nil, g)
+	}
+	t.Run("pod-labels", func(t *testing.T) {
+		ps := []netpol{{name: "from-b", namespace: "x", pods: labels{"pod": "a"}, ingress: true,
+			in: []rule{{peers: []peer{{pods: labels{"pod": "b"}, namespaces: labels{}}}}}}}
+		withPolicies(t, ps, func(t *testing.T) {
+			pl.relabel(t, "z/c", "pod", "b")
+			pl.expectNow(t, "z/c relabelled pod=b: it reaches x/a", ps, g)
+			pl.relabel(t, "x/a", "pod", "a2")
+			pl.expectNow(t, "x/a relabelled pod=a2: the policy no longer selects it", ps, g)
+			pl.relabel(t, "x/a", "pod", "a")
+			pl.relabel(t, "z/c", "pod", "c")
+			pl.expectNow(t, "labels restored", ps, g)
+		})
+	})
+	t.Run("namespace-labels", func(t *testing.T) {
+		ps := []netpol{{name: "from-y", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{namespaces: labels{"ns": "y"}}}}}}}
+		withPolicies(t, ps, func(t *testing.T) {
+			pl.relabelNamespace(t, "z", labels{"ns": "y"})
+			pl.expectNow(t, "namespace z labelled ns=y: its pods reach x", ps, g)
+			pl.relabelNamespace(t, "z", labels{"ns": "z"})
+			pl.expectNow(t, "namespace z labels restored", ps, g)
+		})
+	})
+	t.Run("new-pod-isolated-from-first-packet", func(t *testing.T) {
+		ps := []netpol{{name: "same-ns", namespace: "x", pods: labels{}, ingress: true,
+			in: []rule{{peers: []peer{{pods: labels{}}}}}}}
+		withPolicies(t, ps, func(t *testing.T) { pl.newPodUnderPolicy(t, ps, keys) })
+	})
+}
+
+// newPodUnderPolicy adds pod x/d while x admits only its own namespace:
+// from the moment CNI ADD returns, through felix reporting the endpoint
+// programmed and a second beyond, y/a never reaches it; then x/a does.
+func (pl *policyLab) newPodUnderPolicy(t *testing.T, ps []netpol, keys []string) {
+	ctx := context.Background()
+	node := pl.l.Nodes()[len(pl.l.Nodes())-1].Name
+	p, err := pl.l.AddPod(ctx, node, "x", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := time.Now()
+	defer func() {
+		delete(pl.pods, p.Key())
+		delete(pl.model, p.Key())
+		if err := pl.l.DelPod(ctx, p.Key()); err != nil {
+			t.Error(err)
+		}
+	}()
+	srv, err := serveProbes(pl.l, p.Key(), []int{80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	pl.pods[p.Key()], pl.servers[p.Key()] = p, srv
+	pl.model[p.Key()] = modelPod{namespace: "x", name: "d", labels: labels{}}
+	defer delete(pl.servers, p.Key())
+	from := pl.pods["y/a"]
+	type seen struct {
+		at  time.Time
+		err error
+	}
+	status := make(chan seen, 1)
+	go func() {
+		err := waitEndpointStatus(ctx, pl.l, p, 10*time.Second)
+		status <- seen{time.Now(), err}
+	}()
+	var programmed time.Time
+	probes := 0
+	for programmed.IsZero() || time.Since(programmed) < time.Second {
+		select {
+		case st := <-status:
+			if st.err != nil {
+				t.Fatal(st.err)
+			}
+			programmed = st.at
+		default:
+		}
+		for _, proto := range []string{protoTCP, protoUDP} {
+			probes++
+			if err := probe(ctx, pl.l, from.Key(), from.IP, srv, p.IP, proto, 80); err == nil {
+				t.Errorf("y/a reached the new pod x/d over %s/80 %s after CNI ADD (programmed: %v)", proto, time.Since(added).Round(time.Millisecond), !programmed.IsZero())
+			}
+		}
+	}
+	t.Logf("x/d programmed %s after CNI ADD; %d probes from y/a before and after, none got through", programmed.Sub(added).Round(time.Millisecond), probes)
+	pl.expectNow(t, "new pod x/d", ps, func() grid {
+		return pl.grid(append(slices.Clone(keys), p.Key()), []string{protoTCP, protoUDP}, []int{80})
+	})
 }
