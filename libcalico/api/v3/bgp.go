@@ -97,9 +97,13 @@ const (
 	BindModeNodeIP BindMode = "NodeIP"
 )
 
-// BGPPassword is a BGP session password read from a Kubernetes secret.
+// BGPPassword is a BGP session password: read from a secret (as Calico
+// does; calico-node reads it from <secrets dir>/<name>/<key>, the shape of
+// a mounted Kubernetes secret) or, as a Palisade addition for clusters
+// without secrets, given inline in value. Exactly one of the two is set.
 type BGPPassword struct {
 	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+	Value        string             `json:"value,omitempty"`
 }
 
 // SecretKeySelector names one key of a Kubernetes secret.

@@ -105,8 +105,17 @@ func (v *validator) password(field string, p *BGPPassword) {
 	if p == nil {
 		return
 	}
-	if p.SecretKeyRef == nil {
-		v.fail(field, nil, "secretKeyRef is required")
+	switch {
+	case p.SecretKeyRef == nil && p.Value == "":
+		v.fail(field, nil, "secretKeyRef or value is required")
+		return
+	case p.SecretKeyRef != nil && p.Value != "":
+		v.fail(field, nil, "set secretKeyRef or value, not both")
+		return
+	case p.SecretKeyRef == nil:
+		if len(p.Value) > 80 {
+			v.fail(field+".value", nil, "TCP MD5 passwords are at most 80 characters")
+		}
 		return
 	}
 	if p.SecretKeyRef.Name == "" {

@@ -254,10 +254,13 @@ func (b *builder) add(p Peer, override bool) {
 	b.peers[p.Key()] = p
 }
 
-// resolve reads a password reference.
+// resolve reads a password: inline, or through its secret reference.
 func (b *builder) resolve(pw *v3.BGPPassword) (string, string) {
-	if pw == nil || pw.SecretKeyRef == nil {
+	if pw == nil {
 		return "", ""
+	}
+	if pw.SecretKeyRef == nil {
+		return pw.Value, "inline"
 	}
 	ref := pw.SecretKeyRef.Name + "/" + pw.SecretKeyRef.Key
 	if b.password == nil {

@@ -184,3 +184,42 @@ func TestKeepNextHop(t *testing.T) {
 		})
 	}
 }
+
+// TestPasswords resolves an inline password and a secret reference (found
+// and missing) into the sessions' TCP MD5 passwords.
+func TestPasswords(t *testing.T) {
+	node := v3.Node{ObjectMeta: v3.ObjectMeta{Name: "n1"}, Spec: v3.NodeSpec{BGP: &v3.NodeBGPSpec{IPv4Address: "198.18.0.1/24"}}}
+	peer := func(name, ip string, pw *v3.BGPPassword) v3.BGPPeer {
+		return v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.BGPPeerSpec{PeerIP: ip, ASNumber: 65001, Password: pw}}
+	}
+	in := Input{NodeName: "n1", Nodes: []v3.Node{node}, Peers: []v3.BGPPeer{
+		peer("inline", "198.18.0.250", &v3.BGPPassword{Value: "s3cret"}),
+		peer("secret", "198.18.0.251", &v3.BGPPassword{SecretKeyRef: &v3.SecretKeySelector{Name: "bgp", Key: "rr"}}),
+		peer("missing", "198.18.0.252", &v3.BGPPassword{SecretKeyRef: &v3.SecretKeySelector{Name: "bgp", Key: "gone"}}),
+		peer("none", "198.18.0.253", nil),
+	}, Password: func(ref v3.SecretKeySelector) (string, bool) {
+		if ref.Key == "rr" {
+			return "from-file", true
+		}
+		return "", false
+	}}
+	res, errs := Compute(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := map[string][2]string{
+		"198.18.0.250": {"s3cret", "inline"},
+		"198.18.0.251": {"from-file", "bgp/rr"},
+		"198.18.0.252": {"", "bgp/gone"},
+		"198.18.0.253": {"", ""},
+	}
+	if len(res.Peers) != len(want) {
+		t.Fatalf("%d peers, want %d: %+v", len(res.Peers), len(want), res.Peers)
+	}
+	for _, p := range res.Peers {
+		w := want[p.Address.String()]
+		if p.Password != w[0] || p.PasswordRef != w[1] {
+			t.Errorf("peer %s: password %q ref %q, want %q %q", p.Address, p.Password, p.PasswordRef, w[0], w[1])
+		}
+	}
+}
