@@ -118,10 +118,9 @@ type modelPod struct {
 
 func (p modelPod) key() string { return p.namespace + "/" + p.name }
 
-// cluster is the state the model evaluates: pods, namespace labels and
-// the policies in force.
+// cluster is the state the model evaluates beside the pods themselves:
+// namespace labels and the policies in force.
 type cluster struct {
-	pods     []modelPod
 	nsLabels map[string]labels
 	policies []netpol
 }
