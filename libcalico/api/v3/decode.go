@@ -57,7 +57,7 @@ func splitDocuments(data []byte) ([]document, error) {
 	flush := func(end int) error {
 		text := strings.Join(lines[start:end], "")
 		n := len(docs) + 1
-		j, err := yaml.YAMLToJSON([]byte(text))
+		j, err := yaml.YAMLToJSONStrict([]byte(text))
 		if err != nil {
 			return fmt.Errorf("document %d: %s", n, yamlError(err, text, start))
 		}

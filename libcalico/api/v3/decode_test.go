@@ -54,6 +54,11 @@ func TestDecodeErrors(t *testing.T) {
 			want: `document 2: invalid YAML: line 8: did not find expected ',' or ']'`,
 		},
 		{
+			name: "duplicate key, line counted over the whole input",
+			in:   "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: a}\n---\napiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  egress:\n  - action: Allow\n    destination: {selector: a == 'b'}\n    destination: {ports: [80]}\n",
+			want: "document 2: invalid YAML: unmarshal errors:\n  line 12: key \"destination\" already set in map",
+		},
+		{
 			name: "not an object",
 			in:   "- a\n- b\n",
 			want: `document 1: cannot use a list, want object`,
