@@ -225,18 +225,6 @@ func shuffleKeepingKeyOrder(r *rand.Rand, seq []Update) []Update {
 	return out
 }
 
-func describe(s state) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d sets, %d policies, %d profiles, %d endpoints", len(s.Sets), len(s.Policies), len(s.Profiles), len(s.Endpoints))
-	for _, id := range slices.Sorted(mapKeys(s.Sets)) {
-		fmt.Fprintf(&b, "\n  set %s %v", id, slices.Sorted(mapKeys(s.Sets[id])))
-	}
-	for id, e := range s.Endpoints {
-		fmt.Fprintf(&b, "\n  ep %v %+v", id, *e)
-	}
-	return b.String()
-}
-
 // firstDiff names the first part of two states that differs.
 func firstDiff(got, want state) string {
 	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
