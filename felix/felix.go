@@ -14,6 +14,7 @@ import (
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 )
 
 // EndpointStatusDir is the directory, under calico-node's run directory
@@ -21,7 +22,7 @@ import (
 // WorkloadEndpoint, named dataplane.StatusFileName(namespace, name) and
 // holding a dataplane.EndpointStatus in JSON. The CNI plugin may wait for
 // its pod's file before returning from ADD.
-const EndpointStatusDir = "endpoint-status"
+const EndpointStatusDir = endpointstatus.DirName
 
 // Config configures one felix.
 type Config struct {

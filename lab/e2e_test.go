@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/palisade-net/palisade/libcalico/endpointstatus"
+	"github.com/palisade-net/palisade/libcalico/names"
 )
 
 // TestDemoTopology: the seed's topology (mesh off, every node's global
@@ -26,6 +29,19 @@ func TestDemoTopology(t *testing.T) {
 			l := newLab(t, Options{Nodes: 3, RR: rr})
 			ctx := context.Background()
 			pods := addPods(t, l, "demo", 2)
+			// The lab's CNI config sets policy_setup_timeout_seconds, so
+			// ADD returns only once felix reports the pod's policy in
+			// place: the status is there the moment AddPod returns.
+			probe, err := l.AddPod(ctx, "node3", "demo", "probe")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wep := names.WorkloadEndpointName(probe.Node, names.OrchestratorKubernetes, probe.Name, "eth0")
+			st, err := endpointstatus.Read(filepath.Join(l.RunDir(probe.Node), endpointstatus.DirName), probe.Namespace, wep)
+			if err != nil || !st.Covers([]netip.Addr{probe.IP}) {
+				t.Errorf("pod %s: felix's programmed status was not there when ADD returned: %+v, %v", probe.Key(), st, err)
+			}
+			pods = append(pods, probe)
 			requireReachable(t, l, "demo topology")
 			for _, n := range l.Nodes() {
 				ss, err := l.Sessions(ctx, n.Name)

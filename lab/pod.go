@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 )
 
 // cniNetwork is the network name of the lab's CNI configuration, as in
@@ -39,6 +42,10 @@ func (l *Lab) writeCNIConf(n Node) error {
 			"datastore_type": "etcdv3", "etcd_endpoints": l.etcdEndpoint(),
 			"nodename_file": l.nodeDir(n.Name, "nodename"), "mtu": 1500,
 			"ipam": map[string]any{"type": "calico-ipam"},
+			// Like kubelet with Calico's policy setup timeout: ADD returns
+			// once felix has the pod's policy in place.
+			"policy_setup_timeout_seconds": 5,
+			"endpoint_status_dir":          filepath.Join(l.RunDir(n.Name), endpointstatus.DirName),
 		}},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 )
 
 // Defaults applied by Load.
@@ -41,6 +43,12 @@ type NetConf struct {
 	NodenameFileOptional bool   `json:"nodename_file_optional,omitempty"`
 
 	MTU  int  `json:"mtu,omitempty"`
+
+	// PolicySetupTimeoutSeconds makes ADD wait, at most this long, for
+	// felix to report the new endpoint's policy programmed (files under
+	// EndpointStatusDir); 0, the default, does not wait. Calico's keys.
+	PolicySetupTimeoutSeconds int    `json:"policy_setup_timeout_seconds,omitempty"`
+	EndpointStatusDir         string `json:"endpoint_status_dir,omitempty"`
 	IPAM IPAM `json:"ipam"`
 
 	ContainerSettings ContainerSettings `json:"container_settings,omitempty"`
@@ -101,6 +109,12 @@ func Load(stdin []byte) (*NetConf, error) {
 	}
 	if conf.MTU < 0 {
 		return nil, bad("mtu %d must be positive", conf.MTU)
+	}
+	if conf.PolicySetupTimeoutSeconds < 0 {
+		return nil, bad("policy_setup_timeout_seconds %d must not be negative", conf.PolicySetupTimeoutSeconds)
+	}
+	if conf.EndpointStatusDir == "" {
+		conf.EndpointStatusDir = endpointstatus.DefaultDir
 	}
 	conf.timeout = DefaultDatastoreTimeout
 	if conf.DatastoreTimeout != "" {

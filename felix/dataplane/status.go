@@ -8,29 +8,18 @@ import (
 	"time"
 
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 )
 
-// EndpointStatus is the content of an endpoint status file: felix writes
-// it once the endpoint's rules (its dispatch entry, its chains and every
-// policy and IP set they use) are in the kernel, and removes it when the
-// endpoint goes away. The CNI plugin waits for it (Calico's policy setup
-// timeout) so a new pod sends nothing before its policy is enforced.
-type EndpointStatus struct {
-	// Endpoint is "<namespace>/<name>" of the WorkloadEndpoint.
-	Endpoint  string `json:"endpoint"`
-	Interface string `json:"interface"`
-	// Addresses are the endpoint's addresses as programmed: a waiter can
-	// tell the file of a pod that reused a name from its own.
-	Addresses []string `json:"addresses"`
-	// Status is "up" once programmed.
-	Status     string    `json:"status"`
-	Programmed time.Time `json:"programmed"`
-}
+// EndpointStatus is the content of an endpoint status file, written once
+// the endpoint's rules (its dispatch entry, its chains and every policy and
+// IP set they use) are in the kernel and removed when the endpoint goes
+// away; see libcalico/endpointstatus, which the CNI plugin reads it with.
+type EndpointStatus = endpointstatus.Status
 
 // StatusFileName is the file, under the status directory, of the
-// WorkloadEndpoint namespace/name: "<namespace>.<name>" (a namespace has no
-// dots, so the first dot splits it).
-func StatusFileName(namespace, name string) string { return namespace + "." + name }
+// WorkloadEndpoint namespace/name.
+func StatusFileName(namespace, name string) string { return endpointstatus.FileName(namespace, name) }
 
 // statusFiles writes and removes endpoint status files in one directory.
 type statusFiles struct {
@@ -47,7 +36,7 @@ func (s *statusFiles) programmed(ep *calc.Endpoint) error {
 	if s.dir == "" || ep.ID.Kind != calc.WorkloadEndpoint {
 		return nil
 	}
-	st := EndpointStatus{Endpoint: ep.ID.Namespace + "/" + ep.ID.Name, Interface: ep.InterfaceName, Status: "up"}
+	st := EndpointStatus{Endpoint: ep.ID.Namespace + "/" + ep.ID.Name, Interface: ep.InterfaceName, Status: endpointstatus.Up}
 	for _, p := range ep.IPv4Nets {
 		st.Addresses = append(st.Addresses, p.String())
 	}

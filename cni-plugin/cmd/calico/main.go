@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -109,6 +110,17 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	// The previous container of this pod lost its veth in step 2: free its addresses.
 	if prev != nil && prev.Spec.ContainerID != w.ContainerID {
 		releaseReplaced(ctx, log, ipam, prev.Spec.ContainerID)
+	}
+	// 5. Optionally, felix's word that the endpoint's policy is in place.
+	if conf.PolicySetupTimeoutSeconds > 0 {
+		timeout := time.Duration(conf.PolicySetupTimeoutSeconds) * time.Second
+		ok, err := workload.WaitProgrammed(ctx, conf.EndpointStatusDir, ep.Namespace, ep.Name, addrs, timeout)
+		switch {
+		case err != nil:
+			log.WithError(err).Warn("Could not read felix's endpoint status; not waiting for policy")
+		case !ok:
+			log.WithField("timeout", timeout).Warn("Felix did not report the endpoint programmed in time; its traffic is dropped until it does")
+		}
 	}
 	log.WithField("endpoint", ep.Name).WithField("addresses", ep.Spec.IPNetworks).Info("Workload networked")
 	return types.PrintResult(result(veth, made, args.Netns, addrs, dns), conf.CNIVersion)
