@@ -42,14 +42,14 @@ type NetConf struct {
 	NodenameFile         string `json:"nodename_file,omitempty"`
 	NodenameFileOptional bool   `json:"nodename_file_optional,omitempty"`
 
-	MTU  int  `json:"mtu,omitempty"`
+	MTU int `json:"mtu,omitempty"`
 
 	// PolicySetupTimeoutSeconds makes ADD wait, at most this long, for
 	// felix to report the new endpoint's policy programmed (files under
 	// EndpointStatusDir); 0, the default, does not wait. Calico's keys.
 	PolicySetupTimeoutSeconds int    `json:"policy_setup_timeout_seconds,omitempty"`
 	EndpointStatusDir         string `json:"endpoint_status_dir,omitempty"`
-	IPAM IPAM `json:"ipam"`
+	IPAM                      IPAM   `json:"ipam"`
 
 	ContainerSettings ContainerSettings `json:"container_settings,omitempty"`
 	Policy            Policy            `json:"policy,omitempty"`
