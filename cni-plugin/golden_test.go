@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -24,9 +25,11 @@ var (
 func TestAddResultGolden(t *testing.T) {
 	c := newCluster(t)
 	c.addPool("pool-a", "10.81.0.0/16", 26)
-	n := c.newNode("node1")
 	for _, ver := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(ver, func(t *testing.T) {
+			// A node of its own, so the address does not depend on which
+			// other versions ran before.
+			n := c.newNode("node-" + strings.ReplaceAll(ver, ".", ""))
 			list := n.calicoConf(ver, nil)
 			p := n.newPod("golden", "web-"+ver)
 			p.containerID = "0123456789abcdef" + ver // a fixed handle in the result's context

@@ -17,7 +17,7 @@ import (
 func Setup(level, path string) (*log.Logger, io.Closer, error) {
 	logger := log.New()
 	logger.SetOutput(os.Stderr)
-	logger.SetFormatter(&log.TextFormatter{DisableColors: true, FullTimestamp: true})
+	logger.SetFormatter(&log.TextFormatter{DisableColors: true, FullTimestamp: true, TimestampFormat: "2006-01-02 15:04:05.000"})
 	lvl := log.InfoLevel
 	if level != "" {
 		parsed, err := log.ParseLevel(level)
