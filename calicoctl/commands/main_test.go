@@ -22,6 +22,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under calicoctl/testdata")
 
+// nodeBinDir holds a calico-node built for the tests, if one was.
+var nodeBinDir string
+
 // binary is the calicoctl under test: $PALISADE_BIN/calicoctl, or one
 // built by TestMain.
 var binary string
@@ -29,6 +32,9 @@ var binary string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code, err := buildAndRun(m)
+	if nodeBinDir != "" {
+		os.RemoveAll(nodeBinDir)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -43,6 +43,7 @@ func calicoNode(t *testing.T) string {
 			nodeBinErr = err
 			return
 		}
+		nodeBinDir = dir // removed by TestMain
 		nodeBin = filepath.Join(dir, "calico-node")
 		if out, err := exec.Command("go", "build", "-o", nodeBin, "../../node/cmd/calico-node").CombinedOutput(); err != nil {
 			nodeBinErr = fmt.Errorf("building calico-node: %v\n%s", err, out)
