@@ -34,7 +34,17 @@ func main() {
 	log.SetLevel(log.InfoLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	store, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: strings.Split(*etcd, ",")})
+	// Keep trying for a while, as a restarted DaemonSet pod would: the
+	// fabric may still be settling when the node starts.
+	var store *etcdv3.Store
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if store, err = etcdv3.New(ctx, etcdv3.Config{Endpoints: strings.Split(*etcd, ",")}); err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		log.WithError(err).Warn("etcd not reachable yet; retrying")
+		time.Sleep(500 * time.Millisecond)
+	}
 	if err != nil {
 		log.WithError(err).Fatal("connecting to etcd")
 	}
