@@ -36,10 +36,8 @@ is set; skipped resources count as deleted.`,
 				if err != nil {
 					return fmt.Errorf("Failed to execute command: %w", err)
 				}
-				for _, r := range loaded {
-					if err := o.ns.apply(r); err != nil {
-						return fmt.Errorf("Failed to execute command: %w", err)
-					}
+				if err := o.ns.applyAll(loaded); err != nil {
+					return fmt.Errorf("Failed to execute command: %w", err)
 				}
 				rs = loaded
 			case len(args) < 2:

@@ -45,10 +45,8 @@ custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
 				if err != nil {
 					return fmt.Errorf("Failed to execute command: %w", err)
 				}
-				for _, r := range loaded {
-					if err := o.ns.apply(r); err != nil {
-						return fmt.Errorf("Failed to get resources: %w", err)
-					}
+				if err := o.ns.applyAll(loaded); err != nil {
+					return fmt.Errorf("Failed to get resources: %w", err)
 				}
 				named = loaded
 			case len(args) == 0:

@@ -23,6 +23,16 @@ func (n *nsOptions) register(cmd *cobra.Command, withAll bool) {
 	}
 }
 
+// applyAll settles the namespace of every resource read from files.
+func (n *nsOptions) applyAll(rs []v3.Resource) error {
+	for _, r := range rs {
+		if err := n.apply(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // apply settles the namespace of r from the resource and the flags, as
 // Calico does: the flag fills an empty namespace, "default" is the
 // fallback, -A clears it (to list every namespace), and a namespace on a

@@ -31,10 +31,8 @@ func (a *app) write(ctx context.Context, o *writeOptions, op client.Op, verb, do
 	if len(rs) == 0 {
 		return outcome{}.report(a.env.Out, verb, done)
 	}
-	for _, r := range rs {
-		if err := o.ns.apply(r); err != nil {
-			return fmt.Errorf("Failed to execute command: %w", err)
-		}
+	if err := o.ns.applyAll(rs); err != nil {
+		return fmt.Errorf("Failed to execute command: %w", err)
 	}
 	c, closeFn, err := a.connect(ctx)
 	if err != nil {
