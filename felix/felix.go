@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -36,7 +37,10 @@ type Config struct {
 	// StatusDir receives one file per programmed workload endpoint (see
 	// dataplane.EndpointStatus); "" writes none.
 	StatusDir string
-	// Log is the logger (logrus' standard one when nil).
+	// Log is where felix logs (logrus' standard logger when nil): felix
+	// writes to its output, with its formatter, hooks and fields, but
+	// through a logger of its own whose level is FelixConfiguration's
+	// logSeverityScreen.
 	Log *log.Entry
 	// Applied, when set, is called after every successful dataplane
 	// apply (for tests and benchmarks).
@@ -85,17 +89,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NodeName == "" || cfg.Store == nil {
 		return errors.New("felix: NodeName and Store are required")
 	}
-	logger := cfg.Log
-	if logger == nil {
-		logger = log.NewEntry(log.StandardLogger())
+	base := cfg.Log
+	if base == nil {
+		base = log.NewEntry(log.StandardLogger())
 	}
-	logger = logger.WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
+	own := ownLogger(base.Logger)
+	logger := log.NewEntry(own).WithFields(base.Data).WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
 	dp, err := dataplane.New(dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger})
 	if err != nil {
 		return fmt.Errorf("felix: %w", err)
 	}
 	defer dp.Close()
-	graph := calc.NewGraph(cfg.NodeName, dp)
+	graph := calc.NewGraph(cfg.NodeName, levelSetter{Driver: dp, logger: own, log: logger})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -160,4 +165,52 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		timer.Reset(max(wait, time.Millisecond))
 	}
+}
+
+// ownLogger is a logger writing where base writes, in the same format and
+// through the same hooks, with a level of its own. Each entry is one Write
+// to the shared output, as with base itself.
+func ownLogger(base *log.Logger) *log.Logger {
+	return &log.Logger{
+		Out: base.Out, Formatter: base.Formatter, Hooks: base.Hooks, ReportCaller: base.ReportCaller,
+		ExitFunc: base.ExitFunc, Level: base.GetLevel(),
+	}
+}
+
+// levelSetter is the dataplane as the calculation graph sees it: every
+// configuration first sets felix's log level from logSeverityScreen.
+type levelSetter struct {
+	*dataplane.Driver
+	logger *log.Logger
+	log    *log.Entry
+}
+
+// OnConfigUpdate implements calc.Dataplane.
+func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
+	level, err := screenLevel(cfg.LogSeverityScreen)
+	if err != nil {
+		l.log.WithError(err).Warn("Ignoring logSeverityScreen")
+	} else if level != l.logger.GetLevel() {
+		l.logger.SetLevel(level)
+		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
+	}
+	l.Driver.OnConfigUpdate(cfg)
+}
+
+// screenLevel maps Calico's severities (Debug, Info, Warning, Error,
+// Fatal; any case) to logrus levels.
+func screenLevel(severity string) (log.Level, error) {
+	switch strings.ToLower(severity) {
+	case "debug":
+		return log.DebugLevel, nil
+	case "info":
+		return log.InfoLevel, nil
+	case "warning":
+		return log.WarnLevel, nil
+	case "error":
+		return log.ErrorLevel, nil
+	case "fatal":
+		return log.FatalLevel, nil
+	}
+	return 0, fmt.Errorf("unknown log severity %q (want Debug, Info, Warning, Error or Fatal)", severity)
 }
