@@ -93,7 +93,9 @@ spec: {node: node-a, interfaceName: ` + iface + `}
 	// The logger handed in is at Debug: felix's level is its own.
 	base.Level = log.DebugLevel
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, Config{NodeName: nodeName, Store: store, NetNS: node.Path(), Log: base.WithField("test", t.Name())}) }()
+	go func() {
+		done <- Run(ctx, Config{NodeName: nodeName, Store: store, NetNS: node.Path(), Log: base.WithField("test", t.Name())})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
