@@ -317,15 +317,19 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			continue
 		}
 		rules = append(rules, Rule{Action: clearMark(MarkPass), Comment: "Start of tier " + t.Name})
+		// Each policy is entered only while no earlier one accepted or
+		// passed the packet; one RETURN after the tier ends an accepted
+		// packet's walk. (One rule per policy instead of a jump and a
+		// RETURN each: the kernel walks every rule of every path at each
+		// nftables commit, so shorter endpoint chains make every update
+		// of a large node faster.)
 		for _, id := range ids {
 			if _, ok := b.in.Policies[id]; !ok {
 				continue
 			}
-			rules = append(rules,
-				Rule{Match: notMarkMatch(MarkPass), Action: PolicyChain(id, ingress)},
-				Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if policy accepted"},
-			)
+			rules = append(rules, Rule{Match: notMarkMatch(MarkAccept | MarkPass), Action: PolicyChain(id, ingress)})
 		}
+		rules = append(rules, Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if policy accepted"})
 		if t.DefaultAction != calc.Pass && final {
 			rules = append(rules, Rule{Match: notMarkMatch(MarkPass), Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
 		}
@@ -333,14 +337,20 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 	if !final {
 		return rules
 	}
+	profileJumps := 0
 	for _, p := range profiles {
 		if _, ok := b.in.Profiles[p]; !ok {
 			continue
 		}
-		rules = append(rules,
-			Rule{Action: ProfileChain(p, ingress)},
-			Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if profile accepted"},
-		)
+		match := ""
+		if profileJumps > 0 {
+			match = notMarkMatch(MarkAccept)
+		}
+		rules = append(rules, Rule{Match: match, Action: ProfileChain(p, ingress)})
+		profileJumps++
+	}
+	if profileJumps > 0 {
+		rules = append(rules, Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if profile accepted"})
 	}
 	return append(rules, Rule{Action: "DROP", Comment: "Drop if no profiles matched"})
 }
@@ -388,24 +398,41 @@ func (b *builder) policyChains(table string, special bool) {
 	}
 }
 
-// ruleChain renders the rules of a policy or profile.
+// ruleChain renders the rules of a policy or profile. A rule that sets the
+// accept or pass mark is followed by a RETURN only when a later rule could
+// still act on the packet: nothing follows the last one, and a run of Allow
+// rules (the common policy) needs none, since setting the accept mark
+// again changes nothing.
 func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 	var out []Rule
-	for _, r := range rules {
+	// lastActing is the index of the last rule that is not a plain Allow.
+	lastActing := -1
+	for i, r := range rules {
+		if r.Action != calc.Allow || allow == "NOTRACK" {
+			lastActing = i
+		}
+	}
+	for i, r := range rules {
 		matches := ruleMatches(r, b.in.IPVersion)
 		if len(matches) > 0 {
 			out = append(out, notNetRules(r, b.in.IPVersion)...)
 		}
-		for _, m := range matches {
+		for k, m := range matches {
+			last := i == len(rules)-1 && k == len(matches)-1
 			switch r.Action {
 			case calc.Allow:
 				out = append(out, Rule{Match: m, Action: setMark(MarkAccept)})
 				if allow == "NOTRACK" {
 					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "CT --notrack"})
 				}
-				out = append(out, Rule{Match: markMatch(MarkAccept), Action: "RETURN"})
+				if i < lastActing {
+					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "RETURN"})
+				}
 			case calc.Pass:
-				out = append(out, Rule{Match: m, Action: setMark(MarkPass)}, Rule{Match: markMatch(MarkPass), Action: "RETURN"})
+				out = append(out, Rule{Match: m, Action: setMark(MarkPass)})
+				if !last {
+					out = append(out, Rule{Match: markMatch(MarkPass), Action: "RETURN"})
+				}
 			case calc.Deny:
 				out = append(out, Rule{Match: m, Action: "DROP"})
 			case calc.Log:
