@@ -303,7 +303,7 @@ func (m *Manager) ApplyUpdates(ctx context.Context) error {
 		}
 	}
 	if b.Len() > 0 {
-		if _, err := m.run.Run(ctx, b.String(), "ipset", "restore", "-exist"); err != nil {
+		if _, err := m.run.RunWarm(ctx, b.String(), "ipset", "restore", "-exist"); err != nil {
 			m.resync = true
 			return fmt.Errorf("writing IP sets (family %d): %w", m.family, err)
 		}
@@ -335,11 +335,25 @@ func (m *Manager) ApplyDeletions(ctx context.Context) error {
 		return nil
 	}
 	slices.Sort(stale)
+	if m.nl != nil {
+		// Through netlink first: no process to start.
+		left := stale[:0]
+		for _, name := range stale {
+			if err := m.nl.IpsetDestroy(name); err != nil {
+				left = append(left, name)
+				continue
+			}
+			delete(m.kernel, name)
+		}
+		if stale = left; len(stale) == 0 {
+			return nil
+		}
+	}
 	var b strings.Builder
 	for _, name := range stale {
 		fmt.Fprintf(&b, "destroy %s\n", name)
 	}
-	if _, err := m.run.Run(ctx, b.String(), "ipset", "restore", "-exist"); err == nil {
+	if _, err := m.run.RunWarm(ctx, b.String(), "ipset", "restore", "-exist"); err == nil {
 		for _, name := range stale {
 			delete(m.kernel, name)
 		}

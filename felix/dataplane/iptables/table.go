@@ -338,7 +338,11 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 	if t.wait {
 		args = append(args, "--wait", "10")
 	}
-	if _, err := t.run.Run(ctx, b.String(), t.restor, args...); err != nil {
+	run := t.run.RunWarm // iptables-nft-restore touches nothing before its input.
+	if t.wait {
+		run = t.run.Run // legacy: a waiting process could hold the xtables lock.
+	}
+	if _, err := run(ctx, b.String(), t.restor, args...); err != nil {
 		t.needRead = true
 		return false, fmt.Errorf("writing table %s (IPv%d): %w", t.Name, t.family, err)
 	}

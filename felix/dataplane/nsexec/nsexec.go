@@ -20,6 +20,7 @@ type Runner struct {
 	path   string
 	target netns.NsHandle
 	set    bool // target is open
+	warm   warmPool
 }
 
 // New opens the namespace at path (for example /run/netns/node-a); an
@@ -48,8 +49,9 @@ func (r *Runner) Handle() netns.NsHandle {
 	return r.target
 }
 
-// Close releases the namespace handle.
+// Close kills the idle warm processes and releases the namespace handle.
 func (r *Runner) Close() error {
+	r.closeWarm()
 	if r.set {
 		r.set = false
 		return r.target.Close()

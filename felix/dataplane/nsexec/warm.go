@@ -1,0 +1,157 @@
+package nsexec
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+)
+
+// A warm process is a command started ahead of time and left waiting on
+// its standard input. Starting a process costs milliseconds here (exec,
+// dynamic linking, library start-up: 6–8 ms for iptables-nft-restore on a
+// small VM), which is most of a small ruleset update; a warm process pays
+// that before the update is known, so the update waits only for the work
+// itself.
+//
+// Only commands that do nothing before reading their input may be kept
+// warm: iptables-nft-restore reads the kernel's tables when it commits,
+// not when it starts. iptables-legacy-restore must not be: it may take the
+// xtables lock at start-up and would hold it while idle.
+type warmProc struct {
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	err            error
+}
+
+// warmPool holds at most one warm process per command line.
+type warmPool struct {
+	mu     sync.Mutex
+	procs  map[string]*warmProc
+	closed bool
+}
+
+func warmKey(name string, args []string) string {
+	return name + "\x00" + strings.Join(args, "\x00")
+}
+
+// startWarm starts the command in the runner's namespace, waiting for
+// input.
+func (r *Runner) startWarm(name string, args []string) (*warmProc, error) {
+	p := &warmProc{done: make(chan struct{})}
+	err := r.Do(func() error {
+		p.cmd = exec.Command(name, args...)
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		var err error
+		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+			return err
+		}
+		return p.cmd.Start()
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// take returns the warm process of a command line, or nil.
+func (r *Runner) take(key string) *warmProc {
+	r.warm.mu.Lock()
+	defer r.warm.mu.Unlock()
+	p := r.warm.procs[key]
+	delete(r.warm.procs, key)
+	if p != nil {
+		select {
+		case <-p.done: // died while idle (killed by someone): not usable.
+			return nil
+		default:
+		}
+	}
+	return p
+}
+
+// refill starts the next warm process of a command line in the
+// background.
+func (r *Runner) refill(key, name string, args []string) {
+	go func() {
+		p, err := r.startWarm(name, args)
+		if err != nil {
+			return // the next RunWarm starts one itself.
+		}
+		r.warm.mu.Lock()
+		defer r.warm.mu.Unlock()
+		if r.warm.closed || r.warm.procs[key] != nil {
+			p.kill()
+			return
+		}
+		if r.warm.procs == nil {
+			r.warm.procs = map[string]*warmProc{}
+		}
+		r.warm.procs[key] = p
+	}()
+}
+
+func (p *warmProc) kill() {
+	_ = p.cmd.Process.Kill()
+	_ = p.stdin.Close()
+	<-p.done
+}
+
+// RunWarm is Run for a command that can be kept warm (see warmProc): it
+// hands stdin to a process started earlier when there is one, and starts
+// the next one in the background for the following call.
+func (r *Runner) RunWarm(ctx context.Context, stdin string, name string, args ...string) ([]byte, error) {
+	key := warmKey(name, args)
+	p := r.take(key)
+	r.refill(key, name, args)
+	var werr error
+	if p != nil {
+		if _, werr = io.WriteString(p.stdin, stdin); werr != nil {
+			// It died while idle: its input pipe is closed. Start afresh.
+			p.kill()
+			p = nil
+		}
+	}
+	if p == nil {
+		var err error
+		if p, err = r.startWarm(name, args); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+		}
+		_, werr = io.WriteString(p.stdin, stdin)
+	}
+	_ = p.stdin.Close()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.kill()
+		return nil, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), ctx.Err())
+	}
+	err := p.err
+	if err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
+		return p.stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(p.stderr.String()))
+	}
+	return p.stdout.Bytes(), nil
+}
+
+// closeWarm kills the idle warm processes.
+func (r *Runner) closeWarm() {
+	r.warm.mu.Lock()
+	procs := r.warm.procs
+	r.warm.procs, r.warm.closed = nil, true
+	r.warm.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+}
