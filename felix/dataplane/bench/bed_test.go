@@ -215,11 +215,26 @@ func connect(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) bool
 	return true
 }
 
-// until probes until ok(connect) is want, returning the time since start.
+// until probes until a connection's outcome is want and returns when that
+// was seen, counted from start.
+//
+// A connection that succeeds proves the path open at once, so while
+// waiting for it each probe gives up after 3 ms and the time of the
+// answer is taken. A connection that fails proves nothing unless it waited
+// long enough for an answer that did not come (a busy machine can delay a
+// SYN-ACK by milliseconds), so while waiting for a drop each probe waits
+// 50 ms, and the time its SYN was sent is taken: the path was closed then.
 func until(run *nsexec.Runner, dst netip.AddrPort, want bool, start time.Time, limit time.Duration) (time.Duration, bool) {
 	for time.Since(start) < limit {
-		if connect(run, dst, 3*time.Millisecond) == want {
-			return time.Since(start), true
+		if want {
+			if connect(run, dst, 3*time.Millisecond) {
+				return time.Since(start), true
+			}
+			continue
+		}
+		sent := time.Since(start)
+		if !connect(run, dst, 50*time.Millisecond) {
+			return sent, true
 		}
 	}
 	return 0, false
