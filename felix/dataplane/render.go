@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/palisade-net/palisade/felix/calc"
@@ -29,6 +28,12 @@ type renderer struct {
 	endpoints map[calc.EndpointID]*epRender
 	policies  map[calc.PolicyID]*itemRender[*calc.Policy]
 	profiles  map[string]*itemRender[*calc.Profile]
+	// The endpoints rendered with each policy and profile (present or
+	// not): rendered again when it changes.
+	policyUsers  map[calc.PolicyID]map[calc.EndpointID]struct{}
+	profileUsers map[string]map[calc.EndpointID]struct{}
+	// sizes are the chain counts per table of the last result.
+	sizes map[string]int
 }
 
 type epRender struct {
@@ -43,26 +48,10 @@ type itemRender[T comparable] struct {
 	chains map[string][]rules.Chain
 }
 
-// current reports whether the policies and profiles the endpoint refers
-// to are the ones it was rendered with (the set of references only changes
-// with the endpoint itself).
-func (er *epRender) current(pols map[calc.PolicyID]*calc.Policy, profs map[string]*calc.Profile) bool {
-	for id, p := range er.policies {
-		if pols[id] != p {
-			return false
-		}
-	}
-	for name, p := range er.profiles {
-		if profs[name] != p {
-			return false
-		}
-	}
-	return true
-}
-
 func newRenderer(version int) *renderer {
 	return &renderer{version: version, baseDirty: true, endpoints: map[calc.EndpointID]*epRender{},
-		policies: map[calc.PolicyID]*itemRender[*calc.Policy]{}, profiles: map[string]*itemRender[*calc.Profile]{}}
+		policies: map[calc.PolicyID]*itemRender[*calc.Policy]{}, profiles: map[string]*itemRender[*calc.Profile]{},
+		policyUsers: map[calc.PolicyID]map[calc.EndpointID]struct{}{}, profileUsers: map[string]map[calc.EndpointID]struct{}{}, sizes: map[string]int{}}
 }
 
 func isPolicyChain(name string) bool {
@@ -149,51 +138,92 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		clear(r.endpoints)
 		clear(r.policies)
 		clear(r.profiles)
+		clear(r.policyUsers)
+		clear(r.profileUsers)
 	}
-	// Endpoints: drop the gone, re-render the changed.
-	for id := range r.endpoints {
-		if eps[id] == nil {
-			delete(r.endpoints, id)
-			r.baseDirty = true
+	// Policies and profiles first: the endpoints that refer to one that
+	// changed are rendered again below.
+	stale := map[calc.EndpointID]struct{}{}
+	markUsers := func(users map[calc.EndpointID]struct{}) {
+		for id := range users {
+			stale[id] = struct{}{}
 		}
-	}
-	for id, ep := range eps {
-		er := r.endpoints[id]
-		if er != nil && er.ep == ep && er.current(pols, profs) {
-			continue
-		}
-		p, pr := refs(ep, pols, profs)
-		if er == nil || !sameShape(er.ep, ep) {
-			r.baseDirty = true
-		}
-		rs := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Policies: present(p), Profiles: present(pr),
-			Endpoints: map[calc.EndpointID]*calc.Endpoint{id: ep}})
-		r.endpoints[id] = &epRender{ep: ep, policies: p, profiles: pr, chains: pick(rs, isEndpointChain)}
 	}
 	for id := range r.policies {
 		if pols[id] == nil {
 			delete(r.policies, id)
+			markUsers(r.policyUsers[id])
 		}
 	}
 	for id, p := range pols {
 		if ir := r.policies[id]; ir != nil && ir.item == p {
 			continue
 		}
-		rs := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Policies: map[calc.PolicyID]*calc.Policy{id: p},
-			Endpoints: map[calc.EndpointID]*calc.Endpoint{stub.ID: stub}})
-		r.policies[id] = &itemRender[*calc.Policy]{item: p, chains: pick(rs, isPolicyChain)}
+		markUsers(r.policyUsers[id])
+		var chains map[string][]rules.Chain
+		if p.DoNotTrack || p.PreDNAT {
+			rs := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Policies: map[calc.PolicyID]*calc.Policy{id: p},
+				Endpoints: map[calc.EndpointID]*calc.Endpoint{stub.ID: stub}})
+			chains = pick(rs, isPolicyChain)
+		} else {
+			chains = map[string][]rules.Chain{"filter": rules.FilterPolicyChains(rules.Input{Config: cfg, IPVersion: r.version}, p)}
+		}
+		r.policies[id] = &itemRender[*calc.Policy]{item: p, chains: chains}
 	}
 	for name := range r.profiles {
 		if profs[name] == nil {
 			delete(r.profiles, name)
+			markUsers(r.profileUsers[name])
 		}
 	}
 	for name, p := range profs {
 		if ir := r.profiles[name]; ir != nil && ir.item == p {
 			continue
 		}
-		rs := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Profiles: map[string]*calc.Profile{name: p}})
-		r.profiles[name] = &itemRender[*calc.Profile]{item: p, chains: pick(rs, isPolicyChain)}
+		markUsers(r.profileUsers[name])
+		r.profiles[name] = &itemRender[*calc.Profile]{item: p,
+			chains: map[string][]rules.Chain{"filter": rules.ProfileChains(rules.Input{Config: cfg, IPVersion: r.version}, p)}}
+	}
+	// Endpoints: drop the gone, render the new, the changed and those
+	// whose policies or profiles changed.
+	for id, er := range r.endpoints {
+		if eps[id] == nil {
+			r.forget(id, er)
+			delete(r.endpoints, id)
+			r.baseDirty = true
+		}
+	}
+	for id, ep := range eps {
+		er := r.endpoints[id]
+		if er != nil && er.ep == ep {
+			if _, ok := stale[id]; !ok {
+				continue
+			}
+		}
+		if er == nil || !sameShape(er.ep, ep) {
+			r.baseDirty = true
+		}
+		if er != nil {
+			r.forget(id, er)
+		}
+		p, pr := refs(ep, pols, profs)
+		var chains map[string][]rules.Chain
+		if id.Kind == calc.WorkloadEndpoint {
+			chains = map[string][]rules.Chain{"filter": rules.WorkloadChains(rules.Input{Config: cfg, IPVersion: r.version,
+				Policies: present(p), Profiles: present(pr)}, ep)}
+		} else {
+			rs := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Policies: present(p), Profiles: present(pr),
+				Endpoints: map[calc.EndpointID]*calc.Endpoint{id: ep}})
+			chains = pick(rs, isEndpointChain)
+		}
+		er = &epRender{ep: ep, policies: p, profiles: pr, chains: chains}
+		r.endpoints[id] = er
+		for pid := range p {
+			addUser(r.policyUsers, pid, id)
+		}
+		for name := range pr {
+			addUser(r.profileUsers, name, id)
+		}
 	}
 	if r.baseDirty || r.base == nil {
 		shapes := make(map[calc.EndpointID]*calc.Endpoint, len(eps))
@@ -209,7 +239,8 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 
 	out := &rules.Ruleset{IPVersion: r.version, Jumps: r.base.Jumps, Tables: map[string][]rules.Chain{}}
 	for t, cs := range r.base.Tables {
-		out.Tables[t] = slices.Clone(cs)
+		// Sized as the last result, so appending rarely grows it.
+		out.Tables[t] = append(make([]rules.Chain, 0, max(r.sizes[t], len(cs))), cs...)
 	}
 	add := func(m map[string][]rules.Chain) {
 		for t, cs := range m {
@@ -226,5 +257,32 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 	for _, ir := range r.profiles {
 		add(ir.chains)
 	}
+	for t, cs := range out.Tables {
+		r.sizes[t] = len(cs)
+	}
 	return out
+}
+
+// forget removes an endpoint from the users of what it referred to.
+func (r *renderer) forget(id calc.EndpointID, er *epRender) {
+	for pid := range er.policies {
+		delUser(r.policyUsers, pid, id)
+	}
+	for name := range er.profiles {
+		delUser(r.profileUsers, name, id)
+	}
+}
+
+func addUser[K comparable](m map[K]map[calc.EndpointID]struct{}, k K, id calc.EndpointID) {
+	if m[k] == nil {
+		m[k] = map[calc.EndpointID]struct{}{}
+	}
+	m[k][id] = struct{}{}
+}
+
+func delUser[K comparable](m map[K]map[calc.EndpointID]struct{}, k K, id calc.EndpointID) {
+	delete(m[k], id)
+	if len(m[k]) == 0 {
+		delete(m, k)
+	}
 }

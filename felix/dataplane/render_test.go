@@ -92,7 +92,12 @@ func TestRendererMatchesRender(t *testing.T) {
 		{"endpoint added", func() { w.setWorkload(7, []string{"allow-web", "forward"}) }},
 		{"endpoint removed", func() { delete(w.eps, calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: "w1"}) }},
 		{"policy removed", func() { delete(w.pols, pid("forward")) }},
+		{"policy back, endpoints referring to it rendered again", func() { w.setPolicy("forward", 8081, func(p *calc.Policy) { p.ApplyOnForward = true }) }},
 		{"profile removed", func() { delete(w.profs, "kns.a") }},
+		{"profile back", func() {
+			w.profs["kns.a"] = &calc.Profile{Name: "kns.a", Inbound: []calc.Rule{{Action: calc.Allow}, {Action: calc.Log}}}
+		}},
+		{"preDNAT policy changed", func() { w.setPolicy("prednat", 444, func(p *calc.Policy) { p.PreDNAT = true }) }},
 		{"config changed", func() {
 			c := *w.cfg
 			c.DefaultEndpointToHostAction = "Accept"

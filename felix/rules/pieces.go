@@ -1,0 +1,42 @@
+package rules
+
+import "github.com/palisade-net/palisade/felix/calc"
+
+// The pieces below render part of what Render renders, identically, for a
+// dataplane that keeps the ruleset between updates and renders only what
+// changed. in gives the config, the IP version and the policies and
+// profiles the piece may refer to (an absent one is left out, as in
+// Render); in.Config must be set.
+
+// WorkloadChains renders a workload endpoint's cali-tw- and cali-fw-
+// chains (filter table); none when it has no interface.
+func WorkloadChains(in Input, e *calc.Endpoint) []Chain {
+	if e.InterfaceName == "" {
+		return nil
+	}
+	b := &builder{in: in, tables: map[string][]Chain{}}
+	b.add("filter", ChainName(PrefixToWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, true, "", true))
+	b.add("filter", ChainName(PrefixFromWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, false, "", true))
+	return b.tables["filter"]
+}
+
+// FilterPolicyChains renders the filter chains (cali-pi-, cali-po-) of a
+// policy that is neither doNotTrack nor preDNAT.
+func FilterPolicyChains(in Input, p *calc.Policy) []Chain {
+	b := &builder{in: in, tables: map[string][]Chain{}}
+	if p.Ingress {
+		b.add("filter", PolicyChain(p.ID, true), b.ruleChain(p.Inbound, "ALLOW"))
+	}
+	if p.Egress {
+		b.add("filter", PolicyChain(p.ID, false), b.ruleChain(p.Outbound, "ALLOW"))
+	}
+	return b.tables["filter"]
+}
+
+// ProfileChains renders a profile's filter chains (cali-pri-, cali-pro-).
+func ProfileChains(in Input, p *calc.Profile) []Chain {
+	b := &builder{in: in, tables: map[string][]Chain{}}
+	b.add("filter", ProfileChain(p.Name, true), b.ruleChain(p.Inbound, "ALLOW"))
+	b.add("filter", ProfileChain(p.Name, false), b.ruleChain(p.Outbound, "ALLOW"))
+	return b.tables["filter"]
+}
