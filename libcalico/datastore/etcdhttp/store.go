@@ -57,6 +57,24 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	return &Store{core: etcdcore.NewStore(tr), tr: tr}, nil
 }
 
+// Open prepares the client without a request: the first request
+// connects (and authenticates first when a username is set), so a
+// process that makes only a few requests pays no round trip for a check.
+// Open fails only on a configuration it cannot use; an unreachable etcd
+// shows up as the first request's error, matching
+// datastore.ErrUnavailable and naming the endpoint.
+func Open(cfg Config) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("etcd: no endpoints configured")
+	}
+	tr, err := newTransport(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w", cfg.EndpointList(), err)
+	}
+	tr.lazyAuth = tr.user != ""
+	return &Store{core: etcdcore.NewStore(tr), tr: tr}, nil
+}
+
 // probe authenticates when a username is set and reads one key. A user
 // allowed to read only some keys is still connected.
 func probe(ctx context.Context, tr *transport) error {

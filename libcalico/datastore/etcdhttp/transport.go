@@ -42,6 +42,10 @@ type transport struct {
 
 	mu    sync.Mutex
 	token string
+	// lazyAuth: no token was asked for yet (Open); the first request
+	// authenticates, once, before it is sent.
+	lazyAuth bool
+	authMu   sync.Mutex
 }
 
 var _ etcdcore.Transport = (*transport)(nil)
@@ -149,14 +153,38 @@ func (t *transport) authenticate(ctx context.Context) error {
 		return fmt.Errorf("authenticating as %q: %w", t.user, err)
 	}
 	t.mu.Lock()
-	t.token = resp.Token
+	t.token, t.lazyAuth = resp.Token, false
 	t.mu.Unlock()
 	return nil
+}
+
+// authenticateOnce gets the first token of a client Open made with a
+// username; concurrent first requests wait for the one that asks. A
+// failed attempt leaves the next request to try again.
+func (t *transport) authenticateOnce(ctx context.Context) error {
+	if !t.needsToken() {
+		return nil
+	}
+	t.authMu.Lock()
+	defer t.authMu.Unlock()
+	if !t.needsToken() {
+		return nil
+	}
+	return t.authenticate(ctx)
+}
+
+func (t *transport) needsToken() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lazyAuth
 }
 
 // call posts in and decodes the answer into out, authenticating again
 // once when etcd says the token expired.
 func (t *transport) call(ctx context.Context, path string, in, out any) error {
+	if err := t.authenticateOnce(ctx); err != nil {
+		return err
+	}
 	err := t.send(ctx, path, in, out, true)
 	var ee *etcdError
 	if t.user != "" && errors.As(err, &ee) && ee.Message == msgInvalidToken {
