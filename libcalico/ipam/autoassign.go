@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 
@@ -53,6 +54,8 @@ type request struct {
 	yield bool
 	// hop: on a lost race, move on to the node's next block.
 	hop bool
+	// fresh: blocks whose cached value Prefetch read for this pass.
+	fresh map[netip.Prefix]bool
 	// handleKV is the handle as last read or written (Revision 0: absent).
 	handleKV *datastore.KVPair
 	log      *log.Entry
@@ -112,7 +115,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 			host: args.Hostname, handle: args.HandleID, attrs: args.Attrs,
 			reserved: st.snap.reserved, cfg: st.snap.cfg,
 			maxBlocks: blockCap(args.MaxBlocksPerHost, st.snap.cfg.MaxBlocksPerHost),
-			conds:     st.conds, cached: st.cached, handleKV: handleKV, log: logCtx,
+			conds:     st.conds, cached: st.cached, fresh: st.fresh, handleKV: handleKV, log: logCtx,
 			spread: spread && !st.cached,
 		}
 		failed, err := a.assignFamilies(ctx, &base, args, intent, st, outs)
@@ -152,6 +155,9 @@ type passState struct {
 	labels map[string]string
 	conds  []datastore.KVCond
 	cached bool
+	// fresh: the blocks Prefetch read just before (the pass is not
+	// cached: Prefetch read the rest as the pass would have).
+	fresh map[netip.Prefix]bool
 }
 
 // passState returns the cached snapshot and affinities when useCache and
@@ -166,6 +172,9 @@ func (a *Allocator) passState(ctx context.Context, args AutoAssignArgs, useCache
 		versions = append(versions, 6)
 	}
 	if useCache {
+		st.fresh = a.prefetchedState(args.Hostname, versions, st)
+	}
+	if useCache && st.fresh == nil {
 		if st.snap = a.cache.snapshot(); st.snap != nil {
 			st.cached = true
 			for _, v := range versions {
@@ -174,7 +183,7 @@ func (a *Allocator) passState(ctx context.Context, args AutoAssignArgs, useCache
 			}
 		}
 	}
-	if !st.cached {
+	if !st.cached && st.fresh == nil {
 		fns := []func() error{func() (err error) { st.snap, err = a.readSnapshot(ctx); return }}
 		affs := make([][]Affinity, len(versions))
 		for i, v := range versions {
@@ -202,6 +211,30 @@ func (a *Allocator) passState(ctx context.Context, args AutoAssignArgs, useCache
 		st.conds = append(slices.Clip(st.conds), cond)
 	}
 	return st, nil
+}
+
+// prefetchedState fills st from what Prefetch read for host just before,
+// when it covers every version asked for, and returns the blocks it read
+// (nil when there is nothing to use).
+func (a *Allocator) prefetchedState(host string, versions []int, st *passState) map[netip.Prefix]bool {
+	mark, ok := a.cache.takePrefetched(host)
+	if !ok || time.Since(mark.at) > prefetchTTL {
+		return nil
+	}
+	snap := a.cache.snapshot()
+	if snap == nil {
+		return nil
+	}
+	affs := map[int][]Affinity{}
+	for _, v := range versions {
+		got, ok := a.cache.affinities(host, v)
+		if !ok || !slices.Contains(mark.versions, v) {
+			return nil
+		}
+		affs[v] = got
+	}
+	st.snap, st.affs = snap, affs
+	return mark.blocks
 }
 
 // assignFamilies runs one pass for each requested family and returns the
@@ -438,7 +471,7 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 	switch {
 	case first != nil:
 		cur, rev = first.block, first.rev
-	case r.cached:
+	case r.cached || r.fresh[cidr]:
 		if sb, ok := a.cache.block(cidr); ok {
 			cur, rev = sb.block, sb.rev
 		}

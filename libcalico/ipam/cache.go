@@ -46,6 +46,8 @@ type cache struct {
 	// preferred is, per node, the block this Allocator last assigned
 	// from: its cached value is the likeliest to be current.
 	preferred map[string]netip.Prefix
+	// fresh is, per node, what Prefetch read for its next AutoAssign.
+	fresh map[string]prefetched
 }
 
 // hostFamily keys a node's affinities of one IP version.
@@ -85,7 +87,26 @@ func (c *cache) setAffinities(host string, version int, affs []Affinity) {
 func (c *cache) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.snap, c.affs = nil, nil
+	c.snap, c.affs, c.fresh = nil, nil, nil
+}
+
+// setPrefetched records what Prefetch read for host.
+func (c *cache) setPrefetched(host string, p prefetched) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fresh == nil || len(c.fresh) > maxCachedBlocks {
+		c.fresh = map[string]prefetched{}
+	}
+	c.fresh[host] = p
+}
+
+// takePrefetched returns, and forgets, what Prefetch read for host.
+func (c *cache) takePrefetched(host string) (prefetched, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.fresh[host]
+	delete(c.fresh, host)
+	return p, ok
 }
 
 // block returns a copy of the last known value of a block.
