@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -34,19 +35,63 @@ type Plugin struct {
 	Log      *log.Entry
 }
 
+// Prepared is what Prepare read for Add: the addresses the container's
+// handle already holds.
+type Prepared struct {
+	handle string
+	held   []netip.Addr
+}
+
+// Prepare reads, in parallel, the container's handle and what assigning
+// it addresses starts from (the allocator's Prefetch), so that Add can go
+// straight to the assignment. It only reads: a caller may run it
+// alongside work that decides whether Add is needed at all.
+func (p Plugin) Prepare(ctx context.Context, containerID string) (Prepared, error) {
+	prep := Prepared{handle: netconf.HandleID(p.Conf.Name, containerID)}
+	var herr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		fam, _ := p.Conf.AssignFamilies() // checked by netconf.Load
+		var versions []int
+		if fam.IPv4 {
+			versions = append(versions, 4)
+		}
+		if fam.IPv6 {
+			versions = append(versions, 6)
+		}
+		// Only an optimisation: Add reads again whatever this could not.
+		if err := p.Alloc.Prefetch(ctx, p.Workload.Node, versions...); err != nil {
+			p.Log.WithError(err).Debug("Could not prefetch IPAM state")
+		}
+	}()
+	prep.held, herr = p.Alloc.IPsByHandle(ctx, prep.handle)
+	wg.Wait()
+	if herr != nil && !errors.Is(herr, datastore.ErrNotFound) {
+		return prep, session.Retryable(fmt.Errorf("reading handle %s: %w", prep.handle, herr))
+	}
+	return prep, nil
+}
+
 // Add returns the addresses the container's handle already holds (a
 // repeated ADD) or assigns the configured families' addresses to it. A
 // partial assignment is released before the error is returned.
 func (p Plugin) Add(ctx context.Context, containerID string) (*current.Result, error) {
-	handle := netconf.HandleID(p.Conf.Name, containerID)
-	held, err := p.Alloc.IPsByHandle(ctx, handle)
-	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
-		return nil, session.Retryable(fmt.Errorf("reading handle %s: %w", handle, err))
+	prep, err := p.Prepare(ctx, containerID)
+	if err != nil {
+		return nil, err
 	}
+	return p.AddPrepared(ctx, prep)
+}
+
+// AddPrepared is Add after Prepare.
+func (p Plugin) AddPrepared(ctx context.Context, prep Prepared) (*current.Result, error) {
+	handle := prep.handle
 	var prefixes []netip.Prefix
-	if len(held) > 0 {
+	if len(prep.held) > 0 {
 		p.Log.WithField("handle", handle).Info("Handle already holds addresses; returning them")
-		for _, a := range held {
+		for _, a := range prep.held {
 			prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
 		}
 	} else {

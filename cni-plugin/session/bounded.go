@@ -55,3 +55,49 @@ func (b bounded) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Res
 	defer cancel()
 	return b.Interface.List(ctx, opts)
 }
+
+// BoundKV is Bound for the raw key-value view the IPAM allocator works on.
+func BoundKV(kv datastore.KV, timeout time.Duration) datastore.KV {
+	return boundedKV{kv, timeout}
+}
+
+type boundedKV struct {
+	kv      datastore.KV
+	timeout time.Duration
+}
+
+func (b boundedKV) Get(ctx context.Context, key string) (datastore.KVPair, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.kv.Get(ctx, key)
+}
+
+func (b boundedKV) List(ctx context.Context, prefix string) ([]datastore.KVPair, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.kv.List(ctx, prefix)
+}
+
+func (b boundedKV) Create(ctx context.Context, p datastore.KVPair) (datastore.KVPair, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.kv.Create(ctx, p)
+}
+
+func (b boundedKV) Update(ctx context.Context, p datastore.KVPair) (datastore.KVPair, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.kv.Update(ctx, p)
+}
+
+func (b boundedKV) Delete(ctx context.Context, key string, revision int64) error {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.kv.Delete(ctx, key, revision)
+}
+
+func (b boundedKV) Txn(ctx context.Context, conds []datastore.KVCond, ops []datastore.KVOp) (int64, []datastore.KVPair, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.kv.Txn(ctx, conds, ops)
+}

@@ -57,24 +57,36 @@ func Start(args *skel.CmdArgs) (*Session, error) {
 	return &Session{Conf: conf, Workload: w, Log: entry, Ctx: ctx, cancel: cancel, logFile: logFile}, nil
 }
 
-// Store connects to the datastore, each call bounded by the datastore
-// timeout; Close closes the connection.
+// Store opens the datastore connection, each call bounded by the
+// datastore timeout; Close closes it. It makes no request: the first
+// call connects.
 func (s *Session) Store() (datastore.Interface, error) {
-	conn, err := s.Conf.Connect(s.Ctx)
-	if err != nil {
-		return nil, err
+	if s.conn == nil {
+		conn, err := s.Conf.Open()
+		if err != nil {
+			return nil, err
+		}
+		s.conn = conn
 	}
-	s.conn = conn
-	return Bound(conn, s.Conf.Timeout()), nil
+	return Bound(s.conn, s.Conf.Timeout()), nil
 }
 
 // KV is the raw key-value view of the connection Store opened (nil
-// before Store), for the IPAM allocator.
+// before Store), for the IPAM allocator, each call bounded as Store's.
 func (s *Session) KV() datastore.KV {
 	if s.conn == nil {
 		return nil
 	}
-	return s.conn.KV()
+	return BoundKV(s.conn.KV(), s.Conf.Timeout())
+}
+
+// Reachable checks that the datastore answers (for STATUS).
+func (s *Session) Reachable() error {
+	conn, err := s.Conf.Connect(s.Ctx)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // Close ends the session.
@@ -88,9 +100,13 @@ func (s *Session) Close() {
 
 // Retryable marks datastore failures the runtime may retry (etcd down,
 // unreachable or contended) as "try again later"; others stay internal
-// errors.
+// errors. Since no invocation checks the connection before its first
+// request, an unreachable datastore is reported here.
 func Retryable(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, datastore.ErrUnavailable) || errors.Is(err, datastore.ErrConflict) {
+	switch {
+	case errors.Is(err, datastore.ErrUnavailable):
+		return types.NewError(types.ErrTryAgainLater, "connecting to the datastore: "+err.Error(), "")
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, datastore.ErrConflict):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	}
 	return err

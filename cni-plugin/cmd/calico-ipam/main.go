@@ -34,12 +34,11 @@ func main() {
 // handle; a handle that already holds addresses (a repeated ADD) gets them
 // back instead of new ones.
 func cmdAdd(args *skel.CmdArgs) error {
-	s, plugin, closeStore, err := start(args)
+	s, plugin, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	defer closeStore()
 	res, err := plugin.Add(s.Ctx, args.ContainerID)
 	if err != nil {
 		return err
@@ -49,24 +48,22 @@ func cmdAdd(args *skel.CmdArgs) error {
 
 // cmdDel releases everything the container's handle holds.
 func cmdDel(args *skel.CmdArgs) error {
-	s, plugin, closeStore, err := start(args)
+	s, plugin, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	defer closeStore()
 	return plugin.Del(s.Ctx, args.ContainerID)
 }
 
 // cmdCheck verifies that the handle still holds exactly prevResult's
 // addresses.
 func cmdCheck(args *skel.CmdArgs) error {
-	s, plugin, closeStore, err := start(args)
+	s, plugin, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	defer closeStore()
 	conf := s.Conf
 	if conf.RawPrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
@@ -83,16 +80,18 @@ func cmdCheck(args *skel.CmdArgs) error {
 
 // cmdStatus (CNI 1.1) reports whether the datastore answers.
 func cmdStatus(args *skel.CmdArgs) error {
-	s, _, closeStore, err := start(args)
+	s, err := session.Start(args)
 	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.Reachable(); err != nil {
 		var e *types.Error
 		if errors.As(err, &e) && e.Code == types.ErrTryAgainLater {
 			return types.NewError(types.ErrPluginNotAvailable, e.Msg, "")
 		}
 		return err
 	}
-	closeStore()
-	s.Close()
 	return nil
 }
 
@@ -100,26 +99,26 @@ func cmdStatus(args *skel.CmdArgs) error {
 // not among the runtime's valid attachments and whose addresses are all on
 // this node.
 func cmdGC(args *skel.CmdArgs) error {
-	s, plugin, closeStore, err := start(args)
+	s, plugin, err := start(args)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	defer closeStore()
 	return collectGarbage(s, plugin.Alloc)
 }
 
-// start opens the session and the allocator.
-func start(args *skel.CmdArgs) (*session.Session, ipamplugin.Plugin, func(), error) {
+// start opens the session and the allocator over the session's
+// datastore connection (which connects on its first request).
+func start(args *skel.CmdArgs) (*session.Session, ipamplugin.Plugin, error) {
 	s, err := session.Start(args)
 	if err != nil {
-		return nil, ipamplugin.Plugin{}, nil, err
+		return nil, ipamplugin.Plugin{}, err
 	}
-	store, err := s.Conf.Connect(s.Ctx)
+	store, err := s.Store()
 	if err != nil {
 		s.Close()
-		return nil, ipamplugin.Plugin{}, nil, err
+		return nil, ipamplugin.Plugin{}, err
 	}
-	plugin := ipamplugin.Plugin{Alloc: ipam.New(store, store.KV()), Conf: s.Conf, Workload: s.Workload, Log: s.Log}
-	return s, plugin, func() { store.Close() }, nil
+	plugin := ipamplugin.Plugin{Alloc: ipam.New(store, s.KV()), Conf: s.Conf, Workload: s.Workload, Log: s.Log}
+	return s, plugin, nil
 }

@@ -15,6 +15,9 @@ import (
 
 // addressSource is where a workload's addresses come from.
 type addressSource interface {
+	// Prepare reads ahead what Add will need, without changing anything,
+	// so it may run while the caller decides whether Add is needed.
+	Prepare(ctx context.Context) error
 	// Add assigns the invocation's container its addresses.
 	Add(ctx context.Context) (types.Result, error)
 	// Del releases the addresses of the container containerID.
@@ -28,7 +31,7 @@ type addressSource interface {
 func addressSourceFor(inv *session.Session, store datastore.Interface, stdin []byte, containerID string) addressSource {
 	if inv.Conf.IPAM.Type == ipamplugin.Type && inv.KV() != nil {
 		plugin := ipamplugin.Plugin{Alloc: ipam.New(store, inv.KV()), Conf: inv.Conf, Workload: inv.Workload, Log: inv.Log}
-		return inProcessIPAM{plugin: plugin, containerID: containerID}
+		return &inProcessIPAM{plugin: plugin, containerID: containerID}
 	}
 	return delegatedIPAM{ipamType: inv.Conf.IPAM.Type, stdin: stdin, containerID: containerID}
 }
@@ -37,13 +40,28 @@ func addressSourceFor(inv *session.Session, store datastore.Interface, stdin []b
 type inProcessIPAM struct {
 	plugin      ipamplugin.Plugin
 	containerID string
+	prepared    *ipamplugin.Prepared
 }
 
-func (i inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
-	return i.plugin.Add(ctx, i.containerID)
+func (i *inProcessIPAM) Prepare(ctx context.Context) error {
+	prep, err := i.plugin.Prepare(ctx, i.containerID)
+	if err != nil {
+		return err
+	}
+	i.prepared = &prep
+	return nil
 }
 
-func (i inProcessIPAM) Del(ctx context.Context, containerID string) error {
+func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
+	if i.prepared == nil {
+		return i.plugin.Add(ctx, i.containerID)
+	}
+	prep := *i.prepared
+	i.prepared = nil // read once
+	return i.plugin.AddPrepared(ctx, prep)
+}
+
+func (i *inProcessIPAM) Del(ctx context.Context, containerID string) error {
 	return i.plugin.Del(ctx, containerID)
 }
 
@@ -53,6 +71,9 @@ type delegatedIPAM struct {
 	stdin       []byte
 	containerID string
 }
+
+// Prepare has nothing to read ahead: the plugin runs as a whole.
+func (d delegatedIPAM) Prepare(context.Context) error { return nil }
 
 func (d delegatedIPAM) Add(ctx context.Context) (types.Result, error) {
 	return invoke.DelegateAdd(ctx, d.ipamType, d.stdin, nil)

@@ -19,6 +19,7 @@ import (
 	"github.com/palisade-net/palisade/cni-plugin/session"
 	"github.com/palisade-net/palisade/cni-plugin/undo"
 	"github.com/palisade-net/palisade/cni-plugin/workload"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
 )
 
@@ -34,6 +35,8 @@ func main() {
 // cmdAdd: IPAM → veth, addresses and routes → WorkloadEndpoint → profile.
 // Each step that succeeds pushes its undo; any later failure runs them
 // newest first, leaving nothing in the kernel, the datastore or IPAM.
+// Datastore reads and writes that do not depend on each other go out
+// together, so an ADD waits for as few round trips as it can.
 func cmdAdd(args *skel.CmdArgs) (err error) {
 	inv, err := session.Start(args)
 	if err != nil {
@@ -46,9 +49,17 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
-	prev, err := workload.Get(ctx, store, w)
-	if err != nil {
-		return session.Retryable(err)
+	ipam := addressSourceFor(inv, store, args.StdinData, args.ContainerID)
+
+	// 0. The endpoint as it stands, read while IPAM reads what it will
+	// assign from (reads only: the endpoint decides whether to assign).
+	var prev *v3.WorkloadEndpoint
+	var prepErr error
+	if err := together(
+		func() (err error) { prev, err = workload.Get(ctx, store, w); return session.Retryable(err) },
+		func() error { prepErr = ipam.Prepare(ctx); return nil },
+	); err != nil {
+		return err
 	}
 	if prev != nil && prev.Spec.ContainerID == w.ContainerID && dataplane.HostVethExists(prev.Spec.InterfaceName) {
 		log.Info("Endpoint already set up for this container; returning it")
@@ -57,6 +68,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			return err
 		}
 		return types.PrintResult(res, conf.CNIVersion)
+	}
+	if prepErr != nil {
+		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, prepErr)
 	}
 
 	var undo undo.Stack
@@ -67,7 +81,6 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}()
 
 	// 1. Addresses.
-	ipam := addressSourceFor(inv, store, args.StdinData, args.ContainerID)
 	ipamResult, err := ipam.Add(ctx)
 	if err != nil {
 		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
@@ -92,19 +105,29 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	undo.Push("remove veth "+veth.HostName, func() error { return dataplane.RemoveHostVeth(veth.HostName) })
 
-	// 3. The WorkloadEndpoint (replacing a previous container's of this pod).
-	ep := workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, made.ContainerMAC)
-	ep, err = workload.Write(ctx, store, ep, prev)
-	if err != nil {
-		return session.Retryable(err)
-	}
-	undo.Push("delete endpoint "+ep.Name, func() error { return deleteEndpoint(store, ep) })
-
-	// 4. The network's profile, when no policy plugin owns policy.
-	if conf.Policy.Type == "" {
-		if _, err := workload.EnsureProfile(ctx, store, workload.NetworkProfile(conf.Name, w.IsKubernetes())); err != nil {
+	// 3. The WorkloadEndpoint (replacing a previous container's of this
+	// pod), and 4. the network's profile when no policy plugin owns
+	// policy, at once: neither reads the other.
+	var ep *v3.WorkloadEndpoint
+	err = together(
+		func() (err error) {
+			ep, err = workload.Write(ctx, store, workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, made.ContainerMAC), prev)
 			return session.Retryable(err)
-		}
+		},
+		func() error {
+			if conf.Policy.Type != "" {
+				return nil
+			}
+			_, err := workload.EnsureProfile(ctx, store, workload.NetworkProfile(conf.Name, w.IsKubernetes()))
+			return session.Retryable(err)
+		},
+	)
+	if ep != nil {
+		written := ep
+		undo.Push("delete endpoint "+ep.Name, func() error { return deleteEndpoint(store, written) })
+	}
+	if err != nil {
+		return err
 	}
 
 	// The previous container of this pod lost its veth in step 2: free its addresses.
@@ -129,6 +152,11 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 // cmdDel removes the workload's interface (if its namespace still exists),
 // its endpoint (only if it still belongs to this container) and its
 // addresses. Everything already gone is fine: DEL may come twice or late.
+// The three go at once: removing a veth waits on the kernel (RCU grace
+// periods) for about as long as the datastore round trips take. Freeing
+// the addresses before the interface is gone is what Calico does too: an
+// address handed to a new workload meanwhile gets its own host route,
+// which deleting the old veth leaves alone.
 func cmdDel(args *skel.CmdArgs) error {
 	inv, err := session.Start(args)
 	if err != nil {
@@ -137,19 +165,26 @@ func cmdDel(args *skel.CmdArgs) error {
 	defer inv.Close()
 	conf, w, log, ctx := inv.Conf, inv.Workload, inv.Log, inv.Ctx
 
-	if err := dataplane.RemoveContainerSide(args.Netns, args.IfName); err != nil {
-		return err
-	}
 	store, err := inv.Store()
 	if err != nil {
 		return err
 	}
-	deleted, err := workload.DeleteIfOwned(ctx, store, w)
+	var deleted bool
+	err = together(
+		func() error { return dataplane.RemoveContainerSide(args.Netns, args.IfName) },
+		func() (err error) {
+			deleted, err = workload.DeleteIfOwned(ctx, store, w)
+			return session.Retryable(err)
+		},
+		func() error {
+			if err := addressSourceFor(inv, store, args.StdinData, args.ContainerID).Del(ctx, args.ContainerID); err != nil {
+				return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
+			}
+			return nil
+		},
+	)
 	if err != nil {
-		return session.Retryable(err)
-	}
-	if err := addressSourceFor(inv, store, args.StdinData, args.ContainerID).Del(ctx, args.ContainerID); err != nil {
-		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
+		return err
 	}
 	log.WithField("endpointDeleted", deleted).Info("Workload released")
 	return nil

@@ -19,7 +19,11 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return err
 	}
 	defer inv.Close()
-	if _, err := inv.Store(); err != nil {
+	if err := inv.Reachable(); err != nil {
+		var e *types.Error
+		if errors.As(err, &e) {
+			return types.NewError(types.ErrPluginNotAvailable, e.Msg, "")
+		}
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}
 	if err := invoke.DelegateStatus(context.Background(), inv.Conf.IPAM.Type, args.StdinData, nil); err != nil {
