@@ -119,6 +119,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 		}
 	}
 	d.cfg = cfg
+	d.hosts.configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
 	d.rulesDirty = true
 }

@@ -104,7 +104,17 @@ func Render(in Input) *Ruleset {
 	}
 	byIface := func(a, b *calc.Endpoint) int { return cmp.Compare(a.InterfaceName, b.InterfaceName) }
 	slices.SortFunc(workloads, byIface)
-	slices.SortFunc(hosts, byIface)
+	// A host endpoint of all interfaces ("*") comes after those naming
+	// one: a named endpoint wins for its interface.
+	slices.SortFunc(hosts, func(a, b *calc.Endpoint) int {
+		if (a.InterfaceName == "*") != (b.InterfaceName == "*") {
+			if a.InterfaceName == "*" {
+				return 1
+			}
+			return -1
+		}
+		return byIface(a, b)
+	})
 
 	// filter: the entry chains.
 	var input []Rule
@@ -172,6 +182,12 @@ func Render(in Input) *Ruleset {
 	for _, e := range hosts {
 		in, out := ifaceMatch("-i", e.InterfaceName), ifaceMatch("-o", e.InterfaceName)
 		suffix := hostSuffix(e.InterfaceName)
+		if e.InterfaceName == "*" {
+			fromHEP = append(fromHEP, b.workloadGuard("-i")...)
+			toHEP = append(toHEP, b.workloadGuard("-o")...)
+			fromFwd = append(fromFwd, b.workloadGuard("-i")...)
+			toFwd = append(toFwd, b.workloadGuard("-o")...)
+		}
 		fromHEP = append(fromHEP, Rule{Match: in, Action: "goto " + ChainName(PrefixFromHost, suffix)})
 		toHEP = append(toHEP, Rule{Match: out, Action: "goto " + ChainName(PrefixToHost, suffix)})
 		fromFwd = append(fromFwd, Rule{Match: in, Action: "goto " + ChainName(PrefixFromHostFwd, suffix)})
@@ -185,8 +201,8 @@ func Render(in Input) *Ruleset {
 		suffix := hostSuffix(e.InterfaceName)
 		b.add("filter", ChainName(PrefixFromHost, suffix), b.endpointChain(e.Tiers, e.Profiles, true, ChainFailsafeIn, true))
 		b.add("filter", ChainName(PrefixToHost, suffix), b.endpointChain(e.Tiers, e.Profiles, false, ChainFailsafeOut, true))
-		b.add("filter", ChainName(PrefixFromHostFwd, suffix), b.endpointChain(e.ForwardTiers, e.Profiles, true, "", true))
-		b.add("filter", ChainName(PrefixToHostFwd, suffix), b.endpointChain(e.ForwardTiers, e.Profiles, false, "", true))
+		b.add("filter", ChainName(PrefixFromHostFwd, suffix), b.forwardChain(e.ForwardTiers, true))
+		b.add("filter", ChainName(PrefixToHostFwd, suffix), b.forwardChain(e.ForwardTiers, false))
 	}
 	b.policyChains("filter", false)
 
@@ -290,6 +306,43 @@ func hostSuffix(iface string) string {
 		return "any"
 	}
 	return iface
+}
+
+// workloadGuard returns, for the dispatch of a host endpoint of all
+// interfaces, the rules that leave workload interfaces out: "*" means
+// every interface of the host but the workloads' and those
+// interfaceExclude names (an entry that is a /regexp/ cannot be written
+// as an iptables match and is not applied to "*").
+func (b *builder) workloadGuard(flag string) []Rule {
+	var out []Rule
+	for _, p := range b.in.Config.InterfacePrefixes {
+		out = append(out, Rule{Match: flag + " " + p + workloadIfaceSuffix, Action: "RETURN"})
+	}
+	for _, x := range b.in.Config.InterfaceExclude {
+		if x != "" && !strings.HasPrefix(x, "/") {
+			out = append(out, Rule{Match: flag + " " + x, Action: "RETURN"})
+		}
+	}
+	return out
+}
+
+// forwardChain is the policy of traffic forwarded through a host endpoint
+// in one direction: its applyOnForward policies, then drop; with none,
+// the chain is empty and forwarded traffic goes on to the workload
+// policy (as Calico: profiles never apply to forwarded traffic).
+func (b *builder) forwardChain(tiers []calc.TierPolicies, ingress bool) []Rule {
+	for _, t := range tiers {
+		ids := t.Egress
+		if ingress {
+			ids = t.Ingress
+		}
+		for _, id := range ids {
+			if _, ok := b.in.Policies[id]; ok {
+				return b.endpointChain(tiers, nil, ingress, "", true)
+			}
+		}
+	}
+	return nil
 }
 
 // endpointChain is the policy of one endpoint and direction: conntrack
@@ -467,6 +520,10 @@ func (b *builder) untracked(hosts []*calc.Endpoint) {
 			continue
 		}
 		suffix := hostSuffix(e.InterfaceName)
+		if e.InterfaceName == "*" {
+			pre = append(pre, b.workloadGuard("-i")...)
+			out = append(out, b.workloadGuard("-o")...)
+		}
 		pre = append(pre, Rule{Match: ifaceMatch("-i", e.InterfaceName), Action: "goto " + ChainName(PrefixFromHost, suffix)})
 		out = append(out, Rule{Match: ifaceMatch("-o", e.InterfaceName), Action: "goto " + ChainName(PrefixToHost, suffix)})
 		chains = append(chains, [2]any{suffix, e})
@@ -490,21 +547,33 @@ func (b *builder) untracked(hosts []*calc.Endpoint) {
 func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	pre := []Rule{
 		{Match: "-m conntrack --ctstate RELATED,ESTABLISHED", Action: "ACCEPT"},
+		// Accepted by untracked policy in raw: the mark must reach filter.
+		{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
 		{Action: clearMark(markAll)},
 	}
+	// The dispatch is a chain of its own so each packet meets one
+	// endpoint chain (goto) and the accept-mark rule after it still runs.
 	var chains []*calc.Endpoint
+	var dispatch []Rule
 	for _, e := range hosts {
 		if len(e.PreDNATTiers) == 0 {
 			continue
 		}
-		pre = append(pre, Rule{Match: ifaceMatch("-i", e.InterfaceName), Action: ChainName(PrefixFromHost, hostSuffix(e.InterfaceName))})
+		if e.InterfaceName == "*" {
+			dispatch = append(dispatch, b.workloadGuard("-i")...)
+		}
+		dispatch = append(dispatch, Rule{Match: ifaceMatch("-i", e.InterfaceName), Action: "goto " + ChainName(PrefixFromHost, hostSuffix(e.InterfaceName))})
 		chains = append(chains, e)
+	}
+	if len(chains) > 0 {
+		pre = append(pre, Rule{Action: ChainFromHEP})
 	}
 	pre = append(pre, Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
 	b.add("mangle", ChainPrerouting, pre)
 	if len(chains) == 0 {
 		return
 	}
+	b.add("mangle", ChainFromHEP, fixGoto(dispatch))
 	b.failsafe("mangle")
 	for _, e := range chains {
 		b.add("mangle", ChainName(PrefixFromHost, hostSuffix(e.InterfaceName)), b.endpointChain(e.PreDNATTiers, nil, true, ChainFailsafeIn, false))

@@ -177,6 +177,15 @@ func catalogue() []catalogueCase {
 			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
 			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
 		}, []int{4}},
+		// "*" after the named endpoint, workload interfaces left out; no
+		// applyOnForward policy: the forward chains are empty.
+		{"host-endpoint-all-interfaces", []v3.Resource{
+			hep("eth0", "eth0", map[string]string{"host": "a"}),
+			hep("all", "*", map[string]string{"host": "a"}),
+			gnp("host-ssh", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(22))}}}}),
+			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
+			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
+		}, []int{4}},
 		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
 		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},
 		{"nat-outgoing", []v3.Resource{
