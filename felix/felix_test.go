@@ -54,6 +54,13 @@ spec:
   selector: app == 'web'
   ingress: [{action: Deny, protocol: UDP}, {action: Allow}]
 `, probes: []probe{allow("client", "web", "tcp", 8081), deny("client", "web", "udp", 8080)}},
+	// The Allow must end the policy's walk: the Deny after it never sees
+	// an allowed packet.
+	{name: "allow then deny in one policy", yaml: gnpHead + `metadata: {name: allow-then-deny}
+spec:
+  selector: app == 'web'
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}, {action: Deny, protocol: TCP}, {action: Allow}]
+`, probes: []probe{allow("client", "web", "tcp", 8080), deny("client", "web", "tcp", 8081), allow("client", "web", "udp", 8080)}},
 	{name: "order: lower order first", yaml: gnpHead + `metadata: {name: first}
 spec:
   order: 10
