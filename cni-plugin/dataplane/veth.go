@@ -26,6 +26,9 @@ type Veth struct {
 	Addrs []netip.Addr
 	// AllowIPForwarding lets the workload forward packets itself.
 	AllowIPForwarding bool
+	// ContainerMAC, when set, is the workload side's MAC; otherwise the
+	// kernel picks one.
+	ContainerMAC net.HardwareAddr
 }
 
 // Created is what Setup made.
@@ -69,6 +72,9 @@ func Setup(v Veth) (c Created, err error) {
 		LinkAttrs:     netlink.LinkAttrs{Name: v.HostName, MTU: v.MTU, HardwareAddr: HostMAC},
 		PeerName:      v.ContainerName,
 		PeerNamespace: netlink.NsFd(int(netns.Fd())),
+	}
+	if v.ContainerMAC != nil {
+		veth.PeerHardwareAddr = v.ContainerMAC
 	}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return c, fmt.Errorf("creating veth %s (workload side %s, mtu %d): %w", v.HostName, v.ContainerName, v.MTU, err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -96,23 +97,40 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return err
 	}
 
-	// 2. The veth, addresses and routes on both sides.
-	veth := dataplane.Veth{HostName: w.HostVethName(), ContainerName: args.IfName, NetNS: args.Netns,
-		MTU: conf.MTU, Addrs: addrs, AllowIPForwarding: conf.ContainerSettings.AllowIPForwarding}
-	made, err := dataplane.Setup(veth)
+	// 2. The veth, addresses and routes on both sides; 3. the
+	// WorkloadEndpoint (replacing a previous container's of this pod);
+	// 4. the network's profile when no policy plugin owns policy. All at
+	// once: with the workload's MAC chosen here, none needs another's
+	// result, and each pushes its undo once done.
+	mac, err := dataplane.NewContainerMAC()
 	if err != nil {
 		return err
 	}
-	undo.Push("remove veth "+veth.HostName, func() error { return dataplane.RemoveHostVeth(veth.HostName) })
-
-	// 3. The WorkloadEndpoint (replacing a previous container's of this
-	// pod), and 4. the network's profile when no policy plugin owns
-	// policy, at once: neither reads the other.
+	veth := dataplane.Veth{HostName: w.HostVethName(), ContainerName: args.IfName, NetNS: args.Netns,
+		MTU: conf.MTU, Addrs: addrs, AllowIPForwarding: conf.ContainerSettings.AllowIPForwarding, ContainerMAC: mac}
+	var made dataplane.Created
 	var ep *v3.WorkloadEndpoint
+	var undoMu sync.Mutex
+	pushUndo := func(what string, fn func() error) {
+		undoMu.Lock()
+		defer undoMu.Unlock()
+		undo.Push(what, fn)
+	}
 	err = together(
 		func() (err error) {
-			ep, err = workload.Write(ctx, store, workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, made.ContainerMAC), prev)
-			return session.Retryable(err)
+			if made, err = dataplane.Setup(veth); err != nil {
+				return err
+			}
+			pushUndo("remove veth "+veth.HostName, func() error { return dataplane.RemoveHostVeth(veth.HostName) })
+			return nil
+		},
+		func() (err error) {
+			if ep, err = workload.Write(ctx, store, workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, mac), prev); err != nil {
+				return session.Retryable(err)
+			}
+			written := ep
+			pushUndo("delete endpoint "+ep.Name, func() error { return deleteEndpoint(store, written) })
+			return nil
 		},
 		func() error {
 			if conf.Policy.Type != "" {
@@ -122,10 +140,6 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			return session.Retryable(err)
 		},
 	)
-	if ep != nil {
-		written := ep
-		undo.Push("delete endpoint "+ep.Name, func() error { return deleteEndpoint(store, written) })
-	}
 	if err != nil {
 		return err
 	}
