@@ -29,20 +29,44 @@ type warmProc struct {
 	err            error
 }
 
-// warmPool holds at most one warm process per command line.
+// warmPool holds at most one warm process per command line, and the
+// primer of each command line (see Prime).
 type warmPool struct {
-	mu     sync.Mutex
-	procs  map[string]*warmProc
-	closed bool
+	mu      sync.Mutex
+	procs   map[string]*warmProc
+	primers map[string]string
+	closed  bool
+}
+
+// Prime sets input that every warm process of a command line is given as
+// soon as it starts, before it waits for its real input: work that must
+// leave no trace, done early so the real input finds the process further
+// along. iptables-nft-restore, for one, loads a match extension the first
+// time it parses a rule using it; a primer that adds and removes a rule
+// with the usual matches in a transaction of its own loads them ahead.
+// A warm process whose primer failed is not used.
+func (r *Runner) Prime(primer string, name string, args ...string) {
+	r.warm.mu.Lock()
+	defer r.warm.mu.Unlock()
+	if r.warm.primers == nil {
+		r.warm.primers = map[string]string{}
+	}
+	r.warm.primers[warmKey(name, args)] = primer
+}
+
+func (r *Runner) primer(key string) string {
+	r.warm.mu.Lock()
+	defer r.warm.mu.Unlock()
+	return r.warm.primers[key]
 }
 
 func warmKey(name string, args []string) string {
 	return name + "\x00" + strings.Join(args, "\x00")
 }
 
-// startWarm starts the command in the runner's namespace, waiting for
-// input.
-func (r *Runner) startWarm(name string, args []string) (*warmProc, error) {
+// startWarm starts the command in the runner's namespace, gives it
+// primer, and leaves it waiting for input.
+func (r *Runner) startWarm(name string, args []string, primer string) (*warmProc, error) {
 	p := &warmProc{done: make(chan struct{})}
 	err := r.Do(func() error {
 		p.cmd = exec.Command(name, args...)
@@ -60,6 +84,12 @@ func (r *Runner) startWarm(name string, args []string) (*warmProc, error) {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
+	if primer != "" {
+		if _, err := io.WriteString(p.stdin, primer); err != nil {
+			p.kill()
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -83,7 +113,7 @@ func (r *Runner) take(key string) *warmProc {
 // background.
 func (r *Runner) refill(key, name string, args []string) {
 	go func() {
-		p, err := r.startWarm(name, args)
+		p, err := r.startWarm(name, args, r.primer(key))
 		if err != nil {
 			return // the next RunWarm starts one itself.
 		}
@@ -108,26 +138,31 @@ func (p *warmProc) kill() {
 
 // RunWarm is Run for a command that can be kept warm (see warmProc): it
 // hands stdin to a process started earlier when there is one, and starts
-// the next one in the background for the following call.
+// the next one in the background for the following call. When a warm
+// process fails, the input is run once more in a process started now,
+// without primer: a failed primer must not fail the real input (the
+// commands kept warm apply their input atomically or not at all, so a
+// second try is safe).
 func (r *Runner) RunWarm(ctx context.Context, stdin string, name string, args ...string) ([]byte, error) {
 	key := warmKey(name, args)
 	p := r.take(key)
 	r.refill(key, name, args)
-	var werr error
 	if p != nil {
-		if _, werr = io.WriteString(p.stdin, stdin); werr != nil {
-			// It died while idle: its input pipe is closed. Start afresh.
-			p.kill()
-			p = nil
+		out, err := p.finish(ctx, stdin, name, args)
+		if err == nil || ctx.Err() != nil {
+			return out, err
 		}
 	}
-	if p == nil {
-		var err error
-		if p, err = r.startWarm(name, args); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
-		}
-		_, werr = io.WriteString(p.stdin, stdin)
+	p, err := r.startWarm(name, args, "")
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
 	}
+	return p.finish(ctx, stdin, name, args)
+}
+
+// finish gives a started process its input and waits for it.
+func (p *warmProc) finish(ctx context.Context, stdin string, name string, args []string) ([]byte, error) {
+	_, werr := io.WriteString(p.stdin, stdin)
 	_ = p.stdin.Close()
 	select {
 	case <-p.done:

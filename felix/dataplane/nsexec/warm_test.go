@@ -123,3 +123,62 @@ func TestRunWarm(t *testing.T) {
 		t.Errorf("processes left after Close: %v", p)
 	}
 }
+
+func TestRunWarmPrimer(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "primer")
+	r, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dir := t.TempDir()
+	marker := "primer-test-" + strconv.Itoa(os.Getpid())
+	// The first line is a primer (recorded in a file, or a failure) or,
+	// with no primer, already the input.
+	script := `read -r first
+case "$first" in
+primer-ok) echo primed >` + dir + `/$$; read -r line ;;
+primer-bad) exit 1 ;;
+*) line=$first ;;
+esac
+echo "$line"`
+	args := []string{"-c", script, marker}
+
+	r.Prime("primer-ok\n", "sh", args...)
+	if _, err := r.RunWarm(context.Background(), "one\n", "sh", args...); err != nil {
+		t.Fatal(err)
+	}
+	// The warm process started for the next call has run its primer
+	// before being given any input.
+	ready := oneWaiting(t, marker)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(ready))); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the warm process did not run its primer while waiting")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	out, err := r.RunWarm(context.Background(), "two\n", "sh", args...)
+	if err != nil || strings.TrimSpace(string(out)) != "two" {
+		t.Fatalf("primed process: %q, %v; want two", out, err)
+	}
+
+	// A primer that fails does not fail the input: it runs again in a
+	// fresh process without primer.
+	r.Prime("primer-bad\n", "sh", args...)
+	oneWaiting(t, marker) // primed with the old primer: used once more
+	if _, err := r.RunWarm(context.Background(), "three\n", "sh", args...); err != nil {
+		t.Fatal(err)
+	}
+	for len(waiting(t, marker)) > 0 { // the one with the bad primer exits
+		time.Sleep(5 * time.Millisecond)
+	}
+	out, err = r.RunWarm(context.Background(), "four\n", "sh", args...)
+	if err != nil || strings.TrimSpace(string(out)) != "four" {
+		t.Fatalf("after a failed primer: %q, %v; want four", out, err)
+	}
+}
