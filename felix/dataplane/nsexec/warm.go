@@ -146,7 +146,11 @@ func (p *warmProc) kill() {
 func (r *Runner) RunWarm(ctx context.Context, stdin string, name string, args ...string) ([]byte, error) {
 	key := warmKey(name, args)
 	p := r.take(key)
-	r.refill(key, name, args)
+	// The next one starts once this one is done: starting a process (and
+	// its primer's transaction) beside this one's work would slow it down,
+	// and a primer committed in the middle makes iptables-nft-restore read
+	// the tables again.
+	defer r.refill(key, name, args)
 	if p != nil {
 		out, err := p.finish(ctx, stdin, name, args)
 		if err == nil || ctx.Err() != nil {

@@ -169,8 +169,8 @@ echo "$line"`
 
 	// A primer that fails does not fail the input: it runs again in a
 	// fresh process without primer.
+	oneWaiting(t, marker) // started (and primed) with the good primer
 	r.Prime("primer-bad\n", "sh", args...)
-	oneWaiting(t, marker) // primed with the old primer: used once more
 	if _, err := r.RunWarm(context.Background(), "three\n", "sh", args...); err != nil {
 		t.Fatal(err)
 	}
