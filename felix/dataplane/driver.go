@@ -97,6 +97,11 @@ func New(cfg Config) (*Driver, error) {
 
 // Close releases the driver's handles (the kernel state stays).
 func (d *Driver) Close() {
+	for _, f := range d.families {
+		for _, t := range f.tables {
+			t.Close()
+		}
+	}
 	for _, m := range d.sets {
 		m.Close()
 	}

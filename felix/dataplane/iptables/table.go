@@ -67,6 +67,11 @@ type Table struct {
 	// replaceJumps moves our jumps even where they are present (the
 	// insert mode changed).
 	replaceJumps bool
+	// direct writes nft changes without iptables-nft-restore when it can
+	// (nil: legacy backend, or no netlink connection); directWrites
+	// counts the changes it wrote.
+	direct       *nftDirect
+	directWrites int
 }
 
 // primer is what a waiting iptables-nft-restore is given first (see
@@ -87,10 +92,15 @@ COMMIT
 // NewTable makes the driver of a table for family 4 or 6 on a backend.
 func NewTable(name string, family int, backend Backend, run *nsexec.Runner, logger *log.Entry) *Table {
 	save, restore := backend.Commands(family)
+	var direct *nftDirect
 	if backend != Legacy {
 		run.Prime(primer, restore, "--noflush")
+		var err error
+		if direct, err = newNFTDirect(run, family, name); err != nil {
+			logger.WithError(err).Warn("Writing iptables through iptables-nft-restore only")
+		}
 	}
-	return &Table{
+	return &Table{direct: direct,
 		Name: name, family: family, save: save, restor: restore, wait: backend == Legacy, run: run,
 		log:        logger.WithFields(log.Fields{"table": name, "ipVersion": family, "backend": backend}),
 		insertMode: Insert, desired: map[string][]rules.Rule{}, jumps: map[string][]rules.Rule{},
@@ -338,6 +348,17 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 		t.jumpsVerified = true
 		return false, nil
 	}
+	if t.direct != nil && len(fixedJumps) == 0 && t.direct.encodable(t.desired, rewritten) {
+		if err := t.direct.write(t.desired, rewritten, stale); err == nil {
+			t.directWrites++
+			t.wrote(rewritten, stale, nil)
+			t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "via": "netlink"}).Debug("Table written")
+			return true, nil
+		} else {
+			// Nothing was applied (one transaction): restore does it.
+			t.log.WithError(err).Debug("Direct nftables write failed; using iptables-nft-restore")
+		}
+	}
 	var b strings.Builder
 	b.Grow(decl.Len() + body.Len() + tail.Len() + 64)
 	fmt.Fprintf(&b, "*%s\n", t.Name)
@@ -364,6 +385,20 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 		t.needRead = true
 		return false, fmt.Errorf("writing table %s (IPv%d): %w", t.Name, t.family, err)
 	}
+	t.wrote(rewritten, stale, fixedJumps)
+	t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "jumps": len(fixedJumps)}).Debug("Table written")
+	return true, nil
+}
+
+// Close releases the netlink connection of direct writes.
+func (t *Table) Close() {
+	if t.direct != nil {
+		t.direct.close()
+	}
+}
+
+// wrote records what a successful write changed in the kernel.
+func (t *Table) wrote(rewritten, stale, fixedJumps []string) {
 	for _, name := range rewritten {
 		t.kernel[name] = hashes(t.desired[name])
 	}
@@ -388,6 +423,4 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 		}
 	}
 	t.jumpsVerified, t.replaceJumps = true, false
-	t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "jumps": len(fixedJumps)}).Debug("Table written")
-	return true, nil
 }

@@ -34,13 +34,13 @@ func input(ifaces ...string) rules.Input {
 }
 
 type driver struct {
-	t      *testing.T
+	t      testing.TB
 	ns     nstest.NS
 	b      Backend
 	tables []*Table
 }
 
-func newDriver(t *testing.T, b Backend) *driver {
+func newDriver(t testing.TB, b Backend) *driver {
 	nstest.RequireRoot(t)
 	if !b.Available(4) {
 		t.Skipf("backend %s: no iptables commands", b)

@@ -84,6 +84,9 @@ func TestRunWarm(t *testing.T) {
 		t.Errorf("ran in namespace %s, want %s", got, wantNS)
 	}
 	// The next one was started in the background and waits for input.
+	for !r.HasWarm("sh", "-c", script, marker) {
+		time.Sleep(2 * time.Millisecond)
+	}
 	ready := oneWaiting(t, marker)
 	pid, got := run("second")
 	if pid != ready {
@@ -151,6 +154,9 @@ echo "$line"`
 	}
 	// The warm process started for the next call has run its primer
 	// before being given any input.
+	for !r.HasWarm("sh", args...) {
+		time.Sleep(2 * time.Millisecond)
+	}
 	ready := oneWaiting(t, marker)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -169,7 +175,9 @@ echo "$line"`
 
 	// A primer that fails does not fail the input: it runs again in a
 	// fresh process without primer.
-	oneWaiting(t, marker) // started (and primed) with the good primer
+	for !r.HasWarm("sh", args...) { // started (and primed) with the good primer
+		time.Sleep(2 * time.Millisecond)
+	}
 	r.Prime("primer-bad\n", "sh", args...)
 	if _, err := r.RunWarm(context.Background(), "three\n", "sh", args...); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,199 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/rules"
+)
+
+// richInput has n workload endpoints (a dispatch tree beyond 16), two
+// tiers (one ending in Pass), a profile, and a host endpoint.
+func richInput(n int) rules.Input {
+	in := input()
+	pass := calc.PolicyID{Tier: "security", Name: "gate"}
+	in.Policies[pass] = &calc.Policy{ID: pass, Ingress: true, Egress: true,
+		Inbound:  []calc.Rule{{Action: calc.Pass}},
+		Outbound: []calc.Rule{{Action: calc.Allow}}}
+	in.Profiles["kns.a"] = &calc.Profile{Name: "kns.a", Inbound: []calc.Rule{{Action: calc.Allow}}, Outbound: []calc.Rule{{Action: calc.Allow}}}
+	pid := calc.PolicyID{Tier: "default", Name: "allow-tcp"}
+	for i := range n {
+		id := calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "ns", Name: fmt.Sprint("w", i)}
+		in.Endpoints[id] = &calc.Endpoint{ID: id, InterfaceName: fmt.Sprintf("cali%02x%d", i*7%256, i), Profiles: []string{"kns.a"},
+			IPv4Nets: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 65, 1, byte(i + 1)}), 32)},
+			Tiers: []calc.TierPolicies{
+				{Name: "security", DefaultAction: calc.Pass, Ingress: []calc.PolicyID{pass}, Egress: []calc.PolicyID{pass}},
+				{Name: "default", DefaultAction: calc.Deny, Ingress: []calc.PolicyID{pid}},
+			}}
+	}
+	hid := calc.EndpointID{Kind: calc.HostEndpoint, Name: "eth0"}
+	in.Endpoints[hid] = &calc.Endpoint{ID: hid, InterfaceName: "eth0",
+		Tiers: []calc.TierPolicies{{Name: "default", DefaultAction: calc.Deny, Ingress: []calc.PolicyID{pid}}}}
+	return in
+}
+
+// uncommented drops iptables-save's comment lines (they carry the time).
+func uncommented(save string) string {
+	var out []string
+	for _, l := range strings.Split(save, "\n") {
+		if !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestDirectMatchesRestore writes a whole table with iptables-nft-restore,
+// then writes every chain the direct writer can encode again through
+// netlink: iptables-nft-save must print exactly the same table, so the
+// direct rules are the ones iptables-nft itself would have written.
+func TestDirectMatchesRestore(t *testing.T) {
+	d := newDriver(t, NFT)
+	in := richInput(40)
+	d.set(in, Insert)
+	before := uncommented(d.save("filter"))
+
+	w, err := newNFTDirect(d.tables[0].run, 4, "filter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	rs := rules.Render(in)
+	desired := map[string][]rules.Rule{}
+	var names []string
+	kinds := map[string]int{}
+	for _, c := range rs.Tables["filter"] {
+		desired[c.Name] = c.Rules
+		if w.encodable(desired, []string{c.Name}) {
+			names = append(names, c.Name)
+			for _, p := range []string{rules.PrefixToWorkload, rules.PrefixFromWorkload, rules.ChainFromWlDispatch, rules.ChainToWlDispatch, rules.PrefixFromHost} {
+				if strings.HasPrefix(c.Name, p) {
+					kinds[p]++
+				}
+			}
+		}
+	}
+	for _, p := range []string{rules.PrefixToWorkload, rules.PrefixFromWorkload, rules.ChainFromWlDispatch, rules.ChainToWlDispatch, rules.PrefixFromHost} {
+		if kinds[p] == 0 {
+			t.Errorf("no %s chain is encodable: the direct writer would never be used for them", p)
+		}
+	}
+	// In transactions of a few chains: one netlink message holds so much.
+	for start := 0; start < len(names); start += 8 {
+		if err := w.write(desired, names[start:min(start+8, len(names))], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := uncommented(d.save("filter"))
+	if after != before {
+		a, b := strings.Split(before, "\n"), strings.Split(after, "\n")
+		for _, l := range b {
+			if !slices.Contains(a, l) {
+				t.Errorf("direct write printed %q", l)
+			}
+		}
+		for _, l := range a {
+			if !slices.Contains(b, l) {
+				t.Errorf("restore printed %q, the direct write did not", l)
+			}
+		}
+	}
+	if len(names) < 80 {
+		t.Errorf("only %d chains rewritten directly, want the 80 endpoint chains and more", len(names))
+	}
+}
+
+// TestDirectUsedForEndpoints checks when a table takes the direct path: a
+// new endpoint (its chains and the dispatch) goes through netlink and is
+// in the kernel; a policy change (a multiport match) goes through
+// iptables-nft-restore.
+func TestDirectUsedForEndpoints(t *testing.T) {
+	d := newDriver(t, NFT)
+	filter := d.tables[slices.IndexFunc(d.tables, func(t *Table) bool { return t.Name == "filter" })]
+	in := richInput(20)
+	d.set(in, Insert)
+	first := filter.directWrites
+
+	more := richInput(21)
+	if d.set(more, Insert) == 0 {
+		t.Fatal("a new endpoint wrote nothing")
+	}
+	if filter.directWrites != first+1 {
+		t.Errorf("a new endpoint: %d direct writes, want %d", filter.directWrites, first+1)
+	}
+	save := d.save("filter")
+	iface := more.Endpoints[calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "ns", Name: "w20"}].InterfaceName
+	for _, want := range []string{":cali-tw-" + iface + " ", ":cali-fw-" + iface + " ", "-o " + iface + " -m comment", "-g cali-tw-" + iface + "\n"} {
+		if !strings.Contains(save, want) {
+			t.Errorf("after the direct write the table lacks %q", want)
+		}
+	}
+	// Read back: nothing differs.
+	if n := d.refresh(); n != 0 {
+		t.Errorf("refresh after a direct write rewrote %d tables", n)
+	}
+
+	// A policy with a port: restore.
+	pid := calc.PolicyID{Tier: "default", Name: "allow-tcp"}
+	more.Policies[pid].Inbound[0].DstPorts = []calc.PortRange{{Min: 81, Max: 81}}
+	n := filter.directWrites
+	d.set(more, Insert)
+	if filter.directWrites != n {
+		t.Error("a policy chain with a port match went through the direct writer")
+	}
+	if !strings.Contains(d.save("filter"), "--dports 81") {
+		t.Error("the policy change is not in the kernel")
+	}
+
+	// An endpoint removed: its chains deleted directly.
+	n = filter.directWrites
+	less := richInput(20)
+	less.Policies[pid] = more.Policies[pid]
+	d.set(less, Insert)
+	if filter.directWrites != n+1 {
+		t.Error("removing an endpoint did not go through the direct writer")
+	}
+	if strings.Contains(d.save("filter"), "cali-tw-"+iface) {
+		t.Errorf("the removed endpoint's chain %s is still there", "cali-tw-"+iface)
+	}
+}
+
+// BenchmarkNewEndpoint times the table write of one new endpoint (its
+// chains and the dispatch) on a node of 100, through netlink and through
+// a waiting iptables-nft-restore; x/ref is their ratio.
+func BenchmarkNewEndpoint(b *testing.B) {
+	var took [2]time.Duration
+	for k, direct := range []bool{true, false} {
+		d := newDriver(b, NFT)
+		filter := d.tables[slices.IndexFunc(d.tables, func(t *Table) bool { return t.Name == "filter" })]
+		if !direct {
+			filter.direct.close()
+			filter.direct = nil
+		}
+		small, big := richInput(100), richInput(101)
+		d.set(small, Insert)
+		for i := range 20 {
+			in := big
+			if i%2 == 1 {
+				in = small
+			}
+			rs := rules.Render(in)
+			filter.SetChains(rs.Tables["filter"])
+			time.Sleep(20 * time.Millisecond) // the warm process is ready
+			start := time.Now()
+			if _, err := filter.Apply(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			took[k] += time.Since(start)
+		}
+	}
+	b.ReportMetric(float64(took[0].Microseconds())/20/1000, "netlink-ms")
+	b.ReportMetric(float64(took[1].Microseconds())/20/1000, "restore-ms")
+	b.ReportMetric(float64(took[0])/float64(took[1]), "x/ref")
+}
