@@ -109,20 +109,34 @@ func (e *bed) startFelix() {
 
 func addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 80, byte(i >> 8), byte(i)}) }
 
-// wep writes the WorkloadEndpoint of pod i.
+// wep writes the WorkloadEndpoint of a pod.
 func (e *bed) wep(pod, iface string, ip netip.Addr, labels map[string]string) string {
 	e.b.Helper()
-	name := names.WorkloadEndpointName(nodeName, "k8s", pod, "eth0")
-	w := &v3.WorkloadEndpoint{
-		TypeMeta:   v3.TypeMeta{Kind: v3.KindWorkloadEndpoint, APIVersion: v3.APIVersion},
-		ObjectMeta: v3.ObjectMeta{Name: name, Namespace: "bench", Labels: labels},
-		Spec: v3.WorkloadEndpointSpec{Orchestrator: "k8s", Node: nodeName, Pod: pod, Endpoint: "eth0",
-			InterfaceName: iface, IPNetworks: []string{ip.String() + "/32"}, Profiles: []string{"kns.bench"}},
-	}
+	w := wepOf(pod, iface, ip, labels)
 	if _, err := e.store.Apply(e.ctx, w); err != nil {
 		e.b.Fatal(err)
 	}
-	return name
+	return w.Name
+}
+
+// newWep creates a new pod's WorkloadEndpoint as the CNI plugin does (one
+// create, no read first).
+func (e *bed) newWep(pod, iface string, ip netip.Addr, labels map[string]string) string {
+	e.b.Helper()
+	w := wepOf(pod, iface, ip, labels)
+	if _, err := e.store.Create(e.ctx, w); err != nil {
+		e.b.Fatal(err)
+	}
+	return w.Name
+}
+
+func wepOf(pod, iface string, ip netip.Addr, labels map[string]string) *v3.WorkloadEndpoint {
+	return &v3.WorkloadEndpoint{
+		TypeMeta:   v3.TypeMeta{Kind: v3.KindWorkloadEndpoint, APIVersion: v3.APIVersion},
+		ObjectMeta: v3.ObjectMeta{Name: names.WorkloadEndpointName(nodeName, "k8s", pod, "eth0"), Namespace: "bench", Labels: labels},
+		Spec: v3.WorkloadEndpointSpec{Orchestrator: "k8s", Node: nodeName, Pod: pod, Endpoint: "eth0",
+			InterfaceName: iface, IPNetworks: []string{ip.String() + "/32"}, Profiles: []string{"kns.bench"}},
+	}
 }
 
 // fillers adds n endpoints with real cali veths whose other end stays in

@@ -110,7 +110,7 @@ func BenchmarkNewPodFirstResponse(b *testing.B) {
 			b.Fatal("a pod with no endpoint reached the server: not failing closed")
 		}
 		t0 := time.Now()
-		p.wep = e.wep(p.name, p.iface, p.ip, map[string]string{"role": "client", "group": "g" + itoa(i%10)})
+		p.wep = e.newWep(p.name, p.iface, p.ip, map[string]string{"role": "client", "group": "g" + itoa(i%10)})
 		d, ok := until(p.run, dst, true, t0, 5*time.Second)
 		if !ok {
 			b.Fatalf("new pod %s never reached the server", p.name)
