@@ -104,6 +104,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if !d.inSync || d.cfg == nil {
 		return nil
 	}
+	// Once this apply's kernel work is done, the processes kept warm for
+	// the next one start (not beside this one's work).
+	defer d.run.WarmUp()
 	if d.backend == "" {
 		if err := d.setup(ctx); err != nil {
 			return err

@@ -105,6 +105,7 @@ func BenchmarkProgram10kRules(b *testing.B) {
 							if _, err := tb.Apply(ctx); err != nil {
 								b.Fatal(err)
 							}
+							tb.Close()
 						}
 						ours = append(ours, time.Since(start))
 					}

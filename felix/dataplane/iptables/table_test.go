@@ -77,6 +77,8 @@ func (d *driver) set(in rules.Input, mode string) int {
 			n++
 		}
 	}
+	// As felix's driver: warm processes start once the apply is done.
+	d.tables[0].run.WarmUp()
 	return n
 }
 

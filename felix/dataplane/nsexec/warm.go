@@ -29,13 +29,16 @@ type warmProc struct {
 	err            error
 }
 
-// warmPool holds at most one warm process per command line, and the
-// primer of each command line (see Prime).
+// warmPool holds at most one warm process per command line, the primer
+// of each command line (see Prime), and the command lines run warm so far
+// (started again by WarmUp).
 type warmPool struct {
-	mu      sync.Mutex
-	procs   map[string]*warmProc
-	primers map[string]string
-	closed  bool
+	mu       sync.Mutex
+	procs    map[string]*warmProc
+	primers  map[string]string
+	wanted   map[string][]string // key → name and args
+	starting map[string]bool
+	closed   bool
 }
 
 // Prime sets input that every warm process of a command line is given as
@@ -112,13 +115,24 @@ func (r *Runner) take(key string) *warmProc {
 // refill starts the next warm process of a command line in the
 // background.
 func (r *Runner) refill(key, name string, args []string) {
+	r.warm.mu.Lock()
+	if r.warm.starting == nil {
+		r.warm.starting = map[string]bool{}
+	}
+	if r.warm.starting[key] || r.warm.closed {
+		r.warm.mu.Unlock()
+		return
+	}
+	r.warm.starting[key] = true
+	r.warm.mu.Unlock()
 	go func() {
 		p, err := r.startWarm(name, args, r.primer(key))
+		r.warm.mu.Lock()
+		defer r.warm.mu.Unlock()
+		delete(r.warm.starting, key)
 		if err != nil {
 			return // the next RunWarm starts one itself.
 		}
-		r.warm.mu.Lock()
-		defer r.warm.mu.Unlock()
 		if r.warm.closed || r.warm.procs[key] != nil {
 			p.kill()
 			return
@@ -137,8 +151,8 @@ func (p *warmProc) kill() {
 }
 
 // RunWarm is Run for a command that can be kept warm (see warmProc): it
-// hands stdin to a process started earlier when there is one, and starts
-// the next one in the background for the following call. When a warm
+// hands stdin to a process started earlier when there is one; WarmUp
+// starts the next one. When a warm
 // process fails, the input is run once more in a process started now,
 // without primer: a failed primer must not fail the real input (the
 // commands kept warm apply their input atomically or not at all, so a
@@ -146,11 +160,7 @@ func (p *warmProc) kill() {
 func (r *Runner) RunWarm(ctx context.Context, stdin string, name string, args ...string) ([]byte, error) {
 	key := warmKey(name, args)
 	p := r.take(key)
-	// The next one starts once this one is done: starting a process (and
-	// its primer's transaction) beside this one's work would slow it down,
-	// and a primer committed in the middle makes iptables-nft-restore read
-	// the tables again.
-	defer r.refill(key, name, args)
+	r.want(key, name, args)
 	if p != nil {
 		out, err := p.finish(ctx, stdin, name, args)
 		if err == nil || ctx.Err() != nil {
@@ -182,6 +192,37 @@ func (p *warmProc) finish(ctx context.Context, stdin string, name string, args [
 		return p.stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(p.stderr.String()))
 	}
 	return p.stdout.Bytes(), nil
+}
+
+func (r *Runner) want(key, name string, args []string) {
+	r.warm.mu.Lock()
+	defer r.warm.mu.Unlock()
+	if r.warm.wanted == nil {
+		r.warm.wanted = map[string][]string{}
+	}
+	r.warm.wanted[key] = append([]string{name}, args...)
+}
+
+// WarmUp starts, in the background, a warm process for every command line
+// run through RunWarm whose warm process was used. Call it when a batch of
+// work is done: a process starting (and its primer committing) beside the
+// work would slow it down, and a primer committed in the middle of an
+// iptables-nft-restore makes it read the tables again.
+func (r *Runner) WarmUp() {
+	r.warm.mu.Lock()
+	var missing []string
+	for key := range r.warm.wanted {
+		if r.warm.procs[key] == nil {
+			missing = append(missing, key)
+		}
+	}
+	r.warm.mu.Unlock()
+	for _, key := range missing {
+		r.warm.mu.Lock()
+		cmd := r.warm.wanted[key]
+		r.warm.mu.Unlock()
+		r.refill(key, cmd[0], cmd[1:])
+	}
 }
 
 // closeWarm kills the idle warm processes.

@@ -71,6 +71,7 @@ func TestRunWarm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		r.WarmUp() // the batch of work is done: start the next one
 		f := strings.Fields(string(out))
 		if len(f) != 3 || f[0] != in {
 			t.Fatalf("output %q, want the input %q, a PID and a namespace", out, in)
@@ -113,6 +114,7 @@ func TestRunWarm(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "broken") {
 		t.Errorf("failing command: err = %v, want its stderr", err)
 	}
+	r.WarmUp()
 
 	// Close leaves no process behind (one warm process waits per
 	// command line: two here).
@@ -152,6 +154,7 @@ echo "$line"`
 	if _, err := r.RunWarm(context.Background(), "one\n", "sh", args...); err != nil {
 		t.Fatal(err)
 	}
+	r.WarmUp()
 	// The warm process started for the next call has run its primer
 	// before being given any input.
 	for !r.HasWarm("sh", args...) {
@@ -172,6 +175,7 @@ echo "$line"`
 	if err != nil || strings.TrimSpace(string(out)) != "two" {
 		t.Fatalf("primed process: %q, %v; want two", out, err)
 	}
+	r.WarmUp()
 
 	// A primer that fails does not fail the input: it runs again in a
 	// fresh process without primer.
@@ -182,6 +186,7 @@ echo "$line"`
 	if _, err := r.RunWarm(context.Background(), "three\n", "sh", args...); err != nil {
 		t.Fatal(err)
 	}
+	r.WarmUp()
 	for len(waiting(t, marker)) > 0 { // the one with the bad primer exits
 		time.Sleep(5 * time.Millisecond)
 	}
