@@ -233,15 +233,16 @@ func connect(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) bool
 // was seen, counted from start.
 //
 // A connection that succeeds proves the path open at once, so while
-// waiting for it each probe gives up after 3 ms and the time of the
-// answer is taken. A connection that fails proves nothing unless it waited
+// waiting for it each probe gives up after 1 ms (its SYN was dropped: the
+// path opened later) and the time of the answer is taken; the time a
+// probe waits is the benchmark's resolution. A connection that fails proves nothing unless it waited
 // long enough for an answer that did not come (a busy machine can delay a
 // SYN-ACK by milliseconds), so while waiting for a drop each probe waits
 // 50 ms, and the time its SYN was sent is taken: the path was closed then.
 func until(run *nsexec.Runner, dst netip.AddrPort, want bool, start time.Time, limit time.Duration) (time.Duration, bool) {
 	for time.Since(start) < limit {
 		if want {
-			if connect(run, dst, 3*time.Millisecond) {
+			if connect(run, dst, time.Millisecond) {
 				return time.Since(start), true
 			}
 			continue
