@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/palisade-net/palisade/felix/calc"
@@ -11,9 +12,12 @@ import (
 // pure and renders everything; with 1,000 endpoints that is tens of
 // thousands of hashed rules per apply. The renderer calls it on small
 // inputs instead and keeps the pieces:
-//   - the base (entry chains, dispatch, failsafe, NAT, jumps), from the
-//     endpoints reduced to their interfaces, rendered again only when an
-//     endpoint comes, goes or changes interface, or the config changes;
+//   - the base (entry chains, host endpoint dispatch, failsafe, NAT,
+//     jumps), from the host endpoints reduced to their interfaces,
+//     rendered again only when a host endpoint comes, goes or changes
+//     interface, or the config changes;
+//   - the workload dispatch, rendered again when a workload endpoint
+//     comes, goes or changes interface;
 //   - each endpoint's own chains, from the endpoint and the policies and
 //     profiles it refers to, rendered again when any of those changes;
 //   - each policy's and profile's chains, rendered again when it changes.
@@ -25,9 +29,12 @@ type renderer struct {
 	cfg       *calc.Config
 	base      *rules.Ruleset
 	baseDirty bool
-	endpoints map[calc.EndpointID]*epRender
-	policies  map[calc.PolicyID]*itemRender[*calc.Policy]
-	profiles  map[string]*itemRender[*calc.Profile]
+	// dispatch is the workload dispatch, rendered apart from the base.
+	dispatch      []rules.Chain
+	dispatchDirty bool
+	endpoints     map[calc.EndpointID]*epRender
+	policies      map[calc.PolicyID]*itemRender[*calc.Policy]
+	profiles      map[string]*itemRender[*calc.Profile]
 	// The endpoints rendered with each policy and profile (present or
 	// not): rendered again when it changes.
 	policyUsers  map[calc.PolicyID]map[calc.EndpointID]struct{}
@@ -186,11 +193,20 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 	}
 	// Endpoints: drop the gone, render the new, the changed and those
 	// whose policies or profiles changed.
+	// A workload endpoint coming, going or changing interface changes only
+	// the dispatch chains; a host endpoint, the rest of the base too.
+	touch := func(id calc.EndpointID) {
+		if id.Kind == calc.WorkloadEndpoint {
+			r.dispatchDirty = true
+		} else {
+			r.baseDirty = true
+		}
+	}
 	for id, er := range r.endpoints {
 		if eps[id] == nil {
 			r.forget(id, er)
 			delete(r.endpoints, id)
-			r.baseDirty = true
+			touch(id)
 		}
 	}
 	for id, ep := range eps {
@@ -201,7 +217,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			}
 		}
 		if er == nil || !sameShape(er.ep, ep) {
-			r.baseDirty = true
+			touch(id)
 		}
 		if er != nil {
 			r.forget(id, er)
@@ -226,15 +242,30 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		}
 	}
 	if r.baseDirty || r.base == nil {
-		shapes := make(map[calc.EndpointID]*calc.Endpoint, len(eps))
+		// The base without the workload dispatch, from the host
+		// endpoints' shapes.
+		shapes := map[calc.EndpointID]*calc.Endpoint{}
 		for id, ep := range eps {
-			shapes[id] = shape(ep)
+			if id.Kind != calc.WorkloadEndpoint {
+				shapes[id] = shape(ep)
+			}
 		}
 		full := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Endpoints: shapes,
 			Policies: map[calc.PolicyID]*calc.Policy{}, Profiles: map[string]*calc.Profile{}})
 		r.base = &rules.Ruleset{IPVersion: r.version, Jumps: full.Jumps,
-			Tables: pick(full, func(n string) bool { return !isEndpointChain(n) && !isPolicyChain(n) })}
-		r.baseDirty = false
+			Tables: pick(full, func(n string) bool { return !isEndpointChain(n) && !isPolicyChain(n) && !rules.IsDispatchChain(n) })}
+		r.baseDirty, r.dispatchDirty = false, true
+	}
+	if r.dispatchDirty {
+		var ifaces []string
+		for id, ep := range eps {
+			if id.Kind == calc.WorkloadEndpoint && ep.InterfaceName != "" {
+				ifaces = append(ifaces, ep.InterfaceName)
+			}
+		}
+		slices.Sort(ifaces)
+		r.dispatch = rules.DispatchChains(rules.Input{Config: cfg, IPVersion: r.version}, ifaces)
+		r.dispatchDirty = false
 	}
 
 	out := &rules.Ruleset{IPVersion: r.version, Jumps: r.base.Jumps, Tables: map[string][]rules.Chain{}}
@@ -242,6 +273,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		// Sized as the last result, so appending rarely grows it.
 		out.Tables[t] = append(make([]rules.Chain, 0, max(r.sizes[t], len(cs))), cs...)
 	}
+	out.Tables["filter"] = append(out.Tables["filter"], r.dispatch...)
 	add := func(m map[string][]rules.Chain) {
 		for t, cs := range m {
 			out.Tables[t] = append(out.Tables[t], cs...)

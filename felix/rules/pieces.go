@@ -1,6 +1,10 @@
 package rules
 
-import "github.com/palisade-net/palisade/felix/calc"
+import (
+	"strings"
+
+	"github.com/palisade-net/palisade/felix/calc"
+)
 
 // The pieces below render part of what Render renders, identically, for a
 // dataplane that keeps the ruleset between updates and renders only what
@@ -39,4 +43,20 @@ func ProfileChains(in Input, p *calc.Profile) []Chain {
 	b.add("filter", ProfileChain(p.Name, true), b.ruleChain(p.Inbound, "ALLOW"))
 	b.add("filter", ProfileChain(p.Name, false), b.ruleChain(p.Outbound, "ALLOW"))
 	return b.tables["filter"]
+}
+
+// DispatchChains renders the workload dispatch chains (cali-from-wl-dispatch,
+// cali-to-wl-dispatch and their sub-chains) for the workload interfaces,
+// sorted.
+func DispatchChains(in Input, ifaces []string) []Chain {
+	b := &builder{in: in, tables: map[string][]Chain{}}
+	b.dispatch(ChainFromWlDispatch, ChainFromWlDispatch, "-i", PrefixFromWorkload, ifaces, 0)
+	b.dispatch(ChainToWlDispatch, ChainToWlDispatch, "-o", PrefixToWorkload, ifaces, 0)
+	return b.tables["filter"]
+}
+
+// IsDispatchChain reports whether a chain is one of the workload dispatch
+// chains.
+func IsDispatchChain(name string) bool {
+	return strings.HasPrefix(name, ChainFromWlDispatch) || strings.HasPrefix(name, ChainToWlDispatch)
 }
