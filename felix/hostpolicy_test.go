@@ -74,6 +74,16 @@ func (c *cluster) withHEP(t *testing.T, yaml, table, chain string, body func()) 
 // the external namespace, the node and its pods: normal policy (to and
 // from the host), applyOnForward, preDNAT, doNotTrack, and the host
 // endpoint of all interfaces.
+// hostNormal is the host endpoint of eth-ext with a policy of the host
+// (not applyOnForward) allowing TCP 8080 both ways.
+var hostNormal = hepExt + "---\n" + gnpHead + `metadata: {name: host-normal}
+spec:
+  selector: hep == 'ext'
+  types: [Ingress, Egress]
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
+  egress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
+`
+
 func TestHostEndpointPolicy(t *testing.T) {
 	c := newCluster(t, "NFT")
 	setupPods(c)
@@ -82,13 +92,7 @@ func TestHostEndpointPolicy(t *testing.T) {
 		allow("node", "ext", "udp", 8080), allow("web", "ext", "tcp", 8080))
 
 	t.Run("normal policy to and from the host", func(t *testing.T) {
-		c.withHEP(t, hepExt+"---\n"+gnpHead+`metadata: {name: host-normal}
-spec:
-  selector: hep == 'ext'
-  types: [Ingress, Egress]
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-  egress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-`, "filter", policyChain("host-normal", true), func() {
+		c.withHEP(t, hostNormal, "filter", policyChain("host-normal", true), func() {
 			c.expect(
 				allow("ext", "node", "tcp", 8080), deny("ext", "node", "udp", 8080),
 				// Failsafe.
@@ -101,13 +105,7 @@ spec:
 	// Calico: with no applyOnForward policy for a direction, forwarded
 	// traffic through a host endpoint is allowed in that direction.
 	t.Run("forwarded traffic open without applyOnForward policy", func(t *testing.T) {
-		c.withHEP(t, hepExt+"---\n"+gnpHead+`metadata: {name: host-normal}
-spec:
-  selector: hep == 'ext'
-  types: [Ingress, Egress]
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-  egress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
-`, "filter", policyChain("host-normal", true), func() {
+		c.withHEP(t, hostNormal, "filter", policyChain("host-normal", true), func() {
 			c.expect(allow("ext", "web", "tcp", 8081), allow("ext", "web", "udp", 8080), allow("web", "ext", "udp", 8080))
 		})
 	})
