@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Port is a single port, an inclusive range of ports, or a named port (a
@@ -20,7 +21,7 @@ type Port struct {
 
 // namedPortRE is the syntax of a port name (an IANA service name, as
 // Kubernetes uses for container port names).
-var namedPortRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$`)
+var namedPortRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$`) })
 
 // SinglePort returns the port p.
 func SinglePort(p uint16) Port { return Port{MinPort: p, MaxPort: p} }
@@ -64,7 +65,7 @@ func PortFromString(s string) (Port, error) {
 // Validate checks a range's order and a name's syntax.
 func (p Port) Validate() error {
 	if p.PortName != "" {
-		if !namedPortRE.MatchString(p.PortName) {
+		if !namedPortRE().MatchString(p.PortName) {
 			return fmt.Errorf("port name %q is not valid: want at most 15 lower-case letters, digits and '-'", p.PortName)
 		}
 		return nil

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/yaml"
 )
@@ -115,7 +116,7 @@ func lineOf(data []byte, offset int) int {
 	return bytes.Count(data[:offset], []byte("\n")) + 1
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+var yamlLineRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`line (\d+)`) })
 
 // yamlError rewrites a YAML parser error with line numbers counted from the
 // start of the whole input, and adds hints for common typing mistakes.
@@ -123,7 +124,7 @@ func yamlError(err error, text string, offset int) string {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
 	msg = strings.TrimPrefix(msg, "yaml: ")
-	msg = yamlLineRE.ReplaceAllStringFunc(msg, func(m string) string {
+	msg = yamlLineRE().ReplaceAllStringFunc(msg, func(m string) string {
 		n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
 		return "line " + strconv.Itoa(n+offset)
 	})
@@ -136,7 +137,7 @@ func yamlError(err error, text string, offset int) string {
 		switch {
 		case strings.ContainsAny(content, "：﹕꞉"):
 			msg += fmt.Sprintf("; line %d uses a full-width colon %q: write \": \"", i+1+offset, strings.TrimSpace(content))
-		case missingSpaceRE.MatchString(content):
+		case missingSpaceRE().MatchString(content):
 			msg += fmt.Sprintf("; line %d %q needs a space after the colon", i+1+offset, strings.TrimSpace(content))
 		}
 	}
@@ -145,7 +146,7 @@ func yamlError(err error, text string, offset int) string {
 
 // missingSpaceRE matches "key:value" lines, a mapping written without the
 // space YAML requires after the colon.
-var missingSpaceRE = regexp.MustCompile(`^\s*(- )?[A-Za-z][A-Za-z0-9_.-]*:[^\s:/]`)
+var missingSpaceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*(- )?[A-Za-z][A-Za-z0-9_.-]*:[^\s:/]`) })
 
 // decodeDocument turns one document into resources.
 func decodeDocument(n int, d document) ([]Resource, error) {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/palisade-net/palisade/libcalico/selector"
 )
@@ -104,10 +105,12 @@ func (v *validator) failErr(field string, err error) {
 }
 
 var (
-	dns1123LabelRE     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	dns1123SubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	profileNameRE      = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
-	labelNameRE        = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	dns1123LabelRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`) })
+	dns1123SubdomainRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	})
+	profileNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`) })
+	labelNameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`) })
 )
 
 // meta checks the name, namespace and labels.
@@ -117,7 +120,7 @@ func (v *validator) meta(info KindInfo, m *ObjectMeta) {
 		case m.Name == "":
 			v.fail("metadata.name", nil, "a name is required")
 		case info.Kind == KindProfile:
-			if len(m.Name) > 253 || !profileNameRE.MatchString(m.Name) {
+			if len(m.Name) > 253 || !profileNameRE().MatchString(m.Name) {
 				v.fail("metadata.name", m.Name, "invalid name: want letters, digits, '.', '_' and '-'")
 			}
 		default:
@@ -129,14 +132,14 @@ func (v *validator) meta(info KindInfo, m *ObjectMeta) {
 	switch {
 	case !info.Namespaced && m.Namespace != "":
 		v.fail("metadata.namespace", m.Namespace, "%s is cluster-scoped and takes no namespace", info.Kind)
-	case info.Namespaced && m.Namespace != "" && (len(m.Namespace) > 63 || !dns1123LabelRE.MatchString(m.Namespace)):
+	case info.Namespaced && m.Namespace != "" && (len(m.Namespace) > 63 || !dns1123LabelRE().MatchString(m.Namespace)):
 		v.fail("metadata.namespace", m.Namespace, "invalid namespace: want lower-case letters, digits and '-' (at most 63)")
 	}
 	for k, val := range m.Labels {
 		if msg := labelKeyProblem(k); msg != "" {
 			v.fail("metadata.labels", k, "invalid label key: %s", msg)
 		}
-		if val != "" && (len(val) > 63 || !labelNameRE.MatchString(val)) {
+		if val != "" && (len(val) > 63 || !labelNameRE().MatchString(val)) {
 			v.fail("metadata.labels."+k, val, "invalid label value: want at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
 		}
 	}
@@ -148,7 +151,7 @@ func dnsSubdomainProblem(s string) string {
 	if len(s) > 253 {
 		return "longer than 253 characters"
 	}
-	if !dns1123SubdomainRE.MatchString(s) {
+	if !dns1123SubdomainRE().MatchString(s) {
 		return "want lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
 	}
 	return ""
@@ -163,7 +166,7 @@ func labelKeyProblem(k string) string {
 	} else if msg := dnsSubdomainProblem(prefix); msg != "" || prefix == "" {
 		return "the prefix must be a DNS subdomain"
 	}
-	if len(name) == 0 || len(name) > 63 || !labelNameRE.MatchString(name) {
+	if len(name) == 0 || len(name) > 63 || !labelNameRE().MatchString(name) {
 		return "want at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
 	}
 	return ""

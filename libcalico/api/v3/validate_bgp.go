@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 var logSeverities = []string{"Debug", "Info", "Warning", "Error", "Fatal"}
@@ -44,7 +45,7 @@ func (v *validator) bgpConfig(c *BGPConfiguration) {
 	defined := map[string]bool{}
 	for i, cm := range s.Communities {
 		f := fmt.Sprintf("spec.communities[%d]", i)
-		if cm.Name == "" || !dns1123SubdomainRE.MatchString(cm.Name) {
+		if cm.Name == "" || !dns1123SubdomainRE().MatchString(cm.Name) {
 			v.fail(f+".name", cm.Name, "invalid community name")
 		}
 		if !validCommunity(cm.Value) {
@@ -132,7 +133,7 @@ func (v *validator) duration(field string, d *Duration) {
 	}
 }
 
-var filterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+var filterNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`) })
 
 func (v *validator) bgpPeer(s *BGPPeerSpec) {
 	if s.Node != "" && s.NodeSelector != "" {
@@ -170,7 +171,7 @@ func (v *validator) bgpPeer(s *BGPPeerSpec) {
 	if s.ReachableBy != "" {
 		v.ip("spec.reachableBy", s.ReachableBy, 0)
 	}
-	v.names("spec.filters", s.Filters, filterNameRE)
+	v.names("spec.filters", s.Filters, filterNameRE())
 	if s.NextHopMode != nil {
 		v.oneOf("spec.nextHopMode", string(*s.NextHopMode), string(NextHopAuto), string(NextHopSelf), string(NextHopKeep))
 		if s.KeepOriginalNextHop && *s.NextHopMode != NextHopKeep && *s.NextHopMode != NextHopAuto {

@@ -83,7 +83,7 @@ func (v *validator) workloadEndpoint(s *WorkloadEndpointSpec) {
 	if s.IPv6Gateway != "" {
 		v.ip("spec.ipv6Gateway", s.IPv6Gateway, 6)
 	}
-	v.names("spec.profiles", s.Profiles, profileNameRE)
+	v.names("spec.profiles", s.Profiles, profileNameRE())
 	for i, p := range s.Ports {
 		f := fmt.Sprintf("spec.ports[%d]", i)
 		v.endpointPort(f, p.Name, p.Protocol, p.Port)
@@ -127,7 +127,7 @@ func (v *validator) hostEndpoint(s *HostEndpointSpec) {
 	for i, ip := range s.ExpectedIPs {
 		v.ip(fmt.Sprintf("spec.expectedIPs[%d]", i), ip, 0)
 	}
-	v.names("spec.profiles", s.Profiles, profileNameRE)
+	v.names("spec.profiles", s.Profiles, profileNameRE())
 	for i, p := range s.Ports {
 		v.endpointPort(fmt.Sprintf("spec.ports[%d]", i), p.Name, p.Protocol, p.Port)
 	}

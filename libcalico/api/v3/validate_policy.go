@@ -89,7 +89,7 @@ func (v *validator) profile(s *ProfileSpec) {
 		if msg := labelKeyProblem(k); msg != "" {
 			v.fail("spec.labelsToApply", k, "invalid label key: %s", msg)
 		}
-		if val != "" && (len(val) > 63 || !labelNameRE.MatchString(val)) {
+		if val != "" && (len(val) > 63 || !labelNameRE().MatchString(val)) {
 			v.fail("spec.labelsToApply."+k, val, "invalid label value")
 		}
 	}
