@@ -57,6 +57,7 @@ type cluster struct {
 type pod struct {
 	ns, name string
 	ip       netip.Addr
+	ip6      netip.Addr // invalid for an IPv4-only pod
 	iface    string
 	netns    nstest.NS
 	run      *nsexec.Runner
@@ -75,7 +76,11 @@ func mustRunner(t testing.TB, ns nstest.NS) *nsexec.Runner {
 
 // newCluster starts everything; backend is the FelixConfiguration
 // iptablesBackend.
-func newCluster(t *testing.T, backend string) *cluster {
+func newCluster(t *testing.T, backend string) *cluster { return newClusterIPv6(t, backend, false) }
+
+// newClusterIPv6 is newCluster with felix's ipv6Support set as given (the
+// node namespace then forwards IPv6 too).
+func newClusterIPv6(t *testing.T, backend string, ipv6 bool) *cluster {
 	nstest.RequireRoot(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{t: t, ctx: ctx, prefix: nstest.Prefix(), pods: map[string]*pod{}, statusDir: t.TempDir(), save: "iptables-nft-save"}
@@ -88,6 +93,14 @@ func newCluster(t *testing.T, backend string) *cluster {
 	c.nodeH, _ = nstest.Handle(t, c.node)
 	if err := nstest.Sysctl(c.nodeRun, "net/ipv4/ip_forward", "1"); err != nil {
 		t.Fatal(err)
+	}
+	if ipv6 {
+		for _, sc := range []string{"net/ipv6/conf/all/forwarding", "net/ipv6/conf/default/accept_dad", "net/ipv6/conf/all/accept_dad"} {
+			v := map[bool]string{true: "1", false: "0"}[strings.HasSuffix(sc, "forwarding")]
+			if err := nstest.Sysctl(c.nodeRun, sc, v); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 
 	// The external namespace, reachable through the node.
@@ -115,7 +128,7 @@ kind: FelixConfiguration
 metadata: {name: default}
 spec:
   iptablesBackend: %s
-  ipv6Support: false
+  ipv6Support: %t
   iptablesRefreshInterval: 1s
   routeRefreshInterval: 2s
 ---
@@ -123,7 +136,7 @@ apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pool-a}
 spec: {cidr: 10.65.0.0/16}
-`, backend))
+`, backend, ipv6))
 	for _, ns := range []string{"ns-a", "ns-b"} {
 		c.apply(fmt.Sprintf(`
 apiVersion: projectcalico.org/v3
@@ -246,12 +259,31 @@ func (c *cluster) waitPolicies(rs []v3.Resource, present bool) {
 // and waits for felix to report it programmed.
 func (c *cluster) addPod(ns, name, ip string, labels map[string]string, sa string) *pod {
 	c.t.Helper()
+	return c.addDualPod(ns, name, ip, "", labels, sa)
+}
+
+// addDualPod is addPod with an IPv6 address too (none when ip6 is "").
+func (c *cluster) addDualPod(ns, name, ip, ip6 string, labels map[string]string, sa string) *pod {
+	c.t.Helper()
 	p := &pod{ns: ns, name: name, ip: netip.MustParseAddr(ip), iface: names.VethNameForWorkload(ns, name)}
 	p.netns = nstest.New(c.t, c.prefix, "pod-"+name)
 	p.run = mustRunner(c.t, p.netns)
 	podH, podNS := nstest.Handle(c.t, p.netns)
+	nets := []string{ip + "/32"}
+	if ip6 != "" {
+		p.ip6 = netip.MustParseAddr(ip6)
+		nets = append(nets, ip6+"/128")
+		if err := nstest.Sysctl(p.run, "net/ipv6/conf/default/accept_dad", "0"); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	if err := nstest.Workload(c.nodeH, podH, podNS, p.iface, p.ip); err != nil {
 		c.t.Fatalf("pod %s: %v", name, err)
+	}
+	if ip6 != "" {
+		if err := nstest.WorkloadIPv6(podH, p.ip6); err != nil {
+			c.t.Fatalf("pod %s: %v", name, err)
+		}
 	}
 	var err error
 	if p.srv, err = nstest.Serve(p.run, 8080, 8081, 9000, 9001); err != nil {
@@ -263,7 +295,7 @@ func (c *cluster) addPod(ns, name, ip string, labels map[string]string, sa strin
 		ObjectMeta: v3.ObjectMeta{Name: names.WorkloadEndpointName(nodeName, "k8s", name, "eth0"), Namespace: ns, Labels: labels},
 		Spec: v3.WorkloadEndpointSpec{
 			Orchestrator: "k8s", Node: nodeName, Pod: name, Endpoint: "eth0", InterfaceName: p.iface,
-			IPNetworks: []string{ip + "/32"}, Profiles: []string{"kns." + ns, "ksa." + ns + "." + sa},
+			IPNetworks: nets, Profiles: []string{"kns." + ns, "ksa." + ns + "." + sa},
 			ServiceAccountName: sa,
 			Ports:              []v3.WorkloadEndpointPort{{Name: "http", Protocol: numorstring.ProtocolFromString("TCP"), Port: 8080}},
 		},
@@ -296,6 +328,8 @@ type probe struct {
 	proto    string // tcp, udp, icmp, sctp
 	port     int
 	allowed  bool
+	// ipv6 sends between the pods' IPv6 addresses (TCP and UDP).
+	ipv6 bool
 	// seenFrom, when set, is the source address the receiver must see.
 	seenFrom string
 }
@@ -305,10 +339,21 @@ func (pr probe) String() string {
 	if pr.allowed {
 		verdict = "allowed"
 	}
-	return fmt.Sprintf("%s→%s %s/%d %s", pr.from, pr.to, pr.proto, pr.port, verdict)
+	family := ""
+	if pr.ipv6 {
+		family = " (IPv6)"
+	}
+	return fmt.Sprintf("%s→%s %s/%d%s %s", pr.from, pr.to, pr.proto, pr.port, family, verdict)
 }
 
-func (c *cluster) endpoint(name string) (*nsexec.Runner, netip.Addr, *nstest.Server) {
+func (c *cluster) endpoint(name string, ipv6 bool) (*nsexec.Runner, netip.Addr, *nstest.Server) {
+	if ipv6 {
+		p := c.pods[name]
+		if p == nil || !p.ip6.IsValid() {
+			c.t.Fatalf("no IPv6 pod %s", name)
+		}
+		return p.run, p.ip6, p.srv
+	}
 	switch name {
 	case "ext":
 		return c.extRun, extAddr, c.extSrv
@@ -325,8 +370,8 @@ func (c *cluster) endpoint(name string) (*nsexec.Runner, netip.Addr, *nstest.Ser
 // send runs a probe once; it returns whether traffic got through and the
 // source the receiver saw.
 func (c *cluster) send(pr probe) (bool, string) {
-	run, src, _ := c.endpoint(pr.from)
-	_, dst, srv := c.endpoint(pr.to)
+	run, src, _ := c.endpoint(pr.from, pr.ipv6)
+	_, dst, srv := c.endpoint(pr.to, pr.ipv6)
 	switch pr.proto {
 	case "tcp":
 		seen, err := nstest.TCP(run, dst, pr.port)

@@ -132,10 +132,20 @@ func Render(in Input) *Ruleset {
 	if toHost == "" {
 		toHost = "DROP"
 	}
-	b.add("filter", ChainWorkloadToHost, []Rule{
-		{Action: ChainFromWlDispatch},
-		{Action: toHost, Comment: "Configured DefaultEndpointToHostAction"},
-	})
+	var toHostRules []Rule
+	if in.IPVersion == 6 {
+		// Neighbour discovery and multicast listener messages from a
+		// workload to the host are always accepted (as Calico): without
+		// them the host cannot reach the workload's IPv6 address at all.
+		for _, typ := range []int{130, 131, 132, 133, 135, 136} {
+			toHostRules = append(toHostRules, Rule{Match: fmt.Sprintf("-p ipv6-icmp -m icmp6 --icmpv6-type %d", typ), Action: "ACCEPT"})
+		}
+	}
+	toHostRules = append(toHostRules,
+		Rule{Action: ChainFromWlDispatch},
+		Rule{Action: toHost, Comment: "Configured DefaultEndpointToHostAction"},
+	)
+	b.add("filter", ChainWorkloadToHost, toHostRules)
 	var forward []Rule
 	forward = append(forward,
 		Rule{Action: clearMark(markAll)},

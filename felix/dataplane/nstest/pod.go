@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 )
@@ -76,4 +77,25 @@ func Workload(node, pod *netlink.Handle, podNS netns.NsHandle, hostIf string, ad
 		return err
 	}
 	return pod.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: Gateway})
+}
+
+// GatewayIPv6 is the workload's IPv6 next hop: the link-local address the
+// host side's MAC (ee:ee:ee:ee:ee:ee) gives it, as in Calico.
+var GatewayIPv6 = net.ParseIP("fe80::ecee:eeff:feee:eeee")
+
+// WorkloadIPv6 gives a workload plumbed by Workload an IPv6 address: addr/128
+// on eth0 and a default route via GatewayIPv6 (a permanent neighbour entry
+// to the host MAC, so nothing waits for neighbour discovery).
+func WorkloadIPv6(pod *netlink.Handle, addr netip.Addr) error {
+	eth0, err := pod.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	if err := pod.AddrAdd(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
+		return fmt.Errorf("address %s: %w", addr, err)
+	}
+	if err := pod.NeighAdd(&netlink.Neigh{LinkIndex: eth0.Attrs().Index, IP: GatewayIPv6, HardwareAddr: HostMAC, State: netlink.NUD_PERMANENT, Family: netlink.FAMILY_V6}); err != nil {
+		return err
+	}
+	return pod.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, Gw: GatewayIPv6})
 }

@@ -34,36 +34,11 @@ func Serve(run *nsexec.Runner, ports ...int) (*Server, error) {
 	s := &Server{sctp: map[string]time.Time{}, sctpFd: -1}
 	err := run.Do(func() error {
 		for _, p := range ports {
-			l, err := net.Listen("tcp4", ":"+strconv.Itoa(p))
-			if err != nil {
+			if err := s.serve("tcp4", "udp4", p); err != nil {
 				return err
 			}
-			s.closers = append(s.closers, l)
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					_, _ = c.Write([]byte(c.RemoteAddr().String()))
-					_ = c.Close()
-				}
-			}()
-			u, err := net.ListenPacket("udp4", ":"+strconv.Itoa(p))
-			if err != nil {
-				return err
-			}
-			s.closers = append(s.closers, u)
-			go func() {
-				buf := make([]byte, 1500)
-				for {
-					_, addr, err := u.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					_, _ = u.WriteTo([]byte(addr.String()), addr)
-				}
-			}()
+			// IPv6 too, on its own sockets (where the namespace has it).
+			_ = s.serve("tcp6", "udp6", p)
 		}
 		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_SCTP)
 		if err != nil {
@@ -78,6 +53,41 @@ func Serve(run *nsexec.Runner, ports ...int) (*Server, error) {
 	}
 	go s.readSCTP()
 	return s, nil
+}
+
+// serve answers TCP and UDP on port of one family.
+func (s *Server) serve(tcp, udp string, p int) error {
+	l, err := net.Listen(tcp, ":"+strconv.Itoa(p))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, l)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(c.RemoteAddr().String()))
+			_ = c.Close()
+		}
+	}()
+	u, err := net.ListenPacket(udp, ":"+strconv.Itoa(p))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, u)
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, addr, err := u.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = u.WriteTo([]byte(addr.String()), addr)
+		}
+	}()
+	return nil
 }
 
 func (s *Server) readSCTP() {
@@ -116,7 +126,7 @@ func TCP(run *nsexec.Runner, dst netip.Addr, port int) (string, error) {
 	var c net.Conn
 	err := run.Do(func() error {
 		var err error
-		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(dst, uint16(port)).String(), ProbeTimeout)
+		c, err = net.DialTimeout(family("tcp", dst), netip.AddrPortFrom(dst, uint16(port)).String(), ProbeTimeout)
 		return err
 	})
 	if err != nil {
@@ -137,7 +147,7 @@ func UDP(run *nsexec.Runner, dst netip.Addr, port int) (string, error) {
 	var c net.Conn
 	err := run.Do(func() error {
 		var err error
-		c, err = net.Dial("udp4", netip.AddrPortFrom(dst, uint16(port)).String())
+		c, err = net.Dial(family("udp", dst), netip.AddrPortFrom(dst, uint16(port)).String())
 		return err
 	})
 	if err != nil {
@@ -154,6 +164,14 @@ func UDP(run *nsexec.Runner, dst netip.Addr, port int) (string, error) {
 		return "", err
 	}
 	return string(buf[:n]), nil
+}
+
+// family is the network name of proto for dst's address family.
+func family(proto string, dst netip.Addr) string {
+	if dst.Is6() && !dst.Is4In6() {
+		return proto + "6"
+	}
+	return proto + "4"
 }
 
 func checksum(b []byte) uint16 {
