@@ -8,8 +8,10 @@ import (
 )
 
 // TestLegacyWaitsForXtablesLock holds the xtables lock (as another
-// iptables user would) while the legacy backend writes: the write waits
-// for it instead of failing.
+// iptables user, kube-proxy say, would) while the legacy backend writes:
+// the write waits for it instead of failing. (iptables-legacy-restore 1.8.9
+// blocks on the lock by itself; felix's --wait 10 only bounds the wait, so
+// a felix stuck behind a lock that is never released gives up and retries.)
 func TestLegacyWaitsForXtablesLock(t *testing.T) {
 	d := newDriver(t, Legacy)
 	f, err := os.OpenFile("/run/xtables.lock", os.O_CREATE|os.O_RDWR, 0o600)
