@@ -198,3 +198,26 @@ func BenchmarkNewEndpoint(b *testing.B) {
 	b.ReportMetric(float64(took[1].Microseconds())/20/1000, "restore-ms")
 	b.ReportMetric(float64(took[0])/float64(took[1]), "x/ref")
 }
+
+// TestDirectRefusedWritesNothing sends a batch the kernel refuses (a jump
+// to a chain that does not exist): the write fails and none of it lands,
+// not even the chain created before the bad rule.
+func TestDirectRefusedWritesNothing(t *testing.T) {
+	d := newDriver(t, NFT)
+	d.set(input("cali1"), Insert)
+	w, err := newNFTDirect(d.tables[0].run, 4, "filter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	desired := map[string][]rules.Rule{
+		"cali-new-ok":  {{Action: "ACCEPT", Hash: "AAAAAAAAAAAAAAAA"}},
+		"cali-new-bad": {{Action: "cali-missing", Hash: "BBBBBBBBBBBBBBBB"}},
+	}
+	if err := w.write(desired, []string{"cali-new-ok", "cali-new-bad"}, nil); err == nil {
+		t.Fatal("a jump to a missing chain was accepted")
+	}
+	if save := d.save("filter"); strings.Contains(save, "cali-new-ok") || strings.Contains(save, "cali-new-bad") {
+		t.Errorf("a refused batch left chains behind:\n%s", save)
+	}
+}
