@@ -126,15 +126,7 @@ spec: {node: node-a, expectedIPs: [198.18.0.1]}
 	t.Run("defaultEndpointToHostAction", func(t *testing.T) {
 		c.t = t
 		setAction := func(action string) {
-			c.apply(`apiVersion: projectcalico.org/v3
-kind: FelixConfiguration
-metadata: {name: default}
-spec:
-  iptablesBackend: NFT
-  ipv6Support: false
-  iptablesRefreshInterval: 1s
-  routeRefreshInterval: 2s
-  defaultEndpointToHostAction: ` + action + "\n")
+			c.apply(felixConfigBase + "  defaultEndpointToHostAction: " + action + "\n")
 			target := map[string]string{"Drop": "DROP", "Accept": "ACCEPT", "Return": "RETURN"}[action]
 			c.waitFor("cali-wl-to-host ends in "+target, func() bool {
 				return regexp.MustCompile(`-A cali-wl-to-host .*DefaultEndpointToHostAction.* -j ` + target + `\n`).MatchString(c.filter())

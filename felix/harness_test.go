@@ -158,11 +158,16 @@ spec:
 `, sa, strings.Split(sa, ".")[1]))
 	}
 
+	runFelix(t, ctx, cancel, Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
+		Log: log.WithField("test", t.Name())})
+	return c
+}
+
+// runFelix runs felix until the test ends, then stops it (cancel) and
+// checks it returned cleanly.
+func runFelix(t *testing.T, ctx context.Context, cancel context.CancelFunc, cfg Config) {
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
-			Log: log.WithField("test", t.Name())})
-	}()
+	go func() { done <- Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -174,7 +179,6 @@ spec:
 			t.Error("felix did not stop")
 		}
 	})
-	return c
 }
 
 // apply writes YAML resources.

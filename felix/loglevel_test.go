@@ -92,21 +92,7 @@ spec: {node: node-a, interfaceName: ` + iface + `}
 	base.Formatter = &log.TextFormatter{DisableTimestamp: true, DisableColors: true}
 	// The logger handed in is at Debug: felix's level is its own.
 	base.Level = log.DebugLevel
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{NodeName: nodeName, Store: store, NetNS: node.Path(), Log: base.WithField("test", t.Name())})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("felix.Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("felix did not stop")
-		}
-	})
+	runFelix(t, ctx, cancel, Config{NodeName: nodeName, Store: store, NetNS: node.Path(), Log: base.WithField("test", t.Name())})
 
 	// Default (Info): felix writes tables without its debug line.
 	hep("eth-a")
