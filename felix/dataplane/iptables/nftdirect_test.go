@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	log "github.com/sirupsen/logrus"
+
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 	"github.com/palisade-net/palisade/felix/rules"
 )
 
@@ -51,20 +55,47 @@ func uncommented(save string) string {
 
 // TestDirectMatchesRestore writes a whole table with iptables-nft-restore,
 // then writes every chain the direct writer can encode again through
-// netlink: iptables-nft-save must print exactly the same table, so the
-// direct rules are the ones iptables-nft itself would have written.
+// netlink: iptables-nft-save (ip6tables-nft-save) must print exactly the
+// same table, so the direct rules are the ones iptables-nft itself would
+// have written.
 func TestDirectMatchesRestore(t *testing.T) {
-	d := newDriver(t, NFT)
-	in := richInput(40)
-	d.set(in, Insert)
-	before := uncommented(d.save("filter"))
+	for _, family := range []int{4, 6} {
+		t.Run(fmt.Sprint("IPv", family), func(t *testing.T) { directMatchesRestore(t, family) })
+	}
+}
 
-	w, err := newNFTDirect(d.tables[0].run, 4, "filter")
+func directMatchesRestore(t *testing.T, family int) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "direct")
+	inet := map[int]string{4: "inet", 6: "inet6"}[family]
+	for _, set := range []string{"masq-ipam-pools", "all-ipam-pools"} {
+		ns.MustRun(t, "ipset", "create", fmt.Sprintf("cali%d0%s", family, set), "hash:net", "family", inet)
+	}
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	in := richInput(40)
+	in.IPVersion = family
+	rs := rules.Render(in)
+	for _, name := range rules.TableNames() {
+		tb := NewTable(name, family, NFT, run, log.WithField("test", t.Name()))
+		tb.SetChains(rs.Tables[name])
+		tb.SetJumps(rs.Jumps, Insert)
+		if _, err := tb.Apply(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		tb.Close()
+	}
+	save, _ := NFT.Commands(family)
+	before := uncommented(ns.MustRun(t, save, "-t", "filter"))
+
+	w, err := newNFTDirect(run, family, "filter")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.close()
-	rs := rules.Render(in)
 	desired := map[string][]rules.Rule{}
 	var names []string
 	kinds := map[string]int{}
@@ -90,7 +121,7 @@ func TestDirectMatchesRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after := uncommented(d.save("filter"))
+	after := uncommented(ns.MustRun(t, save, "-t", "filter"))
 	if after != before {
 		a, b := strings.Split(before, "\n"), strings.Split(after, "\n")
 		for _, l := range b {
