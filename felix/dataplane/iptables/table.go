@@ -356,7 +356,7 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 			return true, nil
 		} else {
 			// Nothing was applied (one transaction): restore does it.
-			t.log.WithError(err).Debug("Direct nftables write failed; using iptables-nft-restore")
+			t.log.WithError(err).Warn("Direct nftables write failed; using iptables-nft-restore")
 		}
 	}
 	var b strings.Builder
