@@ -26,9 +26,8 @@ import (
 // of the table's chains, its parsing) is what makes a new pod's rules land
 // in about a millisecond.
 type nftDirect struct {
-	conn   *nftables.Conn
-	table  *nftables.Table
-	family int
+	conn  *nftables.Conn
+	table *nftables.Table
 }
 
 func newNFTDirect(run *nsexec.Runner, family int, table string) (*nftDirect, error) {
@@ -44,7 +43,7 @@ func newNFTDirect(run *nsexec.Runner, family int, table string) (*nftDirect, err
 	if family == 6 {
 		fam = nftables.TableFamilyIPv6
 	}
-	return &nftDirect{conn: conn, table: &nftables.Table{Name: table, Family: fam}, family: family}, nil
+	return &nftDirect{conn: conn, table: &nftables.Table{Name: table, Family: fam}}, nil
 }
 
 func (w *nftDirect) close() { _ = w.conn.CloseLasting() }
