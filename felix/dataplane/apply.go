@@ -145,6 +145,16 @@ func (d *Driver) Apply(ctx context.Context) error {
 		d.rulesDirty = false
 	}
 	tRender = time.Since(start) - tSets
+	// Routes are written beside the tables: neither needs the other (a
+	// route to an interface the dispatch does not know yet leads to a
+	// DROP; the interface fails closed).
+	routesDone := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		err := d.routes.Apply()
+		tRoutes = time.Since(t0)
+		routesDone <- err
+	}()
 	rulesOK := true
 	for _, f := range d.families {
 		// One iptables-save for every table that must be read back.
@@ -165,10 +175,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 	}
 	tTables = time.Since(start) - tSets - tRender
-	if err := d.routes.Apply(); err != nil {
+	if err := <-routesDone; err != nil {
 		errs = append(errs, err)
 	}
-	tRoutes = time.Since(start) - tSets - tRender - tTables
 	if rulesOK {
 		for _, f := range d.families {
 			if err := f.sets.ApplyDeletions(ctx); err != nil {
