@@ -45,7 +45,8 @@ func TestConcurrentProcesses(t *testing.T) {
 			cmd.Stderr = &stderr
 			outs[i], errs[i] = cmd.Output()
 			if errs[i] != nil {
-				errs[i] = fmt.Errorf("%w: %s", errs[i], stderr.String())
+				// The helper's test failures are on its standard output.
+				errs[i] = fmt.Errorf("%w: %s", errs[i], outs[i])
 			}
 		}()
 	}
