@@ -78,20 +78,33 @@ var errBlockTaken = errors.New("block claimed by another node")
 func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Prefix) (*block, int64, Affinity, error) {
 	affKey := affinityKey(host, cidr)
 	logCtx := log.WithFields(log.Fields{"node": host, "block": cidr})
-	aff, err := a.kv.Create(ctx, datastore.KVPair{Key: affKey, Value: encodeAffinity(AffinityPending)})
-	createdAffinity := err == nil
-	if err != nil {
+	var aff datastore.KVPair
+	createdAffinity := false
+	for attempt := 1; ; attempt++ {
+		var err error
+		aff, err = a.kv.Create(ctx, datastore.KVPair{Key: affKey, Value: encodeAffinity(AffinityPending)})
+		if err == nil {
+			createdAffinity = true
+			break
+		}
 		if !errors.Is(err, datastore.ErrAlreadyExists) {
 			return nil, 0, Affinity{}, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
 		}
 		// Our node already has an affinity here: an earlier claim that
-		// did not finish, or one running now. Carry on and adopt it.
-		if aff, err = a.kv.Get(ctx, affKey); err != nil {
+		// did not finish, or one running now. Carry on and adopt it —
+		// unless that claim gave up and removed it meanwhile: then try
+		// to create it again.
+		aff, err = a.kv.Get(ctx, affKey)
+		if errors.Is(err, datastore.ErrNotFound) && attempt < maxRetries {
+			continue
+		}
+		if err != nil {
 			return nil, 0, Affinity{}, fmt.Errorf("claiming block %s for node %q: %w", cidr, host, err)
 		}
 		if v, err := decodeAffinity(aff); err != nil || v.State == AffinityPendingDeletion {
 			return nil, 0, Affinity{}, errBlockTaken
 		}
+		break
 	}
 
 	b := newBlock(cidr, host)
