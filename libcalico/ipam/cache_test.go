@@ -108,15 +108,7 @@ func TestCachedStateFollowsChanges(t *testing.T) {
 			name:  "pool disabled, another created",
 			setup: func(e *env) { e.pool("a", "10.0.0.0/24", nil) },
 			change: func(t *testing.T, e *env) {
-				r, err := e.store.Get(ctxT(t), datastore.Key{Kind: v3.KindIPPool, Name: "a"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				p := r.(*v3.IPPool)
-				p.Spec.Disabled = true
-				if _, err := e.store.Update(ctxT(t), p); err != nil {
-					t.Fatal(err)
-				}
+				e.disablePool(t, "a")
 				e.pool("b", "10.1.0.0/24", nil)
 			},
 			check: wantIn("10.1.0.0/24"),

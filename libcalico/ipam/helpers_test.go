@@ -45,6 +45,20 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
+// disablePool sets disabled on an existing pool.
+func (e *env) disablePool(t *testing.T, name string) {
+	t.Helper()
+	r, err := e.store.Get(ctxT(t), datastore.Key{Kind: v3.KindIPPool, Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.(*v3.IPPool)
+	p.Spec.Disabled = true
+	if _, err := e.store.Update(ctxT(t), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) pool(name, cidr string, mod func(*v3.IPPoolSpec)) {
 	e.t.Helper()
 	p := &v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.IPPoolSpec{CIDR: cidr}}

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
-	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
 // TestPrefetchedAssign: a fresh Allocator (a CNI plugin's) that prefetched
@@ -77,15 +76,7 @@ func TestPrefetchedStateFollowsChanges(t *testing.T) {
 		{
 			name: "pool disabled, another created",
 			change: func(t *testing.T, e *env) {
-				r, err := e.store.Get(ctxT(t), datastore.Key{Kind: v3.KindIPPool, Name: "a"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				p := r.(*v3.IPPool)
-				p.Spec.Disabled = true
-				if _, err := e.store.Update(ctxT(t), p); err != nil {
-					t.Fatal(err)
-				}
+				e.disablePool(t, "a")
 				e.pool("b", "10.1.0.0/24", nil)
 			},
 			check: wantIn("10.1.0.0/24"),
