@@ -111,7 +111,10 @@ spec: {node: node-a, interfaceName: ` + iface + `}
 
 	// Debug: the same kind of change now logs felix's debug lines.
 	felixConfig("  logSeverityScreen: Debug\n")
-	c.waitFor("felix's level changed", func() bool { return strings.Contains(out.since(0), "Log level changed") })
+	// The first configuration (Info) logged a change too: wait for this one.
+	c.waitFor("felix's level changed", func() bool {
+		return strings.Contains(out.since(0), `msg="Log level changed" logSeverityScreen=Debug`)
+	})
 	mark := out.len()
 	hep("eth-b")
 	chain("cali-fh-eth-b", true)
