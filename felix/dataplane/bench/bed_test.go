@@ -233,20 +233,18 @@ func connect(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) bool
 // was seen, counted from start.
 //
 // A connection that succeeds proves the path open at once, so while
-// waiting for it each probe gives up after 1 ms (its SYN was dropped: the
-// path opened later) and the time of the answer is taken; the time a
-// probe waits is the benchmark's resolution. A connection that fails proves nothing unless it waited
-// long enough for an answer that did not come (a busy machine can delay a
-// SYN-ACK by milliseconds), so while waiting for a drop each probe waits
-// 50 ms, and the time its SYN was sent is taken: the path was closed then.
+// waiting for it a SYN leaves every 250 µs from a fresh socket, without
+// waiting for the ones before (synProber), and the time the first answer
+// arrives is taken. A connection that fails proves nothing unless it
+// waited long enough for an answer that did not come (a busy machine can
+// delay a SYN-ACK by milliseconds), so while waiting for a drop each
+// probe waits 50 ms, and the time its SYN was sent is taken: the path was
+// closed then.
 func until(run *nsexec.Runner, dst netip.AddrPort, want bool, start time.Time, limit time.Duration) (time.Duration, bool) {
+	if want {
+		return firstAnswer(run, dst, start, limit)
+	}
 	for time.Since(start) < limit {
-		if want {
-			if connect(run, dst, time.Millisecond) {
-				return time.Since(start), true
-			}
-			continue
-		}
 		sent := time.Since(start)
 		if !connect(run, dst, 50*time.Millisecond) {
 			return sent, true
