@@ -29,6 +29,10 @@ type nftDirect struct {
 	netns  int // namespace fd, -1 for the current one
 	family byte
 	table  string
+	// conn is kept between writes (opening one in another namespace
+	// costs a thread switch and two setns calls); it is dropped after any
+	// failure, so no reply of a failed batch is read by the next one.
+	conn *netlink.Conn
 }
 
 func newNFTDirect(run *nsexec.Runner, family int, table string) (*nftDirect, error) {
@@ -39,8 +43,13 @@ func newNFTDirect(run *nsexec.Runner, family int, table string) (*nftDirect, err
 	return &nftDirect{netns: int(run.Handle()), family: fam, table: table}, nil
 }
 
-// close is a no-op: each write opens and closes its own netlink socket.
-func (w *nftDirect) close() {}
+// close closes the netlink connection, if one is open.
+func (w *nftDirect) close() {
+	if w.conn != nil {
+		w.conn.Close()
+		w.conn = nil
+	}
+}
 
 // directMaxRules bounds a direct write: a batch must fit one netlink
 // message, and large changes (a first write, a resync) are not where a
@@ -147,22 +156,34 @@ func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []st
 	}
 	msgs = append(append([]netlink.Message{batch(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...), batch(unix.NFNL_MSG_BATCH_END))
 
-	cfg := &netlink.Config{}
-	if w.netns >= 0 {
-		cfg.NetNS = w.netns
+	if w.conn == nil {
+		cfg := &netlink.Config{}
+		if w.netns >= 0 {
+			cfg.NetNS = w.netns
+		}
+		conn, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+		if err != nil {
+			return fmt.Errorf("nftables netlink connection: %w", err)
+		}
+		w.conn = conn
 	}
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
-	if err != nil {
-		return fmt.Errorf("nftables netlink connection: %w", err)
+	if err := w.send(msgs); err != nil {
+		w.close()
+		return err
 	}
-	defer conn.Close()
-	sent, err := conn.SendMessages(msgs)
+	return nil
+}
+
+// send sends one batch and waits for the acknowledgement of its last
+// message, which the kernel sends only once the whole batch committed.
+func (w *nftDirect) send(msgs []netlink.Message) error {
+	sent, err := w.conn.SendMessages(msgs)
 	if err != nil {
 		return fmt.Errorf("sending the nftables batch: %w", err)
 	}
 	last := sent[len(sent)-2].Header.Sequence // the message before BATCH_END
 	for {
-		replies, err := conn.Receive()
+		replies, err := w.conn.Receive()
 		if err != nil {
 			// A message was refused: the kernel aborted the batch.
 			return fmt.Errorf("nftables batch: %w", err)

@@ -232,7 +232,8 @@ func BenchmarkNewEndpoint(b *testing.B) {
 
 // TestDirectRefusedWritesNothing sends a batch the kernel refuses (a jump
 // to a chain that does not exist): the write fails and none of it lands,
-// not even the chain created before the bad rule.
+// not even the chain created before the bad rule. The same writer's next
+// batch lands: no reply of the refused one is taken for its answer.
 func TestDirectRefusedWritesNothing(t *testing.T) {
 	d := newDriver(t, NFT)
 	d.set(input("cali1"), Insert)
@@ -250,5 +251,12 @@ func TestDirectRefusedWritesNothing(t *testing.T) {
 	}
 	if save := d.save("filter"); strings.Contains(save, "cali-new-ok") || strings.Contains(save, "cali-new-bad") {
 		t.Errorf("a refused batch left chains behind:\n%s", save)
+	}
+	delete(desired, "cali-new-bad")
+	if err := w.write(desired, []string{"cali-new-ok"}, nil); err != nil {
+		t.Fatalf("the batch after a refused one: %v", err)
+	}
+	if save := d.save("filter"); !strings.Contains(save, ":cali-new-ok") {
+		t.Errorf("the batch after a refused one did not land:\n%s", save)
 	}
 }
