@@ -213,6 +213,23 @@ func (e *bed) waitStatus(wep string, timeout time.Duration) {
 	}
 }
 
+// waitStatusGone waits until felix removed an endpoint's status file:
+// the endpoint's rules are gone.
+func (e *bed) waitStatusGone(wep string, timeout time.Duration) {
+	e.b.Helper()
+	path := e.status + "/" + dataplane.StatusFileName("bench", wep)
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := statFile(path); err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.b.Fatalf("endpoint %s still programmed %s after its removal", wep, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // connect tries one TCP connection from run's namespace with a short
 // timeout: a dropped SYN shows as a timeout.
 func connect(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) bool {
