@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"os"
 	"net/netip"
 	"time"
 
@@ -21,6 +22,13 @@ import (
 // Sockets are made in the probing namespace in batches (entering a
 // namespace costs a thread switch and two setns calls) and connected from
 // here: a socket belongs to the namespace it was made in.
+//
+// The prober never blocks in a system call: a goroutine that does keeps
+// its processor until the runtime takes it back, which on this two-core
+// machine held felix's own goroutines back by milliseconds. It sleeps on
+// a timerfd through the runtime's poller instead (Go's own timers wake
+// no sooner than a millisecond) and checks its sockets without waiting,
+// so an answer is seen within one tick of arriving.
 type synProber struct {
 	run     *nsexec.Runner
 	dst     unix.SockaddrInet4
@@ -76,15 +84,14 @@ func (p *synProber) send() error {
 	return nil
 }
 
-// wait blocks until a probe is answered or d passes. It reports whether
-// a connection was established; a probe refused or given up is closed.
-func (p *synProber) wait(d time.Duration) (bool, error) {
+// answered checks, without waiting, whether a probe was answered. A
+// probe refused or given up is closed.
+func (p *synProber) answered() (bool, error) {
 	fds := make([]unix.PollFd, len(p.waiting))
 	for i, w := range p.waiting {
 		fds[i] = unix.PollFd{Fd: int32(w.fd), Events: unix.POLLOUT}
 	}
-	ts := unix.NsecToTimespec(max(d, 0).Nanoseconds())
-	if _, err := unix.Ppoll(fds, &ts, nil); err != nil && !errors.Is(err, unix.EINTR) {
+	if _, err := unix.Poll(fds, 0); err != nil && !errors.Is(err, unix.EINTR) {
 		return false, err
 	}
 	now := time.Now()
@@ -118,23 +125,43 @@ func (p *synProber) close() {
 	p.spare, p.waiting = nil, nil
 }
 
+// ticker returns a file that becomes readable every d: a timerfd read
+// through the runtime's poller.
+func ticker(d time.Duration) (*os.File, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	every := unix.NsecToTimespec(d.Nanoseconds())
+	if err := unix.TimerfdSettime(fd, 0, &unix.ItimerSpec{Interval: every, Value: every}, nil); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "probe-ticker"), nil
+}
+
 // firstAnswer probes dst until a connection is established and returns
-// when its answer arrived, counted from start.
+// when its answer was seen, counted from start.
 func firstAnswer(run *nsexec.Runner, dst netip.AddrPort, start time.Time, limit time.Duration) (time.Duration, bool) {
 	p := newSYNProber(run, dst)
 	defer p.close()
 	if err := p.refill(); err != nil {
 		return 0, false
 	}
-	next := time.Now()
+	ticks, err := ticker(probeEvery)
+	if err != nil {
+		return 0, false
+	}
+	defer ticks.Close()
+	expirations := make([]byte, 8)
 	for time.Since(start) < limit {
-		if now := time.Now(); !now.Before(next) {
-			if err := p.send(); err != nil {
-				return 0, false
-			}
-			next = now.Add(probeEvery)
+		if err := p.send(); err != nil {
+			return 0, false
 		}
-		ok, err := p.wait(time.Until(next))
+		if _, err := ticks.Read(expirations); err != nil {
+			return 0, false
+		}
+		ok, err := p.answered()
 		if err != nil {
 			return 0, false
 		}
