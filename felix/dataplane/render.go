@@ -32,6 +32,7 @@ type renderer struct {
 	// dispatch is the workload dispatch, rendered apart from the base.
 	dispatch      []rules.Chain
 	dispatchDirty bool
+	dispatchCache rules.DispatchCache // emptied with the configuration
 	endpoints     map[calc.EndpointID]*epRender
 	policies      map[calc.PolicyID]*itemRender[*calc.Policy]
 	profiles      map[string]*itemRender[*calc.Profile]
@@ -255,6 +256,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		r.base = &rules.Ruleset{IPVersion: r.version, Jumps: full.Jumps,
 			Tables: pick(full, func(n string) bool { return !isEndpointChain(n) && !isPolicyChain(n) && !rules.IsDispatchChain(n) })}
 		r.baseDirty, r.dispatchDirty = false, true
+		r.dispatchCache = rules.DispatchCache{}
 	}
 	if r.dispatchDirty {
 		var ifaces []string
@@ -264,7 +266,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			}
 		}
 		slices.Sort(ifaces)
-		r.dispatch = rules.DispatchChains(rules.Input{Config: cfg, IPVersion: r.version}, ifaces)
+		r.dispatch = rules.DispatchChains(rules.Input{Config: cfg, IPVersion: r.version}, ifaces, &r.dispatchCache)
 		r.dispatchDirty = false
 	}
 

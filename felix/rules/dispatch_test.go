@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,5 +83,61 @@ func TestDispatchTree(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDispatchCacheSameAsFresh: interfaces come and go one at a time (a
+// group splitting into a sub-chain, a sub-chain emptying, a lone
+// interface joining a group); at every step the dispatch rendered with a
+// cache carried from step to step is, chain for chain and hash for hash,
+// the one rendered from nothing, and the cache does reuse sub-chains.
+func TestDispatchCacheSameAsFresh(t *testing.T) {
+	in := Input{Config: calc.MergeConfig(nil, nil), IPVersion: 4}
+	var all []string
+	for i := range 300 {
+		all = append(all, fmt.Sprintf("cali%011x", i*2654435761%(1<<40)))
+	}
+	set := map[string]bool{}
+	var cache DispatchCache
+	reused := 0
+	for step := range 600 {
+		// Add the first 300 one by one, remove every other one, then add
+		// them back in another order, some swapped for one present.
+		switch iface := all[(step*7)%len(all)]; {
+		case step < 300:
+			set[all[step]] = true
+		case step < 450:
+			delete(set, all[(step-300)*2])
+		case step%2 == 0:
+			// One in, one out: the same count, other interfaces.
+			for i := range set {
+				delete(set, i)
+				break
+			}
+			set[iface] = true
+		default:
+			set[iface] = true
+		}
+		var ifaces []string
+		for i := range set {
+			ifaces = append(ifaces, i)
+		}
+		slices.Sort(ifaces)
+		before := cache.trees
+		got := DispatchChains(in, ifaces, &cache)
+		want := DispatchChains(in, ifaces, nil)
+		if !slices.EqualFunc(got, want, func(a, b Chain) bool {
+			return a.Name == b.Name && slices.Equal(a.Rules, b.Rules)
+		}) {
+			t.Fatalf("step %d (%d interfaces): the cached dispatch differs from a fresh one", step, len(ifaces))
+		}
+		for name, tree := range cache.trees {
+			if old, ok := before[name]; ok && len(old.chains) > 0 && len(tree.chains) > 0 && &old.chains[0] == &tree.chains[0] {
+				reused++
+			}
+		}
+	}
+	if reused == 0 {
+		t.Error("the cache never reused a sub-tree")
 	}
 }

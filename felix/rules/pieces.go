@@ -47,12 +47,34 @@ func ProfileChains(in Input, p *calc.Profile) []Chain {
 
 // DispatchChains renders the workload dispatch chains (cali-from-wl-dispatch,
 // cali-to-wl-dispatch and their sub-chains) for the workload interfaces,
-// sorted.
-func DispatchChains(in Input, ifaces []string) []Chain {
+// sorted. With a cache, a sub-tree whose interfaces are those of the
+// cache's last render is taken from it, not built and hashed again: a new
+// pod changes one branch of each tree.
+func DispatchChains(in Input, ifaces []string, cache *DispatchCache) []Chain {
 	b := &builder{in: in, tables: map[string][]Chain{}}
+	if cache != nil {
+		b.dispatchSeen, b.dispatchNext = cache.trees, map[string]dispatchTree{}
+	}
 	b.dispatch(ChainFromWlDispatch, ChainFromWlDispatch, "-i", PrefixFromWorkload, ifaces, 0)
 	b.dispatch(ChainToWlDispatch, ChainToWlDispatch, "-o", PrefixToWorkload, ifaces, 0)
+	if cache != nil {
+		cache.trees = b.dispatchNext
+	}
 	return b.tables["filter"]
+}
+
+// DispatchCache holds the dispatch trees of the last render, by the name
+// of the chain at their top.
+type DispatchCache struct {
+	trees map[string]dispatchTree
+}
+
+// dispatchTree is a dispatch chain and every chain under it, as rendered
+// for ifaces starting at depth.
+type dispatchTree struct {
+	ifaces []string
+	depth  int
+	chains []Chain
 }
 
 // IsDispatchChain reports whether a chain is one of the workload dispatch

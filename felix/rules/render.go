@@ -77,6 +77,9 @@ func clearMark(bits int) string    { return fmt.Sprintf("MARK --set-xmark 0x0/%#
 type builder struct {
 	in     Input
 	tables map[string][]Chain
+	// dispatchSeen is the dispatch trees of the last render and
+	// dispatchNext those of this one (DispatchChains with a cache).
+	dispatchSeen, dispatchNext map[string]dispatchTree
 }
 
 func (b *builder) add(table, name string, rules []Rule) {
@@ -256,6 +259,18 @@ const dispatchFanout = 16
 // (<root>-<group>, hashed to fit). Every dispatch chain ends with DROP: an
 // unknown interface fails closed.
 func (b *builder) dispatch(root, name, flag, prefix string, ifaces []string, depth int) {
+	if b.dispatchNext != nil {
+		if t, ok := b.dispatchSeen[name]; ok && t.depth == depth && slices.Equal(t.ifaces, ifaces) {
+			b.tables["filter"] = append(b.tables["filter"], t.chains...)
+			b.dispatchNext[name] = t
+			return
+		}
+		first := len(b.tables["filter"])
+		defer func() {
+			b.dispatchNext[name] = dispatchTree{ifaces: slices.Clone(ifaces), depth: depth,
+				chains: slices.Clone(b.tables["filter"][first:])}
+		}()
+	}
 	var rules []Rule
 	if len(ifaces) <= dispatchFanout {
 		for _, i := range ifaces {

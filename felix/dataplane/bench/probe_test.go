@@ -2,8 +2,8 @@ package bench
 
 import (
 	"errors"
-	"os"
 	"net/netip"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
