@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,7 +104,8 @@ func (e *bed) startFelix() {
 	go func() {
 		done <- felix.Run(ctx, felix.Config{NodeName: nodeName, Store: e.store, NetNS: e.node.Path(), StatusDir: e.status})
 	}()
-	e.stop = func() { cancel(); <-done }
+	var once sync.Once
+	e.stop = func() { once.Do(func() { cancel(); <-done }) }
 	e.b.Cleanup(e.stop)
 }
 
