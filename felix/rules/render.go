@@ -262,7 +262,13 @@ func (b *builder) dispatch(root, name, flag, prefix string, ifaces []string, dep
 	if b.dispatchNext != nil {
 		if t, ok := b.dispatchSeen[name]; ok && t.depth == depth && slices.Equal(t.ifaces, ifaces) {
 			b.tables["filter"] = append(b.tables["filter"], t.chains...)
-			b.dispatchNext[name] = t
+			// Kept with the sub-trees under it, for when one of them
+			// changes next time.
+			for _, c := range t.chains {
+				if d, ok := b.dispatchSeen[c.Name]; ok {
+					b.dispatchNext[c.Name] = d
+				}
+			}
 			return
 		}
 		first := len(b.tables["filter"])
