@@ -147,7 +147,12 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 	if p.RRClient {
 		ap.RouteReflector = &api.RouteReflector{RouteReflectorClient: true, RouteReflectorClusterId: p.ClusterID}
 	}
-	if p.EBGP {
+	switch {
+	case p.TTLSecurity > 0:
+		// GTSM: GoBGP sends with TTL 255 and sets the socket's minimum
+		// TTL (it refuses eBGP multihop beside it).
+		ap.TtlSecurity = &api.TtlSecurity{Enabled: true, TtlMin: 256 - uint32(p.TTLSecurity)}
+	case p.EBGP:
 		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: 255}
 	}
 	return ap

@@ -67,6 +67,10 @@ type Peer struct {
 	SourceAddress netip.Addr `json:"sourceAddress,omitzero"`
 	// AllowASIn is how many times our AS may appear in received paths.
 	AllowASIn uint8 `json:"allowASIn,omitempty"`
+	// TTLSecurity turns on GTSM (RFC 5082) for a peer this many hops away:
+	// packets leave with TTL 255 and arrive with at least 256 minus it.
+	// 0 is off.
+	TTLSecurity uint8 `json:"ttlSecurity,omitempty"`
 }
 
 // MarshalJSON writes the durations the way resources spell them ("120s").
@@ -310,6 +314,9 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 			n = 255
 		}
 		template.AllowASIn = uint8(n)
+	}
+	if s.TTLSecurity != nil {
+		template.TTLSecurity = *s.TTLSecurity
 	}
 	template.Password, template.PasswordRef = b.resolve(s.Password)
 	if s.SourceAddress != v3.SourceAddressNone {

@@ -1,0 +1,73 @@
+package bgp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+)
+
+// TestTTLSecurity: BIRD runs GTSM (`ttl security on`) towards two nodes.
+// n1's BGPPeer has ttlSecurity 1: its packets leave with TTL 255, the
+// session comes up and BIRD learns its block. n2's BGPPeer has none: BIRD
+// drops its packets (TTL 64) and the session stays down, until
+// ttlSecurity is added to that BGPPeer too.
+func TestTTLSecurity(t *testing.T) {
+	f := newFabric(t)
+	f.pool()
+	off := false
+	one := uint8(1)
+	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}})
+	peer := func(node string, ttl *uint8) *v3.BGPPeer {
+		return &v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "rr-" + node}, Spec: v3.BGPPeerSpec{
+			Node: node, PeerIP: "198.18.0.250", ASNumber: 64512, TTLSecurity: ttl,
+		}}
+	}
+	f.apply(peer("n1", &one))
+	f.apply(peer("n2", nil))
+	b := f.startBird("rr", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol direct { ipv4; interface "eth0"; }
+template bgp nodes {
+  local 198.18.0.250 as 64512; rr client; ttl security on;
+  # A failing session retries in seconds, not BIRD's default minutes. A
+  # connection whose packets from the node are dropped stays in OpenSent
+  # until the startup hold time ends (240 s by default).
+  connect retry time 1; error wait time 1, 2; startup hold time 3;
+  ipv4 { import all; export all; };
+}
+protocol bgp n1 from nodes { neighbor 198.18.0.1 as 64512; }
+protocol bgp n2 from nodes { neighbor 198.18.0.2 as 64512; }
+`)
+	f.node("n1", "198.18.0.1/24", nil)
+	f.node("n2", "198.18.0.2/24", nil)
+	b1, b2 := f.block("n1"), f.block("n2")
+	f.start("n1")
+	f.start("n2")
+
+	b.waitHas(b1, true)
+	established := func(proto string) bool {
+		return strings.Contains(b.show("show", "protocols", proto), "Established")
+	}
+	// n1 is up; give n2 as long again (several connect retries) and check
+	// it never came up.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if established("n2") {
+			t.Fatalf("n2's session came up without TTL security towards a GTSM peer:\n%s", b.show("show", "protocols", "all", "n2"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out := b.show("show", "route", "for", b2.String()); strings.Contains(out, b2.String()) {
+		t.Fatalf("BIRD learned n2's block over a session without TTL security:\n%s", out)
+	}
+
+	// ttlSecurity added to n2's BGPPeer: the session is made again with
+	// it and comes up.
+	f.apply(peer("n2", &one))
+	b.waitHas(b2, true)
+	if !established("n1") || !established("n2") {
+		t.Errorf("sessions not both Established:\n%s", b.show("show", "protocols"))
+	}
+}
