@@ -153,6 +153,8 @@ type state struct {
 	paths  paths.Result
 	port   int32
 	errors []error
+	// ignored says which BGPPeer fields are set but not acted on.
+	ignored []string
 }
 
 // read lists everything and computes the desired state.
@@ -196,6 +198,9 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 	}
 	for _, p := range bps {
 		in.Peers = append(in.Peers, *p)
+		for _, note := range peers.Ignored(*p) {
+			st.ignored = append(st.ignored, fmt.Sprintf("bgppeer %q: %s", p.Name, note))
+		}
 	}
 	st.peers, st.errors = peers.Compute(in)
 	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Config: conf}
@@ -323,10 +328,17 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	resync := time.NewTicker(cfg.ResyncInterval)
 	defer resync.Stop()
 	lastLearn := time.Now()
+	warned := map[string]bool{} // ignored fields are said once a run
 	for {
 		if len(st.errors) > 0 {
 			for _, e := range st.errors {
 				cfg.Log.WithError(e).Debug("Skipping invalid BGP resource")
+			}
+		}
+		for _, note := range st.ignored {
+			if !warned[note] {
+				warned[note] = true
+				cfg.Log.Warn(note)
 			}
 		}
 		want := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}

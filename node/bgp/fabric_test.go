@@ -58,6 +58,7 @@ type fabric struct {
 	alloc *ipam.Allocator
 	ns    map[string]string // node name → namespace
 	procs map[string]*exec.Cmd
+	logs  map[string]string // node name → its process's log file
 	// etcd is the test's etcd on loopback, which etcdAddr proxies to.
 	etcd string
 }
@@ -66,7 +67,7 @@ const etcdAddr = "198.18.0.254:2379"
 
 func newFabric(t testing.TB) *fabric {
 	lab := nstest.New(t)
-	f := &fabric{t: t, lab: lab, ns: map[string]string{}, procs: map[string]*exec.Cmd{}}
+	f := &fabric{t: t, lab: lab, ns: map[string]string{}, procs: map[string]*exec.Cmd{}, logs: map[string]string{}}
 	f.br = lab.Bridge("fab")
 	lab.Run("ip", "-n", f.br, "addr", "add", "198.18.0.254/24", "dev", "br0")
 	lab.Run("ip", "-n", f.br, "addr", "add", "fd00:198::254/64", "dev", "br0", "nodad")
@@ -152,6 +153,7 @@ func (f *fabric) start(name string, extra ...string) {
 		f.t.Fatal(err)
 	}
 	f.procs[name] = cmd
+	f.logs[name] = logf.Name()
 	f.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -164,6 +166,16 @@ func (f *fabric) start(name string, extra ...string) {
 			f.t.Logf("--- %s log (tail):\n%s", name, b)
 		}
 	})
+}
+
+// log returns what the node's process logged so far.
+func (f *fabric) log(name string) string {
+	f.t.Helper()
+	b, err := os.ReadFile(f.logs[name])
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return string(b)
 }
 
 // block claims a block for node and returns it.

@@ -12,7 +12,8 @@ import (
 // n1's BGPPeer has ttlSecurity 1: its packets leave with TTL 255, the
 // session comes up and BIRD learns its block. n2's BGPPeer has none: BIRD
 // drops its packets (TTL 64) and the session stays down, until
-// ttlSecurity is added to that BGPPeer too.
+// ttlSecurity is added to that BGPPeer too. n2's BGPPeer also sets
+// reachableBy, which is not acted on: n2 says so once in its log.
 func TestTTLSecurity(t *testing.T) {
 	f := newFabric(t)
 	f.pool()
@@ -25,7 +26,9 @@ func TestTTLSecurity(t *testing.T) {
 		}}
 	}
 	f.apply(peer("n1", &one))
-	f.apply(peer("n2", nil))
+	n2Peer := peer("n2", nil)
+	n2Peer.Spec.ReachableBy = "198.18.0.254"
+	f.apply(n2Peer)
 	b := f.startBird("rr", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
 protocol device { }
 protocol direct { ipv4; interface "eth0"; }
@@ -61,6 +64,10 @@ protocol bgp n2 from nodes { neighbor 198.18.0.2 as 64512; }
 	}
 	if out := b.show("show", "route", "for", b2.String()); strings.Contains(out, b2.String()) {
 		t.Fatalf("BIRD learned n2's block over a session without TTL security:\n%s", out)
+	}
+	// Several rounds have run by now: the warning came once.
+	if n := strings.Count(f.log("n2"), `spec.reachableBy is not acted on`); n != 1 {
+		t.Errorf("n2 logged the ignored reachableBy %d times, want once:\n%s", n, f.log("n2"))
 	}
 
 	// ttlSecurity added to n2's BGPPeer: the session is made again with

@@ -92,6 +92,29 @@ func (p Peer) Key() string {
 	return netip.AddrPortFrom(p.Address, p.Port).String()
 }
 
+// Ignored lists the fields of a BGPPeer that are set but not acted on,
+// each with what happens instead, so that the node can say so.
+func Ignored(bp v3.BGPPeer) []string {
+	var out []string
+	s := bp.Spec
+	if s.ReachableBy != "" {
+		out = append(out, "spec.reachableBy is not acted on: the node needs a route of its own to the peer")
+	}
+	if len(s.Filters) > 0 {
+		out = append(out, "spec.filters is not acted on: every route is sent and taken")
+	}
+	if s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
+		out = append(out, "spec.nextHopMode Self is not acted on: next hops are set as with Auto")
+	}
+	if s.LocalWorkloadSelector != "" {
+		out = append(out, "spec.localWorkloadSelector is not acted on: no session is made with local workloads")
+	}
+	if s.ReversePeering != nil && *s.ReversePeering == v3.ReversePeeringManual {
+		out = append(out, "spec.reversePeering Manual is not acted on: selected nodes peer back as with Auto")
+	}
+	return out
+}
+
 // Input is everything the peer set depends on.
 type Input struct {
 	// NodeName is this node.
