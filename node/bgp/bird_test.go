@@ -82,6 +82,28 @@ func (b *birdPeer) waitHas(pfx netip.Prefix, want bool) {
 	})
 }
 
+// established reports whether BIRD's protocol proto is Established.
+func (b *birdPeer) established(proto string) bool {
+	return strings.Contains(b.show("show", "protocols", proto), "Established")
+}
+
+// staysDown checks, for 3 s (several connect retries), that protocol proto
+// never comes up and that BIRD never learns pfx over it; why says what
+// is wrong with the session.
+func (b *birdPeer) staysDown(proto string, pfx netip.Prefix, why string) {
+	b.f.t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if b.established(proto) {
+			b.f.t.Fatalf("%s's session came up %s:\n%s", proto, why, b.show("show", "protocols", "all", proto))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out := b.show("show", "route", "for", pfx.String()); strings.Contains(out, pfx.String()) {
+		b.f.t.Fatalf("BIRD learned %s's %s over a session %s:\n%s", proto, pfx, why, out)
+	}
+}
+
 // rrConf renders a BIRD route reflector config for the nodes.
 func rrConf(bird1 bool, nodes map[string]string) string {
 	var sb strings.Builder
