@@ -109,9 +109,6 @@ func Ignored(bp v3.BGPPeer) []string {
 	if s.LocalWorkloadSelector != "" {
 		out = append(out, "spec.localWorkloadSelector is not acted on: no session is made with local workloads")
 	}
-	if s.ReversePeering != nil && *s.ReversePeering == v3.ReversePeeringManual {
-		out = append(out, "spec.reversePeering Manual is not acted on: selected nodes peer back as with Auto")
-	}
 	return out
 }
 
@@ -352,16 +349,18 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 		if err != nil {
 			return fmt.Errorf("bgppeer %q: spec.peerSelector %q: %w", bp.Name, s.PeerSelector, err)
 		}
-		// Forward: this node peers with the selected nodes. Reverse (as
-		// Calico's reversePeering Auto): a selected node peers back with
-		// every node the BGPPeer applies to, so both ends configure the
-		// session.
+		// Forward: this node peers with the selected nodes. Reverse
+		// (reversePeering Auto, the default): a selected node peers back
+		// with every node the BGPPeer applies to, so both ends configure
+		// the session. With Manual the reverse side needs a BGPPeer of
+		// its own.
+		reverse := s.ReversePeering == nil || *s.ReversePeering != v3.ReversePeeringManual
 		meApplies, meSelected := applies(b.me), sel.Evaluate(b.me.labels)
 		for _, other := range sortedNodes(nodes) {
 			if other.name == b.me.name {
 				continue
 			}
-			if !(meApplies && sel.Evaluate(other.labels)) && !(meSelected && applies(other)) {
+			if !(meApplies && sel.Evaluate(other.labels)) && !(reverse && meSelected && applies(other)) {
 				continue
 			}
 			for _, addr := range []netip.Prefix{other.v4, other.v6} {

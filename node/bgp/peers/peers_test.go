@@ -227,21 +227,22 @@ func TestPasswords(t *testing.T) {
 // TestIgnored: every BGPPeer field that is set but not acted on is named,
 // and a peer using only what is acted on has nothing to say.
 func TestIgnored(t *testing.T) {
-	self, manual := v3.NextHopSelf, v3.ReversePeeringManual
+	self := v3.NextHopSelf
 	one := uint8(1)
 	full := v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{
 		PeerIP: "198.18.0.250", ASNumber: 65001, ReachableBy: "198.18.0.254", Filters: []string{"no-default"},
-		NextHopMode: &self, LocalWorkloadSelector: "app == 'router'", ReversePeering: &manual,
+		NextHopMode: &self, LocalWorkloadSelector: "app == 'router'",
 	}}
 	got := strings.Join(Ignored(full), "\n")
-	for _, field := range []string{"spec.reachableBy", "spec.filters", "spec.nextHopMode Self", "spec.localWorkloadSelector", "spec.reversePeering Manual"} {
+	for _, field := range []string{"spec.reachableBy", "spec.filters", "spec.nextHopMode Self", "spec.localWorkloadSelector"} {
 		if !strings.Contains(got, field) {
 			t.Errorf("Ignored does not name %s:\n%s", field, got)
 		}
 	}
-	keep := v3.NextHopKeep
+	keep, manual := v3.NextHopKeep, v3.ReversePeeringManual
 	acted := v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "rr"}, Spec: v3.BGPPeerSpec{
 		PeerIP: "198.18.0.250", ASNumber: 65001, TTLSecurity: &one, NextHopMode: &keep, KeepOriginalNextHop: true,
+		ReversePeering: &manual,
 	}}
 	if notes := Ignored(acted); len(notes) > 0 {
 		t.Errorf("a peer with only fields acted on: %v", notes)
