@@ -35,8 +35,11 @@ template bgp nodes {
   local 198.18.0.250 as 64512; rr client; ttl security on;
   # A failing session retries in seconds, not BIRD's default minutes. A
   # connection whose packets from the node are dropped stays in OpenSent
-  # until the startup hold time ends (240 s by default).
+  # until the startup hold time ends (240 s by default), or in
+  # OpenConfirm (when the node's OPEN slipped in before BIRD set the
+  # accepted socket's minimum TTL) until the hold time ends.
   connect retry time 1; error wait time 1, 2; startup hold time 3;
+  hold time 3; keepalive time 1;
   ipv4 { import all; export all; };
 }
 protocol bgp n1 from nodes { neighbor 198.18.0.1 as 64512; }
