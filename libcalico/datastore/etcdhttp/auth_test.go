@@ -18,16 +18,7 @@ func TestTokenExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin := etcdtest.NewStore(t, endpoints).Client()
-	steps := []func() error{
-		func() error { _, err := admin.UserAdd(ctx, "root", "s3cret"); return err },
-		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := admin.AuthEnable(ctx); return err },
-	}
-	for i, step := range steps {
-		if err := step(); err != nil {
-			t.Fatalf("enabling etcd auth, step %d: %v", i, err)
-		}
-	}
+	etcdtest.EnableAuth(ctx, t, admin, "s3cret")
 	s, err := New(ctx, Config{Endpoints: endpoints, Username: "root", Password: "s3cret"})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -52,16 +52,7 @@ func TestOpenAuthenticatesOnFirstRequest(t *testing.T) {
 	if _, err := admin.Put(ctx, "/calico/ipam/v2/seed", "1"); err != nil {
 		t.Fatal(err)
 	}
-	steps := []func() error{
-		func() error { _, err := admin.UserAdd(ctx, "root", "s3cret"); return err },
-		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := admin.AuthEnable(ctx); return err },
-	}
-	for i, step := range steps {
-		if err := step(); err != nil {
-			t.Fatalf("enabling etcd auth, step %d: %v", i, err)
-		}
-	}
+	etcdtest.EnableAuth(ctx, t, admin, "s3cret")
 
 	s, err := Open(Config{Endpoints: endpoints, Username: "root", Password: "s3cret"})
 	if err != nil {

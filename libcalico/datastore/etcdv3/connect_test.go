@@ -107,16 +107,7 @@ func testUsernamePassword(t *testing.T, endpoints []string) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	steps := []func() error{
-		func() error { _, err := admin.UserAdd(ctx, "root", "s3cret"); return err },
-		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := admin.AuthEnable(ctx); return err },
-	}
-	for i, step := range steps {
-		if err := step(); err != nil {
-			t.Fatalf("enabling etcd auth, step %d: %v", i, err)
-		}
-	}
+	etcdtest.EnableAuth(ctx, t, admin, "s3cret")
 	cases := []struct {
 		name, user, password string
 		wantErr              string
