@@ -21,6 +21,9 @@ const (
 	markAll = 0xf0000
 )
 
+// ChainPrefix starts the name of every chain felix owns.
+const ChainPrefix = "cali-"
+
 // MaxChainName is the longest chain name iptables accepts.
 const MaxChainName = 28
 
@@ -88,6 +91,22 @@ func (r Rule) Text() string {
 		b.WriteString(r.Action)
 	}
 	return b.String()
+}
+
+// Targets lists the chains the rule jumps to (-j) or goes to (-g): its
+// action when that names one of our chains, and a goto in its match.
+func (r Rule) Targets() []string {
+	var out []string
+	if a, _, _ := strings.Cut(r.Action, " "); strings.HasPrefix(a, ChainPrefix) {
+		out = append(out, a)
+	}
+	f := strings.Fields(r.Match)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-g" {
+			out = append(out, f[i+1])
+		}
+	}
+	return out
 }
 
 // Restore renders one table as iptables-restore input for --noflush: a

@@ -33,6 +33,8 @@ type nftDirect struct {
 	// costs a thread switch and two setns calls); it is dropped after any
 	// failure, so no reply of a failed batch is read by the next one.
 	conn *netlink.Conn
+	// sndbuf is the send buffer conn has been given (0: not looked at).
+	sndbuf int
 }
 
 func newNFTDirect(run *nsexec.Runner, family int, table string) (*nftDirect, error) {
@@ -51,26 +53,44 @@ func (w *nftDirect) close() {
 	}
 }
 
-// directMaxRules bounds a direct write: a batch must fit one netlink
-// message, and large changes (a first write, a resync) are not where a
-// process start matters.
-const directMaxRules = 300
+// encodedRule is one rule as the direct writer sends it: its expressions
+// (a marshalled NFTA_RULE_EXPRESSIONS list) and the comment kept in the
+// rule's userdata.
+type encodedRule struct {
+	exprs   []byte
+	comment string
+}
 
-// encodable reports whether every rule of the chains can be written
-// directly, and they are few enough.
-func (w *nftDirect) encodable(chains map[string][]rules.Rule, names []string) bool {
-	n := 0
-	for _, name := range names {
-		if n += len(chains[name]); n > directMaxRules {
-			return false
+// encodedChain is a chain whose every rule the direct writer can encode.
+type encodedChain struct {
+	name  string
+	rules []encodedRule
+}
+
+// encodeChain encodes every rule of a chain, or fails on the first one
+// the direct writer does not know.
+func (w *nftDirect) encodeChain(name string, rs []rules.Rule) (encodedChain, error) {
+	c := encodedChain{name: name, rules: make([]encodedRule, len(rs))}
+	for i, r := range rs {
+		exprs, comment, err := w.encode(r)
+		if err != nil {
+			return c, err
 		}
-		for _, r := range chains[name] {
-			if _, err := w.encode(r); err != nil {
-				return false
+		list := make([]netlink.Attribute, len(exprs))
+		for j, e := range exprs {
+			b, err := expr.Marshal(w.family, e)
+			if err != nil {
+				return c, fmt.Errorf("rule of %s: %w", name, err)
 			}
+			list[j] = netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_LIST_ELEM, Data: b}
 		}
+		l, err := netlink.MarshalAttributes(list)
+		if err != nil {
+			return c, err
+		}
+		c.rules[i] = encodedRule{exprs: l, comment: comment}
 	}
-	return true
+	return c, nil
 }
 
 // write rewrites chains (created when missing, emptied otherwise) and
@@ -82,9 +102,11 @@ func (w *nftDirect) encodable(chains map[string][]rules.Rule, names []string) bo
 // made 40 rules cost 1.3 ms against 0.2 ms for one batch with a single
 // acknowledgement (measured on a small VM). Only the batch's last message
 // asks for an acknowledgement; a refused message is reported before it and
-// the kernel aborts the whole batch.
-func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []string) error {
+// the kernel aborts the whole batch. A batch must arrive in one netlink
+// message, so the socket's send buffer is raised to hold it.
+func (w *nftDirect) write(chains []encodedChain, stale []string) error {
 	var msgs []netlink.Message
+	size := 0
 	add := func(typ int, flags netlink.HeaderFlags, attrs []netlink.Attribute) error {
 		data, err := netlink.MarshalAttributes(attrs)
 		if err != nil {
@@ -94,6 +116,7 @@ func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []st
 			Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ), Flags: netlink.Request | flags},
 			Data:   append([]byte{w.family, unix.NFNETLINK_V0, 0, 0}, data...),
 		})
+		size += unix.NLMSG_HDRLEN + 4 + len(data)
 		return nil
 	}
 	table := []byte(w.table + "\x00")
@@ -103,12 +126,12 @@ func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []st
 	ruleAttrs := func(name string) []netlink.Attribute {
 		return []netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: table}, {Type: unix.NFTA_RULE_CHAIN, Data: []byte(name + "\x00")}}
 	}
-	for _, name := range rewritten {
+	for _, c := range chains {
 		// Created when missing (no error when present), then emptied.
-		if err := add(unix.NFT_MSG_NEWCHAIN, netlink.Create, chainAttrs(name)); err != nil {
+		if err := add(unix.NFT_MSG_NEWCHAIN, netlink.Create, chainAttrs(c.name)); err != nil {
 			return err
 		}
-		if err := add(unix.NFT_MSG_DELRULE, 0, ruleAttrs(name)); err != nil {
+		if err := add(unix.NFT_MSG_DELRULE, 0, ruleAttrs(c.name)); err != nil {
 			return err
 		}
 	}
@@ -117,25 +140,12 @@ func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []st
 			return err
 		}
 	}
-	for _, name := range rewritten {
-		for _, r := range desired[name] {
-			exprs, err := w.encode(r)
-			if err != nil {
-				return err
+	for _, c := range chains {
+		for _, r := range c.rules {
+			attrs := append(ruleAttrs(c.name), netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_RULE_EXPRESSIONS, Data: r.exprs})
+			if r.comment != "" {
+				attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_RULE_USERDATA, Data: commentUserdata(r.comment)})
 			}
-			list := make([]netlink.Attribute, len(exprs))
-			for i, e := range exprs {
-				b, err := expr.Marshal(w.family, e)
-				if err != nil {
-					return fmt.Errorf("rule of %s: %w", name, err)
-				}
-				list[i] = netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_LIST_ELEM, Data: b}
-			}
-			l, err := netlink.MarshalAttributes(list)
-			if err != nil {
-				return err
-			}
-			attrs := append(ruleAttrs(name), netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_RULE_EXPRESSIONS, Data: l})
 			if err := add(unix.NFT_MSG_NEWRULE, netlink.Create|unix.NLM_F_APPEND, attrs); err != nil {
 				return err
 			}
@@ -155,6 +165,7 @@ func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []st
 			Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}}
 	}
 	msgs = append(append([]netlink.Message{batch(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...), batch(unix.NFNL_MSG_BATCH_END))
+	size += 2 * (unix.NLMSG_HDRLEN + 4)
 
 	if w.conn == nil {
 		cfg := &netlink.Config{}
@@ -165,13 +176,55 @@ func (w *nftDirect) write(desired map[string][]rules.Rule, rewritten, stale []st
 		if err != nil {
 			return fmt.Errorf("nftables netlink connection: %w", err)
 		}
-		w.conn = conn
+		w.conn, w.sndbuf = conn, 0
+	}
+	if err := w.fit(size); err != nil {
+		w.close()
+		return err
 	}
 	if err := w.send(msgs); err != nil {
 		w.close()
 		return err
 	}
 	return nil
+}
+
+// fit raises the connection's send buffer to hold a batch of size bytes
+// (the kernel refuses a message larger than the buffer). Root may go
+// beyond the system's limit (SO_SNDBUFFORCE); the buffer only grows.
+func (w *nftDirect) fit(size int) error {
+	const slack = 64 << 10
+	if size+slack <= w.sndbuf {
+		return nil
+	}
+	if w.sndbuf == 0 && size+slack <= 208<<10 {
+		// Below the default buffer: nothing to change.
+		w.sndbuf = 208 << 10
+		return nil
+	}
+	raw, err := w.conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("nftables netlink socket: %w", err)
+	}
+	want := size + slack
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, want)
+	}); err != nil {
+		return fmt.Errorf("nftables netlink socket: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("raising the nftables netlink send buffer to %d bytes: %w", want, serr)
+	}
+	w.sndbuf = want
+	return nil
+}
+
+// commentUserdata is a rule comment as iptables-nft keeps it in a rule's
+// userdata (libnftnl's udata: type NFTNL_UDATA_RULE_COMMENT, length, the
+// string with its NUL).
+func commentUserdata(c string) []byte {
+	return append([]byte{0, byte(len(c) + 1)}, c+"\x00"...)
 }
 
 // send sends one batch and waits for the acknowledgement of its last
@@ -197,9 +250,17 @@ func (w *nftDirect) send(msgs []netlink.Message) error {
 }
 
 // encode turns one rule into the expressions iptables-nft writes for it:
-// the interface and match options in order, each comment as an xt
-// comment match, a counter, then the verdict or target.
-func (w *nftDirect) encode(r rules.Rule) ([]expr.Any, error) {
+// the interface and match options in order, comments, a counter, then the
+// verdict or target. The last comment is returned to be kept in the rule's
+// userdata, where iptables-nft also reads comments; any before it are xt
+// comment matches. iptables-nft-save prints the userdata comment after
+// the matches, so the rule prints as iptables-nft-restore would have
+// written it. Each comment match carries a 256-byte buffer; the kernel
+// steps over every expression of every rule reachable from the base
+// chains whenever a batch adds a jump (its validation of the whole
+// table), and with one buffer fewer per rule a new endpoint's commit on a
+// node of 100 took about 30 % less time.
+func (w *nftDirect) encode(r rules.Rule) (exprs []expr.Any, comment string, err error) {
 	var out []expr.Any
 	var verdict expr.Any
 	f := strings.Fields(r.Match)
@@ -219,40 +280,40 @@ func (w *nftDirect) encode(r rules.Rule) ([]expr.Any, error) {
 			}
 			name, err := arg()
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			data := []byte(name + "\x00")
 			if p, ok := strings.CutSuffix(name, "+"); ok {
 				data = []byte(p)
 			}
 			if len(data) == 0 || len(data) > unix.IFNAMSIZ {
-				return nil, fmt.Errorf("interface %q", name)
+				return nil, "", fmt.Errorf("interface %q", name)
 			}
 			out = append(out, &expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data})
 		case "-g":
 			target, err := arg()
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			verdict = &expr.Verdict{Kind: expr.VerdictGoto, Chain: target}
 		case "-m":
 			mod, err := arg()
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			opt, err := arg()
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			val, err := arg()
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			switch {
 			case mod == "conntrack" && opt == "--ctstate":
 				mask, err := ctStates(val)
 				if err != nil {
-					return nil, err
+					return nil, "", err
 				}
 				info := &xt.ConntrackMtinfo3{}
 				info.MatchFlags, info.StateMask = 1, mask // XT_CONNTRACK_STATE
@@ -260,24 +321,29 @@ func (w *nftDirect) encode(r rules.Rule) ([]expr.Any, error) {
 			case mod == "mark" && opt == "--mark":
 				v, m, err := markPair(val)
 				if err != nil {
-					return nil, err
+					return nil, "", err
 				}
 				out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 					&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: hostU32(m), Xor: hostU32(0)},
 					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: hostU32(v)})
 			default:
-				return nil, fmt.Errorf("match %s %s not encoded", mod, opt)
+				return nil, "", fmt.Errorf("match %s %s not encoded", mod, opt)
 			}
 		default:
-			return nil, fmt.Errorf("option %s not encoded", f[i])
+			return nil, "", fmt.Errorf("option %s not encoded", f[i])
 		}
 	}
-	for _, c := range []string{"cali:" + r.Hash, r.Comment} {
-		if c == "" {
-			continue
-		}
+	comments := []string{"cali:" + r.Hash}
+	if r.Comment != "" {
+		comments = append(comments, r.Comment)
+	}
+	for i, c := range comments {
 		if len(c) >= xt.CommentSize || strings.ContainsAny(c, "\"\\") {
-			return nil, fmt.Errorf("comment %q not encoded", c)
+			return nil, "", fmt.Errorf("comment %q not encoded", c)
+		}
+		if i == len(comments)-1 {
+			comment = c
+			break
 		}
 		cm := xt.Comment(c)
 		out = append(out, &expr.Match{Name: "comment", Rev: 0, Info: &cm})
@@ -287,10 +353,10 @@ func (w *nftDirect) encode(r rules.Rule) ([]expr.Any, error) {
 	switch {
 	case len(a) == 0:
 		if verdict == nil {
-			return nil, fmt.Errorf("rule without action")
+			return nil, "", fmt.Errorf("rule without action")
 		}
 	case verdict != nil:
-		return nil, fmt.Errorf("goto and -j both")
+		return nil, "", fmt.Errorf("goto and -j both")
 	case len(a) == 1 && a[0] == "ACCEPT":
 		verdict = &expr.Verdict{Kind: expr.VerdictAccept}
 	case len(a) == 1 && a[0] == "DROP":
@@ -302,14 +368,14 @@ func (w *nftDirect) encode(r rules.Rule) ([]expr.Any, error) {
 	case len(a) == 3 && a[0] == "MARK" && a[1] == "--set-xmark":
 		v, m, err := markPair(a[2])
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		info := xt.Unknown(append(hostU32(v), hostU32(m)...)) // struct xt_mark_tginfo2
 		verdict = &expr.Target{Name: "MARK", Rev: 2, Info: &info}
 	default:
-		return nil, fmt.Errorf("action %q not encoded", r.Action)
+		return nil, "", fmt.Errorf("action %q not encoded", r.Action)
 	}
-	return append(out, verdict), nil
+	return append(out, verdict), comment, nil
 }
 
 // ctStates is the xt_conntrack state mask of a --ctstate list.

@@ -55,9 +55,10 @@ func uncommented(save string) string {
 
 // TestDirectMatchesRestore writes a whole table with iptables-nft-restore,
 // then writes every chain the direct writer can encode again through
-// netlink: iptables-nft-save (ip6tables-nft-save) must print exactly the
-// same table, so the direct rules are the ones iptables-nft itself would
-// have written.
+// netlink, in one batch larger than a netlink socket's default buffer:
+// iptables-nft-save (ip6tables-nft-save) must print exactly the same
+// table, so the direct rules are the ones iptables-nft itself would have
+// written.
 func TestDirectMatchesRestore(t *testing.T) {
 	for _, family := range []int{4, 6} {
 		t.Run(fmt.Sprint("IPv", family), func(t *testing.T) { directMatchesRestore(t, family) })
@@ -81,6 +82,8 @@ func directMatchesRestore(t *testing.T, family int) {
 	rs := rules.Render(in)
 	for _, name := range rules.TableNames() {
 		tb := NewTable(name, family, NFT, run, log.WithField("test", t.Name()))
+		tb.Close()
+		tb.direct = nil // restore only
 		tb.SetChains(rs.Tables[name])
 		tb.SetJumps(rs.Jumps, Insert)
 		if _, err := tb.Apply(context.Background()); err != nil {
@@ -96,13 +99,15 @@ func directMatchesRestore(t *testing.T, family int) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	desired := map[string][]rules.Rule{}
-	var names []string
+	var chains []encodedChain
 	kinds := map[string]int{}
+	size := 0
 	for _, c := range rs.Tables["filter"] {
-		desired[c.Name] = c.Rules
-		if w.encodable(desired, []string{c.Name}) {
-			names = append(names, c.Name)
+		if enc, err := w.encodeChain(c.Name, c.Rules); err == nil {
+			chains = append(chains, enc)
+			for _, r := range enc.rules {
+				size += len(r.exprs)
+			}
 			for _, p := range []string{rules.PrefixToWorkload, rules.PrefixFromWorkload, rules.ChainFromWlDispatch, rules.ChainToWlDispatch, rules.PrefixFromHost} {
 				if strings.HasPrefix(c.Name, p) {
 					kinds[p]++
@@ -115,11 +120,11 @@ func directMatchesRestore(t *testing.T, family int) {
 			t.Errorf("no %s chain is encodable: the direct writer would never be used for them", p)
 		}
 	}
-	// In transactions of a few chains: one netlink message holds so much.
-	for start := 0; start < len(names); start += 8 {
-		if err := w.write(desired, names[start:min(start+8, len(names))], nil); err != nil {
-			t.Fatal(err)
-		}
+	if size < 256<<10 {
+		t.Errorf("the batch is only %d bytes: it does not test a raised send buffer", size)
+	}
+	if err := w.write(chains, nil); err != nil {
+		t.Fatal(err)
 	}
 	after := uncommented(ns.MustRun(t, save, "-t", "filter"))
 	if after != before {
@@ -135,8 +140,8 @@ func directMatchesRestore(t *testing.T, family int) {
 			}
 		}
 	}
-	if len(names) < 80 {
-		t.Errorf("only %d chains rewritten directly, want the 80 endpoint chains and more", len(names))
+	if len(chains) < 80 {
+		t.Errorf("only %d chains rewritten directly, want the 80 endpoint chains and more", len(chains))
 	}
 }
 
@@ -192,6 +197,84 @@ func TestDirectUsedForEndpoints(t *testing.T) {
 	}
 	if strings.Contains(d.save("filter"), "cali-tw-"+iface) {
 		t.Errorf("the removed endpoint's chain %s is still there", "cali-tw-"+iface)
+	}
+}
+
+// TestDirectSplit checks how a table divides a write between netlink and
+// iptables-nft-restore. A first write sends what the direct writer
+// encodes over netlink and the rest (a policy chain with a port match)
+// through restore, and prints exactly as a restore-only write does. A
+// change to a chain that exists and only restore can write takes the
+// whole change through one restore. A new chain for restore that jumps to
+// a new chain the direct writer could encode takes that one along (it
+// must exist first).
+func TestDirectSplit(t *testing.T) {
+	filterOf := func(d *driver) *Table {
+		return d.tables[slices.IndexFunc(d.tables, func(t *Table) bool { return t.Name == "filter" })]
+	}
+	ref := newDriver(t, NFT)
+	for _, tb := range ref.tables {
+		tb.Close()
+		tb.direct = nil
+	}
+	d := newDriver(t, NFT)
+	filter := filterOf(d)
+	in := richInput(20)
+	d.set(in, Insert)
+	ref.set(in, Insert)
+	if filter.directWrites != 1 {
+		t.Fatalf("the first write made %d direct writes, want 1", filter.directWrites)
+	}
+	lines := func(save string) []string {
+		l := strings.Split(uncommented(save), "\n")
+		slices.Sort(l)
+		return l
+	}
+	if got, want := lines(d.save("filter")), lines(ref.save("filter")); !slices.Equal(got, want) {
+		t.Errorf("a split write prints differently from one restore:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := d.refresh(); n != 0 {
+		t.Errorf("refresh after a split write rewrote %d tables", n)
+	}
+
+	// An existing restore-only chain changes along with the dispatch.
+	pid := calc.PolicyID{Tier: "default", Name: "allow-tcp"}
+	more := richInput(21)
+	more.Policies[pid].Inbound[0].DstPorts = []calc.PortRange{{Min: 81, Max: 81}}
+	n := filter.directWrites
+	d.set(more, Insert)
+	if filter.directWrites != n {
+		t.Error("a change to an existing policy chain was split from the endpoint change")
+	}
+	save := d.save("filter")
+	iface := more.Endpoints[calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "ns", Name: "w20"}].InterfaceName
+	for _, want := range []string{"--dports 81", ":cali-tw-" + iface + " "} {
+		if !strings.Contains(save, want) {
+			t.Errorf("after the policy and endpoint change the table lacks %q", want)
+		}
+	}
+
+	// A new restore-only chain jumping to a new encodable one.
+	tb := NewTable("filter", 4, NFT, filter.run, log.WithField("test", t.Name()))
+	defer tb.Close()
+	tb.Load([]byte(save))
+	tb.SetJumps(rules.Render(more).Jumps, Insert)
+	chains := append(rules.Render(more).Tables["filter"],
+		rules.Chain{Name: "cali-t-ports", Rules: []rules.Rule{{Match: "-p tcp -m multiport --dports 1,2", Action: "cali-t-leaf", Hash: "PPPPPPPPPPPPPPPP"}}},
+		rules.Chain{Name: "cali-t-leaf", Rules: []rules.Rule{{Action: "ACCEPT", Hash: "LLLLLLLLLLLLLLLL"}}},
+		rules.Chain{Name: "cali-t-top", Rules: []rules.Rule{{Action: "cali-t-ports", Hash: "TTTTTTTTTTTTTTTT"}}})
+	tb.SetChains(chains)
+	if _, err := tb.Apply(context.Background()); err != nil {
+		t.Fatalf("a new chain for restore jumping to a new encodable one: %v", err)
+	}
+	if tb.directWrites != 1 {
+		t.Errorf("%d direct writes, want 1 (cali-t-top)", tb.directWrites)
+	}
+	save = d.save("filter")
+	for _, c := range []string{"cali-t-ports", "cali-t-leaf", "cali-t-top"} {
+		if !strings.Contains(save, "-A "+c+" ") {
+			t.Errorf("chain %s is not in the kernel", c)
+		}
 	}
 }
 
@@ -270,18 +353,21 @@ func TestDirectRefusedWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	desired := map[string][]rules.Rule{
-		"cali-new-ok":  {{Action: "ACCEPT", Hash: "AAAAAAAAAAAAAAAA"}},
-		"cali-new-bad": {{Action: "cali-missing", Hash: "BBBBBBBBBBBBBBBB"}},
+	ok, err := w.encodeChain("cali-new-ok", []rules.Rule{{Action: "ACCEPT", Hash: "AAAAAAAAAAAAAAAA"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := w.write(desired, []string{"cali-new-ok", "cali-new-bad"}, nil); err == nil {
+	bad, err := w.encodeChain("cali-new-bad", []rules.Rule{{Action: "cali-missing", Hash: "BBBBBBBBBBBBBBBB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.write([]encodedChain{ok, bad}, nil); err == nil {
 		t.Fatal("a jump to a missing chain was accepted")
 	}
 	if save := d.save("filter"); strings.Contains(save, "cali-new-ok") || strings.Contains(save, "cali-new-bad") {
 		t.Errorf("a refused batch left chains behind:\n%s", save)
 	}
-	delete(desired, "cali-new-bad")
-	if err := w.write(desired, []string{"cali-new-ok"}, nil); err != nil {
+	if err := w.write([]encodedChain{ok}, nil); err != nil {
 		t.Fatalf("the batch after a refused one: %v", err)
 	}
 	if save := d.save("filter"); !strings.Contains(save, ":cali-new-ok") {

@@ -16,7 +16,7 @@ import (
 )
 
 // ChainPrefix marks the chains felix owns.
-const ChainPrefix = "cali-"
+const ChainPrefix = rules.ChainPrefix
 
 // Insert modes of the jumps in kernel chains (FelixConfiguration
 // chainInsertMode).
@@ -276,30 +276,31 @@ func (t *Table) jumpsOK(chain string, want []rules.Rule) bool {
 	return true
 }
 
-// Apply writes what differs between the wanted table and the kernel in
-// one iptables-restore --noflush. It reports whether anything was written.
+// Apply writes what differs between the wanted table and the kernel. It
+// reports whether anything was written.
+//
+// On the nft backend the chains whose every rule the direct writer can
+// encode (endpoint, dispatch and most top-level chains) go over netlink
+// in one transaction: cheaper than a process, and with rules shorter
+// than iptables-nft-restore's (see nftDirect.encode). The rest go through
+// one iptables-restore --noflush. Traffic still meets one change per
+// apply: the two are split only when the chains restore writes are all
+// new, so nothing jumps to them until the netlink transaction lands; our
+// jumps from kernel chains (needed on a first write or after tampering)
+// follow last, in a restore of their own. Any other change is one
+// restore, as on the legacy backend.
 func (t *Table) Apply(ctx context.Context) (bool, error) {
 	if t.needRead {
 		if err := t.read(ctx); err != nil {
 			return false, err
 		}
 	}
-	var decl, body, tail strings.Builder
 	var rewritten, stale []string
 	for _, name := range t.order {
-		want := t.desired[name]
-		if have, ok := t.kernel[name]; ok && sameHashes(have, want) {
+		if have, ok := t.kernel[name]; ok && sameHashes(have, t.desired[name]) {
 			continue
 		}
 		rewritten = append(rewritten, name)
-		fmt.Fprintf(&decl, ":%s - [0:0]\n", name)
-		for _, r := range want {
-			body.WriteString("-A ")
-			body.WriteString(name)
-			body.WriteByte(' ')
-			body.WriteString(r.Text())
-			body.WriteByte('\n')
-		}
 	}
 	for name := range t.kernel {
 		if _, ok := t.desired[name]; !ok {
@@ -307,68 +308,159 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 		}
 	}
 	slices.Sort(stale)
-	// Jumps from kernel chains: delete ours that are misplaced or stale,
-	// then insert or append the wanted ones.
-	var fixedJumps []string
-	if !t.jumpsVerified {
-		for _, chain := range slices.Sorted(func(yield func(string) bool) {
-			for c := range t.kernelChains {
-				if !yield(c) {
-					return
-				}
-			}
-			for c := range t.jumps {
-				if _, ok := t.kernelChains[c]; !ok && !yield(c) {
-					return
-				}
-			}
-		}) {
-			want := t.jumps[chain]
-			if !t.replaceJumps && t.jumpsOK(chain, want) {
-				continue
-			}
-			fixedJumps = append(fixedJumps, chain)
-			for _, r := range t.kernelChains[chain] {
-				if r.hash != "" {
-					fmt.Fprintf(&tail, "-D %s %s\n", chain, r.spec)
-				}
-			}
-			if t.insertMode == Insert {
-				for i := len(want) - 1; i >= 0; i-- {
-					fmt.Fprintf(&tail, "-I %s 1 %s\n", chain, want[i].Text())
-				}
-			} else {
-				for _, r := range want {
-					fmt.Fprintf(&tail, "-A %s %s\n", chain, r.Text())
-				}
-			}
-		}
-	}
+	fixedJumps, tail := t.jumpFixes()
 	if len(rewritten) == 0 && len(stale) == 0 && len(fixedJumps) == 0 {
 		t.jumpsVerified = true
 		return false, nil
 	}
-	if t.direct != nil && len(fixedJumps) == 0 && t.direct.encodable(t.desired, rewritten) {
-		if err := t.direct.write(t.desired, rewritten, stale); err == nil {
+	if direct, viaRestore, ok := t.split(rewritten); ok {
+		if len(viaRestore) > 0 {
+			if err := t.restore(ctx, viaRestore, nil, ""); err != nil {
+				return false, err
+			}
+			t.wrote(viaRestore, nil, nil)
+		}
+		directStale := stale
+		if len(fixedJumps) > 0 {
+			directStale = nil // after the jumps to them are gone
+		}
+		names := make([]string, len(direct))
+		for i, c := range direct {
+			names[i] = c.name
+		}
+		err := t.direct.write(direct, directStale)
+		if err == nil {
 			t.directWrites++
-			t.wrote(rewritten, stale, nil)
-			t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "via": "netlink"}).Debug("Table written")
-			return true, nil
+			t.wrote(names, directStale, nil)
+			t.log.WithFields(log.Fields{"chains": len(direct), "stale": len(directStale), "restored": len(viaRestore), "via": "netlink"}).Debug("Table written")
+			if len(fixedJumps) == 0 {
+				return true, nil
+			}
+			names = nil
 		} else {
-			// Nothing was applied (one transaction): restore does it.
+			// Nothing of it was applied (one transaction): restore does it.
 			t.log.WithError(err).Warn("Direct nftables write failed; using iptables-nft-restore")
 		}
+		rewritten = names
+	}
+	if err := t.restore(ctx, rewritten, stale, tail); err != nil {
+		return false, err
+	}
+	t.wrote(rewritten, stale, fixedJumps)
+	t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "jumps": len(fixedJumps)}).Debug("Table written")
+	return true, nil
+}
+
+// jumpFixes lists the kernel chains whose jumps to our chains are missing,
+// stale or misplaced, and the restore lines that fix them: ours deleted,
+// then the wanted ones inserted or appended.
+func (t *Table) jumpFixes() (fixed []string, tail string) {
+	if t.jumpsVerified {
+		return nil, ""
 	}
 	var b strings.Builder
-	b.Grow(decl.Len() + body.Len() + tail.Len() + 64)
+	for _, chain := range slices.Sorted(func(yield func(string) bool) {
+		for c := range t.kernelChains {
+			if !yield(c) {
+				return
+			}
+		}
+		for c := range t.jumps {
+			if _, ok := t.kernelChains[c]; !ok && !yield(c) {
+				return
+			}
+		}
+	}) {
+		want := t.jumps[chain]
+		if !t.replaceJumps && t.jumpsOK(chain, want) {
+			continue
+		}
+		fixed = append(fixed, chain)
+		for _, r := range t.kernelChains[chain] {
+			if r.hash != "" {
+				fmt.Fprintf(&b, "-D %s %s\n", chain, r.spec)
+			}
+		}
+		if t.insertMode == Insert {
+			for i := len(want) - 1; i >= 0; i-- {
+				fmt.Fprintf(&b, "-I %s 1 %s\n", chain, want[i].Text())
+			}
+		} else {
+			for _, r := range want {
+				fmt.Fprintf(&b, "-A %s %s\n", chain, r.Text())
+			}
+		}
+	}
+	return fixed, b.String()
+}
+
+// split divides the chains to rewrite between the direct writer and
+// restore. ok is false when they must all go through one restore: no
+// direct writer, nothing it can encode, or a chain for restore that
+// exists already (changing it apart from the rest would show traffic two
+// changes). A new chain that a chain for restore jumps to goes through
+// restore too, as it must exist before that chain is written.
+func (t *Table) split(rewritten []string) (direct []encodedChain, viaRestore []string, ok bool) {
+	if t.direct == nil {
+		return nil, nil, false
+	}
+	encoded := map[string]encodedChain{}
+	for _, name := range rewritten {
+		c, err := t.direct.encodeChain(name, t.desired[name])
+		if err != nil {
+			if _, exists := t.kernel[name]; exists {
+				return nil, nil, false
+			}
+			viaRestore = append(viaRestore, name)
+			continue
+		}
+		encoded[name] = c
+	}
+	for i := 0; i < len(viaRestore); i++ {
+		for _, r := range t.desired[viaRestore[i]] {
+			for _, target := range r.Targets() {
+				if _, ok := encoded[target]; ok {
+					if _, exists := t.kernel[target]; !exists {
+						delete(encoded, target)
+						viaRestore = append(viaRestore, target)
+					}
+				}
+			}
+		}
+	}
+	if len(encoded) == 0 {
+		return nil, nil, false
+	}
+	for _, name := range rewritten {
+		if c, ok := encoded[name]; ok {
+			direct = append(direct, c)
+		}
+	}
+	return direct, viaRestore, true
+}
+
+// restore writes chains whole, deletes stale ones and applies the jump
+// fixes (tail) in one iptables-restore --noflush.
+func (t *Table) restore(ctx context.Context, rewritten, stale []string, tail string) error {
+	var b strings.Builder
 	fmt.Fprintf(&b, "*%s\n", t.Name)
-	b.WriteString(decl.String())
+	for _, name := range rewritten {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", name)
+	}
 	for _, name := range stale {
 		// Flushed first, so stale chains that jump to each other can go.
 		fmt.Fprintf(&b, ":%s - [0:0]\n", name)
 	}
-	b.WriteString(body.String())
-	b.WriteString(tail.String())
+	for _, name := range rewritten {
+		for _, r := range t.desired[name] {
+			b.WriteString("-A ")
+			b.WriteString(name)
+			b.WriteByte(' ')
+			b.WriteString(r.Text())
+			b.WriteByte('\n')
+		}
+	}
+	b.WriteString(tail)
 	for _, name := range stale {
 		fmt.Fprintf(&b, "-X %s\n", name)
 	}
@@ -383,11 +475,9 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 	}
 	if _, err := run(ctx, b.String(), t.restor, args...); err != nil {
 		t.needRead = true
-		return false, fmt.Errorf("writing table %s (IPv%d): %w", t.Name, t.family, err)
+		return fmt.Errorf("writing table %s (IPv%d): %w", t.Name, t.family, err)
 	}
-	t.wrote(rewritten, stale, fixedJumps)
-	t.log.WithFields(log.Fields{"chains": len(rewritten), "stale": len(stale), "jumps": len(fixedJumps)}).Debug("Table written")
-	return true, nil
+	return nil
 }
 
 // Close releases the netlink connection of direct writes.
