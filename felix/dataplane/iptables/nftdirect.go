@@ -126,6 +126,12 @@ func (w *nftDirect) write(chains []encodedChain, stale []string) error {
 	ruleAttrs := func(name string) []netlink.Attribute {
 		return []netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: table}, {Type: unix.NFTA_RULE_CHAIN, Data: []byte(name + "\x00")}}
 	}
+	// The table too is created when missing: iptables-nft makes it (and
+	// the base chains it uses) on its first write, which may not have
+	// happened yet.
+	if err := add(unix.NFT_MSG_NEWTABLE, netlink.Create, []netlink.Attribute{{Type: unix.NFTA_TABLE_NAME, Data: table}}); err != nil {
+		return err
+	}
 	for _, c := range chains {
 		// Created when missing (no error when present), then emptied.
 		if err := add(unix.NFT_MSG_NEWCHAIN, netlink.Create, chainAttrs(c.name)); err != nil {
@@ -156,7 +162,7 @@ func (w *nftDirect) write(chains []encodedChain, stale []string) error {
 			return err
 		}
 	}
-	if len(msgs) == 0 {
+	if len(chains) == 0 && len(stale) == 0 {
 		return nil
 	}
 	msgs[len(msgs)-1].Header.Flags |= netlink.Acknowledge

@@ -202,12 +202,13 @@ func TestDirectUsedForEndpoints(t *testing.T) {
 
 // TestDirectSplit checks how a table divides a write between netlink and
 // iptables-nft-restore. A first write sends what the direct writer
-// encodes over netlink and the rest (a policy chain with a port match)
-// through restore, and prints exactly as a restore-only write does. A
-// change to a chain that exists and only restore can write takes the
-// whole change through one restore. A new chain for restore that jumps to
-// a new chain the direct writer could encode takes that one along (it
-// must exist first).
+// encodes over netlink (creating the table when iptables-nft has not yet)
+// and the rest (a policy chain with a port match) through restore, and
+// every table prints exactly as after a restore-only write. Later, a
+// change with a chain only restore can write goes whole through one
+// restore. On a first write, a new chain for restore that jumps to a new
+// chain the direct writer could encode takes that one along (it must
+// exist first).
 func TestDirectSplit(t *testing.T) {
 	filterOf := func(d *driver) *Table {
 		return d.tables[slices.IndexFunc(d.tables, func(t *Table) bool { return t.Name == "filter" })]
@@ -230,8 +231,13 @@ func TestDirectSplit(t *testing.T) {
 		slices.Sort(l)
 		return l
 	}
-	if got, want := lines(d.save("filter")), lines(ref.save("filter")); !slices.Equal(got, want) {
-		t.Errorf("a split write prints differently from one restore:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	for _, table := range rules.TableNames() {
+		if got, want := lines(d.save(table)), lines(ref.save(table)); !slices.Equal(got, want) {
+			t.Errorf("table %s: a split write prints differently from one restore:\n%s\nwant:\n%s", table, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	if n := filterOf(d).directWrites + d.tables[0].directWrites; n < 2 {
+		t.Errorf("the raw table was not written directly on its first write")
 	}
 	if n := d.refresh(); n != 0 {
 		t.Errorf("refresh after a split write rewrote %d tables", n)
@@ -254,23 +260,22 @@ func TestDirectSplit(t *testing.T) {
 		}
 	}
 
-	// A new restore-only chain jumping to a new encodable one.
-	tb := NewTable("filter", 4, NFT, filter.run, log.WithField("test", t.Name()))
-	defer tb.Close()
-	tb.Load([]byte(save))
-	tb.SetJumps(rules.Render(more).Jumps, Insert)
-	chains := append(rules.Render(more).Tables["filter"],
+	// A first write where a chain for restore jumps to a new encodable one.
+	fresh := newDriver(t, NFT)
+	tb := filterOf(fresh)
+	small := rules.Render(richInput(2))
+	tb.SetJumps(small.Jumps, Insert)
+	tb.SetChains(append(small.Tables["filter"],
 		rules.Chain{Name: "cali-t-ports", Rules: []rules.Rule{{Match: "-p tcp -m multiport --dports 1,2", Action: "cali-t-leaf", Hash: "PPPPPPPPPPPPPPPP"}}},
 		rules.Chain{Name: "cali-t-leaf", Rules: []rules.Rule{{Action: "ACCEPT", Hash: "LLLLLLLLLLLLLLLL"}}},
-		rules.Chain{Name: "cali-t-top", Rules: []rules.Rule{{Action: "cali-t-ports", Hash: "TTTTTTTTTTTTTTTT"}}})
-	tb.SetChains(chains)
+		rules.Chain{Name: "cali-t-top", Rules: []rules.Rule{{Action: "cali-t-ports", Hash: "TTTTTTTTTTTTTTTT"}}}))
 	if _, err := tb.Apply(context.Background()); err != nil {
 		t.Fatalf("a new chain for restore jumping to a new encodable one: %v", err)
 	}
 	if tb.directWrites != 1 {
-		t.Errorf("%d direct writes, want 1 (cali-t-top)", tb.directWrites)
+		t.Errorf("%d direct writes, want 1", tb.directWrites)
 	}
-	save = d.save("filter")
+	save = fresh.save("filter")
 	for _, c := range []string{"cali-t-ports", "cali-t-leaf", "cali-t-top"} {
 		if !strings.Contains(save, "-A "+c+" ") {
 			t.Errorf("chain %s is not in the kernel", c)
