@@ -113,6 +113,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// idle fires once the loop has waited idleGCDelay after an apply.
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	defer idle.Stop()
+	gc := newIdleCollector()
 	retry := time.Duration(0)
 	handle := func(ev event) {
 		if ev.inSync {
@@ -140,6 +145,11 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			graph.Flush()
 		case <-timer.C:
+		case <-idle.C:
+			if gc.collectIfDue() {
+				logger.Debug("Collecting garbage while idle")
+			}
+			continue
 		}
 		err := dp.Apply(ctx)
 		wait := dp.NextRefresh(time.Now())
@@ -164,6 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 		timer.Reset(max(wait, time.Millisecond))
+		idle.Reset(idleGCDelay)
 	}
 }
 
