@@ -199,6 +199,19 @@ func (e *bed) plumb(name string, ip netip.Addr) *pod {
 	return p
 }
 
+// unplumb deletes a pod's veth (both ends go), as the CNI plugin's DEL
+// does; its namespace is left for the test's cleanup.
+func (e *bed) unplumb(p *pod) {
+	e.b.Helper()
+	link, err := e.nodeH.LinkByName(p.iface)
+	if err == nil {
+		err = e.nodeH.LinkDel(link)
+	}
+	if err != nil {
+		e.b.Fatalf("deleting the veth of %s: %v", p.name, err)
+	}
+}
+
 // waitStatus waits for felix to report the endpoint programmed.
 func (e *bed) waitStatus(wep string, timeout time.Duration) {
 	e.b.Helper()
