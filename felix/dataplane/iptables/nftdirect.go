@@ -203,11 +203,6 @@ func (w *nftDirect) fit(size int) error {
 	if size+slack <= w.sndbuf {
 		return nil
 	}
-	if w.sndbuf == 0 && size+slack <= 208<<10 {
-		// Below the default buffer: nothing to change.
-		w.sndbuf = 208 << 10
-		return nil
-	}
 	raw, err := w.conn.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("nftables netlink socket: %w", err)
@@ -215,14 +210,21 @@ func (w *nftDirect) fit(size int) error {
 	want := size + slack
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, want)
+		if w.sndbuf == 0 {
+			// First look: the buffer the socket was given.
+			if w.sndbuf, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF); serr != nil || want <= w.sndbuf {
+				return
+			}
+		}
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, want); serr == nil {
+			w.sndbuf = want
+		}
 	}); err != nil {
 		return fmt.Errorf("nftables netlink socket: %w", err)
 	}
 	if serr != nil {
-		return fmt.Errorf("raising the nftables netlink send buffer to %d bytes: %w", want, serr)
+		return fmt.Errorf("the nftables netlink send buffer (%d bytes wanted): %w", want, serr)
 	}
-	w.sndbuf = want
 	return nil
 }
 
