@@ -396,14 +396,15 @@ func (t *Table) jumpFixes() (fixed []string, tail string) {
 
 // split divides the chains to rewrite between the direct writer and
 // restore. ok is false when they must all go through one restore: no
-// direct writer, nothing it can encode, or a chain for restore that
-// exists already (changing it apart from the rest would show traffic two
-// changes). A restore part is sent apart only on the table's first write
-// (none of our chains in the kernel yet): every commit that adds rules
-// costs a walk of the whole table, so later, two commits would cost a
-// policy change twice the walk of one (a 1,000-endpoint node's p99 went
-// from 35 to 55 ms). A new chain that a chain for restore jumps to goes
-// through restore too, as it must exist before that chain is written.
+// direct writer, nothing it can encode, or a chain it cannot encode
+// outside the table's first write. On a first write (none of our chains
+// in the kernel yet) the restore part is all new chains, so writing it
+// apart shows traffic nothing. Later it would: a chain for restore may
+// exist already. And every commit that adds rules costs a walk of the
+// whole table, so two commits would cost a policy change twice the walk
+// of one (a 1,000-endpoint node's p99 went from 35 to 55 ms). A new chain
+// that a chain for restore jumps to goes through restore too, as it must
+// exist before that chain is written.
 func (t *Table) split(rewritten []string) (direct []encodedChain, viaRestore []string, ok bool) {
 	if t.direct == nil {
 		return nil, nil, false
@@ -412,16 +413,13 @@ func (t *Table) split(rewritten []string) (direct []encodedChain, viaRestore []s
 	for _, name := range rewritten {
 		c, err := t.direct.encodeChain(name, t.desired[name])
 		if err != nil {
-			if _, exists := t.kernel[name]; exists {
-				return nil, nil, false
+			if len(t.kernel) > 0 {
+				return nil, nil, false // not the first write
 			}
 			viaRestore = append(viaRestore, name)
 			continue
 		}
 		encoded[name] = c
-	}
-	if len(viaRestore) > 0 && len(t.kernel) > 0 {
-		return nil, nil, false
 	}
 	for i := 0; i < len(viaRestore); i++ {
 		for _, r := range t.desired[viaRestore[i]] {
