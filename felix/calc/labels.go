@@ -184,6 +184,10 @@ type ipSetState struct {
 	// pending sets are filled by the next scanPending, not yet joined.
 	pending bool
 	members map[string]int
+	// key is a label key every item the set takes has ("" for none; see
+	// labelIndex.byKey); tried marks the set as tried for an item.
+	key   string
+	tried uint64
 }
 
 // labelIndex is the stage that keeps IP set membership: every item in the
@@ -200,6 +204,18 @@ type labelIndex struct {
 	scratch       []string
 	// pending are sets activated since the last scanPending.
 	pending []*ipSetState
+	// byKey holds the active sets whose selector needs a label key, under
+	// that key, and unkeyed the others: an item is tried only against the
+	// sets of the keys it has, and the unkeyed ones. With 250,000
+	// endpoints of a few labels each and sets that each need one label,
+	// that is a few map lookups per endpoint instead of a selector per set.
+	byKey   map[string][]*ipSetState
+	unkeyed []*ipSetState
+	// prefixedKeys counts the keyed sets under a pcns. or pcsa. key (an
+	// item's namespace and service-account labels are only listed then).
+	prefixedKeys int
+	// tries numbers the candidate walks (ipSetState.tried).
+	tries uint64
 }
 
 func newLabelIndex(out *sequencer) *labelIndex {
@@ -210,6 +226,93 @@ func newLabelIndex(out *sequencer) *labelIndex {
 		saLabels:      map[string]map[string]string{},
 		profileLabels: map[string]map[string]string{},
 		out:           out,
+		byKey:         map[string][]*ipSetState{},
+	}
+}
+
+// candidates calls fn once for every active set the item may be in: the
+// unkeyed ones and those under a key the item has (its own labels, the
+// built-in namespace and service-account keys, its namespace's and
+// service account's labels, its profiles' labels). That is every key
+// item.Get finds, and maybe more; fn still checks the set's spec.
+func (x *labelIndex) candidates(it *item, fn func(*ipSetState)) {
+	for _, s := range x.unkeyed {
+		fn(s)
+	}
+	if len(x.byKey) == 0 {
+		return
+	}
+	x.tries++
+	try := func(key string) {
+		for _, s := range x.byKey[key] {
+			if s.tried != x.tries {
+				s.tried = x.tries
+				fn(s)
+			}
+		}
+	}
+	for k := range it.labels {
+		try(k)
+	}
+	if it.namespaced {
+		try(LabelNamespace)
+		if x.prefixedKeys > 0 {
+			for k := range x.nsLabels[it.ns] {
+				try(NamespaceLabel + k)
+			}
+		}
+	}
+	if it.sa != "" {
+		try(LabelServiceAccount)
+		if x.prefixedKeys > 0 {
+			for k := range x.saLabels[it.ns+"/"+it.sa] {
+				try(ServiceAccountLabel + k)
+			}
+		}
+	}
+	for _, p := range it.profiles {
+		for k := range x.profileLabels[p] {
+			try(k)
+		}
+	}
+}
+
+// index files an active set under its key, or with the unkeyed ones.
+func (x *labelIndex) index(s *ipSetState) {
+	if s.spec.sel != nil {
+		s.key = s.spec.sel.RequiredKey()
+	}
+	if s.key == "" {
+		x.unkeyed = append(x.unkeyed, s)
+		return
+	}
+	x.byKey[s.key] = append(x.byKey[s.key], s)
+	if strings.HasPrefix(s.key, NamespaceLabel) || strings.HasPrefix(s.key, ServiceAccountLabel) {
+		x.prefixedKeys++
+	}
+}
+
+// unindex removes a set filed by index.
+func (x *labelIndex) unindex(s *ipSetState) {
+	drop := func(list []*ipSetState) []*ipSetState {
+		if i := slices.Index(list, s); i >= 0 {
+			list[i] = list[len(list)-1]
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
+		}
+		return list
+	}
+	if s.key == "" {
+		x.unkeyed = drop(x.unkeyed)
+		return
+	}
+	if list := drop(x.byKey[s.key]); len(list) > 0 {
+		x.byKey[s.key] = list
+	} else {
+		delete(x.byKey, s.key)
+	}
+	if strings.HasPrefix(s.key, NamespaceLabel) || strings.HasPrefix(s.key, ServiceAccountLabel) {
+		x.prefixedKeys--
 	}
 }
 
@@ -224,11 +327,11 @@ func (x *labelIndex) setItem(key string, it *item) {
 	}
 	it.idx = x
 	x.items[key] = it
-	for _, s := range x.sets {
+	x.candidates(it, func(s *ipSetState) {
 		if !s.pending {
 			x.join(it, s)
 		}
-	}
+	})
 }
 
 // reevaluate recomputes the memberships of the items keep selects, after a
@@ -242,11 +345,11 @@ func (x *labelIndex) reevaluate(keep func(*item) bool) {
 			continue
 		}
 		x.leaveAll(it)
-		for _, s := range x.sets {
+		x.candidates(it, func(s *ipSetState) {
 			if !s.pending {
 				x.join(it, s)
 			}
-		}
+		})
 	}
 }
 
@@ -264,9 +367,11 @@ func (x *labelIndex) scanPending() {
 		return
 	}
 	for _, it := range x.items {
-		for _, s := range live {
-			x.join(it, s)
-		}
+		x.candidates(it, func(s *ipSetState) {
+			if s.pending {
+				x.join(it, s)
+			}
+		})
 	}
 	for _, s := range live {
 		s.pending = false
@@ -326,6 +431,7 @@ func (x *labelIndex) ref(spec *ipSetSpec) {
 	}
 	s := &ipSetState{spec: spec, refs: 1, members: map[string]int{}, pending: true}
 	x.sets[spec.id] = s
+	x.index(s)
 	x.out.setActivated(s)
 	x.pending = append(x.pending, s)
 }
@@ -341,5 +447,6 @@ func (x *labelIndex) unref(id string) {
 	}
 	s.dead = true
 	delete(x.sets, id)
+	x.unindex(s)
 	x.out.setDeactivated(id)
 }

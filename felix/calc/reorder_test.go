@@ -20,7 +20,9 @@ func universe(seed uint64) []v3.Resource {
 	r := rand.New(rand.NewPCG(seed, 7))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	sel := func() string {
-		return pick("app == 'a'", "app == 'b'", "has(tier)", "tier == 'x' || app == 'c'", "all()", "!has(app)", "")
+		return pick("app == 'a'", "app == 'b'", "has(tier)", "tier == 'x' || app == 'c'", "all()", "!has(app)", "",
+			// Keys an endpoint gets from its namespace, profile or account.
+			"pcns.team == 'red'", "zone == 'z1' && app != 'b'", "projectcalico.org/namespace == 'ns1'", "has(projectcalico.org/serviceaccount)")
 	}
 	order := func() *float64 {
 		if r.IntN(3) == 0 {
@@ -73,6 +75,7 @@ func universe(seed uint64) []v3.Resource {
 		ns := fmt.Sprintf("ns%d", i)
 		p := nsProfile(ns, map[string]string{"team": pick("red", "blue")})
 		p.Spec.Ingress = rules()
+		p.Spec.LabelsToApply = map[string]string{"zone": pick("z1", "z2")}
 		out = append(out, p)
 	}
 	for i := range 12 {
@@ -184,11 +187,29 @@ func TestReorderProperty(t *testing.T) {
 			}
 			g.OnInSync()
 			g.Flush()
+			checkSetIndex(t, g)
 			if len(rec.errs) > 0 {
 				t.Fatalf("seed %d variant %d: order violations:\n%s", seed, variant, strings.Join(rec.errs, "\n"))
 			}
 			if got, want := stateOf(rec), stateOf(ref); !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d variant %d: state differs: %s", seed, variant, firstDiff(got, want))
+			}
+		}
+	}
+}
+
+// checkSetIndex checks the label index against trying every set: each
+// item is in exactly the active sets whose spec it matches.
+func checkSetIndex(t *testing.T, g *Graph) {
+	t.Helper()
+	x := g.labels
+	for key, it := range x.items {
+		for id, s := range x.sets {
+			if s.pending {
+				continue
+			}
+			if want, got := s.spec.matches(it), slices.Contains(it.sets, s); got != want {
+				t.Fatalf("item %s in set %s (%v): %v, want %v", key, id, s.spec.sel, got, want)
 			}
 		}
 	}

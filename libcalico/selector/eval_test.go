@@ -133,3 +133,28 @@ func TestEvaluateDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func TestRequiredKey(t *testing.T) {
+	for sel, want := range map[string]string{
+		"all()":                         "",
+		"has(a)":                        "a",
+		"a == 'x'":                      "a",
+		"a == ''":                       "a",
+		"a in {'x'}":                    "a",
+		"a contains 'x'":                "a",
+		"a starts with 'x'":             "a",
+		"a ends with 'x'":               "a",
+		"a != 'x'":                      "",
+		"a not in {'x'}":                "",
+		"!has(a)":                       "",
+		"has(a) || has(b)":              "",
+		"a != 'x' && b == 'y'":          "b",
+		"has(a) && has(b)":              "a",
+		"!(a == 'x') && c in {'z'}":     "c",
+		"(has(a) || has(b)) && !has(c)": "",
+	} {
+		if got := MustParse(sel).RequiredKey(); got != want {
+			t.Errorf("RequiredKey(%q) = %q, want %q", sel, got, want)
+		}
+	}
+}

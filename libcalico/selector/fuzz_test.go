@@ -8,7 +8,8 @@ import (
 // FuzzParse checks that Parse never panics, that its errors point inside
 // the input, and that the canonical form of any selector that parses
 // re-parses to itself, with the same UniqueID and the same verdict on label
-// sets built from the selector's own keys and values. Plain `go test` runs
+// sets built from the selector's own keys and values, and that every such
+// set it matches has its RequiredKey. Plain `go test` runs
 // only the seeds in testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
@@ -44,6 +45,11 @@ func FuzzParse(f *testing.F) {
 			}
 			if got := sel.EvaluateLabels(MapLabels(labels)); got != want {
 				t.Fatalf("%q: Evaluate(%v) = %v but EvaluateLabels = %v", s, labels, want, got)
+			}
+			if k := sel.RequiredKey(); want && k != "" {
+				if _, ok := labels[k]; !ok {
+					t.Fatalf("%q matches %v, which lacks its required key %q", s, labels, k)
+				}
 			}
 		}
 	})

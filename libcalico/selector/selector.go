@@ -71,6 +71,26 @@ func (s *Selector) UniqueID() string {
 	return s.id
 }
 
+// RequiredKey returns a label key that every label set the selector
+// matches has, or "" when there is none (all(), a negation, an ||, or a
+// != / not in comparison, which hold when the label is absent). An index
+// may try the selector only on label sets with that key.
+func (s *Selector) RequiredKey() string { return requiredKey(s.root) }
+
+func requiredKey(n *node) string {
+	switch n.kind {
+	case kindHas, kindEq, kindIn, kindContains, kindStartsWith, kindEndsWith:
+		return n.key
+	case kindAnd:
+		for _, op := range n.operands {
+			if k := requiredKey(op); k != "" {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
 // IsGlobal reports whether the whole selector is global(). As a
 // namespaceSelector that means "non-namespaced resources only", a meaning
 // the policy layer gives it; Evaluate treats global() like all().
