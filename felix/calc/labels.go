@@ -191,8 +191,8 @@ type ipSetState struct {
 }
 
 // labelIndex is the stage that keeps IP set membership: every item in the
-// cluster is matched against every active set, incrementally on both
-// sides.
+// cluster is matched against the active sets it may be in (see byKey),
+// incrementally on both sides.
 type labelIndex struct {
 	items map[string]*item
 	sets  map[string]*ipSetState
