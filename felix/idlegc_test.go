@@ -57,11 +57,10 @@ var sink [][]byte
 // garbage: the collector starts a collection (a forced one, as the
 // runtime counts them), and once it has run nothing more is due.
 func TestIdleCollectorCollects(t *testing.T) {
-	read := readMetrics
 	c := newIdleCollector()
 	for attempt := 0; ; attempt++ {
 		fillHeap()
-		forced := read("/gc/cycles/forced:gc-cycles")[0]
+		forced := readMetrics("/gc/cycles/forced:gc-cycles")[0]
 		if !c.collectIfDue() {
 			if attempt < 3 {
 				continue // the runtime collected on its own meanwhile
@@ -69,7 +68,7 @@ func TestIdleCollectorCollects(t *testing.T) {
 			t.Fatal("the heap is past half its headroom and no collection started")
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for read("/gc/cycles/forced:gc-cycles")[0] == forced {
+		for readMetrics("/gc/cycles/forced:gc-cycles")[0] == forced {
 			if time.Now().After(deadline) {
 				t.Fatal("the collector said it started a collection, but none ran")
 			}

@@ -287,9 +287,15 @@ func (x *labelIndex) index(s *ipSetState) {
 		return
 	}
 	x.byKey[s.key] = append(x.byKey[s.key], s)
-	if strings.HasPrefix(s.key, NamespaceLabel) || strings.HasPrefix(s.key, ServiceAccountLabel) {
+	if prefixedKey(s.key) {
 		x.prefixedKeys++
 	}
+}
+
+// prefixedKey reports whether key names a namespace or service-account
+// label (pcns., pcsa.).
+func prefixedKey(key string) bool {
+	return strings.HasPrefix(key, NamespaceLabel) || strings.HasPrefix(key, ServiceAccountLabel)
 }
 
 // unindex removes a set filed by index.
@@ -311,7 +317,7 @@ func (x *labelIndex) unindex(s *ipSetState) {
 	} else {
 		delete(x.byKey, s.key)
 	}
-	if strings.HasPrefix(s.key, NamespaceLabel) || strings.HasPrefix(s.key, ServiceAccountLabel) {
+	if prefixedKey(s.key) {
 		x.prefixedKeys--
 	}
 }

@@ -328,20 +328,19 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 		for i, c := range direct {
 			names[i] = c.name
 		}
-		err := t.direct.write(direct, directStale)
-		if err == nil {
+		rewritten = names
+		if err := t.direct.write(direct, directStale); err != nil {
+			// Nothing of it was applied (one transaction): restore does it.
+			t.log.WithError(err).Warn("Direct nftables write failed; using iptables-nft-restore")
+		} else {
 			t.directWrites++
 			t.wrote(names, directStale, nil)
 			t.log.WithFields(log.Fields{"chains": len(direct), "stale": len(directStale), "restored": len(viaRestore), "via": "netlink"}).Debug("Table written")
 			if len(fixedJumps) == 0 {
 				return true, nil
 			}
-			names = nil
-		} else {
-			// Nothing of it was applied (one transaction): restore does it.
-			t.log.WithError(err).Warn("Direct nftables write failed; using iptables-nft-restore")
+			rewritten = nil // left for restore: the jumps, then stale chains
 		}
-		rewritten = names
 	}
 	if err := t.restore(ctx, rewritten, stale, tail); err != nil {
 		return false, err
