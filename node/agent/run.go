@@ -104,6 +104,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer store.Close()
 	c := client.New(store)
+	ds := newHealth(logger.WithField("part", "datastore"), dsCfg.Endpoints, time.Now())
 
 	res, err := startup.Run(ctx, cfg, c, host, startup.ProcSysctl{})
 	if err != nil {
@@ -117,6 +118,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	bgpRunning := false
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go ds.run(ctx, kvProbe(store.KV()))
 	bgpDone := make(chan error, 1)
 	if cfg.BGPEnabled() {
 		bgpRunning = true
@@ -146,6 +148,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	src := func(ctx context.Context) (status.Report, error) {
 		rep := status.Report{NodeName: cfg.NodeName, PID: os.Getpid(), Started: started, Backend: cfg.Backend}
 		rep.BGPRunning = bgpRunning
+		rep.Datastore = ds.status()
 		switch {
 		case bgpPeers != nil:
 			peers, err := bgpPeers.ListPeers(ctx)
