@@ -100,6 +100,10 @@ func TestNodeStatusGolden(t *testing.T) {
 		}}},
 		{"node-status-no-peers.txt", status.Report{BGPRunning: true}},
 		{"node-status-no-bgp.txt", status.Report{Backend: "vxlan"}},
+		{"node-status-datastore-down.txt", status.Report{BGPRunning: true,
+			Datastore: &status.DatastoreStatus{Endpoints: []string{"https://198.18.0.11:2379"}, Since: time.Date(2024, 5, 1, 9, 0, 0, 0, time.Local),
+				Error: "key \"/calico/resources/v3/projectcalico.org/clusterinformations/default\": context deadline exceeded"},
+			Peers: []status.PeerStatus{{Address: "198.18.0.12", Type: status.PeerTypeMesh, State: "up", Since: "09:00:00", Info: "Established"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
