@@ -1,8 +1,9 @@
 // Package apiconfig reads the datastore settings the way calicoctl and
 // calico-node share them: a CalicoAPIConfig file, overridden by the
 // environment (DATASTORE_TYPE, ETCD_ENDPOINTS, ETCD_USERNAME,
-// ETCD_PASSWORD, ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE, each
-// also read with a CALICO_ prefix).
+// ETCD_PASSWORD, ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE and the
+// inline ETCD_KEY, ETCD_CERT, ETCD_CA_CERT, each also read with a CALICO_
+// prefix).
 package apiconfig
 
 import (
@@ -35,6 +36,9 @@ var envOverrides = []struct {
 	{"ETCD_KEY_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdKeyFile = v }},
 	{"ETCD_CERT_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCertFile = v }},
 	{"ETCD_CA_CERT_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCACertFile = v }},
+	{"ETCD_KEY", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdKey = v }},
+	{"ETCD_CERT", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCert = v }},
+	{"ETCD_CA_CERT", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCACert = v }},
 }
 
 // Load reads the CalicoAPIConfig at path (absent at DefaultPath is fine),
@@ -73,15 +77,15 @@ func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
 	default:
 		return etcdv3.Config{}, fmt.Errorf("datastore type %q is not supported: Palisade stores its state in etcd, set datastoreType (or DATASTORE_TYPE) to %s", spec.DatastoreType, v3.DatastoreEtcdV3)
 	}
-	if spec.EtcdKey != "" || spec.EtcdCert != "" || spec.EtcdCACert != "" {
-		return etcdv3.Config{}, errors.New("inline etcdKey/etcdCert/etcdCACert are not supported: use etcdKeyFile, etcdCertFile and etcdCACertFile")
-	}
 	cfg := etcdv3.Config{
 		Username:   spec.EtcdUsername,
 		Password:   spec.EtcdPassword,
 		KeyFile:    spec.EtcdKeyFile,
 		CertFile:   spec.EtcdCertFile,
 		CACertFile: spec.EtcdCACertFile,
+		Key:        spec.EtcdKey,
+		Cert:       spec.EtcdCert,
+		CACert:     spec.EtcdCACert,
 	}
 	for _, ep := range strings.Split(spec.EtcdEndpoints, ",") {
 		if ep = strings.TrimSpace(ep); ep != "" {

@@ -20,6 +20,8 @@ func TestLoad(t *testing.T) {
 	}
 	seed := write("seed.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nmetadata:\nspec:\n  datastoreType: \"etcdv3\"\n  etcdEndpoints: \"http://10.96.232.136:6666\"\n")
 	tls := write("tls.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  etcdEndpoints: \"https://a:2379, https://b:2379\"\n  etcdCACertFile: /ca.pem\n  etcdCertFile: /c.pem\n  etcdKeyFile: /k.pem\n  etcdUsername: u\n  etcdPassword: p\n")
+	inline := write("join.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  datastoreType: etcdv3\n  etcdEndpoints: https://198.18.0.11:2379\n"+
+		"  etcdCACert: |\n    CA PEM\n  etcdCert: |\n    CERT PEM\n  etcdKey: |\n    KEY PEM\n")
 	cases := []struct {
 		name    string
 		path    string
@@ -30,6 +32,10 @@ func TestLoad(t *testing.T) {
 		{name: "seed example", path: seed, want: etcdv3.Config{Endpoints: []string{"http://10.96.232.136:6666"}}},
 		{name: "tls and auth, endpoints trimmed", path: tls, want: etcdv3.Config{Endpoints: []string{"https://a:2379", "https://b:2379"},
 			Username: "u", Password: "p", KeyFile: "/k.pem", CertFile: "/c.pem", CACertFile: "/ca.pem"}},
+		{name: "inline PEM, as in a join file", path: inline, want: etcdv3.Config{Endpoints: []string{"https://198.18.0.11:2379"},
+			CACert: "CA PEM\n", Cert: "CERT PEM\n", Key: "KEY PEM\n"}},
+		{name: "inline PEM from the environment", path: seed, env: map[string]string{"ETCD_CA_CERT": "ca", "CALICO_ETCD_CERT": "c", "ETCD_KEY": "k"},
+			want: etcdv3.Config{Endpoints: []string{"http://10.96.232.136:6666"}, CACert: "ca", Cert: "c", Key: "k"}},
 		{name: "environment overrides the file", path: seed, env: map[string]string{"ETCD_ENDPOINTS": "http://e:1", "CALICO_ETCD_USERNAME": "cu"},
 			want: etcdv3.Config{Endpoints: []string{"http://e:1"}, Username: "cu"}},
 		{name: "absent named file is an error", path: filepath.Join(dir, "absent"),
