@@ -13,7 +13,8 @@ import (
 )
 
 // Target resolves what exec and InNamespace accept: a node name, "rr",
-// "border", "etcd", "fabric", or a pod as "namespace/name".
+// "border", "etcd" (or a cluster's "etcd1" to "etcd3"), "fabric", or a pod
+// as "namespace/name".
 func (l *Lab) Target(target string) (ns string, err error) {
 	if n, ok := l.Node(target); ok {
 		return n.NS, nil
@@ -24,7 +25,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	switch target {
 	case "fabric":
 		return l.fabricNS(), nil
-	case "rr", "border", "etcd":
+	case "rr", "border", "etcd", "etcd1", "etcd2", "etcd3":
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, ns := range l.st.Namespaces {
@@ -37,7 +38,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	for _, n := range l.Nodes() {
 		names = append(names, n.Name)
 	}
-	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
+	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, etcd1-3, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
 }
 
 // InNamespace runs fn on a thread inside the target's network namespace;
@@ -51,8 +52,8 @@ func (l *Lab) InNamespace(target string, fn func() error) error {
 }
 
 // Env is the environment of commands run in the lab: the lab's binaries
-// first on PATH, calicoctl pointed at the lab's etcd, and on a node its
-// run directory and nodename file.
+// first on PATH, calicoctl pointed at the lab's etcd with the join file's
+// certificates, and on a node its run directory and nodename file.
 func (l *Lab) Env(target string) []string {
 	env := []string{}
 	for _, e := range os.Environ() {
@@ -66,7 +67,9 @@ func (l *Lab) Env(target string) []string {
 	if path == "" {
 		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
-	env = append(env, "PATH="+l.st.Options.BinDir+":"+path, "DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS="+l.etcdEndpoint())
+	tls := l.etcdClientFiles()
+	env = append(env, "PATH="+l.st.Options.BinDir+":"+path, "DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS="+strings.Join(l.etcdEndpoints(), ","),
+		"ETCD_CA_CERT_FILE="+tls.CA, "ETCD_CERT_FILE="+tls.ClientCert, "ETCD_KEY_FILE="+tls.ClientKey)
 	if n, ok := l.Node(target); ok {
 		env = append(env, "CALICO_RUN_DIR="+l.RunDir(n.Name), "CALICO_NODENAME_FILE="+l.nodeDir(n.Name, "nodename"))
 	}
