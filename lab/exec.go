@@ -86,6 +86,7 @@ func (l *Lab) Command(ctx context.Context, target string, argv ...string) (*exec
 	if _, err := l.Target(target); err != nil {
 		return nil, err
 	}
+	argv = l.birdcArgs(target, argv)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	if !strings.Contains(argv[0], "/") {
 		// The lab's binaries come first, as on the PATH of Env.
@@ -96,6 +97,29 @@ func (l *Lab) Command(ctx context.Context, target string, argv ...string) (*exec
 	}
 	cmd.Env = l.Env(target)
 	return cmd, nil
+}
+
+// birdcArgs points a birdc run on the route reflector or the border
+// router at that BIRD: its binary (BIRD 1.6's for a bird1 reflector) and
+// its control socket, which lives in the lab's state directory rather
+// than at birdc's default path. A given -s is kept.
+func (l *Lab) birdcArgs(target string, argv []string) []string {
+	if filepath.Base(argv[0]) != "birdc" || (target != "rr" && target != "border") {
+		return argv
+	}
+	if _, ok := l.Proc("bird/" + target); !ok {
+		return argv
+	}
+	for _, a := range argv[1:] {
+		if a == "-s" || strings.HasPrefix(a, "-s") && len(a) > 2 {
+			return argv
+		}
+	}
+	ctl := argv[0]
+	if _, c, err := l.birdBinaries(l.birdKind(target)); err == nil && !strings.Contains(argv[0], "/") {
+		ctl = c
+	}
+	return append([]string{ctl, "-s", l.birdSocket(target)}, argv[1:]...)
 }
 
 // StartIn starts a command made by Command in its target's namespace.
