@@ -46,6 +46,8 @@ func newOutageLab(t testing.TB, l *Lab, srcNode, dstNode string) *outageLab {
 	return ol
 }
 
+// denyPolicy stops pings to the receiver and lets everything else in (the
+// packet streams go on).
 const denyPolicy = `apiVersion: projectcalico.org/v3
 kind: NetworkPolicy
 metadata:
@@ -54,6 +56,10 @@ metadata:
 spec:
   selector: all()
   types: [Ingress]
+  ingress:
+  - action: Deny
+    protocol: ICMP
+  - action: Allow
 `
 
 // blocked says whether a ping from src to dst goes unanswered.
@@ -76,18 +82,21 @@ func (ol *outageLab) waitReachable(t testing.TB) {
 }
 
 // enforce writes the deny policy (calicoctl apply, retried while etcd is
-// still coming back) and returns when a ping is first dropped; it then
-// removes the policy and waits for the path to open again.
-func (ol *outageLab) enforce(t testing.TB, within time.Duration) time.Time {
+// still coming back) and returns when the write that succeeded began and
+// ended, and when a ping was first dropped; it then removes the policy and
+// waits for pings to pass again.
+func (ol *outageLab) enforce(t testing.TB, within time.Duration) (began, applied, enforced time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	began := time.Now()
+	first := time.Now()
 	for {
+		began = time.Now()
 		_, err := ol.l.Calicoctl(ctx, ol.ctl, strings.NewReader(denyPolicy), "apply", "-f", "-")
 		if err == nil {
+			applied = time.Now()
 			break
 		}
-		if time.Since(began) > within {
+		if time.Since(first) > within {
 			t.Fatalf("calicoctl apply still failing after %s: %v", within, err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -102,7 +111,7 @@ func (ol *outageLab) enforce(t testing.TB, within time.Duration) time.Time {
 		} else if misses++; misses == 1 {
 			at = tried
 		}
-		if time.Since(began) > 30*time.Second {
+		if time.Since(applied) > 30*time.Second {
 			t.Fatalf("the deny policy was not enforced within 30 s")
 		}
 	}
@@ -110,7 +119,7 @@ func (ol *outageLab) enforce(t testing.TB, within time.Duration) time.Time {
 		t.Fatal(err)
 	}
 	ol.waitReachable(t)
-	return at
+	return began, applied, at
 }
 
 // outage takes etcd away with down for d, while packets stream from src
@@ -150,7 +159,8 @@ func (ol *outageLab) outage(t testing.TB, d time.Duration, down func(), up func(
 	}
 	lasted := time.Since(downAt)
 	returned := up()
-	took := ol.enforce(t, 10*time.Second).Sub(returned)
+	_, _, enforced := ol.enforce(t, 10*time.Second)
+	took := enforced.Sub(returned)
 	t.Logf("etcd was away %s; a policy written on its return was enforced %s later", lasted.Round(100*time.Millisecond), took.Round(time.Millisecond))
 	ol.outages++
 	for _, n := range ol.watchers {
