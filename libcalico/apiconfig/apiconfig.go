@@ -94,3 +94,22 @@ func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
 	}
 	return cfg, nil
 }
+
+// DefaultJoinPath is where calico-node writes the join file of the
+// embedded etcd it serves (join.cfg in its default etcd data directory).
+const DefaultJoinPath = "/var/lib/calico/etcd/join.cfg"
+
+// LoadClient is Load for clients such as calicoctl: when neither the
+// default file nor the environment names an endpoint, the join file at
+// joinPath is read instead if it exists, so calicoctl on a node serving
+// the embedded etcd reaches it with its certificate.
+func LoadClient(path, joinPath string, getenv func(string) string) (etcdv3.Config, error) {
+	cfg, err := Load(path, getenv)
+	if err != nil || len(cfg.Endpoints) > 0 || path != DefaultPath {
+		return cfg, err
+	}
+	if _, err := os.Stat(joinPath); err != nil {
+		return cfg, nil
+	}
+	return Load(joinPath, getenv)
+}

@@ -71,3 +71,45 @@ func TestLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadClient: with no file and no endpoint in the environment, a
+// client falls back to the join file; a named file, or an endpoint in the
+// environment, wins over it; no join file leaves the endpoints empty.
+func TestLoadClient(t *testing.T) {
+	if _, err := os.Stat(DefaultPath); err == nil {
+		t.Skip(DefaultPath + " exists on this machine")
+	}
+	dir := t.TempDir()
+	join := filepath.Join(dir, "join.cfg")
+	if err := os.WriteFile(join, []byte("kind: CalicoAPIConfig\nspec:\n  etcdEndpoints: https://198.18.0.11:2379\n  etcdCACert: CA\n  etcdCert: C\n  etcdKey: K\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	named := filepath.Join(dir, "named.cfg")
+	if err := os.WriteFile(named, []byte("kind: CalicoAPIConfig\nspec:\n  etcdEndpoints: http://10.0.0.1:2379\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	none := func(string) string { return "" }
+	for _, c := range []struct {
+		name       string
+		path, join string
+		env        func(string) string
+		want       etcdv3.Config
+	}{
+		{"the join file", DefaultPath, join, none, etcdv3.Config{Endpoints: []string{"https://198.18.0.11:2379"}, CACert: "CA", Cert: "C", Key: "K"}},
+		{"a named file wins", named, join, none, etcdv3.Config{Endpoints: []string{"http://10.0.0.1:2379"}}},
+		{"the environment wins", DefaultPath, join, func(k string) string {
+			if k == "ETCD_ENDPOINTS" {
+				return "http://e:1"
+			}
+			return ""
+		}, etcdv3.Config{Endpoints: []string{"http://e:1"}}},
+		{"no join file", DefaultPath, filepath.Join(dir, "absent"), none, etcdv3.Config{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := LoadClient(c.path, c.join, c.env)
+			if err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("LoadClient = %+v, %v; want %+v", got, err, c.want)
+			}
+		})
+	}
+}

@@ -186,3 +186,11 @@ func roundTrip(t *testing.T, what string, open func() (datastore.Interface, erro
 		t.Fatalf("%s: deleting: %v", what, err)
 	}
 }
+
+// TestDefaultJoinFile: calicoctl looks for the join file where
+// calico-node writes it by default.
+func TestDefaultJoinFile(t *testing.T) {
+	if got := filepath.Join(DefaultEtcdDataDir, etcdpki.JoinFileName); got != apiconfig.DefaultJoinPath {
+		t.Errorf("calico-node writes the join file at %s, calicoctl reads %s", got, apiconfig.DefaultJoinPath)
+	}
+}
