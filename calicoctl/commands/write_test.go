@@ -138,3 +138,75 @@ func slices(m map[string]string) []string {
 	}
 	return out
 }
+
+// TestApplyWarnsNotActedOn checks that apply names each accepted but not
+// acted on field once per kind on stderr, and still applies.
+func TestApplyWarnsNotActedOn(t *testing.T) {
+	c := newCluster(t)
+	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {bpfEnabled: true}\n"
+	r := c.run(t, doc, nil, "apply", "-f", "-", "--allow-version-mismatch")
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d: %s", r.code, r.stderr)
+	}
+	want := "Warning: FelixConfiguration field metadata.generation is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
+		"Warning: FelixConfiguration field spec.bpf* is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
+		"Warning: FelixConfiguration field spec.goMaxProcs is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
+	if r.stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
+	}
+	if r.stdout != "Successfully applied 2 'FelixConfiguration' resource(s)\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+}
+
+// TestWriteRefusesWhatCalicoRefuses checks the kinds and names calicoctl
+// will not write, with nothing written.
+func TestWriteRefusesWhatCalicoRefuses(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct{ doc, want string }{
+		{"kind: ClusterInformation\nmetadata: {name: default}\nspec: {}\n", "resource type 'ClusterInformation' is read-only"},
+		{"kind: NetworkPolicy\nmetadata: {name: knp.default.web, namespace: a}\nspec: {}\n", "kubernetes network policies must be managed through the kubernetes API"},
+	} {
+		r := c.run(t, "apiVersion: projectcalico.org/v3\n"+tc.doc, nil, "apply", "-f", "-")
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "nothing was applied") {
+			t.Errorf("apply %q: exit %d, stderr %q, want %q", tc.doc, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// TestStagedPolicies checks that the staged policy kinds apply, are stored,
+// listed and deleted.
+func TestStagedPolicies(t *testing.T) {
+	c := newCluster(t)
+	docs := "apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {name: web, namespace: prod}\nspec: {selector: app == 'web', ingress: [{action: Allow}]}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: deny-all}\nspec: {stagedAction: Delete}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: StagedKubernetesNetworkPolicy\nmetadata: {name: k, namespace: prod}\nspec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Ingress]}\n"
+	if r := c.run(t, docs, nil, "apply", "-f", "-"); r.code != 0 || r.stdout != "Successfully applied 3 resource(s)\n" {
+		t.Fatalf("apply: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ args []string }{
+		{[]string{"get", "stagednetworkpolicy", "-n", "prod", "-o", "name"}},
+		{[]string{"get", "sgnp", "-o", "name"}},
+		{[]string{"get", "sknp", "-A", "-o", "name"}},
+	} {
+		if r := c.run(t, "", nil, tc.args...); r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %s", tc.args, r.code, r.stdout, r.stderr)
+		}
+	}
+	r := c.run(t, "", nil, "get", "stagednetworkpolicy", "web", "-n", "prod", "-o", "yaml")
+	for _, want := range []string{"stagedAction: Set", "tier: default", "projectcalico.org/tier: default"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stored staged policy lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "source: {}") || strings.Contains(r.stdout, "destination: {}") {
+		t.Errorf("stored staged policy has empty rule ends:\n%s", r.stdout)
+	}
+	if r := c.run(t, "", nil, "delete", "sgnp", "deny-all"); r.code != 0 {
+		t.Errorf("delete: exit %d: %s", r.code, r.stderr)
+	}
+	if r := c.run(t, "", nil, "get", "sgnp", "-o", "name"); r.stdout != "" {
+		t.Errorf("after delete: %q", r.stdout)
+	}
+}

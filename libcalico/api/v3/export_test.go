@@ -50,3 +50,31 @@ func TestUnknownFieldsStillRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestNotActedOnDocumented checks that docs/not-acted-on.md lists exactly
+// the rows of the NotActedOn table.
+func TestNotActedOnDocumented(t *testing.T) {
+	data, err := os.ReadFile("../../../docs/not-acted-on.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	want := 0
+	for kind, fields := range NotActedOn {
+		for _, f := range fields {
+			want++
+			if row := "| " + kind + " | `" + f + "` |"; !strings.Contains(doc, row) {
+				t.Errorf("docs/not-acted-on.md lacks the row %s", row)
+			}
+		}
+	}
+	for _, f := range metadataNotActedOn {
+		want++
+		if row := "| every kind | `" + f + "` |"; !strings.Contains(doc, row) {
+			t.Errorf("docs/not-acted-on.md lacks the row %s", row)
+		}
+	}
+	if got := strings.Count(doc, "\n| ") - 1; got != want {
+		t.Errorf("docs/not-acted-on.md has %d rows, the table %d", got, want)
+	}
+}

@@ -14,7 +14,9 @@ func TestValidateAsCalico(t *testing.T) {
 		return h + "kind: NetworkPolicy\nmetadata: {name: np, namespace: prod}\nspec: " + spec
 	}
 	gnp := func(spec string) string { return h + "kind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: " + spec }
-	felix := func(spec string) string { return h + "kind: FelixConfiguration\nmetadata: {name: default}\nspec: " + spec }
+	felix := func(spec string) string {
+		return h + "kind: FelixConfiguration\nmetadata: {name: default}\nspec: " + spec
+	}
 	tests := []struct{ name, in, want string }{
 		// Accepted as Calico accepts them.
 		{"felix log level Trace", felix("{logSeverityScreen: Trace, logSeveritySys: none}"), ""},
