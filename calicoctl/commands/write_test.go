@@ -1,10 +1,15 @@
 package commands_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
 	"testing"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/client"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
 func poolDoc(name, cidr string) string {
@@ -121,7 +126,9 @@ func TestVersionAndCompletion(t *testing.T) {
 	if !strings.Contains(r.stderr, `clusterinformation "default"`) {
 		t.Errorf("version stderr %q does not say why the cluster version is unknown", r.stderr)
 	}
-	c.mustRun(t, "apiVersion: projectcalico.org/v3\nkind: ClusterInformation\nmetadata:\n  name: default\nspec:\n  calicoVersion: v3.99.0\n  clusterType: palisade,bgp\n", "create", "-f", "-")
+	// ClusterInformation is read-only to calicoctl: calico-node writes it.
+	c.writeDirect(t, &v3.ClusterInformation{ObjectMeta: v3.ObjectMeta{Name: "default"},
+		Spec: v3.ClusterInformationSpec{CalicoVersion: "v3.99.0", ClusterType: "palisade,bgp"}})
 	golden(t, "version.txt", c.mustRun(t, "", "version"))
 	for _, sh := range []string{"bash", "zsh"} {
 		out := c.mustRun(t, "", "completion", sh)
@@ -208,5 +215,20 @@ func TestStagedPolicies(t *testing.T) {
 	}
 	if r := c.run(t, "", nil, "get", "sgnp", "-o", "name"); r.stdout != "" {
 		t.Errorf("after delete: %q", r.stdout)
+	}
+}
+
+// writeDirect stores r through the library client, as the components that
+// own read-only kinds do.
+func (c *cluster) writeDirect(t *testing.T, r v3.Resource) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: c.endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	if _, err := client.New(store).Apply(ctx, r); err != nil {
+		t.Fatalf("writing %s: %v", r.GetTypeMeta().Kind, err)
 	}
 }
