@@ -298,19 +298,6 @@ func (v *validator) oneOf(field, value string, allowed ...string) {
 	v.fail(field, value, "want one of %s", strings.Join(allowed, ", "))
 }
 
-// oneOfFold is oneOf, ignoring case.
-func (v *validator) oneOfFold(field, value string, allowed ...string) {
-	if value == "" {
-		return
-	}
-	for _, a := range allowed {
-		if strings.EqualFold(value, a) {
-			return
-		}
-	}
-	v.fail(field, value, "want one of %s", strings.Join(allowed, ", "))
-}
-
 // interfaceName checks a Linux interface name: 1-15 bytes, no '/', ':' or
 // whitespace, not "." or "..".
 func (v *validator) interfaceName(field, s string) {

@@ -9,8 +9,6 @@ import (
 	"sync"
 )
 
-var logSeverities = []string{"Debug", "Info", "Warning", "Error", "Fatal"}
-
 func (v *validator) bgpConfig(c *BGPConfiguration) {
 	s := &c.Spec
 	isDefault := v.defaultOrNode(c.Name)
