@@ -42,7 +42,7 @@ func TestWriteCommands(t *testing.T) {
 		{"patch", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"disabled":false}}`}, 0, "Successfully patched 1 'IPPool' resource\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"patch immutable", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"cidr":"10.4.0.0/16"}}`}, 1, "", "spec.cidr is immutable", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"patch unknown field", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"colour":"red"}}`}, 1, "", "colour", "pool-c", "pool-c   10.2.0.0/16   false"},
-		{"patch type", "", []string{"patch", "ippool", "pool-c", "-t", "json", "-p", `[]`}, 1, "", `patch type "json" is not supported`, "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"patch type", "", []string{"patch", "ippool", "pool-c", "-t", "yaml", "-p", `{}`}, 1, "", `patch type "yaml" is not supported`, "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"label", "", []string{"label", "ippool", "pool-c", "rack=r1"}, 0, "Successfully set label rack on ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"label present", "", []string{"label", "ippool", "pool-c", "rack=r2"}, 1, "", "key rack is already present. please use '--overwrite'", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"label overwrite", "", []string{"label", "ippool", "pool-c", "rack=r2", "--overwrite"}, 0, "Successfully updated label rack on ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
