@@ -95,6 +95,7 @@ func TestGetOutputs(t *testing.T) {
 		args   []string
 	}{
 		{"ippool-template.txt", []string{"get", "ippools", "-o", `go-template={{range .}}{{.Kind}}:{{"\n"}}{{range .Items}}{{.Name}} {{.Spec.CIDR}} disabled={{.Spec.Disabled}} {{joinAndTruncate .Spec.NodeSelector "" 8}}{{"\n"}}{{end}}{{end}}`}},
+		{"ippool-template-named.txt", []string{"get", "ippools", "pool-b", "pool-a", "-o", `go-template={{range .}}{{.Kind}} {{.ObjectMeta.Name}} uses {{join .Spec.AllowedUses ","}}{{"\n"}}{{end}}`}},
 		{"node-template-config.txt", []string{"get", "nodes", "-o", `go-template={{range .}}{{range .Items}}{{.Name}} {{.Spec.BGP.IPv4Address}} cluster AS {{config "asnumber"}}{{"\n"}}{{end}}{{end}}`}},
 		{"networkset-template-file.txt", []string{"get", "networksets", "-A", "-o", "go-template-file=" + tmplFile}},
 		{"ippool-ps.txt", []string{"get", "ippools"}},
@@ -144,6 +145,8 @@ func TestGetErrors(t *testing.T) {
 		{"template parse error", []string{"get", "ippools", "-o", "go-template={{range .}}{{nope .}}{{end}}"}, "", `template: get:1: function "nope" not defined`},
 		{"template execution error", []string{"get", "ippools", "-o", "go-template=partial {{range .}}{{.Nope}}{{end}}"}, "",
 			`template: get:1:21: executing "get" at <.Nope>: can't evaluate field Nope in type interface {}`},
+		{"template on a missing name", []string{"get", "ippool", "pool-a", "pool-x", "-o", "go-template={{range .}}{{.Name}}{{end}}"}, "pool-a",
+			"resource does not exist: IPPool(pool-x)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
