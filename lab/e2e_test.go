@@ -209,8 +209,8 @@ type stream struct {
 }
 
 // runStream sends rate packets a second for d from src to dst (port),
-// calling during after a second; it returns when the last packet had a
-// second to arrive.
+// calling during after a second; it returns when every packet arrived, or
+// none did for a second.
 func runStream(t testing.TB, l *Lab, src, dst Pod, port, rate int, d time.Duration, during func()) stream {
 	t.Helper()
 	var rc, sc *net.UDPConn
@@ -261,7 +261,19 @@ func runStream(t testing.TB, l *Lab, src, dst Pod, port, rate int, d time.Durati
 		}
 		st.sent++
 	}
-	time.Sleep(time.Second)
+	// Give the last packets a second to arrive, and longer while they
+	// still come in (a busy machine may run this reader late).
+	for last, lastAt := -1, time.Now(); time.Since(lastAt) < time.Second; time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		n := len(st.received)
+		mu.Unlock()
+		if n == st.sent {
+			break
+		}
+		if n != last {
+			last, lastAt = n, time.Now()
+		}
+	}
 	rc.Close()
 	<-done
 	mu.Lock()
