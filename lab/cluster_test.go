@@ -73,19 +73,21 @@ func TestEtcdClusterMemberLost(t *testing.T) {
 
 	lose := func(which, member string) {
 		t.Helper()
+		t.Logf("%.1fs into the streams: killing the %s %s", time.Since(began).Seconds(), which, member)
 		if err := l.StopEtcd(member, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		began, applied, enforced := ol.enforce(t, 10*time.Second)
+		writing, applied, enforced := ol.enforce(t, 10*time.Second)
 		took := enforced.Sub(applied)
 		t.Logf("%s %s killed: calicoctl apply took %s, the policy was enforced %s after it returned", which, member,
-			applied.Sub(began).Round(time.Millisecond), took.Round(time.Millisecond))
+			applied.Sub(writing).Round(time.Millisecond), took.Round(time.Millisecond))
 		if took > time.Second {
 			t.Errorf("%s %s killed: the policy was enforced %s after calicoctl apply returned, want within a second", which, member, took)
 		}
 		if err := l.StartEtcd(ctx, member); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("%.1fs into the streams: %s back", time.Since(began).Seconds(), member)
 	}
 	leader, err := l.EtcdLeader(ctx)
 	if err != nil {
@@ -110,7 +112,13 @@ func TestEtcdClusterMemberLost(t *testing.T) {
 	wg.Wait()
 	for name, st := range map[string]stream{"node1→node2": fwd, "node2→node1": back} {
 		if len(st.received) != st.sent {
-			t.Errorf("%s: %d of %d packets arrived; lost %v…", name, len(st.received), st.sent, st.lost())
+			t.Errorf("%s: %d of %d packets arrived (100 a second from the start); lost %v…", name, len(st.received), st.sent, st.lost())
+		}
+	}
+	if t.Failed() {
+		for _, n := range l.Nodes() {
+			routes, _ := l.Routes(ctx, n.Name)
+			t.Logf("%s routes at the end:\n%s", n.Name, routes)
 		}
 	}
 	t.Logf("%d CNI calls, %d retried once", calls, retried)
