@@ -15,6 +15,7 @@ func SyncedKinds() []string {
 	return []string{
 		v3.KindFelixConfiguration,
 		v3.KindIPPool,
+		v3.KindNode,
 		v3.KindTier,
 		v3.KindProfile,
 		v3.KindGlobalNetworkPolicy,
@@ -38,6 +39,9 @@ type Syncer struct {
 	RetryInterval time.Duration
 	// MaxBatch bounds the updates of one OnUpdates call.
 	MaxBatch int
+	// Blocks, when set, is where the IPAM blocks are read (for the
+	// overlay's routes); they count as one more kind for OnInSync.
+	Blocks *BlockSource
 }
 
 // NewSyncer makes a syncer for the node hostname (whose
@@ -60,6 +64,10 @@ func (s *Syncer) Run(ctx context.Context) error {
 	kinds := SyncedKinds()
 	for _, kind := range kinds {
 		go s.runKind(ctx, kind, ch)
+	}
+	if s.Blocks != nil {
+		kinds = append(kinds, KindIPAMBlock)
+		go s.runBlocks(ctx, ch)
 	}
 	listed := map[string]bool{}
 	inSync := false
