@@ -14,6 +14,7 @@ import (
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 )
@@ -31,6 +32,13 @@ type Config struct {
 	NodeName string
 	// Store is the datastore.
 	Store datastore.Interface
+	// KV is the raw key-value view of Store: with it (and a Store that
+	// can watch raw keys) felix reads the IPAM blocks and programs the
+	// VXLAN overlay's routes to other nodes' blocks.
+	KV datastore.KV
+	// MTUFile receives the pod MTU for the CNI plugin ("" writes none;
+	// calico-node: /var/lib/calico/mtu).
+	MTUFile string
 	// NetNS is the path of the network namespace to program ("" for the
 	// current one, as in calico-node).
 	NetNS string
@@ -100,15 +108,22 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("felix: %w", err)
 	}
 	defer dp.Close()
-	graph := calc.NewGraph(cfg.NodeName, levelSetter{Driver: dp, logger: own, log: logger})
+	ov, err := vxlan.New(dp.Runner(), logger, cfg.MTUFile)
+	if err != nil {
+		return fmt.Errorf("felix: %w", err)
+	}
+	defer ov.Close()
+	graph := calc.NewGraph(cfg.NodeName, levelSetter{Driver: dp, logger: own, log: logger, overlay: ov})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan event, 64)
 	syncDone := make(chan error, 1)
-	go func() {
-		syncDone <- calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events}).Run(ctx)
-	}()
+	syncer := calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events})
+	if w, ok := cfg.Store.(datastore.KVWatcher); ok && cfg.KV != nil {
+		syncer.Blocks = &calc.BlockSource{KV: cfg.KV, Watcher: w}
+	}
+	go func() { syncDone <- syncer.Run(ctx) }()
 	defer func() { <-syncDone }()
 
 	timer := time.NewTimer(time.Hour)
@@ -152,7 +167,10 @@ func Run(ctx context.Context, cfg Config) error {
 			continue
 		}
 		err := dp.Apply(ctx)
-		wait := dp.NextRefresh(time.Now())
+		if dp.InSync() {
+			err = errors.Join(err, ov.Apply(ctx))
+		}
+		wait := min(dp.NextRefresh(time.Now()), ov.NextRefresh(time.Now()))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			retry = min(max(retry*2, minRetry), maxRetry)
@@ -189,12 +207,17 @@ func ownLogger(base *log.Logger) *log.Logger {
 }
 
 // levelSetter is the dataplane as the calculation graph sees it: every
-// configuration first sets felix's log level from logSeverityScreen.
+// configuration first sets felix's log level from logSeverityScreen; the
+// overlay goes to the VXLAN manager.
 type levelSetter struct {
 	*dataplane.Driver
-	logger *log.Logger
-	log    *log.Entry
+	logger  *log.Logger
+	log     *log.Entry
+	overlay *vxlan.Manager
 }
+
+// OnOverlayUpdate implements calc.OverlayDataplane.
+func (l levelSetter) OnOverlayUpdate(o *calc.Overlay) { l.overlay.SetOverlay(o) }
 
 // OnConfigUpdate implements calc.Dataplane.
 func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
@@ -205,6 +228,7 @@ func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
 		l.logger.SetLevel(level)
 		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
 	}
+	l.overlay.SetConfig(cfg.Spec)
 	l.Driver.OnConfigUpdate(cfg)
 }
 
