@@ -138,8 +138,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	if !o.DisableFelix {
 		go func() {
 			felixDone <- felix.Run(ctx, felix.Config{
-				NodeName: cfg.NodeName, Store: store, StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
-				Log: logger,
+				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
+				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), Log: logger,
 			})
 		}()
 		logger.Info("felix started")
