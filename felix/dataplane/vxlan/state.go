@@ -184,10 +184,10 @@ type Ops struct {
 	DeleteDevice []string
 	CreateDevice []Device
 	// SetMTU, SetMAC, SetAddr fix a device in place.
-	SetMTU  []Device
-	SetMAC  []Device
-	SetAddr []Device
-	SetUp   []Device
+	SetMTU             []Device
+	SetMAC             []Device
+	SetAddr            []Device
+	SetUp              []Device
 	DelNeigh, SetNeigh []NeighOp
 	DelFDB, SetFDB     []FDBOp
 	DelRoute, SetRoute []Route

@@ -534,7 +534,7 @@ func family(a netip.Addr) int {
 // destination and protocol).
 func (m *Manager) route(r Route, index int) *netlink.Route {
 	nr := &netlink.Route{
-		Dst: &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+		Dst:   &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
 		Table: unix.RT_TABLE_MAIN, Protocol: RouteProtocol, Family: family(r.Dst.Addr()),
 		Scope: netlink.SCOPE_NOWHERE, // a deletion matches any scope
 	}
