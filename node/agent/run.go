@@ -13,6 +13,7 @@ import (
 	"github.com/palisade-net/palisade/felix"
 	"github.com/palisade-net/palisade/libcalico/client"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
@@ -119,6 +120,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ds.run(ctx, kvProbe(store.KV()))
+	// The node's VXLAN tunnel addresses follow the IP pools, as Calico's
+	// tunnel address allocator does.
+	go startup.RunTunnelAddrs(ctx, c, store, ipam.New(store, store.KV()), cfg.NodeName)
 	bgpDone := make(chan error, 1)
 	if cfg.BGPEnabled() {
 		bgpRunning = true
