@@ -356,6 +356,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
+			im.setFelixOwned(st.paths.FelixOwned)
 			im.setLocal(st.paths.Blackholes, originated, self)
 		}
 		rec.apply(ctx, st)

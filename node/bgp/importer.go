@@ -23,6 +23,7 @@ type importer struct {
 	blackholes map[netip.Prefix]bool
 	self       map[netip.Addr]bool
 	own        map[netip.Prefix]bool
+	felix      []netip.Prefix // VXLAN pools: felix routes them
 	lastChange chan struct{}
 	// The last setLocal arguments.
 	primed     bool
@@ -52,6 +53,11 @@ func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
 	}
 	if im.own[pfx] {
 		return r
+	}
+	for _, p := range im.felix {
+		if p.Bits() <= pfx.Bits() && p.Contains(pfx.Addr()) {
+			return r
+		}
 	}
 	for _, b := range im.blocks {
 		if b.Overlaps(pfx) {
@@ -84,6 +90,24 @@ func (im *importer) onRoutes(rs []router.Route) {
 	case im.lastChange <- struct{}{}:
 	default:
 	}
+}
+
+// setFelixOwned sets the VXLAN pools' CIDRs, whose learned routes are
+// never programmed (felix's overlay routes them), and recomputes every
+// learned route when they changed.
+func (im *importer) setFelixOwned(pools []netip.Prefix) {
+	im.mu.Lock()
+	if slices.Equal(pools, im.felix) {
+		im.mu.Unlock()
+		return
+	}
+	im.felix = slices.Clone(pools)
+	out := make([]kernel.Route, 0, len(im.learned))
+	for pfx, hops := range im.learned {
+		out = append(out, im.wanted(pfx, hops))
+	}
+	im.mu.Unlock()
+	im.sync.Update(out)
 }
 
 // setLocal sets our blocks (never imported, each a blackhole), the
