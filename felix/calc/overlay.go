@@ -81,6 +81,10 @@ type Overlay struct {
 	VTEPs []VTEP
 	// Routes are sorted by destination.
 	Routes []OverlayRoute
+	// LocalBlocks are this node's blocks of VXLAN pools, sorted: where
+	// BGP does not blackhole them, the dataplane does, so traffic to
+	// their unused addresses ends here.
+	LocalBlocks []netip.Prefix
 	// VXLAN4 and VXLAN6 say whether an enabled VXLAN pool of the family
 	// exists (the pod MTU then leaves room for the VXLAN header).
 	VXLAN4, VXLAN6 bool
@@ -347,6 +351,11 @@ func (r *routeResolver) compute() *Overlay {
 	}
 	routes := map[netip.Prefix]OverlayRoute{}
 	for cidr, b := range r.blocks {
+		if b.Host == r.hostname {
+			if _, pool, ok := r.poolOf(cidr); ok && pool.vxlan != v3.EncapNever {
+				o.LocalBlocks = append(o.LocalBlocks, cidr)
+			}
+		}
 		if rt, ok := r.route(cidr, b.Host); ok {
 			routes[cidr] = rt
 		}
@@ -360,6 +369,7 @@ func (r *routeResolver) compute() *Overlay {
 	for _, dst := range slices.SortedFunc(maps.Keys(routes), comparePrefix) {
 		o.Routes = append(o.Routes, routes[dst])
 	}
+	slices.SortFunc(o.LocalBlocks, comparePrefix)
 	return o
 }
 
@@ -382,7 +392,7 @@ func (r *routeResolver) flush(dp OverlayDataplane) {
 	}
 	r.sent = o
 	cp := *o
-	cp.VTEPs, cp.Routes, cp.IPIPPools = slices.Clone(o.VTEPs), slices.Clone(o.Routes), slices.Clone(o.IPIPPools)
+	cp.VTEPs, cp.Routes, cp.IPIPPools, cp.LocalBlocks = slices.Clone(o.VTEPs), slices.Clone(o.Routes), slices.Clone(o.IPIPPools), slices.Clone(o.LocalBlocks)
 	dp.OnOverlayUpdate(&cp)
 }
 
@@ -405,6 +415,9 @@ func (o *Overlay) String() string {
 	}
 	for _, v := range o.VTEPs {
 		b.WriteString("vtep " + v.Node + ": " + v.TunnelAddr.String() + " mac " + v.MAC + " parent " + v.ParentAddr.String() + "\n")
+	}
+	for _, p := range o.LocalBlocks {
+		b.WriteString("local block " + p.String() + "\n")
 	}
 	for _, rt := range o.Routes {
 		how := "direct via " + rt.Gateway.String()

@@ -136,7 +136,10 @@ func reach(t *testing.T, from, to *host, dst netip.Addr, wantSrc netip.Addr) {
 // a second apply writes nothing, and writes the pod MTU file.
 func TestOverlayKernel(t *testing.T) {
 	a, b := pair(t)
-	a.m.SetOverlay(overlayFor("a", "b", false, false))
+	oa := overlayFor("a", "b", false, false)
+	oa.LocalBlocks = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/26")}
+	a.m.Blackholes = true
+	a.m.SetOverlay(oa)
 	b.m.SetOverlay(overlayFor("b", "a", false, false))
 	apply(t, a)
 	apply(t, b)
@@ -151,6 +154,7 @@ func TestOverlayKernel(t *testing.T) {
 	checkContains(t, a.ns.MustRun(t, "ip", "neigh", "show", "dev", "vxlan.calico"), "10.244.1.1 lladdr "+calc.VTEPMAC("b", 4)+" PERMANENT")
 	checkContains(t, a.ns.MustRun(t, "bridge", "fdb", "show", "dev", "vxlan.calico"), calc.VTEPMAC("b", 4)+" dst 198.18.0.12 self permanent")
 	checkContains(t, a.ns.MustRun(t, "ip", "route", "show", "proto", "80"), "10.244.1.0/26 via 10.244.1.1 dev vxlan.calico onlink")
+	checkContains(t, a.ns.MustRun(t, "ip", "route", "show", "proto", "80"), "blackhole 10.244.0.0/26")
 
 	reach(t, a, b, tunB, tunA)
 	if err := nstest.PingDF(a.run, tunB, 1400, 2*time.Second); err != nil {

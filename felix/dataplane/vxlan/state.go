@@ -68,6 +68,9 @@ type Route struct {
 	// OnLink: the gateway is reached on Dev whatever the addresses say
 	// (a remote tunnel address).
 	OnLink bool
+	// Blackhole: a local block's unused addresses end here (Via and Dev
+	// empty).
+	Blackhole bool
 }
 
 // Family is the kernel state of one IP family.
@@ -102,6 +105,9 @@ type Params struct {
 	MTU4, MTU6 int
 	// Parents names the interface holding each of this node's addresses.
 	Parents map[netip.Addr]string
+	// Blackholes: blackhole this node's blocks of VXLAN pools (when no
+	// BGP speaker does).
+	Blackholes bool
 }
 
 // Desired computes the kernel state the overlay wants.
@@ -136,6 +142,13 @@ func Desired(o *calc.Overlay, p Params) State {
 				}
 				f.Neighs[v.TunnelAddr] = v.MAC
 				f.FDB[v.MAC] = v.ParentAddr
+			}
+		}
+		if p.Blackholes {
+			for _, b := range o.LocalBlocks {
+				if b.Addr().Is4() == (fam.version == 4) {
+					f.Routes[b] = Route{Dst: b, Blackhole: true}
+				}
 			}
 		}
 		var parent string
@@ -331,6 +344,10 @@ func (s State) String() string {
 		}
 		for _, dst := range slices.SortedFunc(maps.Keys(f.Routes), comparePrefix) {
 			r := f.Routes[dst]
+			if r.Blackhole {
+				fmt.Fprintf(&b, "ip route replace blackhole %s proto %d\n", r.Dst, RouteProtocol)
+				continue
+			}
 			onlink := ""
 			if r.OnLink {
 				onlink = " onlink"

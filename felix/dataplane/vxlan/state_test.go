@@ -24,6 +24,7 @@ func testOverlay() *calc.Overlay {
 	l4, l6 := vtep("node1", "10.244.0.1", "198.18.0.11", 4), vtep("node1", "fd00:10:244::1", "fd00:198:18::11", 6)
 	return &calc.Overlay{
 		Local4: &l4, Local6: &l6, VXLAN4: true, VXLAN6: true,
+		LocalBlocks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/26"), netip.MustParsePrefix("fd00:10:244::/122")},
 		VTEPs: []calc.VTEP{
 			vtep("node2", "10.244.1.1", "198.18.0.12", 4),
 			vtep("node3", "10.244.2.1", "198.18.1.13", 4),
@@ -58,6 +59,7 @@ func TestDesiredGolden(t *testing.T) {
 		{"no local VTEP: direct routes only", func() *calc.Overlay { o := testOverlay(); o.Local4, o.Local6 = nil, nil; return o }(), nil},
 		{"vxlanEnabled false", testOverlay(), func(p *Params) { p.Enabled = &off }},
 		{"VNI 5000, port 4790, MTU 1400", testOverlay(), func(p *Params) { p.VNI, p.Port, p.MTU4 = 5000, 4790, 1400 }},
+		{"local blocks blackholed (no BGP)", testOverlay(), func(p *Params) { p.Blackholes = true }},
 	} {
 		p := testParams()
 		if c.p != nil {

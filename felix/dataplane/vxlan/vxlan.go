@@ -59,6 +59,9 @@ type Manager struct {
 	// LastOps counts the writes of the last Apply (for tests and
 	// benchmarks).
 	LastOps int
+	// Blackholes: blackhole this node's blocks of VXLAN pools, for a node
+	// whose BGP speaker does not (backend vxlan). Set before Apply.
+	Blackholes bool
 }
 
 // New opens netlink in run's namespace. mtuFile ("" for none) receives
@@ -122,7 +125,7 @@ func (m *Manager) Dirty() bool { return m.dirty }
 // params resolves the FelixConfiguration fields and the host's
 // interfaces.
 func (m *Manager) params(links []netlink.Link) (Params, int, error) {
-	p := Params{Enabled: m.spec.VXLANEnabled, VNI: DefaultVNI, Port: DefaultPort, Parents: map[netip.Addr]string{}}
+	p := Params{Enabled: m.spec.VXLANEnabled, VNI: DefaultVNI, Port: DefaultPort, Parents: map[netip.Addr]string{}, Blackholes: m.Blackholes}
 	if m.spec.VXLANVNI != nil && *m.spec.VXLANVNI > 0 {
 		p.VNI = *m.spec.VXLANVNI
 	}
@@ -384,7 +387,7 @@ func (m *Manager) read(links []netlink.Link) (State, error) {
 				continue
 			}
 			ones, _ := r.Dst.Mask.Size()
-			rt := Route{Dst: netip.PrefixFrom(dst.Unmap(), ones), Dev: names[r.LinkIndex], OnLink: r.Flags&unix.RTNH_F_ONLINK != 0}
+			rt := Route{Dst: netip.PrefixFrom(dst.Unmap(), ones), Dev: names[r.LinkIndex], OnLink: r.Flags&unix.RTNH_F_ONLINK != 0, Blackhole: r.Type == unix.RTN_BLACKHOLE}
 			if gw, ok := netip.AddrFromSlice(r.Gw); ok {
 				rt.Via = gw.Unmap()
 			}
@@ -509,9 +512,16 @@ func (m *Manager) write(ctx context.Context, ops Ops) error {
 		}
 	}
 	for _, r := range ops.SetRoute {
-		i, err := idx(r.Dev)
-		if err == nil {
-			err = m.h.RouteReplace(m.route(r, i))
+		var err error
+		if r.Blackhole {
+			nr := m.route(r, 0)
+			nr.Type, nr.Scope = unix.RTN_BLACKHOLE, netlink.SCOPE_UNIVERSE
+			err = m.h.RouteReplace(nr)
+		} else {
+			var i int
+			if i, err = idx(r.Dev); err == nil {
+				err = m.h.RouteReplace(m.route(r, i))
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("vxlan: route %s via %s dev %s: %w", r.Dst, r.Via, r.Dev, err))
