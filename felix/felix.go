@@ -39,6 +39,9 @@ type Config struct {
 	// MTUFile receives the pod MTU for the CNI plugin ("" writes none;
 	// calico-node: /var/lib/calico/mtu).
 	MTUFile string
+	// OverlayBlackholes makes felix blackhole this node's blocks of VXLAN
+	// pools (protocol 80), for a node without a BGP speaker doing so.
+	OverlayBlackholes bool
 	// NetNS is the path of the network namespace to program ("" for the
 	// current one, as in calico-node).
 	NetNS string
@@ -113,6 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("felix: %w", err)
 	}
 	defer ov.Close()
+	ov.Blackholes = cfg.OverlayBlackholes
 	graph := calc.NewGraph(cfg.NodeName, levelSetter{Driver: dp, logger: own, log: logger, overlay: ov})
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -143,7 +143,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		go func() {
 			felixDone <- felix.Run(ctx, felix.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
-				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), Log: logger,
+				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger,
 			})
 		}()
 		logger.Info("felix started")
