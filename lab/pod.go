@@ -42,8 +42,10 @@ func (l *Lab) writeCNIConf(n Node) error {
 			"type": "calico", "log_level": "info", "log_file_path": l.nodeDir(n.Name, "cni.log"),
 			"datastore_type": "etcdv3", "etcd_endpoints": strings.Join(l.etcdEndpoints(), ","),
 			"etcd_ca_cert_file": tls.CA, "etcd_cert_file": tls.ClientCert, "etcd_key_file": tls.ClientKey,
-			"nodename_file": l.nodeDir(n.Name, "nodename"), "mtu": 1500,
-			"ipam": map[string]any{"type": "calico-ipam"},
+			// No mtu: the plugin takes the pod MTU felix writes beside
+			// the nodename file (less the VXLAN overhead with VXLAN).
+			"nodename_file": l.nodeDir(n.Name, "nodename"),
+			"ipam":          l.cniIPAM(),
 			// Like kubelet with Calico's policy setup timeout: ADD returns
 			// once felix has the pod's policy in place.
 			"policy_setup_timeout_seconds": 5,
@@ -145,8 +147,14 @@ func (l *Lab) AddPod(ctx context.Context, node, namespace, name string) (_ Pod, 
 		_ = l.cni(n, func(c *libcni.CNIConfig) error { return c.DelNetworkList(context.Background(), list, p.runtimeConf()) })
 		return Pod{}, errors.Join(fmt.Errorf("pod %s on %s: CNI ADD: %w", p.Key(), node, err), l.forgetNS(ctx, p.NS))
 	}
-	p.IP, _ = netip.AddrFromSlice(res.IPs[0].Address.IP)
-	p.IP = p.IP.Unmap()
+	for _, ip := range res.IPs {
+		a, _ := netip.AddrFromSlice(ip.Address.IP)
+		if a = a.Unmap(); a.Is4() && !p.IP.IsValid() {
+			p.IP = a
+		} else if a.Is6() && !p.IP6.IsValid() {
+			p.IP6 = a
+		}
+	}
 	l.mu.Lock()
 	l.st.Pods = append(l.st.Pods, p)
 	// The pod's namespace is recorded with the pod from now on.

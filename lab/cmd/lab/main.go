@@ -110,6 +110,10 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1), external (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
+	f.IntVar(&o.Subnets, "subnets", 1, "1, or 2: odd nodes in 198.18.0.0/24, even ones in 198.18.1.0/24 behind a router namespace")
+	f.StringVar(&o.Backend, "backend", lab.BackendBird, "CALICO_NETWORKING_BACKEND: bird (BGP) or vxlan (no BGP at all)")
+	f.StringVar(&o.VXLAN, "vxlan", "", "The pools' vxlanMode: Never (default with bird), Always (default with vxlan) or CrossSubnet")
+	f.BoolVar(&o.IPv6, "ipv6", false, "IPv6 too: node addresses and the pool "+lab.PoolCIDR6)
 	return c
 }
 
