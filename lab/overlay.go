@@ -210,3 +210,69 @@ func (l *Lab) cniIPAM() map[string]any {
 	}
 	return ipam
 }
+
+// overlayRouteProto is the protocol of felix's overlay routes.
+const overlayRouteProto = "80"
+
+// OverlayRoutes reads the routes felix's VXLAN overlay programmed in a
+// namespace (both families).
+func (l *Lab) OverlayRoutes(ctx context.Context, target string) ([]BGPRoute, error) {
+	ns, err := l.Target(target)
+	if err != nil {
+		return nil, err
+	}
+	var rs []BGPRoute
+	for _, fam := range []string{"-4", "-6"} {
+		out, err := run(ctx, "ip", "-n", ns, fam, "-o", "route", "show", "proto", overlayRouteProto)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, parseRoutes(out)...)
+	}
+	return rs, nil
+}
+
+// waitOverlayRoutes waits until every node has an overlay route (not a
+// blackhole) covering every other node's pods, WaitPodRoutes for a VXLAN
+// lab.
+func (l *Lab) waitOverlayRoutes(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	began := time.Now()
+	for {
+		var missing []string
+		for _, n := range l.Nodes() {
+			rs, err := l.OverlayRoutes(ctx, n.Name)
+			if err != nil {
+				missing = append(missing, err.Error())
+				continue
+			}
+			for _, p := range l.Pods() {
+				if p.Node == n.Name {
+					continue
+				}
+				for _, a := range []netip.Addr{p.IP, p.IP6} {
+					if a.IsValid() && !routed(rs, a) {
+						missing = append(missing, fmt.Sprintf("%s has no overlay route to %s (%s on %s)", n.Name, a, p.Key(), p.Node))
+					}
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return time.Since(began), nil
+		}
+		if time.Since(began) > timeout || ctx.Err() != nil {
+			return time.Since(began), fmt.Errorf("overlay routes missing after %s:\n  %s", timeout, strings.Join(missing, "\n  "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// routed says whether the most specific of rs covering a has a next hop.
+func routed(rs []BGPRoute, a netip.Addr) bool {
+	best := -1
+	for i, r := range rs {
+		if r.Prefix.Contains(a) && (best < 0 || r.Prefix.Bits() > rs[best].Prefix.Bits()) {
+			best = i
+		}
+	}
+	return best >= 0 && len(rs[best].Via) > 0
+}

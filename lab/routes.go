@@ -92,6 +92,9 @@ func routeVia(rs []BGPRoute, addr, gw netip.Addr) bool {
 // WaitPodRoutes waits until every node routes every pod of the other
 // nodes to that pod's node, as BGP advertised it.
 func (l *Lab) WaitPodRoutes(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	if l.st.Options.VXLAN != VXLANNever {
+		return l.waitOverlayRoutes(ctx, timeout)
+	}
 	began := time.Now()
 	for {
 		var missing []string
