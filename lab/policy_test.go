@@ -322,10 +322,11 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 // seed's scenarios, then the Kubernetes network-policy e2e model's cases,
 // each probed cell by cell with real TCP, UDP and SCTP packets against a
 // matrix the model computes from the case's intent.
-func TestPolicy(t *testing.T) {
+func TestPolicy(t *testing.T) { testPolicyLab(t, newLab(t, Options{Nodes: 3})) }
+
+// testPolicyLab runs the policy suite in lab l.
+func testPolicyLab(t *testing.T, l *Lab) {
 	began := time.Now()
-	l := newLab(t, Options{Nodes: 3})
-	t.Logf("lab up in %s", time.Since(began).Round(time.Millisecond))
 	pl := setupPolicyLab(t, l)
 	all := slices.Sorted(maps.Keys(pl.pods))
 	baseline := pl.grid(all, []string{protoTCP, protoUDP, protoSCTP}, probePorts).expect(cluster{nsLabels: pl.nsLabels})
