@@ -14,11 +14,10 @@ import (
 // change; TestNotActedOnDocumented keeps the two in step.
 var NotActedOn = map[string][]string{
 	KindFelixConfiguration: {
-		// Anti-spoofing, failsafe ports, eBPF and VXLAN are being
+		// Anti-spoofing, failsafe ports and eBPF are being
 		// implemented in felix: their rows go as that work lands.
 		"spec.workloadSourceSpoofing",
 		"spec.bpf*",
-		"spec.vxlan*",
 		"spec.allowVXLANPacketsFromWorkloads",
 		"spec.nftables*",
 		"spec.flowLogs*",
@@ -62,7 +61,6 @@ var NotActedOn = map[string][]string{
 		"spec.policySyncPathPrefix",
 		"spec.featureGates",
 		"spec.featureDetectOverride",
-		"spec.mtuIfacePattern",
 	},
 	KindBGPConfiguration: {
 		"spec.serviceLoadBalancerAggregation",
