@@ -54,7 +54,10 @@ func (a *Allocator) listAffinities(ctx context.Context, prefix string) ([]Affini
 	for _, p := range kvs {
 		aff, err := decodeAffinity(p)
 		if err != nil {
-			return nil, err
+			// Logged and counted; the node cannot use the block through
+			// it (a claim of the block finds the key taken).
+			a.skip(p.Key, badAffinity, p.Revision, err)
+			continue
 		}
 		out = append(out, aff)
 	}
@@ -118,8 +121,12 @@ func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Pref
 	if errors.Is(err, datastore.ErrAlreadyExists) {
 		var existing *block
 		existing, rev, err = a.getBlock(ctx, key)
-		if err == nil && existing.host() != host {
-			logCtx.WithField("owner", existing.host()).Debug("Block already claimed by another node")
+		if errors.Is(err, errBadValue) || (err == nil && existing.host() != host) {
+			// Another node's block, or one that does not decode (of no
+			// use to anyone, and never overwritten).
+			if err == nil {
+				logCtx.WithField("owner", existing.host()).Debug("Block already claimed by another node")
+			}
 			if createdAffinity {
 				if derr := a.kv.Delete(ctx, affKey, aff.Revision); derr != nil && !errors.Is(derr, datastore.ErrNotFound) {
 					logCtx.WithError(derr).Warn("Could not remove pending affinity of a lost claim")
@@ -246,8 +253,8 @@ func (a *Allocator) releaseAffinity(ctx context.Context, aff Affinity, onlyEmpty
 			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, ErrTooManyRetries)
 		}
 		b, brev, err := a.getBlock(ctx, key)
-		if errors.Is(err, datastore.ErrNotFound) {
-			break
+		if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
+			break // no block, or one that does not decode: only the affinity goes
 		}
 		if err != nil {
 			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, err)

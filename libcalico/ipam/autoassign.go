@@ -481,8 +481,8 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		if cur == nil {
 			var err error
 			cur, rev, err = a.getBlock(ctx, key)
-			if errors.Is(err, datastore.ErrNotFound) {
-				return nil, nil
+			if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
+				return nil, nil // gone, or of no use (logged and counted)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("block %s: %w", cidr, err)
@@ -508,7 +508,7 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		ops := []datastore.KVOp{{Key: key, Value: value}}
 		var handleValue []byte
 		if r.handle != "" {
-			if handleValue, err = countHandle(*r.handleKV, r.handle, cidr, len(addrs)); err != nil {
+			if handleValue, err = a.countHandle(*r.handleKV, r.handle, cidr, len(addrs)); err != nil {
 				return nil, err
 			}
 			conds = append(conds, datastore.KVCond{Key: r.handleKV.Key, Revision: r.handleKV.Revision})
@@ -544,8 +544,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 				a.cache.setBlock(cidr, nil, 0)
 				return nil, nil // the block was deleted
 			}
-			if cur, err = decodeBlock(now.Value); err != nil {
-				return nil, fmt.Errorf("key %q: %w", key, err)
+			if cur, err = a.decodeBlockAt(key, now.Value, now.Revision); err != nil {
+				a.cache.setBlock(cidr, nil, 0)
+				return nil, nil // of no use (logged and counted)
 			}
 			rev = now.Revision
 			a.cache.setBlock(cidr, cur, rev)
