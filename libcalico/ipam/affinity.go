@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 
@@ -346,6 +348,90 @@ func (a *Allocator) FreeEmptyBlocks(ctx context.Context, host string) ([]netip.P
 		switch {
 		case err == nil:
 			freed = append(freed, aff.CIDR)
+		case !errors.Is(err, errBlockNotEmpty):
+			errs = append(errs, err)
+		}
+	}
+	return freed, errors.Join(errs...)
+}
+
+// EmptyBlocks remembers since when each block ReleaseUnusedBlocks saw was
+// empty, across its calls. The zero value is ready; it is safe for
+// concurrent use.
+type EmptyBlocks struct {
+	mu    sync.Mutex
+	since map[netip.Prefix]time.Time
+}
+
+// observe records which blocks are empty at now and returns, of those,
+// the ones empty since at least grace ago.
+func (e *EmptyBlocks) observe(empty []netip.Prefix, now time.Time, grace time.Duration) map[netip.Prefix]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := make(map[netip.Prefix]time.Time, len(empty))
+	out := map[netip.Prefix]bool{}
+	for _, c := range empty {
+		t, ok := e.since[c]
+		if !ok {
+			t = now
+		}
+		seen[c] = t
+		if now.Sub(t) >= grace {
+			out[c] = true
+		}
+	}
+	e.since = seen
+	return out
+}
+
+// ReleaseUnusedBlocks is Calico's release of unused blocks for one node:
+// the affinity of each of host's blocks that holds no address, and has
+// held none for at least grace as e has seen it, is released (the block
+// deleted), as long as host keeps at least one other block. A block claimed
+// in a race between concurrent first assignments, or left when a node's
+// pods went, so goes back to the pools. Calico's IPAM garbage collection
+// waits 15 minutes. It returns the blocks released.
+func (a *Allocator) ReleaseUnusedBlocks(ctx context.Context, host string, e *EmptyBlocks, grace time.Duration, now time.Time) ([]netip.Prefix, error) {
+	if err := checkName("host name", host); err != nil {
+		return nil, err
+	}
+	affs, err := a.listAffinities(ctx, affinitiesPrefix+host+"/")
+	if err != nil {
+		return nil, err
+	}
+	owned := 0
+	var empty []Affinity
+	var emptyCIDRs []netip.Prefix
+	for _, aff := range affs {
+		if aff.State != AffinityConfirmed {
+			continue // a claim or release in flight
+		}
+		b, _, err := a.getBlock(ctx, blockKey(aff.CIDR))
+		if err != nil || b.host() != host {
+			continue
+		}
+		owned++
+		if b.empty() {
+			empty = append(empty, aff)
+			emptyCIDRs = append(emptyCIDRs, aff.CIDR)
+		}
+	}
+	old := e.observe(emptyCIDRs, now, grace)
+	var freed []netip.Prefix
+	var errs []error
+	for _, aff := range empty {
+		if owned <= 1 {
+			break
+		}
+		if !old[aff.CIDR] {
+			continue
+		}
+		err := a.releaseAffinity(ctx, aff, true)
+		switch {
+		case err == nil:
+			freed = append(freed, aff.CIDR)
+			owned--
+			log.WithFields(log.Fields{"node": host, "block": aff.CIDR}).Info("Released an unused block")
 		case !errors.Is(err, errBlockNotEmpty):
 			errs = append(errs, err)
 		}

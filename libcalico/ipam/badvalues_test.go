@@ -3,7 +3,9 @@ package ipam
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
+	"time"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -142,6 +144,89 @@ func TestReleaseOnlyWhatIsNamed(t *testing.T) {
 	}
 	if got := e.handles()["mine"]; got != 1 {
 		t.Fatalf("handle mine holds %d after releasing one of two, want 1", got)
+	}
+	e.checkInvariants()
+}
+
+// TestConcurrentFirstAssignmentsClaimOneBlock: allocators that assign the
+// first addresses of a node at nearly the same time (as the CNI plugins of
+// pods started together do, one allocator each, having read the node's
+// affinities ahead) claim one block between them when one holds enough.
+// They start a millisecond apart, so that later ones list the blocks after
+// an earlier one created its block.
+func TestConcurrentFirstAssignmentsClaimOneBlock(t *testing.T) {
+	const rounds, clients = 5, 8
+	for round := range rounds {
+		e := newEnv(t)
+		e.pool("p", "10.0.0.0/16", nil) // /26 blocks: room for all
+		allocs := make([]*Allocator, clients)
+		for i := range allocs {
+			_, allocs[i] = e.connect()
+			if err := allocs[i].Prefetch(ctxT(t), "node-a", 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, clients)
+		start := make(chan struct{})
+		for i := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				_, _, errs[i] = allocs[i].AutoAssign(ctxT(t), AutoAssignArgs{Num4: 1, Hostname: "node-a", HandleID: fmt.Sprintf("h%d", i)})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, allocator %d: %v", round, i, err)
+			}
+		}
+		if bs := e.blocks(); len(bs) != 1 {
+			t.Fatalf("round %d: %d concurrent first assignments claimed %d blocks, want 1: %v", round, clients, len(bs), bs)
+		}
+		e.checkInvariants()
+	}
+}
+
+// TestReleaseUnusedBlocks: a node's empty block goes back to the pools
+// once it has been empty for the grace period, as long as the node keeps
+// another block; its last block is never released.
+func TestReleaseUnusedBlocks(t *testing.T) {
+	e := newEnv(t)
+	e.pool("p", "10.0.0.0/24", func(s *v3.IPPoolSpec) { s.BlockSize = 30 })
+	v4, _ := e.assign(AutoAssignArgs{Num4: 5, Hostname: "node-a", HandleID: "h1"}) // two blocks of 4
+	if bs := e.blocks(); len(bs) != 2 {
+		t.Fatalf("%d blocks for 5 addresses, want 2", len(bs))
+	}
+	second := netip.PrefixFrom(v4[4].Addr(), 30).Masked()
+	if _, err := e.alloc.ReleaseIPs(ctxT(t), v4[4].Addr()); err != nil {
+		t.Fatal(err)
+	}
+	var tracker EmptyBlocks
+	t0 := time.Now()
+	const grace = 15 * time.Minute
+	freed, err := e.alloc.ReleaseUnusedBlocks(ctxT(t), "node-a", &tracker, grace, t0)
+	if err != nil || len(freed) != 0 {
+		t.Fatalf("first look: released %v (%v), want nothing before the grace period", freed, err)
+	}
+	freed, err = e.alloc.ReleaseUnusedBlocks(ctxT(t), "node-a", &tracker, grace, t0.Add(grace))
+	if err != nil || len(freed) != 1 || freed[0] != second {
+		t.Fatalf("after the grace period: released %v (%v), want %s", freed, err, second)
+	}
+	if bs := e.blocks(); len(bs) != 1 {
+		t.Fatalf("%d blocks left, want 1", len(bs))
+	}
+	if err := e.alloc.ReleaseByHandle(ctxT(t), "h1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Time{t0.Add(2 * grace), t0.Add(4 * grace)} {
+		if freed, err := e.alloc.ReleaseUnusedBlocks(ctxT(t), "node-a", &tracker, grace, at); err != nil || len(freed) != 0 {
+			t.Fatalf("released the node's last block: %v (%v)", freed, err)
+		}
 	}
 	e.checkInvariants()
 }
