@@ -63,8 +63,13 @@ is set; skipped resources count as deleted.`,
 			out := outcome{total: len(rs), kind: singleKind(rs)}
 			for _, r := range rs {
 				_, err := c.Delete(cmd.Context(), keyOf(r), "")
+				var bv *datastore.BadValueError
 				switch {
 				case err == nil, o.skipNotExists && errors.Is(err, datastore.ErrNotFound):
+					out.handled++
+				case errors.As(err, &bv) && bv.Deleted:
+					// Deleted; what it held could not be read.
+					fmt.Fprintf(a.env.ErrOut, "Deleted %s\n", bv)
 					out.handled++
 				default:
 					out.errs = append(out.errs, err)
