@@ -40,10 +40,19 @@ func (b Binary) HandleHuman(args []string, out, errOut io.Writer) (handled bool,
 			"network configuration on standard input.\n\nUsage:\n  %s version    print the version\n  %s --help     print this help\n", b.Name, b.Name)
 		return true, 0
 	default:
+		// A runtime that forgot CNI_COMMAND reads the error document on
+		// standard output; a person reads the hint on standard error.
+		_ = json.NewEncoder(out).Encode(cniError{CNIVersion: "1.0.0", Code: errInvalidEnvironmentVariables,
+			Msg: fmt.Sprintf("%s: the environment variable CNI_COMMAND is not set (want ADD, DEL, CHECK, GC, STATUS or VERSION)", b.Name)})
 		fmt.Fprintf(errOut, "%s: CNI_COMMAND is not set and %q is not a known argument; try `%s --help`\n", b.Name, arg, b.Name)
 		return true, 1
 	}
 }
+
+// errInvalidEnvironmentVariables is the CNI error code for a missing or
+// invalid CNI_* variable (types.ErrInvalidEnvironmentVariables, without
+// importing the CNI library here).
+const errInvalidEnvironmentVariables = 4
 
 // cniError is the error document of the CNI specification.
 type cniError struct {
