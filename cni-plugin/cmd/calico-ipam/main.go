@@ -39,7 +39,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	defer s.Close()
-	res, err := plugin.Add(s.Ctx, args.ContainerID)
+	res, _, err := plugin.Add(s.Ctx, args.ContainerID)
 	if err != nil {
 		return err
 	}
