@@ -203,3 +203,21 @@ func (h *handleRecord) encode() ([]byte, error) {
 	}
 	return v, nil
 }
+
+// DeleteHandle deletes the record of handle id, only while it is still at
+// revision (as ListHandles returned it): the release of a handle that
+// holds no address, which ipam check reports as leaked. A handle that
+// changed or is gone fails with an error matching datastore.ErrConflict or
+// datastore.ErrNotFound. Its addresses, if it holds any, are not released.
+func (a *Allocator) DeleteHandle(ctx context.Context, id string, revision int64) error {
+	if err := checkName("handle ID", id); err != nil {
+		return err
+	}
+	if revision == 0 {
+		return fmt.Errorf("handle %q: deleting needs its revision: %w", id, ErrInvalid)
+	}
+	if err := a.kv.Delete(ctx, handleKey(id), revision); err != nil {
+		return fmt.Errorf("handle %q: %w", id, err)
+	}
+	return nil
+}
