@@ -99,6 +99,8 @@ func BenchmarkChurn(b *testing.B) {
 		ref = refChurnRate(b, 12, 25)
 	}
 	rate := float64(st.addsOK) / st.elapsed.Seconds()
+	b.Logf("churn: %d plugin runs (%d ADD, %d DEL, %d DEL retries), %d killed, %d injected failures, %d sandboxes replaced, %d pods networked in %s",
+		st.ops, st.adds, st.dels, st.delRetries, st.kills, st.injectedFailures, st.replaced, st.addsOK, st.elapsed.Round(time.Millisecond))
 	b.ReportMetric(rate, "allocs/s")
 	b.ReportMetric(ref, "ref-allocs/s")
 	b.ReportMetric(rate/ref, "x/ref")
