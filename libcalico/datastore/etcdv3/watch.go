@@ -13,7 +13,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
@@ -235,13 +234,14 @@ func (w *watcher) emit(typ datastore.EventType, key string, value []byte, modRev
 // List, which skips such values.
 func (w *watcher) emitPut(key string, value []byte, rev int64, prev delivered, had bool) bool {
 	codec := w.store.Codec()
-	// had: the consumer has the previous value.
-	var prevObj v3.Resource
-	if had && prev.unchecked {
-		prevObj, _ = codec.Decode(key, prev.value, prev.modRev)
-	}
-	had = had && !prev.bad && (!prev.unchecked || prevObj != nil)
 	eventRev := strconv.FormatInt(rev, 10)
+	// gone is the deletion of the previous value, should it be reported.
+	gone := datastore.Event{Type: datastore.Deleted, Revision: eventRev}
+	if had && prev.unchecked {
+		gone.Object, _ = codec.Decode(key, prev.value, prev.modRev)
+	}
+	// had: the consumer has the previous value.
+	had = had && !prev.bad && (!prev.unchecked || gone.Object != nil)
 	obj, err := codec.Decode(key, value, rev)
 	if errors.Is(err, datastore.ErrBadValue) {
 		w.store.BadValues().Record(err)
@@ -249,12 +249,12 @@ func (w *watcher) emitPut(key string, value []byte, rev int64, prev delivered, h
 		if !had {
 			return true
 		}
-		if prevObj == nil {
-			if prevObj, err = codec.Decode(key, prev.value, prev.modRev); err != nil {
+		if gone.Object == nil {
+			if gone.Object, err = codec.Decode(key, prev.value, prev.modRev); err != nil {
 				return true
 			}
 		}
-		return w.send(datastore.Event{Type: datastore.Deleted, Object: prevObj, Revision: eventRev})
+		return w.send(gone)
 	}
 	w.known[key] = delivered{modRev: rev, value: value}
 	if err != nil {
