@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 
@@ -20,23 +21,13 @@ import (
 // Before, the second ADD replaced the pod's veth and left two endpoints
 // with one address, and a DEL of either freed it while the other used it.
 func TestSecondInterfaceIsRefused(t *testing.T) {
-	c := newCluster(t)
-	c.addPool("pool-a", "10.66.0.0/16", 26)
-	n := c.newNode("node1")
-	list := n.calicoConf("1.0.0", nil)
-	p := n.newPod("team-a", "web-1")
-	r, err := n.add(list, p.runtimeConf(true))
-	if err != nil {
-		t.Fatalf("ADD eth0: %v", err)
-	}
-	_, addrs := resultAddrs(t, r)
-	ip := addrs[0].Addr()
+	c, n, list, p, ip := addOnePod(t, "10.66.0.0/16")
 	veth := hostVeth(p, true)
 	before := n.hostState(t, veth)
 
 	second := *p
 	second.ifName = "eth1"
-	_, err = n.add(list, second.runtimeConf(true))
+	_, err := n.add(list, second.runtimeConf(true))
 	var cniErr *types.Error
 	if !errors.As(err, &cniErr) || !strings.Contains(cniErr.Msg, `already has interface "eth0"`) || !strings.Contains(cniErr.Msg, `CNI_IFNAME "eth1" is refused`) {
 		t.Fatalf("second ADD with CNI_IFNAME eth1: %v, want an error naming the container's interface eth0", err)
@@ -78,17 +69,7 @@ func TestSecondInterfaceIsRefused(t *testing.T) {
 // endpoint's address stays allocated. Before, the rollback released by
 // handle and the stored endpoint claimed a free address.
 func TestFailedAddKeepsLiveEndpointsAddresses(t *testing.T) {
-	c := newCluster(t)
-	c.addPool("pool-a", "10.67.0.0/16", 26)
-	n := c.newNode("node1")
-	list := n.calicoConf("1.0.0", nil)
-	p := n.newPod("team-a", "web-1")
-	r, err := n.add(list, p.runtimeConf(true))
-	if err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
-	_, addrs := resultAddrs(t, r)
-	ip := addrs[0].Addr()
+	c, n, list, p, ip := addOnePod(t, "10.67.0.0/16")
 	if err := n.inNode(func() error {
 		link, err := netlink.LinkByName(hostVeth(p, true))
 		if err != nil {
@@ -158,4 +139,21 @@ func TestAddOverBadValues(t *testing.T) {
 	if got := c.allocated(t); len(got) != 0 {
 		t.Errorf("DEL left allocations %v", got)
 	}
+}
+
+// addOnePod makes a cluster with a pool of cidr and one node, and networks
+// pod team-a/web-1 there through eth0; it returns the pod's address.
+func addOnePod(t *testing.T, cidr string) (*cluster, *node, *libcni.NetworkConfigList, *pod, netip.Addr) {
+	t.Helper()
+	c := newCluster(t)
+	c.addPool("pool-a", cidr, 26)
+	n := c.newNode("node1")
+	list := n.calicoConf("1.0.0", nil)
+	p := n.newPod("team-a", "web-1")
+	r, err := n.add(list, p.runtimeConf(true))
+	if err != nil {
+		t.Fatalf("ADD eth0: %v", err)
+	}
+	_, addrs := resultAddrs(t, r)
+	return c, n, list, p, addrs[0].Addr()
 }
