@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
+
+	log "github.com/sirupsen/logrus"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -73,6 +76,9 @@ type policyResolver struct {
 	policyRemovals   map[PolicyID]struct{}
 	profileRemovals  map[string]struct{}
 	endpointRemovals map[EndpointID]struct{}
+	// gapsLogged is, per policy or profile, the unenforceable rules last
+	// logged (warnGaps).
+	gapsLogged map[string]string
 }
 
 func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequencer) *policyResolver {
@@ -88,6 +94,7 @@ func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequence
 		policyRemovals:   map[PolicyID]struct{}{},
 		profileRemovals:  map[string]struct{}{},
 		endpointRemovals: map[EndpointID]struct{}{},
+		gapsLogged:       map[string]string{},
 	}
 }
 
@@ -170,6 +177,9 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 	if res != nil {
 		np = r.newPolicyInfo(k, res)
 	}
+	if np == nil && old != nil {
+		delete(r.gapsLogged, "policy "+old.id.Tier+"/"+old.id.String())
+	}
 	if old != nil {
 		for id, ep := range old.matches {
 			delete(ep.policies, k)
@@ -197,8 +207,9 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 
 // activate compiles a policy and takes references on its IP sets.
 func (r *policyResolver) activate(p *policyInfo) {
-	in, inSpecs := r.compiler.compile(p.inRules, p.namespace)
-	outRules, outSpecs := r.compiler.compile(p.outRules, p.namespace)
+	in, inSpecs, inNotes := r.compiler.compile(p.inRules, p.namespace, "ingress")
+	outRules, outSpecs, outNotes := r.compiler.compile(p.outRules, p.namespace, "egress")
+	r.warnGaps(log.Fields{"policy": p.id.String(), "tier": p.id.Tier}, "policy "+p.id.Tier+"/"+p.id.String(), append(inNotes, outNotes...))
 	p.compiled = &Policy{
 		ID: p.id, Order: p.order, Inbound: in, Outbound: outRules, Ingress: p.ingress, Egress: p.egress,
 		DoNotTrack: p.doNotTrack, PreDNAT: p.preDNAT, ApplyOnForward: p.applyOnFwd,
@@ -348,8 +359,9 @@ func (r *policyResolver) onProfile(name string, p *v3.Profile) {
 func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed bool) {
 	want := pi.profile != nil && len(pi.users) > 0
 	if want && (pi.compiled == nil || changed) {
-		in, inSpecs := r.compiler.compile(pi.profile.Spec.Ingress, "")
-		out, outSpecs := r.compiler.compile(pi.profile.Spec.Egress, "")
+		in, inSpecs, inNotes := r.compiler.compile(pi.profile.Spec.Ingress, "", "ingress")
+		out, outSpecs, outNotes := r.compiler.compile(pi.profile.Spec.Egress, "", "egress")
+		r.warnGaps(log.Fields{"profile": name}, "profile "+name, append(inNotes, outNotes...))
 		oldSets := pi.setIDs
 		pi.setIDs = nil
 		for _, s := range append(inSpecs, outSpecs...) {
@@ -375,6 +387,26 @@ func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed b
 	}
 	if pi.profile == nil && len(pi.users) == 0 {
 		delete(r.profiles, name)
+	}
+	if pi.profile == nil {
+		delete(r.gapsLogged, "profile "+name)
+	}
+}
+
+// warnGaps logs, once per policy or profile (key) and again only when
+// they change, the rules with fields felix cannot enforce.
+func (r *policyResolver) warnGaps(fields log.Fields, key string, notes []string) {
+	text := strings.Join(notes, "; ")
+	if r.gapsLogged[key] == text {
+		return
+	}
+	if text == "" {
+		delete(r.gapsLogged, key)
+		return
+	}
+	r.gapsLogged[key] = text
+	for _, n := range notes {
+		log.WithFields(fields).Warn("Rule not enforced as written: " + n)
 	}
 }
 

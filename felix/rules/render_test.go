@@ -186,6 +186,20 @@ func catalogue() []catalogueCase {
 			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
 			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
 		}, []int{4}},
+		// Fields felix cannot enforce: the Allow and Log rules that have one
+		// are left out (they match nothing), the Deny and Pass rules deny
+		// what the rest of them matches; only the last Allow is written.
+		{"unenforceable-fields", []v3.Resource{gnp("to-api", nil, v3.GlobalNetworkPolicySpec{Types: []v3.PolicyType{v3.PolicyTypeEgress}, Egress: []v3.Rule{
+			{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "kubernetes", Namespace: "default"}}},
+			{Action: v3.Allow, Source: v3.EntityRule{Services: &v3.ServiceMatch{Name: "web", Namespace: "prod"}}},
+			{Action: v3.Allow, Protocol: &tcp, HTTP: &v3.HTTPMatch{Methods: []string{"GET"}, Paths: []v3.HTTPPath{{Prefix: "/api"}}}},
+			{Action: v3.Log, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "kubernetes", Namespace: "default"}}},
+			{Action: v3.Allow, Protocol: &icmp, ICMP: &v3.ICMPFields{Code: intp(0)}},
+			{Action: v3.Deny, Protocol: &udp, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "dns", Namespace: "kube-system"}}},
+			{Action: v3.Pass, Protocol: &tcp, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "kubernetes", Namespace: "default"}, Ports: ports(numorstring.SinglePort(443))}},
+			{Action: v3.Allow, Protocol: &icmp, IPVersion: intp(6)},
+			{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(8443))}},
+		}})}, []int{4, 6}},
 		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
 		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},
 		{"nat-outgoing", []v3.Resource{
