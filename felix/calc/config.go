@@ -1,9 +1,12 @@
 package calc
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"time"
+
+	log "github.com/sirupsen/logrus"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
@@ -12,6 +15,9 @@ import (
 type ProtoPort struct {
 	Protocol string // "tcp", "udp" or "sctp"
 	Port     uint16
+	// Net, when valid, limits the port to that remote range: the source
+	// of inbound traffic, the destination of outbound.
+	Net netip.Prefix
 }
 
 // Config is the FelixConfiguration that applies to this node: the fields of
@@ -49,15 +55,19 @@ type Config struct {
 	Spec v3.FelixConfigurationSpec
 }
 
-// DefaultFailsafeInbound and DefaultFailsafeOutbound are the seed's
-// failsafe ports (SSH, DHCP, BGP, etcd, typha). Current Calico releases
-// add tcp 5473 and 6443 to both lists.
+// defaultFailsafeInbound and defaultFailsafeOutbound are Calico's
+// current failsafe ports: SSH, DHCP, DNS, BGP, etcd, Typha (5473), the
+// Kubernetes API server (6443) and etcd's legacy ports (6666, 6667).
 var (
 	defaultFailsafeInbound = []ProtoPort{
-		{"tcp", 22}, {"udp", 68}, {"tcp", 179}, {"tcp", 2379}, {"tcp", 2380}, {"tcp", 6666}, {"tcp", 6667},
+		{"tcp", 22, netip.Prefix{}}, {"udp", 68, netip.Prefix{}}, {"tcp", 179, netip.Prefix{}},
+		{"tcp", 2379, netip.Prefix{}}, {"tcp", 2380, netip.Prefix{}}, {"tcp", 5473, netip.Prefix{}},
+		{"tcp", 6443, netip.Prefix{}}, {"tcp", 6666, netip.Prefix{}}, {"tcp", 6667, netip.Prefix{}},
 	}
 	defaultFailsafeOutbound = []ProtoPort{
-		{"udp", 53}, {"udp", 67}, {"tcp", 179}, {"tcp", 2379}, {"tcp", 2380}, {"tcp", 6666}, {"tcp", 6667},
+		{"udp", 53, netip.Prefix{}}, {"udp", 67, netip.Prefix{}}, {"tcp", 179, netip.Prefix{}},
+		{"tcp", 2379, netip.Prefix{}}, {"tcp", 2380, netip.Prefix{}}, {"tcp", 5473, netip.Prefix{}},
+		{"tcp", 6443, netip.Prefix{}}, {"tcp", 6666, netip.Prefix{}}, {"tcp", 6667, netip.Prefix{}},
 	}
 )
 
@@ -114,10 +124,10 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		c.IptablesMarkMask = *spec.IptablesMarkMask
 	}
 	if spec.FailsafeInboundHostPorts != nil {
-		c.FailsafeInbound = protoPorts(*spec.FailsafeInboundHostPorts)
+		c.FailsafeInbound = protoPorts("failsafeInboundHostPorts", *spec.FailsafeInboundHostPorts)
 	}
 	if spec.FailsafeOutboundHostPorts != nil {
-		c.FailsafeOutbound = protoPorts(*spec.FailsafeOutboundHostPorts)
+		c.FailsafeOutbound = protoPorts("failsafeOutboundHostPorts", *spec.FailsafeOutboundHostPorts)
 	}
 	if spec.IptablesRefreshInterval != nil {
 		c.IptablesRefreshInterval = spec.IptablesRefreshInterval.Duration
@@ -131,10 +141,21 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 	return c
 }
 
-func protoPorts(in []v3.ProtoPort) []ProtoPort {
+// protoPorts reads failsafe ports. One whose net does not parse is left
+// out (a failsafe port only ever opens, so fewer is the safe side).
+func protoPorts(field string, in []v3.ProtoPort) []ProtoPort {
 	out := make([]ProtoPort, 0, len(in))
 	for _, p := range in {
-		out = append(out, ProtoPort{Protocol: strings.ToLower(orDefault(p.Protocol, "tcp")), Port: p.Port})
+		pp := ProtoPort{Protocol: strings.ToLower(orDefault(p.Protocol, "tcp")), Port: p.Port}
+		if p.Net != "" {
+			n, err := ParseNet(p.Net)
+			if err != nil {
+				log.WithError(err).WithFields(log.Fields{"field": field, "net": p.Net, "port": p.Port}).Warn("Failsafe port left out: its net does not parse")
+				continue
+			}
+			pp.Net = n
+		}
+		out = append(out, pp)
 	}
 	return out
 }

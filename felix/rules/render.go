@@ -529,15 +529,24 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 
 // failsafe renders the failsafe chains of a table.
 func (b *builder) failsafe(table string) {
-	fs := func(ports []calc.ProtoPort) []Rule {
+	// A port with a net is open only to that range (the source inbound,
+	// the destination outbound), and only in the net's family.
+	fs := func(ports []calc.ProtoPort, netFlag string) []Rule {
 		var out []Rule
 		for _, p := range ports {
-			out = append(out, Rule{Match: fmt.Sprintf("-p %s -m %s --dport %d", p.Protocol, p.Protocol, p.Port), Action: "ACCEPT"})
+			net := ""
+			if p.Net.IsValid() {
+				if is6(p.Net) != (b.in.IPVersion == 6) {
+					continue
+				}
+				net = " " + netFlag + " " + p.Net.String()
+			}
+			out = append(out, Rule{Match: fmt.Sprintf("-p %s%s -m %s --dport %d", p.Protocol, net, p.Protocol, p.Port), Action: "ACCEPT"})
 		}
 		return out
 	}
-	b.add(table, ChainFailsafeIn, fs(b.in.Config.FailsafeInbound))
-	b.add(table, ChainFailsafeOut, fs(b.in.Config.FailsafeOutbound))
+	b.add(table, ChainFailsafeIn, fs(b.in.Config.FailsafeInbound, "-s"))
+	b.add(table, ChainFailsafeOut, fs(b.in.Config.FailsafeOutbound, "-d"))
 }
 
 // untracked renders the raw table: doNotTrack policy of host endpoints;

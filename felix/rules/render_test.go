@@ -200,6 +200,15 @@ func catalogue() []catalogueCase {
 			{Action: v3.Allow, Protocol: &icmp, IPVersion: intp(6)},
 			{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(8443))}},
 		}})}, []int{4, 6}},
+		// Failsafe ports limited to a net: only that source (inbound) or
+		// destination (outbound), only in the net's family.
+		{"failsafe-nets", []v3.Resource{
+			hep("eth0", "eth0", map[string]string{"host": "a"}),
+			felixConfig(v3.FelixConfigurationSpec{
+				FailsafeInboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 22, Net: "198.18.0.0/24"}, {Protocol: "TCP", Port: 22, Net: "fd00:18::/64"}, {Protocol: "UDP", Port: 68}},
+				FailsafeOutboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 2379, Net: "198.18.0.10"}, {Port: 6443}},
+			}),
+		}, []int{4, 6}},
 		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
 		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},
 		{"nat-outgoing", []v3.Resource{
