@@ -51,6 +51,9 @@ type Config struct {
 	IpsetsRefreshInterval   time.Duration
 	RouteRefreshInterval    time.Duration
 	LogSeverityScreen       string
+	// WorkloadSourceSpoofing is "Disabled" or "Any": whether workloads'
+	// allowSpoofedSourcePrefixes are honoured.
+	WorkloadSourceSpoofing string
 	// Spec is the merged FelixConfiguration spec before defaults.
 	Spec v3.FelixConfigurationSpec
 }
@@ -112,6 +115,7 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		IpsetsRefreshInterval:       90 * time.Second,
 		RouteRefreshInterval:        90 * time.Second,
 		LogSeverityScreen:           orDefault(spec.LogSeverityScreen, "Info"),
+		WorkloadSourceSpoofing:      orDefault(spec.WorkloadSourceSpoofing, "Disabled"),
 		Spec:                        spec,
 	}
 	if spec.IptablesBackend != nil && *spec.IptablesBackend != "" {

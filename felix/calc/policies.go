@@ -3,6 +3,7 @@ package calc
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -25,6 +26,8 @@ type localEndpoint struct {
 	mac      string
 	profiles []string
 	host     bool
+	// spoof are the workload's allowSpoofedSourcePrefixes.
+	spoof    []netip.Prefix
 	policies map[datastore.Key]*policyInfo
 }
 
@@ -79,6 +82,11 @@ type policyResolver struct {
 	// gapsLogged is, per policy or profile, the unenforceable rules last
 	// logged (warnGaps).
 	gapsLogged map[string]string
+	// spoofAllowed is FelixConfiguration workloadSourceSpoofing: Any;
+	// without it allowSpoofedSourcePrefixes are left out and each
+	// endpoint that has some is named in a warning, once (spoofWarned).
+	spoofAllowed bool
+	spoofWarned  map[EndpointID]bool
 }
 
 func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequencer) *policyResolver {
@@ -95,6 +103,7 @@ func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequence
 		profileRemovals:  map[string]struct{}{},
 		endpointRemovals: map[EndpointID]struct{}{},
 		gapsLogged:       map[string]string{},
+		spoofWarned:      map[EndpointID]bool{},
 	}
 }
 
@@ -279,6 +288,7 @@ func (r *policyResolver) setEndpoint(id EndpointID, ep *localEndpoint) {
 	}
 	if ep == nil {
 		delete(r.dirtyEndpoints, id)
+		delete(r.spoofWarned, id)
 		if r.out.sentEndpoints[id] {
 			r.endpointRemovals[id] = struct{}{}
 		}
@@ -313,7 +323,7 @@ func (r *policyResolver) labelsChanged(affects func(*item) bool) {
 	for _, id := range slices.Collect(maps.Keys(r.endpoints)) {
 		ep := r.endpoints[id]
 		if affects(ep.it) {
-			r.setEndpoint(id, &localEndpoint{id: id, it: ep.it, iface: ep.iface, mac: ep.mac, profiles: ep.profiles, host: ep.host})
+			r.setEndpoint(id, &localEndpoint{id: id, it: ep.it, iface: ep.iface, mac: ep.mac, profiles: ep.profiles, host: ep.host, spoof: ep.spoof})
 		}
 	}
 }
@@ -467,8 +477,33 @@ func (r *policyResolver) flush(dp Dataplane) {
 	clear(r.profileRemovals)
 }
 
+// setSpoofAllowed follows workloadSourceSpoofing: the endpoints with
+// allowSpoofedSourcePrefixes are sent again when it changes.
+func (r *policyResolver) setSpoofAllowed(allowed bool) {
+	if allowed == r.spoofAllowed {
+		return
+	}
+	r.spoofAllowed = allowed
+	clear(r.spoofWarned)
+	for id, ep := range r.endpoints {
+		if len(ep.spoof) > 0 {
+			r.dirtyEndpoints[id] = struct{}{}
+		}
+	}
+}
+
 func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 	e := &Endpoint{ID: ep.id, InterfaceName: ep.iface, MAC: ep.mac}
+	switch {
+	case len(ep.spoof) == 0:
+		delete(r.spoofWarned, ep.id)
+	case r.spoofAllowed:
+		e.AllowSpoofedSourcePrefixes = slices.Clone(ep.spoof)
+	case !r.spoofWarned[ep.id]:
+		r.spoofWarned[ep.id] = true
+		log.WithFields(log.Fields{"endpoint": ep.id.String(), "allowSpoofedSourcePrefixes": ep.spoof}).
+			Warn("allowSpoofedSourcePrefixes ignored: FelixConfiguration workloadSourceSpoofing is not Any, so the workload may send from its own addresses only")
+	}
 	for _, n := range ep.it.nets {
 		if n.Addr().Is4() {
 			e.IPv4Nets = append(e.IPv4Nets, n)

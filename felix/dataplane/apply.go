@@ -68,6 +68,7 @@ func (d *Driver) refresh(now time.Time) {
 	}
 	if due(&d.lastRefresh.routes, d.cfg.RouteRefreshInterval) {
 		d.routes.Resync()
+		d.rpf.resync()
 	}
 }
 
@@ -153,6 +154,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	// kernel committing the tables: up to 5 ms behind them.
 	t0 := time.Now()
 	if err := d.routes.Apply(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.rpf.apply(d.run); err != nil {
 		errs = append(errs, err)
 	}
 	tRoutes = time.Since(t0)

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 
 	"github.com/palisade-net/palisade/felix/calc"
@@ -81,4 +83,13 @@ type dispatchTree struct {
 // chains.
 func IsDispatchChain(name string) bool {
 	return strings.HasPrefix(name, ChainFromWlDispatch) || strings.HasPrefix(name, ChainToWlDispatch)
+}
+
+// RPFSkipChain renders cali-rpf-skip (raw table) from the workload
+// endpoints that have allowSpoofedSourcePrefixes (others add nothing).
+func RPFSkipChain(in Input, workloads []*calc.Endpoint) Chain {
+	sorted := slices.SortedFunc(slices.Values(workloads), func(a, b *calc.Endpoint) int { return cmp.Compare(a.InterfaceName, b.InterfaceName) })
+	rules := rpfSkipRules(sorted, in.IPVersion)
+	hashRules(ChainRPFSkip, rules)
+	return Chain{Name: ChainRPFSkip, Rules: rules}
 }

@@ -27,6 +27,7 @@ const (
 	ChainToHEPForward   = "cali-to-hep-forward"
 	ChainFailsafeIn     = "cali-failsafe-in"
 	ChainFailsafeOut    = "cali-failsafe-out"
+	ChainRPFSkip        = "cali-rpf-skip"
 
 	PrefixToWorkload    = "cali-tw-"
 	PrefixFromWorkload  = "cali-fw-"
@@ -219,7 +220,9 @@ func Render(in Input) *Ruleset {
 	}
 	b.policyChains("filter", false)
 
-	// raw: untracked policy; mangle: preDNAT policy (host endpoints).
+	// raw: anti-spoofing of workloads, untracked policy; mangle: preDNAT
+	// policy (host endpoints).
+	b.add("raw", ChainRPFSkip, rpfSkipRules(workloads, in.IPVersion))
 	b.untracked(hosts)
 	b.preDNAT(hosts)
 
@@ -553,6 +556,14 @@ func (b *builder) failsafe(table string) {
 // a packet it allows is not tracked and accepted.
 func (b *builder) untracked(hosts []*calc.Endpoint) {
 	pre := []Rule{{Action: clearMark(markAll)}}
+	// Anti-spoofing: a packet from a workload whose source would not be
+	// routed back out of the interface it came in by (strict reverse
+	// path: not one of the workload's addresses, whose routes felix
+	// writes) goes to cali-rpf-skip, which lets through only the
+	// workload's allowSpoofedSourcePrefixes.
+	for _, p := range b.in.Config.InterfacePrefixes {
+		pre = append(pre, Rule{Match: "-i " + p + workloadIfaceSuffix + " -m rpfilter --invert", Action: "goto " + ChainRPFSkip})
+	}
 	out := []Rule{{Action: clearMark(markAll)}}
 	var chains [][2]any
 	for _, e := range hosts {
@@ -619,4 +630,21 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 		b.add("mangle", ChainName(PrefixFromHost, hostSuffix(e.InterfaceName)), b.endpointChain(e.PreDNATTiers, nil, true, ChainFailsafeIn, false))
 	}
 	b.policyChains("mangle", true)
+}
+
+// rpfSkipRules is cali-rpf-skip: the packets of a workload that failed
+// the reverse-path check, RETURNed (past the rest of cali-PREROUTING,
+// which has nothing for workloads) when their source is one of the
+// workload's allowSpoofedSourcePrefixes of this family; the rest are
+// dropped. workloads are sorted by interface.
+func rpfSkipRules(workloads []*calc.Endpoint, family int) []Rule {
+	var out []Rule
+	for _, e := range workloads {
+		for _, p := range e.AllowSpoofedSourcePrefixes {
+			if is6(p) == (family == 6) {
+				out = append(out, Rule{Match: "-i " + e.InterfaceName + " -s " + p.String(), Action: "RETURN"})
+			}
+		}
+	}
+	return append(out, Rule{Action: "DROP", Comment: "Workload source address spoofed"})
 }

@@ -82,6 +82,15 @@ func pod(ns, name, ip string, labels map[string]string, node string) *v3.Workloa
 	}
 }
 
+// spoofer is a local pod that may send from 192.0.2.0/24 and
+// 2001:db8:1::/48 besides its own addresses.
+func spoofer(ips ...string) *v3.WorkloadEndpoint {
+	w := pod("prod", "spoofer", ips[0], map[string]string{"app": "spoofer"}, node)
+	w.Spec.IPNetworks = ips
+	w.Spec.AllowSpoofedSourcePrefixes = []string{"192.0.2.0/24", "2001:db8:1::/48"}
+	return w
+}
+
 func nsProfile(ns string, labels map[string]string) *v3.Profile {
 	return &v3.Profile{TypeMeta: v3.TypeMeta{Kind: v3.KindProfile}, ObjectMeta: v3.ObjectMeta{Name: "kns." + ns, Labels: labels},
 		Spec: v3.ProfileSpec{Ingress: []v3.Rule{{Action: v3.Allow}}, Egress: []v3.Rule{{Action: v3.Allow}}}}
@@ -209,6 +218,14 @@ func catalogue() []catalogueCase {
 				FailsafeOutboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 2379, Net: "198.18.0.10"}, {Port: 6443}},
 			}),
 		}, []int{4, 6}},
+		// Anti-spoofing: strict reverse path for every workload interface
+		// in raw; allowSpoofedSourcePrefixes only with workloadSourceSpoofing
+		// Any (without it the same pod adds nothing).
+		{"anti-spoofing", []v3.Resource{
+			felixConfig(v3.FelixConfigurationSpec{WorkloadSourceSpoofing: "Any"}),
+			spoofer("10.65.0.9/32", "fd00:65::9/128"),
+		}, []int{4, 6}},
+		{"anti-spoofing-disabled", []v3.Resource{spoofer("10.65.0.9/32", "fd00:65::9/128")}, []int{4}},
 		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
 		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},
 		{"nat-outgoing", []v3.Resource{
