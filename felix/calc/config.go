@@ -1,8 +1,11 @@
 package calc
 
 import (
+	"fmt"
+	"math/bits"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,15 +37,20 @@ type Config struct {
 	// DefaultEndpointToHostAction is "Drop", "Return" or "Accept": what
 	// happens to workload traffic to the host itself after policy.
 	DefaultEndpointToHostAction string
-	// IptablesFilterAllowAction / MangleAllowAction: "Accept" or "Return".
+	// IptablesFilterAllowAction / MangleAllowAction: "Accept" or "Return",
+	// what felix's filter (mangle) rules do with a packet they allow:
+	// accept it, or return it to the kernel chain for the rules after
+	// felix's jump.
 	IptablesFilterAllowAction string
 	IptablesMangleAllowAction string
-	// IptablesFilterDenyAction: "Drop" or "Reject".
+	// IptablesFilterDenyAction: "Drop" or "Reject", what felix's filter
+	// rules do with a packet they deny.
 	IptablesFilterDenyAction string
 	// IptablesBackend is "Auto", "NFT" or "Legacy".
 	IptablesBackend string
 	IPv6Support     bool
-	// IptablesMarkMask is the mark bits felix may use (0xffff0000).
+	// IptablesMarkMask is the mark bits felix may use (DefaultMarkMask);
+	// felix uses its four lowest set bits.
 	IptablesMarkMask uint32
 	FailsafeInbound  []ProtoPort
 	FailsafeOutbound []ProtoPort
@@ -103,12 +111,12 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		InterfaceExclude:            splitList(orDefault(spec.InterfaceExclude, "kube-ipvs0")),
 		ChainInsertMode:             orDefault(spec.ChainInsertMode, "Insert"),
 		DefaultEndpointToHostAction: orDefault(spec.DefaultEndpointToHostAction, "Drop"),
-		IptablesFilterAllowAction:   orDefault(spec.IptablesFilterAllowAction, "Accept"),
-		IptablesMangleAllowAction:   orDefault(spec.IptablesMangleAllowAction, "Accept"),
-		IptablesFilterDenyAction:    orDefault(spec.IptablesFilterDenyAction, "Drop"),
+		IptablesFilterAllowAction:   oneOf("iptablesFilterAllowAction", spec.IptablesFilterAllowAction, "Accept", "Return"),
+		IptablesMangleAllowAction:   oneOf("iptablesMangleAllowAction", spec.IptablesMangleAllowAction, "Accept", "Return"),
+		IptablesFilterDenyAction:    oneOf("iptablesFilterDenyAction", spec.IptablesFilterDenyAction, "Drop", "Reject"),
 		IptablesBackend:             "Auto",
 		IPv6Support:                 true,
-		IptablesMarkMask:            0xffff0000,
+		IptablesMarkMask:            DefaultMarkMask,
 		FailsafeInbound:             DefaultFailsafeInbound(),
 		FailsafeOutbound:            DefaultFailsafeOutbound(),
 		IptablesRefreshInterval:     90 * time.Second,
@@ -124,8 +132,12 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 	if spec.IPv6Support != nil {
 		c.IPv6Support = *spec.IPv6Support
 	}
-	if spec.IptablesMarkMask != nil && *spec.IptablesMarkMask != 0 {
-		c.IptablesMarkMask = *spec.IptablesMarkMask
+	if m := spec.IptablesMarkMask; m != nil && *m != 0 {
+		if bits.OnesCount32(*m) >= 4 {
+			c.IptablesMarkMask = *m
+		} else {
+			log.WithField("iptablesMarkMask", fmt.Sprintf("%#x", *m)).Warnf("iptablesMarkMask has fewer than the 4 bits felix needs: using %#x", DefaultMarkMask)
+		}
 	}
 	if spec.FailsafeInboundHostPorts != nil {
 		c.FailsafeInbound = protoPorts("failsafeInboundHostPorts", *spec.FailsafeInboundHostPorts)
@@ -164,6 +176,24 @@ func protoPorts(field string, in []v3.ProtoPort) []ProtoPort {
 	return out
 }
 
+// DefaultMarkMask is Calico's default iptablesMarkMask.
+const DefaultMarkMask = 0xffff0000
+
+// oneOf is s spelled as the one of values it names (any case), values[0]
+// when empty; an unknown value is warned about and gives values[0].
+func oneOf(field, s string, values ...string) string {
+	if s == "" {
+		return values[0]
+	}
+	for _, v := range values {
+		if strings.EqualFold(s, v) {
+			return v
+		}
+	}
+	log.WithField(field, s).Warnf("Unknown %s: using %s", field, values[0])
+	return values[0]
+}
+
 func orDefault(s, def string) string {
 	if s == "" {
 		return def
@@ -178,5 +208,30 @@ func splitList(s string) []string {
 			out = append(out, f)
 		}
 	}
+	return out
+}
+
+// actedOn are the FelixConfiguration fields (by JSON name) felix acts on;
+// NotActedOn names the others.
+var actedOn = map[string]bool{
+	"ipv6Support": true, "routeRefreshInterval": true, "iptablesRefreshInterval": true, "ipsetsRefreshInterval": true,
+	"iptablesBackend": true, "interfacePrefix": true, "interfaceExclude": true, "chainInsertMode": true,
+	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
+	"iptablesFilterDenyAction": true, "iptablesMarkMask": true, "logSeverityScreen": true,
+	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
+}
+
+// NotActedOn lists, sorted by JSON name, the fields set in the merged
+// FelixConfiguration that felix accepts but does not act on.
+func (c *Config) NotActedOn() []string {
+	var out []string
+	v := reflect.ValueOf(c.Spec)
+	for i := 0; i < v.NumField(); i++ {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && !actedOn[name] && !v.Field(i).IsZero() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }

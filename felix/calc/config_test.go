@@ -71,3 +71,34 @@ func TestFailsafeDefaultsAndNets(t *testing.T) {
 		t.Errorf("outbound %s, want %s", got, want)
 	}
 }
+
+// TestNotActedOn: every set field felix does not act on is named, and
+// none it does act on.
+func TestNotActedOn(t *testing.T) {
+	yes, mask := true, uint32(0xff000000)
+	c := MergeConfig(&v3.FelixConfigurationSpec{
+		BPFEnabled: &yes, VXLANEnabled: &yes, HealthPort: func() *int { p := 9099; return &p }(), NFTablesMode: "Enabled",
+		IptablesFilterDenyAction: "Reject", IptablesMarkMask: &mask, WorkloadSourceSpoofing: "Any", LogSeverityScreen: "Debug",
+	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
+	if got, want := strings.Join(c.NotActedOn(), ","), "bpfEnabled,healthPort,nftablesMode,prometheusMetricsEnabled,vxlanEnabled"; got != want {
+		t.Errorf("NotActedOn = %s, want %s", got, want)
+	}
+	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {
+		t.Errorf("defaults: NotActedOn = %v, want none", got)
+	}
+}
+
+// TestIptablesActionsAndMask: Calico's values in any case; an unknown
+// value or a mask of fewer than four bits keeps the default.
+func TestIptablesActionsAndMask(t *testing.T) {
+	m := func(v uint32) *uint32 { return &v }
+	c := MergeConfig(&v3.FelixConfigurationSpec{IptablesFilterAllowAction: "return", IptablesMangleAllowAction: "RETURN",
+		IptablesFilterDenyAction: "reject", IptablesMarkMask: m(0xff000000)}, nil)
+	if c.IptablesFilterAllowAction != "Return" || c.IptablesMangleAllowAction != "Return" || c.IptablesFilterDenyAction != "Reject" || c.IptablesMarkMask != 0xff000000 {
+		t.Errorf("got %s %s %s %#x", c.IptablesFilterAllowAction, c.IptablesMangleAllowAction, c.IptablesFilterDenyAction, c.IptablesMarkMask)
+	}
+	c = MergeConfig(&v3.FelixConfigurationSpec{IptablesFilterDenyAction: "Explode", IptablesMarkMask: m(0x7)}, nil)
+	if c.IptablesFilterDenyAction != "Drop" || c.IptablesMarkMask != DefaultMarkMask {
+		t.Errorf("got %s %#x, want Drop and the default mask", c.IptablesFilterDenyAction, c.IptablesMarkMask)
+	}
+}

@@ -39,9 +39,9 @@ type renderer struct {
 	rpfSkip      rules.Chain
 	rpfSkipDirty bool
 	spoofers     map[calc.EndpointID]*calc.Endpoint
-	endpoints     map[calc.EndpointID]*epRender
-	policies      map[calc.PolicyID]*itemRender[*calc.Policy]
-	profiles      map[string]*itemRender[*calc.Profile]
+	endpoints    map[calc.EndpointID]*epRender
+	policies     map[calc.PolicyID]*itemRender[*calc.Policy]
+	profiles     map[string]*itemRender[*calc.Profile]
 	// The endpoints rendered with each policy and profile (present or
 	// not): rendered again when it changes.
 	policyUsers  map[calc.PolicyID]map[calc.EndpointID]struct{}

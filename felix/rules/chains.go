@@ -9,17 +9,30 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+
+	"github.com/palisade-net/palisade/felix/calc"
 )
 
-// Mark bits, as Calico's defaults within the mark mask 0xffff0000.
-const (
-	MarkAccept = 0x10000
-	MarkPass   = 0x20000
-	// MarkScratch is a scratch bit used within one rule.
-	MarkScratch = 0x40000
-	// markAll is every bit felix clears at the start of a pass.
-	markAll = 0xf0000
-)
+// marks are the packet mark bits felix uses, taken as Calico takes them
+// from iptablesMarkMask: the lowest set bit of the mask is accept, the
+// next pass, the next scratch (used within one rule), and all four lowest
+// bits are cleared at the start of each pass. With the default mask
+// 0xffff0000: 0x10000, 0x20000, 0x40000, all 0xf0000.
+type marks struct{ accept, pass, scratch, all int }
+
+func marksFor(mask uint32) marks {
+	var bits []int
+	for i := 0; i < 32 && len(bits) < 4; i++ {
+		if mask&(1<<i) != 0 {
+			bits = append(bits, 1<<i)
+		}
+	}
+	if len(bits) < 4 {
+		// calc.MergeConfig never hands out such a mask.
+		return marksFor(calc.DefaultMarkMask)
+	}
+	return marks{accept: bits[0], pass: bits[1], scratch: bits[2], all: bits[0] | bits[1] | bits[2] | bits[3]}
+}
 
 // ChainPrefix starts the name of every chain felix owns.
 const ChainPrefix = "cali-"

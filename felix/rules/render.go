@@ -77,25 +77,46 @@ func clearMark(bits int) string    { return fmt.Sprintf("MARK --set-xmark 0x0/%#
 
 type builder struct {
 	in     Input
+	m      marks
 	tables map[string][]Chain
 	// dispatchSeen is the dispatch trees of the last render and
 	// dispatchNext those of this one (DispatchChains with a cache).
 	dispatchSeen, dispatchNext map[string]dispatchTree
 }
 
+// newBuilder starts a rendering; in.Config must be set.
+func newBuilder(in Input) *builder {
+	return &builder{in: in, m: marksFor(in.Config.IptablesMarkMask), tables: map[string][]Chain{}}
+}
+
+// add files a chain. Rules are written with ACCEPT and DROP as verdicts;
+// here they become the configured ones, as Calico's
+// iptablesFilterAllowAction (ACCEPT or RETURN in filter),
+// iptablesMangleAllowAction (the same in mangle) and
+// iptablesFilterDenyAction (DROP or REJECT in filter).
 func (b *builder) add(table, name string, rules []Rule) {
+	cfg := b.in.Config
+	for i := range rules {
+		switch {
+		case rules[i].Action == "ACCEPT" && table == "filter" && strings.EqualFold(cfg.IptablesFilterAllowAction, "Return"),
+			rules[i].Action == "ACCEPT" && table == "mangle" && strings.EqualFold(cfg.IptablesMangleAllowAction, "Return"):
+			rules[i].Action = "RETURN"
+		case rules[i].Action == "DROP" && table == "filter" && strings.EqualFold(cfg.IptablesFilterDenyAction, "Reject"):
+			rules[i].Action = "REJECT"
+		}
+	}
 	hashRules(name, rules)
 	b.tables[table] = append(b.tables[table], Chain{Name: name, Rules: rules})
 }
 
 // Render builds the ruleset of one family.
 func Render(in Input) *Ruleset {
-	b := &builder{in: in, tables: map[string][]Chain{}}
 	cfg := in.Config
 	if cfg == nil {
 		cfg = calc.MergeConfig(nil, nil)
-		b.in.Config = cfg
+		in.Config = cfg
 	}
+	b := newBuilder(in)
 	var workloads, hosts []*calc.Endpoint
 	for _, e := range in.Endpoints {
 		if e.ID.Kind == calc.HostEndpoint {
@@ -126,10 +147,10 @@ func Render(in Input) *Ruleset {
 		input = append(input, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: "goto " + ChainWorkloadToHost})
 	}
 	input = append(input,
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT"},
-		Rule{Action: clearMark(markAll)},
+		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT"},
+		Rule{Action: clearMark(b.m.all)},
 		Rule{Action: ChainFromHEP},
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
 	)
 	b.add("filter", ChainFilterInput, fixGoto(input))
 	toHost := strings.ToUpper(cfg.DefaultEndpointToHostAction)
@@ -152,7 +173,7 @@ func Render(in Input) *Ruleset {
 	b.add("filter", ChainWorkloadToHost, toHostRules)
 	var forward []Rule
 	forward = append(forward,
-		Rule{Action: clearMark(markAll)},
+		Rule{Action: clearMark(b.m.all)},
 		Rule{Action: ChainFromHEPForward},
 	)
 	for _, p := range cfg.InterfacePrefixes {
@@ -163,17 +184,17 @@ func Render(in Input) *Ruleset {
 	}
 	forward = append(forward,
 		Rule{Action: ChainToHEPForward},
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
+		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
 	)
 	b.add("filter", ChainFilterForward, forward)
-	output := []Rule{{Match: markMatch(MarkAccept), Action: "ACCEPT"}}
+	output := []Rule{{Match: markMatch(b.m.accept), Action: "ACCEPT"}}
 	for _, p := range cfg.InterfacePrefixes {
 		output = append(output, Rule{Match: "-o " + p + workloadIfaceSuffix, Action: "RETURN"})
 	}
 	output = append(output,
-		Rule{Action: clearMark(markAll)},
+		Rule{Action: clearMark(b.m.all)},
 		Rule{Action: ChainToHEP},
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
 	)
 	b.add("filter", ChainFilterOutput, output)
 
@@ -391,7 +412,7 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			Rule{Match: "-m conntrack --ctstate INVALID", Action: "DROP"},
 		)
 	}
-	rules = append(rules, Rule{Action: clearMark(MarkAccept | MarkPass)})
+	rules = append(rules, Rule{Action: clearMark(b.m.accept | b.m.pass)})
 	if failsafe != "" {
 		rules = append(rules, Rule{Action: failsafe})
 	}
@@ -403,7 +424,7 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 		if len(ids) == 0 {
 			continue
 		}
-		rules = append(rules, Rule{Action: clearMark(MarkPass), Comment: "Start of tier " + t.Name})
+		rules = append(rules, Rule{Action: clearMark(b.m.pass), Comment: "Start of tier " + t.Name})
 		// Each policy is entered only while no earlier one accepted or
 		// passed the packet; one RETURN after the tier ends an accepted
 		// packet's walk. (One rule per policy instead of a jump and a
@@ -414,11 +435,11 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			if _, ok := b.in.Policies[id]; !ok {
 				continue
 			}
-			rules = append(rules, Rule{Match: notMarkMatch(MarkAccept | MarkPass), Action: PolicyChain(id, ingress)})
+			rules = append(rules, Rule{Match: notMarkMatch(b.m.accept | b.m.pass), Action: PolicyChain(id, ingress)})
 		}
-		rules = append(rules, Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if policy accepted"})
+		rules = append(rules, Rule{Match: markMatch(b.m.accept), Action: "RETURN", Comment: "Return if policy accepted"})
 		if t.DefaultAction != calc.Pass && final {
-			rules = append(rules, Rule{Match: notMarkMatch(MarkPass), Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
+			rules = append(rules, Rule{Match: notMarkMatch(b.m.pass), Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
 		}
 	}
 	if !final {
@@ -431,13 +452,13 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 		}
 		match := ""
 		if profileJumps > 0 {
-			match = notMarkMatch(MarkAccept)
+			match = notMarkMatch(b.m.accept)
 		}
 		rules = append(rules, Rule{Match: match, Action: ProfileChain(p, ingress)})
 		profileJumps++
 	}
 	if profileJumps > 0 {
-		rules = append(rules, Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if profile accepted"})
+		rules = append(rules, Rule{Match: markMatch(b.m.accept), Action: "RETURN", Comment: "Return if profile accepted"})
 	}
 	return append(rules, Rule{Action: "DROP", Comment: "Drop if no profiles matched"})
 }
@@ -500,25 +521,25 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 		}
 	}
 	for i, r := range rules {
-		matches := ruleMatches(r, b.in.IPVersion)
+		matches := ruleMatches(r, b.in.IPVersion, b.m.scratch)
 		if len(matches) > 0 {
-			out = append(out, notNetRules(r, b.in.IPVersion)...)
+			out = append(out, notNetRules(r, b.in.IPVersion, b.m.scratch)...)
 		}
 		for k, m := range matches {
 			last := i == len(rules)-1 && k == len(matches)-1
 			switch r.Action {
 			case calc.Allow:
-				out = append(out, Rule{Match: m, Action: setMark(MarkAccept)})
+				out = append(out, Rule{Match: m, Action: setMark(b.m.accept)})
 				if allow == "NOTRACK" {
-					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "CT --notrack"})
+					out = append(out, Rule{Match: markMatch(b.m.accept), Action: "CT --notrack"})
 				}
 				if i < lastActing {
-					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "RETURN"})
+					out = append(out, Rule{Match: markMatch(b.m.accept), Action: "RETURN"})
 				}
 			case calc.Pass:
-				out = append(out, Rule{Match: m, Action: setMark(MarkPass)})
+				out = append(out, Rule{Match: m, Action: setMark(b.m.pass)})
 				if !last {
-					out = append(out, Rule{Match: markMatch(MarkPass), Action: "RETURN"})
+					out = append(out, Rule{Match: markMatch(b.m.pass), Action: "RETURN"})
 				}
 			case calc.Deny:
 				out = append(out, Rule{Match: m, Action: "DROP"})
@@ -555,7 +576,7 @@ func (b *builder) failsafe(table string) {
 // untracked renders the raw table: doNotTrack policy of host endpoints;
 // a packet it allows is not tracked and accepted.
 func (b *builder) untracked(hosts []*calc.Endpoint) {
-	pre := []Rule{{Action: clearMark(markAll)}}
+	pre := []Rule{{Action: clearMark(b.m.all)}}
 	// Anti-spoofing: a packet from a workload whose source would not be
 	// routed back out of the interface it came in by (strict reverse
 	// path: not one of the workload's addresses, whose routes felix
@@ -564,7 +585,7 @@ func (b *builder) untracked(hosts []*calc.Endpoint) {
 	for _, p := range b.in.Config.InterfacePrefixes {
 		pre = append(pre, Rule{Match: "-i " + p + workloadIfaceSuffix + " -m rpfilter --invert", Action: "goto " + ChainRPFSkip})
 	}
-	out := []Rule{{Action: clearMark(markAll)}}
+	out := []Rule{{Action: clearMark(b.m.all)}}
 	var chains [][2]any
 	for _, e := range hosts {
 		if len(e.UntrackedTiers) == 0 {
@@ -599,8 +620,8 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	pre := []Rule{
 		{Match: "-m conntrack --ctstate RELATED,ESTABLISHED", Action: "ACCEPT"},
 		// Accepted by untracked policy in raw: the mark must reach filter.
-		{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
-		{Action: clearMark(markAll)},
+		{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
+		{Action: clearMark(b.m.all)},
 	}
 	// The dispatch is a chain of its own so each packet meets one
 	// endpoint chain (goto) and the accept-mark rule after it still runs.
@@ -619,7 +640,7 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	if len(chains) > 0 {
 		pre = append(pre, Rule{Action: ChainFromHEP})
 	}
-	pre = append(pre, Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
+	pre = append(pre, Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
 	b.add("mangle", ChainPrerouting, pre)
 	if len(chains) == 0 {
 		return

@@ -214,7 +214,7 @@ func catalogue() []catalogueCase {
 		{"failsafe-nets", []v3.Resource{
 			hep("eth0", "eth0", map[string]string{"host": "a"}),
 			felixConfig(v3.FelixConfigurationSpec{
-				FailsafeInboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 22, Net: "198.18.0.0/24"}, {Protocol: "TCP", Port: 22, Net: "fd00:18::/64"}, {Protocol: "UDP", Port: 68}},
+				FailsafeInboundHostPorts:  &[]v3.ProtoPort{{Protocol: "TCP", Port: 22, Net: "198.18.0.0/24"}, {Protocol: "TCP", Port: 22, Net: "fd00:18::/64"}, {Protocol: "UDP", Port: 68}},
 				FailsafeOutboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 2379, Net: "198.18.0.10"}, {Port: 6443}},
 			}),
 		}, []int{4, 6}},
@@ -226,6 +226,20 @@ func catalogue() []catalogueCase {
 			spoofer("10.65.0.9/32", "fd00:65::9/128"),
 		}, []int{4, 6}},
 		{"anti-spoofing-disabled", []v3.Resource{spoofer("10.65.0.9/32", "fd00:65::9/128")}, []int{4}},
+		// Calico's iptables action settings and a mark mask of other
+		// bits: filter ACCEPTs become RETURNs, filter DROPs REJECTs, mangle
+		// ACCEPTs RETURNs (raw stays), and the marks move to 0x1000000….
+		{"iptables-actions-mark-mask", []v3.Resource{
+			felixConfig(v3.FelixConfigurationSpec{IptablesFilterAllowAction: "Return", IptablesMangleAllowAction: "Return",
+				IptablesFilterDenyAction: "Reject", IptablesMarkMask: func() *uint32 { m := uint32(0xff000000); return &m }()}),
+			hep("eth0", "eth0", map[string]string{"host": "a"}),
+			gnp("allow-db", ord(10), in(
+				v3.Rule{Action: v3.Allow, Protocol: &tcp, Source: v3.EntityRule{Selector: "app == 'db'", NotNets: []string{"10.65.9.0/24"}}},
+				v3.Rule{Action: v3.Pass, Protocol: &udp},
+				v3.Rule{Action: v3.Deny})),
+			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
+			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
+		}, []int{4}},
 		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
 		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},
 		{"nat-outgoing", []v3.Resource{
