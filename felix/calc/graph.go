@@ -124,7 +124,7 @@ func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
 	}
 	g.policies.setEndpoint(id, &localEndpoint{
 		id: id, it: it, iface: wep.Spec.InterfaceName, mac: wep.Spec.MAC, profiles: wep.Spec.Profiles,
-		spoof: spoofPrefixes(id, wep.Spec.AllowSpoofedSourcePrefixes),
+		spoof: spoofPrefixes(id, wep.Spec.AllowSpoofedSourcePrefixes), ipNATs: wep.Spec.IPNATs,
 	})
 }
 

@@ -27,7 +27,9 @@ type localEndpoint struct {
 	profiles []string
 	host     bool
 	// spoof are the workload's allowSpoofedSourcePrefixes.
-	spoof    []netip.Prefix
+	spoof []netip.Prefix
+	// ipNATs is the workload's ipNATs (floating IPs), not acted on.
+	ipNATs   []v3.IPNAT
 	policies map[datastore.Key]*policyInfo
 }
 
@@ -87,6 +89,8 @@ type policyResolver struct {
 	// endpoint that has some is named in a warning, once (spoofWarned).
 	spoofAllowed bool
 	spoofWarned  map[EndpointID]bool
+	// natWarned are the endpoints whose ipNATs were named in a warning.
+	natWarned map[EndpointID]bool
 }
 
 func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequencer) *policyResolver {
@@ -104,6 +108,7 @@ func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequence
 		endpointRemovals: map[EndpointID]struct{}{},
 		gapsLogged:       map[string]string{},
 		spoofWarned:      map[EndpointID]bool{},
+		natWarned:        map[EndpointID]bool{},
 	}
 }
 
@@ -289,6 +294,7 @@ func (r *policyResolver) setEndpoint(id EndpointID, ep *localEndpoint) {
 	if ep == nil {
 		delete(r.dirtyEndpoints, id)
 		delete(r.spoofWarned, id)
+		delete(r.natWarned, id)
 		if r.out.sentEndpoints[id] {
 			r.endpointRemovals[id] = struct{}{}
 		}
@@ -323,7 +329,7 @@ func (r *policyResolver) labelsChanged(affects func(*item) bool) {
 	for _, id := range slices.Collect(maps.Keys(r.endpoints)) {
 		ep := r.endpoints[id]
 		if affects(ep.it) {
-			r.setEndpoint(id, &localEndpoint{id: id, it: ep.it, iface: ep.iface, mac: ep.mac, profiles: ep.profiles, host: ep.host, spoof: ep.spoof})
+			r.setEndpoint(id, &localEndpoint{id: id, it: ep.it, iface: ep.iface, mac: ep.mac, profiles: ep.profiles, host: ep.host, spoof: ep.spoof, ipNATs: ep.ipNATs})
 		}
 	}
 }
@@ -503,6 +509,12 @@ func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 		r.spoofWarned[ep.id] = true
 		log.WithFields(log.Fields{"endpoint": ep.id.String(), "allowSpoofedSourcePrefixes": ep.spoof}).
 			Warn("allowSpoofedSourcePrefixes ignored: FelixConfiguration workloadSourceSpoofing is not Any, so the workload may send from its own addresses only")
+	}
+	if len(ep.ipNATs) > 0 != r.natWarned[ep.id] {
+		r.natWarned[ep.id] = len(ep.ipNATs) > 0
+		if len(ep.ipNATs) > 0 {
+			log.WithField("endpoint", ep.id.String()).Warn("WorkloadEndpoint ipNATs (floating IPs) accepted but not acted on")
+		}
 	}
 	for _, n := range ep.it.nets {
 		if n.Addr().Is4() {

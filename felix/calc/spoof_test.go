@@ -67,3 +67,29 @@ func TestAllowSpoofedSourcePrefixesGated(t *testing.T) {
 		t.Errorf("workloadSourceSpoofing unset again: prefixes %v still sent", got)
 	}
 }
+
+// TestIPNATsWarnedOnce: ipNATs are not acted on, and said so once per
+// endpoint.
+func TestIPNATsWarnedOnce(t *testing.T) {
+	hook := logtest.NewGlobal()
+	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	w := wep("ns", "a", testNode, "10.0.0.1", nil, func(w *v3.WorkloadEndpoint) {
+		w.Spec.IPNATs = []v3.IPNAT{{InternalIP: "10.0.0.1", ExternalIP: "192.0.2.1"}}
+	})
+	g := NewGraph(testNode, newRecorder())
+	g.OnUpdate(up(nsProfile("ns", nil)))
+	g.OnUpdate(up(w))
+	g.OnInSync()
+	g.Flush()
+	g.OnUpdate(up(w))
+	g.Flush()
+	n := 0
+	for _, e := range hook.AllEntries() {
+		if strings.Contains(e.Message, "ipNATs") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d warnings about ipNATs, want 1", n)
+	}
+}
