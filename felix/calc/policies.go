@@ -191,7 +191,7 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 	if res != nil {
 		np = r.newPolicyInfo(k, res)
 	}
-	if np == nil && old != nil {
+	if np == nil && old != nil && len(r.gapsLogged) > 0 {
 		delete(r.gapsLogged, "policy "+old.id.Tier+"/"+old.id.String())
 	}
 	if old != nil {
@@ -223,7 +223,9 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 func (r *policyResolver) activate(p *policyInfo) {
 	in, inSpecs, inNotes := r.compiler.compile(p.inRules, p.namespace, "ingress")
 	outRules, outSpecs, outNotes := r.compiler.compile(p.outRules, p.namespace, "egress")
-	r.warnGaps(log.Fields{"policy": p.id.String(), "tier": p.id.Tier}, "policy "+p.id.Tier+"/"+p.id.String(), append(inNotes, outNotes...))
+	if len(inNotes)+len(outNotes) > 0 || len(r.gapsLogged) > 0 {
+		r.warnGaps(log.Fields{"policy": p.id.String(), "tier": p.id.Tier}, "policy "+p.id.Tier+"/"+p.id.String(), append(inNotes, outNotes...))
+	}
 	p.compiled = &Policy{
 		ID: p.id, Order: p.order, Inbound: in, Outbound: outRules, Ingress: p.ingress, Egress: p.egress,
 		DoNotTrack: p.doNotTrack, PreDNAT: p.preDNAT, ApplyOnForward: p.applyOnFwd,
@@ -377,7 +379,9 @@ func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed b
 	if want && (pi.compiled == nil || changed) {
 		in, inSpecs, inNotes := r.compiler.compile(pi.profile.Spec.Ingress, "", "ingress")
 		out, outSpecs, outNotes := r.compiler.compile(pi.profile.Spec.Egress, "", "egress")
-		r.warnGaps(log.Fields{"profile": name}, "profile "+name, append(inNotes, outNotes...))
+		if len(inNotes)+len(outNotes) > 0 || len(r.gapsLogged) > 0 {
+			r.warnGaps(log.Fields{"profile": name}, "profile "+name, append(inNotes, outNotes...))
+		}
 		oldSets := pi.setIDs
 		pi.setIDs = nil
 		for _, s := range append(inSpecs, outSpecs...) {
@@ -404,7 +408,7 @@ func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed b
 	if pi.profile == nil && len(pi.users) == 0 {
 		delete(r.profiles, name)
 	}
-	if pi.profile == nil {
+	if pi.profile == nil && len(r.gapsLogged) > 0 {
 		delete(r.gapsLogged, "profile "+name)
 	}
 }

@@ -76,9 +76,12 @@ func setMark(bits int) string      { return fmt.Sprintf("MARK --set-xmark %#x/%#
 func clearMark(bits int) string    { return fmt.Sprintf("MARK --set-xmark 0x0/%#x", bits) }
 
 type builder struct {
-	in     Input
-	m      marks
-	tables map[string][]Chain
+	in Input
+	m  marks
+	// filterReturn, mangleReturn and filterReject are the iptables action
+	// settings (see add).
+	filterReturn, mangleReturn, filterReject bool
+	tables                                   map[string][]Chain
 	// dispatchSeen is the dispatch trees of the last render and
 	// dispatchNext those of this one (DispatchChains with a cache).
 	dispatchSeen, dispatchNext map[string]dispatchTree
@@ -86,7 +89,11 @@ type builder struct {
 
 // newBuilder starts a rendering; in.Config must be set.
 func newBuilder(in Input) *builder {
-	return &builder{in: in, m: marksFor(in.Config.IptablesMarkMask), tables: map[string][]Chain{}}
+	cfg := in.Config
+	return &builder{in: in, m: marksFor(cfg.IptablesMarkMask), tables: map[string][]Chain{},
+		filterReturn: strings.EqualFold(cfg.IptablesFilterAllowAction, "Return"),
+		mangleReturn: strings.EqualFold(cfg.IptablesMangleAllowAction, "Return"),
+		filterReject: strings.EqualFold(cfg.IptablesFilterDenyAction, "Reject")}
 }
 
 // add files a chain. Rules are written with ACCEPT and DROP as verdicts;
@@ -95,13 +102,13 @@ func newBuilder(in Input) *builder {
 // iptablesMangleAllowAction (the same in mangle) and
 // iptablesFilterDenyAction (DROP or REJECT in filter).
 func (b *builder) add(table, name string, rules []Rule) {
-	cfg := b.in.Config
-	for i := range rules {
+	ret := table == "filter" && b.filterReturn || table == "mangle" && b.mangleReturn
+	reject := table == "filter" && b.filterReject
+	for i := 0; (ret || reject) && i < len(rules); i++ {
 		switch {
-		case rules[i].Action == "ACCEPT" && table == "filter" && strings.EqualFold(cfg.IptablesFilterAllowAction, "Return"),
-			rules[i].Action == "ACCEPT" && table == "mangle" && strings.EqualFold(cfg.IptablesMangleAllowAction, "Return"):
+		case ret && rules[i].Action == "ACCEPT":
 			rules[i].Action = "RETURN"
-		case rules[i].Action == "DROP" && table == "filter" && strings.EqualFold(cfg.IptablesFilterDenyAction, "Reject"):
+		case reject && rules[i].Action == "DROP":
 			rules[i].Action = "REJECT"
 		}
 	}
