@@ -77,7 +77,7 @@ func clearMark(bits int) string    { return fmt.Sprintf("MARK --set-xmark 0x0/%#
 
 type builder struct {
 	in Input
-	m  marks
+	m  *marks
 	// filterReturn, mangleReturn and filterReject are the iptables action
 	// settings (see add).
 	filterReturn, mangleReturn, filterReject bool
@@ -154,10 +154,10 @@ func Render(in Input) *Ruleset {
 		input = append(input, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: "goto " + ChainWorkloadToHost})
 	}
 	input = append(input,
-		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT"},
-		Rule{Action: clearMark(b.m.all)},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT"},
+		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainFromHEP},
-		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
 	)
 	b.add("filter", ChainFilterInput, fixGoto(input))
 	toHost := strings.ToUpper(cfg.DefaultEndpointToHostAction)
@@ -180,7 +180,7 @@ func Render(in Input) *Ruleset {
 	b.add("filter", ChainWorkloadToHost, toHostRules)
 	var forward []Rule
 	forward = append(forward,
-		Rule{Action: clearMark(b.m.all)},
+		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainFromHEPForward},
 	)
 	for _, p := range cfg.InterfacePrefixes {
@@ -191,17 +191,17 @@ func Render(in Input) *Ruleset {
 	}
 	forward = append(forward,
 		Rule{Action: ChainToHEPForward},
-		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
 	)
 	b.add("filter", ChainFilterForward, forward)
-	output := []Rule{{Match: markMatch(b.m.accept), Action: "ACCEPT"}}
+	output := []Rule{{Match: b.m.isAccept, Action: "ACCEPT"}}
 	for _, p := range cfg.InterfacePrefixes {
 		output = append(output, Rule{Match: "-o " + p + workloadIfaceSuffix, Action: "RETURN"})
 	}
 	output = append(output,
-		Rule{Action: clearMark(b.m.all)},
+		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainToHEP},
-		Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
 	)
 	b.add("filter", ChainFilterOutput, output)
 
@@ -419,7 +419,7 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			Rule{Match: "-m conntrack --ctstate INVALID", Action: "DROP"},
 		)
 	}
-	rules = append(rules, Rule{Action: clearMark(b.m.accept | b.m.pass)})
+	rules = append(rules, Rule{Action: b.m.clearAcceptPass})
 	if failsafe != "" {
 		rules = append(rules, Rule{Action: failsafe})
 	}
@@ -431,7 +431,7 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 		if len(ids) == 0 {
 			continue
 		}
-		rules = append(rules, Rule{Action: clearMark(b.m.pass), Comment: "Start of tier " + t.Name})
+		rules = append(rules, Rule{Action: b.m.clearPass, Comment: "Start of tier " + t.Name})
 		// Each policy is entered only while no earlier one accepted or
 		// passed the packet; one RETURN after the tier ends an accepted
 		// packet's walk. (One rule per policy instead of a jump and a
@@ -442,11 +442,11 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			if _, ok := b.in.Policies[id]; !ok {
 				continue
 			}
-			rules = append(rules, Rule{Match: notMarkMatch(b.m.accept | b.m.pass), Action: PolicyChain(id, ingress)})
+			rules = append(rules, Rule{Match: b.m.notAcceptPass, Action: PolicyChain(id, ingress)})
 		}
-		rules = append(rules, Rule{Match: markMatch(b.m.accept), Action: "RETURN", Comment: "Return if policy accepted"})
+		rules = append(rules, Rule{Match: b.m.isAccept, Action: "RETURN", Comment: "Return if policy accepted"})
 		if t.DefaultAction != calc.Pass && final {
-			rules = append(rules, Rule{Match: notMarkMatch(b.m.pass), Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
+			rules = append(rules, Rule{Match: b.m.notPass, Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
 		}
 	}
 	if !final {
@@ -459,13 +459,13 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 		}
 		match := ""
 		if profileJumps > 0 {
-			match = notMarkMatch(b.m.accept)
+			match = b.m.notAccept
 		}
 		rules = append(rules, Rule{Match: match, Action: ProfileChain(p, ingress)})
 		profileJumps++
 	}
 	if profileJumps > 0 {
-		rules = append(rules, Rule{Match: markMatch(b.m.accept), Action: "RETURN", Comment: "Return if profile accepted"})
+		rules = append(rules, Rule{Match: b.m.isAccept, Action: "RETURN", Comment: "Return if profile accepted"})
 	}
 	return append(rules, Rule{Action: "DROP", Comment: "Drop if no profiles matched"})
 }
@@ -528,25 +528,25 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 		}
 	}
 	for i, r := range rules {
-		matches := ruleMatches(r, b.in.IPVersion, b.m.scratch)
+		matches := ruleMatches(r, b.in.IPVersion, b.m)
 		if len(matches) > 0 {
-			out = append(out, notNetRules(r, b.in.IPVersion, b.m.scratch)...)
+			out = append(out, notNetRules(r, b.in.IPVersion, b.m)...)
 		}
 		for k, m := range matches {
 			last := i == len(rules)-1 && k == len(matches)-1
 			switch r.Action {
 			case calc.Allow:
-				out = append(out, Rule{Match: m, Action: setMark(b.m.accept)})
+				out = append(out, Rule{Match: m, Action: b.m.setAccept})
 				if allow == "NOTRACK" {
-					out = append(out, Rule{Match: markMatch(b.m.accept), Action: "CT --notrack"})
+					out = append(out, Rule{Match: b.m.isAccept, Action: "CT --notrack"})
 				}
 				if i < lastActing {
-					out = append(out, Rule{Match: markMatch(b.m.accept), Action: "RETURN"})
+					out = append(out, Rule{Match: b.m.isAccept, Action: "RETURN"})
 				}
 			case calc.Pass:
-				out = append(out, Rule{Match: m, Action: setMark(b.m.pass)})
+				out = append(out, Rule{Match: m, Action: b.m.setPass})
 				if !last {
-					out = append(out, Rule{Match: markMatch(b.m.pass), Action: "RETURN"})
+					out = append(out, Rule{Match: b.m.isPass, Action: "RETURN"})
 				}
 			case calc.Deny:
 				out = append(out, Rule{Match: m, Action: "DROP"})
@@ -583,7 +583,7 @@ func (b *builder) failsafe(table string) {
 // untracked renders the raw table: doNotTrack policy of host endpoints;
 // a packet it allows is not tracked and accepted.
 func (b *builder) untracked(hosts []*calc.Endpoint) {
-	pre := []Rule{{Action: clearMark(b.m.all)}}
+	pre := []Rule{{Action: b.m.clearAll}}
 	// Anti-spoofing: a packet from a workload whose source would not be
 	// routed back out of the interface it came in by (strict reverse
 	// path: not one of the workload's addresses, whose routes felix
@@ -592,7 +592,7 @@ func (b *builder) untracked(hosts []*calc.Endpoint) {
 	for _, p := range b.in.Config.InterfacePrefixes {
 		pre = append(pre, Rule{Match: "-i " + p + workloadIfaceSuffix + " -m rpfilter --invert", Action: "goto " + ChainRPFSkip})
 	}
-	out := []Rule{{Action: clearMark(b.m.all)}}
+	out := []Rule{{Action: b.m.clearAll}}
 	var chains [][2]any
 	for _, e := range hosts {
 		if len(e.UntrackedTiers) == 0 {
@@ -627,8 +627,8 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	pre := []Rule{
 		{Match: "-m conntrack --ctstate RELATED,ESTABLISHED", Action: "ACCEPT"},
 		// Accepted by untracked policy in raw: the mark must reach filter.
-		{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
-		{Action: clearMark(b.m.all)},
+		{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
+		{Action: b.m.clearAll},
 	}
 	// The dispatch is a chain of its own so each packet meets one
 	// endpoint chain (goto) and the accept-mark rule after it still runs.
@@ -647,7 +647,7 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	if len(chains) > 0 {
 		pre = append(pre, Rule{Action: ChainFromHEP})
 	}
-	pre = append(pre, Rule{Match: markMatch(b.m.accept), Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
+	pre = append(pre, Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
 	b.add("mangle", ChainPrerouting, pre)
 	if len(chains) == 0 {
 		return
