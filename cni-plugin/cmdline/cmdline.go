@@ -4,7 +4,6 @@
 package cmdline
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -43,19 +42,4 @@ func (b Binary) HandleHuman(args []string, out, errOut io.Writer) (handled bool,
 		fmt.Fprintf(errOut, "%s: CNI_COMMAND is not set and %q is not a known argument; try `%s --help`\n", b.Name, arg, b.Name)
 		return true, 1
 	}
-}
-
-// cniError is the error document of the CNI specification.
-type cniError struct {
-	CNIVersion string `json:"cniVersion"`
-	Code       uint   `json:"code"`
-	Msg        string `json:"msg"`
-}
-
-// NotImplemented writes the CNI error document saying this build cannot yet
-// perform CNI operations, and returns the exit code.
-func (b Binary) NotImplemented(out io.Writer) int {
-	_ = json.NewEncoder(out).Encode(cniError{CNIVersion: "1.0.0", Code: 999,
-		Msg: fmt.Sprintf("%s: CNI operations are not implemented in this build", b.Name)})
-	return 1
 }

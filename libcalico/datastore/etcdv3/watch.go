@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
@@ -22,6 +24,22 @@ const watchBuffer = 64
 
 // retryDelay is the pause before watching or listing again after an error.
 const retryDelay = 200 * time.Millisecond
+
+// logLevelFor is the level of a watcher's retry message: debug when etcd
+// is unreachable or has no leader (the agent logs that once), warning for
+// anything else.
+func logLevelFor(err error) log.Level {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return log.DebugLevel
+	}
+	return log.WarnLevel
+}
 
 // delivered is what the consumer last saw of one key.
 type delivered struct {
@@ -143,7 +161,9 @@ func (w *watcher) follow() (resync, ok bool) {
 			return true, w.ctx.Err() == nil
 		}
 		if err := resp.Err(); err != nil {
-			w.log.WithError(err).Warn("Watch stream failed; watching again")
+			// Losing etcd is the agent's to report, once; a watcher
+			// only says so at debug level and carries on.
+			w.log.WithError(err).Log(logLevelFor(err), "Watch stream failed; watching again")
 			return false, w.ctx.Err() == nil
 		}
 		for _, ev := range resp.Events {
@@ -241,7 +261,7 @@ func (w *watcher) resync() bool {
 		if w.ctx.Err() != nil {
 			return false
 		}
-		w.log.WithError(err).Warn("Listing again after compaction failed; retrying")
+		w.log.WithError(err).Log(logLevelFor(err), "Listing again after compaction failed; retrying")
 		if !w.pause() {
 			return false
 		}
