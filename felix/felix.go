@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ov.Close()
 	ov.Blackholes = cfg.OverlayBlackholes
-	graph := calc.NewGraph(cfg.NodeName, levelSetter{Driver: dp, logger: own, log: logger, overlay: ov})
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{Driver: dp, logger: own, log: logger, overlay: ov})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -211,20 +211,22 @@ func ownLogger(base *log.Logger) *log.Logger {
 }
 
 // levelSetter is the dataplane as the calculation graph sees it: every
-// configuration first sets felix's log level from logSeverityScreen; the
-// overlay goes to the VXLAN manager.
+// configuration first sets felix's log level from logSeverityScreen and
+// names the fields felix does not act on; the overlay goes to the VXLAN
+// manager.
 type levelSetter struct {
 	*dataplane.Driver
 	logger  *log.Logger
 	log     *log.Entry
+	unused  unusedFields
 	overlay *vxlan.Manager
 }
 
 // OnOverlayUpdate implements calc.OverlayDataplane.
-func (l levelSetter) OnOverlayUpdate(o *calc.Overlay) { l.overlay.SetOverlay(o) }
+func (l *levelSetter) OnOverlayUpdate(o *calc.Overlay) { l.overlay.SetOverlay(o) }
 
 // OnConfigUpdate implements calc.Dataplane.
-func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
+func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 	level, err := screenLevel(cfg.LogSeverityScreen)
 	if err != nil {
 		l.log.WithError(err).Warn("Ignoring logSeverityScreen")
@@ -232,8 +234,25 @@ func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
 		l.logger.SetLevel(level)
 		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
 	}
+	l.unused.warn(cfg, l.log)
 	l.overlay.SetConfig(cfg.Spec)
 	l.Driver.OnConfigUpdate(cfg)
+}
+
+// unusedFields warns about the FelixConfiguration fields that are set but
+// not acted on: once, and again when the list changes.
+type unusedFields struct{ last string }
+
+func (u *unusedFields) warn(cfg *calc.Config, logger *log.Entry) {
+	fields := cfg.NotActedOn()
+	list := strings.Join(fields, ", ")
+	if list == u.last {
+		return
+	}
+	u.last = list
+	if list != "" {
+		logger.WithField("fields", list).Warn("FelixConfiguration fields accepted but not acted on by Palisade's felix")
+	}
 }
 
 // screenLevel maps Calico's severities (Debug, Info, Warning, Error,

@@ -112,6 +112,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("startup: %w", err)
 	}
 	logger.WithFields(log.Fields{"ipv4": addrString(res.IPv4), "ipv6": addrString(res.IPv6)}).Info("Node registered")
+	ipamCtx, stopIPAM := context.WithCancel(ctx)
+	defer stopIPAM()
+	go releaseUnusedBlocks(ipamCtx, ipam.New(store, store.KV()), cfg.NodeName, logger.WithField("part", "ipam"))
 
 	// bgpPeers lists the BGP peer table of the running speaker.
 	var bgpPeers peerLister
