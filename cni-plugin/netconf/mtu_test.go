@@ -31,7 +31,7 @@ func TestMTUDefault(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			conf := `{"cniVersion":"1.0.0","name":"n","type":"calico","nodename_file":"` + filepath.Join(dir, "nodename") + `"`
+			conf := `{"cniVersion":"1.0.0","name":"n","type":"calico","ipam":{"type":"calico-ipam"},"nodename_file":"` + filepath.Join(dir, "nodename") + `"`
 			if c.mtu != "" {
 				conf += `,"mtu":` + c.mtu
 			}
