@@ -232,38 +232,28 @@ func (l *Lab) OverlayRoutes(ctx context.Context, target string) ([]BGPRoute, err
 	return rs, nil
 }
 
-// waitOverlayRoutes waits until every node has an overlay route (not a
-// blackhole) covering every other node's pods, WaitPodRoutes for a VXLAN
-// lab.
-func (l *Lab) waitOverlayRoutes(ctx context.Context, timeout time.Duration) (time.Duration, error) {
-	began := time.Now()
-	for {
-		var missing []string
-		for _, n := range l.Nodes() {
-			rs, err := l.OverlayRoutes(ctx, n.Name)
-			if err != nil {
-				missing = append(missing, err.Error())
+// missingOverlayRoutes names, for every node, the other nodes' pod
+// addresses no overlay route (other than a blackhole) covers.
+func (l *Lab) missingOverlayRoutes(ctx context.Context) []string {
+	var missing []string
+	for _, n := range l.Nodes() {
+		rs, err := l.OverlayRoutes(ctx, n.Name)
+		if err != nil {
+			missing = append(missing, err.Error())
+			continue
+		}
+		for _, p := range l.Pods() {
+			if p.Node == n.Name {
 				continue
 			}
-			for _, p := range l.Pods() {
-				if p.Node == n.Name {
-					continue
-				}
-				for _, a := range []netip.Addr{p.IP, p.IP6} {
-					if a.IsValid() && !routed(rs, a) {
-						missing = append(missing, fmt.Sprintf("%s has no overlay route to %s (%s on %s)", n.Name, a, p.Key(), p.Node))
-					}
+			for _, a := range []netip.Addr{p.IP, p.IP6} {
+				if a.IsValid() && !routed(rs, a) {
+					missing = append(missing, fmt.Sprintf("%s has no overlay route to %s (%s on %s)", n.Name, a, p.Key(), p.Node))
 				}
 			}
 		}
-		if len(missing) == 0 {
-			return time.Since(began), nil
-		}
-		if time.Since(began) > timeout || ctx.Err() != nil {
-			return time.Since(began), fmt.Errorf("overlay routes missing after %s:\n  %s", timeout, strings.Join(missing, "\n  "))
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	return missing
 }
 
 // routed says whether the most specific of rs covering a has a next hop.

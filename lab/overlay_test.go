@@ -15,24 +15,6 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 )
 
-// reachAll waits for every pod to reach every other one, then returns
-// the matrix (printed to the log).
-func reachAll(t *testing.T, l *Lab, why string) Matrix {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := l.WaitPodRoutes(ctx, 30*time.Second); err != nil {
-		t.Fatalf("%s: %v", why, err)
-	}
-	m, err := l.WaitReachable(ctx, 30*time.Second)
-	if err != nil {
-		t.Fatalf("%s: %v", why, err)
-	}
-	var b bytes.Buffer
-	m.Print(&b)
-	t.Logf("%s:\n%s", why, b.String())
-	return m
-}
-
 // checkPaths pings every pod from every other pod once more with the
 // capture reset, then checks how each pair crossed the fabric: tunnelled
 // (and never direct) unless direct(src node, dst node), then direct (and
@@ -182,7 +164,7 @@ func TestVXLANBackend(t *testing.T) {
 	checkNoBGP(t, l)
 	c := startCapture(t, l)
 	pods := addPods(t, l, "default", 1)
-	reachAll(t, l, "vxlan backend, Always")
+	requireReachable(t, l, "vxlan backend, Always")
 	checkPaths(t, l, c, "Always", never)
 
 	for _, p := range pods {
@@ -215,7 +197,7 @@ func TestVXLANBackend(t *testing.T) {
 	if _, err := l.AddPod(ctx, n4.Name, "default", "p4a"); err != nil {
 		t.Fatal(err)
 	}
-	reachAll(t, l, "node4 added")
+	requireReachable(t, l, "node4 added")
 	checkPaths(t, l, c, "node4 added", never)
 	if !fdbHas(t, l, "node1", n4.IP) {
 		t.Fatal("node1 has no FDB entry for node4")
@@ -235,7 +217,7 @@ func TestVXLANBackend(t *testing.T) {
 			}
 		}
 	}
-	reachAll(t, l, "node4 removed")
+	requireReachable(t, l, "node4 removed")
 }
 
 // TestVXLANCrossSubnet runs pools vxlanMode CrossSubnet on the vxlan
@@ -247,7 +229,7 @@ func TestVXLANCrossSubnet(t *testing.T) {
 	l := newLab(t, Options{Nodes: 3, Subnets: 2, Backend: BackendVXLAN, VXLAN: VXLANCrossSubnet})
 	c := startCapture(t, l)
 	addPods(t, l, "default", 1)
-	reachAll(t, l, "CrossSubnet")
+	requireReachable(t, l, "CrossSubnet")
 	checkPaths(t, l, c, "CrossSubnet", sameSubnet)
 
 	ctx := context.Background()
@@ -279,7 +261,7 @@ func TestVXLANCrossSubnet(t *testing.T) {
 	}
 
 	setMode("CrossSubnet")
-	reachAll(t, l, "back to CrossSubnet")
+	requireReachable(t, l, "back to CrossSubnet")
 	checkPaths(t, l, c, "back to CrossSubnet", sameSubnet)
 }
 
@@ -303,7 +285,7 @@ func TestVXLANWithBGP(t *testing.T) {
 	l := newLab(t, Options{Nodes: 3, Subnets: 2, VXLAN: VXLANAlways})
 	c := startCapture(t, l)
 	addPods(t, l, "default", 1)
-	reachAll(t, l, "bird backend, vxlanMode Always")
+	requireReachable(t, l, "bird backend, vxlanMode Always")
 	checkPaths(t, l, c, "bird + Always", never)
 	ctx := context.Background()
 	pool := netip.MustParsePrefix(l.Options().PoolCIDR)

@@ -22,14 +22,7 @@ type BlockSource struct {
 func (s *Syncer) runBlocks(ctx context.Context, ch chan<- kindBatch) {
 	known := map[string]netip.Prefix{} // block key → CIDR
 	logc := log.WithField("kind", KindIPAMBlock)
-	send := func(b kindBatch) bool {
-		select {
-		case ch <- b:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	send := sender(ctx, ch)
 	update := func(p datastore.KVPair) (Update, bool) {
 		b, err := ipam.ParseBlock(p)
 		if err != nil {

@@ -116,14 +116,7 @@ func (s *Syncer) wanted(k datastore.Key) bool {
 func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) {
 	known := map[datastore.Key]bool{}
 	logc := log.WithField("kind", kind)
-	send := func(b kindBatch) bool {
-		select {
-		case ch <- b:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	send := sender(ctx, ch)
 	for ctx.Err() == nil {
 		items, rev, err := s.ds.List(ctx, datastore.ListOptions{Kind: kind})
 		if err != nil {
@@ -192,6 +185,18 @@ func (s *Syncer) watch(ctx context.Context, w datastore.Watcher, known map[datas
 		}
 		if !send(kindBatch{kind: k.Kind, updates: []Update{u}}) {
 			return
+		}
+	}
+}
+
+// sender hands batches to the main loop; false once ctx ended.
+func sender(ctx context.Context, ch chan<- kindBatch) func(kindBatch) bool {
+	return func(b kindBatch) bool {
+		select {
+		case ch <- b:
+			return true
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

@@ -18,12 +18,7 @@ func PingDF(run *nsexec.Runner, dst netip.Addr, size int, timeout time.Duration)
 	if size < 28 {
 		return fmt.Errorf("ping of %d bytes: at least 28", size)
 	}
-	var fd int
-	err := run.Do(func() error {
-		var err error
-		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
-		return err
-	})
+	fd, err := rawICMP(run)
 	if err != nil {
 		return err
 	}
@@ -40,22 +35,12 @@ func PingDF(run *nsexec.Runner, dst netip.Addr, size int, timeout time.Duration)
 	if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet4{Addr: dst.As4()}); err != nil {
 		return fmt.Errorf("sending %d bytes with DF to %s: %w", size, dst, err)
 	}
-	tv := syscall.NsecToTimeval(timeout.Nanoseconds())
-	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
-	buf := make([]byte, 65536)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		n, _, err := syscall.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return fmt.Errorf("no echo reply of %d bytes from %s: %w", size, dst, err)
-		}
-		ihl := int(buf[0]&0xf) * 4
-		if n >= ihl+8 && buf[ihl] == 0 && binary.BigEndian.Uint16(buf[ihl+4:]) == id {
-			if n != size {
-				return fmt.Errorf("echo reply from %s has %d bytes, sent %d", dst, n, size)
-			}
-			return nil
-		}
+	n, err := awaitEcho(fd, dst, id, timeout)
+	if err != nil {
+		return fmt.Errorf("%d bytes with DF: %w", size, err)
 	}
-	return fmt.Errorf("no echo reply of %d bytes from %s", size, dst)
+	if n != size {
+		return fmt.Errorf("echo reply from %s has %d bytes, sent %d", dst, n, size)
+	}
+	return nil
 }

@@ -192,12 +192,7 @@ func checksum(b []byte) uint16 {
 // run's namespace and, for an echo request, waits for the reply. For other
 // types it only sends.
 func ICMP(run *nsexec.Runner, dst netip.Addr, typ, code uint8) error {
-	var fd int
-	err := run.Do(func() error {
-		var err error
-		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
-		return err
-	})
+	fd, err := rawICMP(run)
 	if err != nil {
 		return err
 	}
@@ -211,21 +206,39 @@ func ICMP(run *nsexec.Runner, dst netip.Addr, typ, code uint8) error {
 	if typ != 8 {
 		return nil
 	}
-	tv := syscall.NsecToTimeval(ProbeTimeout.Nanoseconds())
+	_, err = awaitEcho(fd, dst, id, ProbeTimeout)
+	return err
+}
+
+// rawICMP opens a raw ICMP socket in run's namespace.
+func rawICMP(run *nsexec.Runner) (int, error) {
+	var fd int
+	err := run.Do(func() error {
+		var err error
+		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
+		return err
+	})
+	return fd, err
+}
+
+// awaitEcho waits up to timeout for the echo reply with id from dst on a
+// raw ICMP socket and returns its size (IPv4 header included).
+func awaitEcho(fd int, dst netip.Addr, id uint16, timeout time.Duration) (int, error) {
+	tv := syscall.NsecToTimeval(timeout.Nanoseconds())
 	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
-	buf := make([]byte, 1500)
-	deadline := time.Now().Add(ProbeTimeout)
+	buf := make([]byte, 65536)
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		n, _, err := syscall.Recvfrom(fd, buf, 0)
 		if err != nil {
-			return fmt.Errorf("no echo reply from %s: %w", dst, err)
+			return 0, fmt.Errorf("no echo reply from %s: %w", dst, err)
 		}
 		ihl := int(buf[0]&0xf) * 4
 		if n >= ihl+8 && buf[ihl] == 0 && binary.BigEndian.Uint16(buf[ihl+4:]) == id {
-			return nil
+			return n, nil
 		}
 	}
-	return fmt.Errorf("no echo reply from %s", dst)
+	return 0, fmt.Errorf("no echo reply from %s", dst)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
