@@ -143,6 +143,43 @@ func tcp6(t *testing.T, l *Lab, a, b Pod) error {
 	return fmt.Errorf("TCP over IPv6 %s → %s: %w", a.Key(), b.IP6, lastErr)
 }
 
+// peerSeen connects over TCP from one target to addr in another and
+// returns the source address the server saw.
+func peerSeen(t *testing.T, l *Lab, from, server string, addr netip.Addr) netip.Addr {
+	t.Helper()
+	var ln net.Listener
+	if err := l.InNamespace(server, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 7300).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	seen := make(chan netip.Addr, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			seen <- c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+			c.Close()
+		}
+	}()
+	if err := l.InNamespace(from, func() error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, 7300).String(), 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("TCP %s → %s: %v", from, addr, err)
+	}
+	select {
+	case a := <-seen:
+		return a
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the server at %s saw no connection from %s", addr, from)
+	}
+	return netip.Addr{}
+}
+
 // fdbHas says whether a node's VXLAN device forwards to addr.
 func fdbHas(t *testing.T, l *Lab, node string, addr netip.Addr) bool {
 	t.Helper()
@@ -184,6 +221,16 @@ func TestVXLANBackend(t *testing.T) {
 		if err := tcp6(t, l, pair[0], pair[1]); err != nil {
 			t.Error(err)
 		}
+	}
+	// natOutgoing unchanged: across the overlay a pod keeps its address;
+	// to an address outside the pools (the router) it is masqueraded to
+	// its node's.
+	if got := peerSeen(t, l, pods[0].Key(), pods[1].Key(), pods[1].IP); got != pods[0].IP {
+		t.Errorf("%s seen from %s across the overlay, want its own address %s", pods[0].Key(), got, pods[0].IP)
+	}
+	n1, _ := l.Node(pods[0].Node)
+	if got := peerSeen(t, l, pods[0].Key(), "router", routerAddrs[0]); got != n1.IP {
+		t.Errorf("%s seen from %s by the router, want its node's address %s (natOutgoing)", pods[0].Key(), got, n1.IP)
 	}
 	if c.how(pods[0].IP6, pods[1].IP6) != seenTunnelled {
 		t.Errorf("IPv6 %s → %s seen as %s, want tunnelled", pods[0].IP6, pods[1].IP6, seenWord(c.how(pods[0].IP6, pods[1].IP6)))

@@ -2,12 +2,16 @@ package vxlan_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	log "github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -294,5 +298,46 @@ func TestOverlayIPv6(t *testing.T) {
 	reach(t, a, b, tunB, tunA)
 	if got, _ := os.ReadFile(a.mtu); string(got) != "1430" {
 		t.Fatalf("pod MTU file holds %q, want 1430 (IPv6 VXLAN)", got)
+	}
+}
+
+// TestIPIPWarning: a pool asking for IP-in-IP is named in a warning, once,
+// saying IP-in-IP is not supported on this kernel (which has no ipip link
+// type) — or, on a kernel that has one, that Palisade does not build it;
+// the probe leaves no link behind.
+func TestIPIPWarning(t *testing.T) {
+	a, _ := pair(t)
+	logger, hook := logtest.NewNullLogger()
+	m, err := vxlan.New(a.run, log.NewEntry(logger), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	o := overlayFor("a", "b", false, false)
+	o.IPIPPools = []string{"ipip-pool"}
+	m.SetOverlay(o)
+	if err := m.Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.SetOverlay(o)
+	if err := m.Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := nstest.Handle(t, a.ns)
+	want := "not supported on this kernel"
+	if vxlan.IPIPSupported(h) {
+		want = "Palisade does not build"
+	}
+	var warned []string
+	for _, e := range hook.AllEntries() {
+		if e.Level == log.WarnLevel {
+			warned = append(warned, e.Message+" "+fmt.Sprint(e.Data["ippool"]))
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], want) || !strings.Contains(warned[0], "ipip-pool") {
+		t.Fatalf("warnings %q, want one naming ipip-pool and saying %q", warned, want)
+	}
+	if out := a.ns.MustRun(t, "ip", "link", "show"); strings.Contains(out, "plipipprobe") {
+		t.Fatalf("the IP-in-IP probe link was left behind:\n%s", out)
 	}
 }
