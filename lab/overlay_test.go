@@ -391,3 +391,52 @@ func TestPolicyOverVXLAN(t *testing.T) {
 		}
 	}
 }
+
+// TestVXLANModeSwitchBGP switches a pool at runtime on the bird backend
+// (one subnet): from Never (BGP routes, pods direct) to Always (felix's
+// tunnel routes replace BGP's, every packet between nodes tunnelled) and
+// back (BGP's routes return, the VXLAN devices and tunnel addresses go).
+func TestVXLANModeSwitchBGP(t *testing.T) {
+	l := newLab(t, Options{Nodes: 3})
+	c := startCapture(t, l)
+	addPods(t, l, "default", 1)
+	requireReachable(t, l, "vxlanMode Never")
+	checkPaths(t, l, c, "Never", func(a, b Node) bool { return true })
+	ctx := context.Background()
+	setMode := func(mode string) {
+		t.Helper()
+		if _, err := l.Calicoctl(ctx, "node1", nil, "patch", "ippool", "default-ipv4-ippool", "-p", `{"spec":{"vxlanMode":"`+mode+`"}}`); err != nil {
+			t.Fatal(err)
+		}
+		l.st.Options.VXLAN = mode // WaitPodRoutes checks the overlay's routes now
+	}
+	setMode(VXLANAlways)
+	requireReachable(t, l, "switched to Always")
+	checkPaths(t, l, c, "switched to Always", never)
+	for _, n := range l.Nodes() {
+		rs, err := l.BGPRoutes(ctx, n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if len(r.Via) > 0 {
+				t.Errorf("%s kept the BGP route %s via %v after the pool became VXLAN", n.Name, r.Prefix, r.Via)
+			}
+		}
+	}
+	setMode(VXLANNever)
+	requireReachable(t, l, "back to Never")
+	checkPaths(t, l, c, "back to Never", func(a, b Node) bool { return true })
+	waitFor(t, 15*time.Second, "VXLAN devices and tunnel addresses gone", func() (bool, string) {
+		out, err := l.Calicoctl(ctx, "node1", nil, "get", "nodes", "-o", "yaml")
+		if err != nil || strings.Contains(out, "ipv4VXLANTunnelAddr") {
+			return false, out
+		}
+		for _, n := range l.Nodes() {
+			if _, err := l.Output(ctx, n.Name, nil, "ip", "link", "show", "vxlan.calico"); err == nil {
+				return false, n.Name + " still has vxlan.calico"
+			}
+		}
+		return true, ""
+	})
+}
