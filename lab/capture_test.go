@@ -154,6 +154,19 @@ func (c *capture) how(a, b netip.Addr) int {
 	return c.seen[[2]netip.Addr{a, b}]
 }
 
+// seenAll says whether packets of every pair of pods on different nodes
+// were seen.
+func (c *capture) seenAll(pods []Pod) bool {
+	for _, a := range pods {
+		for _, b := range pods {
+			if a.Node != b.Node && c.how(a.IP, b.IP) == 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // reset forgets what was seen.
 func (c *capture) reset() {
 	c.mu.Lock()

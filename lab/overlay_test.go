@@ -28,7 +28,12 @@ func checkPaths(t *testing.T, l *Lab, c *capture, why string, direct func(a, b N
 		m.Print(&b)
 		t.Fatalf("%s: pods unreachable:\n%s", why, b.String())
 	}
-	time.Sleep(50 * time.Millisecond) // the capture's last frames
+	// The capture reads behind the probes: wait (bounded) until it has
+	// seen every pair, however they crossed.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && !c.seenAll(m.Pods) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, a := range m.Pods {
 		for _, b := range m.Pods {
 			if a.Node == b.Node {
