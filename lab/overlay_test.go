@@ -292,10 +292,19 @@ func TestVXLANCrossSubnet(t *testing.T) {
 		}
 	}
 	setMode("Always")
-	waitFor(t, 10*time.Second, "node1 tunnels to node3 (same subnet) after the switch to Always", func() (bool, string) {
-		rs, err := l.OverlayRoutes(ctx, "node1")
-		n3, _ := l.Node("node3")
-		return err == nil && len(rs) > 0 && !routesVia(rs, n3.IP), fmt.Sprint(rs, err)
+	waitFor(t, 10*time.Second, "every node tunnels to its own subnet's nodes after the switch to Always", func() (bool, string) {
+		for _, n := range l.Nodes() {
+			rs, err := l.OverlayRoutes(ctx, n.Name)
+			if err != nil || len(rs) == 0 {
+				return false, fmt.Sprint(n.Name, rs, err)
+			}
+			for _, m := range l.Nodes() {
+				if routesVia(rs, m.IP) {
+					return false, fmt.Sprintf("%s still routes directly to %s: %v", n.Name, m.Name, rs)
+				}
+			}
+		}
+		return true, ""
 	})
 	checkPaths(t, l, c, "switched to Always", never)
 
