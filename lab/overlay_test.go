@@ -326,6 +326,17 @@ func TestVXLANCrossSubnet(t *testing.T) {
 	checkPaths(t, l, c, "back to CrossSubnet", sameSubnet)
 }
 
+// checkNoRouteFight checks that no node's BGP part tried to program a
+// route felix's overlay holds.
+func checkNoRouteFight(t *testing.T, l *Lab) {
+	t.Helper()
+	for _, n := range l.Nodes() {
+		if b, _ := os.ReadFile(l.nodeDir(n.Name, "calico-node.log")); strings.Contains(string(b), "Route slot held by another protocol") {
+			t.Errorf("%s's BGP part tried to program a route felix owns:\n%s", n.Name, tail(l.nodeDir(n.Name, "calico-node.log"), 2000))
+		}
+	}
+}
+
 // routesVia says whether any route goes via addr.
 func routesVia(rs []BGPRoute, addr netip.Addr) bool {
 	for _, r := range rs {
@@ -361,6 +372,7 @@ func TestVXLANWithBGP(t *testing.T) {
 			}
 		}
 	}
+	checkNoRouteFight(t, l)
 	// Every node still advertises its blocks: each peer's RIB has them,
 	// with the owner as next hop.
 	blocks, err := l.Calicoctl(ctx, "node1", nil, "ipam", "show", "--show-blocks")
@@ -438,6 +450,7 @@ func TestVXLANModeSwitchBGP(t *testing.T) {
 			}
 		}
 	}
+	checkNoRouteFight(t, l)
 	setMode(VXLANNever)
 	requireReachable(t, l, "back to Never")
 	checkPaths(t, l, c, "back to Never", func(a, b Node) bool { return true })
