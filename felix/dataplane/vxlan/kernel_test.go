@@ -283,10 +283,19 @@ func TestOverlayModes(t *testing.T) {
 // routes over an IPv6 underlay.
 func TestOverlayIPv6(t *testing.T) {
 	a, b := pair(t)
-	a.m.SetOverlay(overlayFor("a", "b", false, true))
+	oa := overlayFor("a", "b", false, true)
+	oa.LocalBlocks = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/26"), netip.MustParsePrefix("fd00:10:244::/122")}
+	a.m.Blackholes = true
+	a.m.SetOverlay(oa)
 	b.m.SetOverlay(overlayFor("b", "a", false, true))
 	apply(t, a)
 	apply(t, b)
+	checkContains(t, a.ns.MustRun(t, "ip", "-6", "route", "show", "proto", "80"), "blackhole fd00:10:244::/122")
+	a.m.Resync()
+	apply(t, a)
+	if a.m.LastOps != 0 {
+		t.Fatalf("a read-back of an unchanged dual-stack kernel wrote %d times", a.m.LastOps)
+	}
 	link := a.ns.MustRun(t, "ip", "-d", "link", "show", "vxlan-v6.calico")
 	for _, want := range []string{"mtu 1430", "vxlan id 4096", "local fd00:198:18::11", calc.VTEPMAC("a", 6)} {
 		checkContains(t, link, want)

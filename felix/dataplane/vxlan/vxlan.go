@@ -391,6 +391,9 @@ func (m *Manager) read(links []netlink.Link) (State, error) {
 			if gw, ok := netip.AddrFromSlice(r.Gw); ok {
 				rt.Via = gw.Unmap()
 			}
+			if rt.Blackhole {
+				rt.Dev = "" // IPv6 blackholes sit on lo
+			}
 			fam.f.Routes[rt.Dst] = rt
 		}
 	}
