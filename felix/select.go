@@ -34,10 +34,10 @@ type driver interface {
 // iptables one, after its first complete write, detaches and unpins the
 // programs and maps of package bpf.
 type selector struct {
-	conf   dataplane.Config
-	log    *log.Entry
-	d      driver
-	bpf    bool
+	conf    dataplane.Config
+	log     *log.Entry
+	d       driver
+	bpf     bool
 	restart bool
 	// cleaned: the iptables driver removed the eBPF leftovers.
 	cleaned bool

@@ -141,7 +141,9 @@ func (v *View) Interfaces() ([]Interface, error) {
 		out[i].Sources = srcs[uint32(out[i].Ifindex)]
 		sort.Slice(out[i].Sources, func(a, b int) bool { return out[i].Sources[a].String() < out[i].Sources[b].String() })
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name || out[i].Name == out[j].Name && out[i].Ifindex < out[j].Ifindex })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Name < out[j].Name || out[i].Name == out[j].Name && out[i].Ifindex < out[j].Ifindex
+	})
 	return out, nil
 }
 

@@ -71,7 +71,7 @@ type gen struct {
 	// unreachable code, so nothing is emitted there.
 	dead bool
 	refs map[string]bool
-	fail    error
+	fail error
 	// src and dst: the set keys hold the packet's addresses.
 	src, dst bool
 }

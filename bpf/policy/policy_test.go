@@ -76,7 +76,7 @@ var cases = []struct {
 		}}}},
 		{Name: "baseline", DefaultAction: calc.Pass, Policies: []Policy{{ID: calc.PolicyID{Tier: "baseline", Name: "none"}}}},
 	}, Profiles: []Profile{{Name: "kns.a", Rules: []calc.Rule{{Action: calc.Allow}}}}},
-		sets: map[string][]string{"s:bad": {"10.0.0.9"}},
+		sets:   map[string][]string{"s:bad": {"10.0.0.9"}},
 		probes: []probe{{tcp("10.0.0.1", "10.0.0.2", 80), true}, {tcp("10.0.0.1", "10.0.0.2", 81), false}, {udp("10.0.0.1", "10.0.0.2", 80), false}}},
 	{name: "nets-notnets", in: one(calc.Allow,
 		calc.Rule{Action: calc.Allow, DstNets: pfx("10.1.0.0/16", "fd01::/32"), NotDstNets: pfx("10.1.2.0/24", "fd01:0:2::/48")}),
