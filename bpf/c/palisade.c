@@ -655,8 +655,13 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
 {
 	if (st->phase == PAL_PHASE_START) {
-		if (skb->ingress_ifindex == 0)
+		if (skb->ingress_ifindex == 0) {
+			/* Open, and tracked: the workload's replies are
+			 * established, not new traffic to the host. */
+			if (!ct_established(skb, st, l4))
+				ct_create(st);
 			return allow_because(skb, st, PAL_C_FROM_HOST);
+		}
 		if (ct_established(skb, st, l4))
 			return allow_because(skb, st, PAL_C_ESTABLISHED);
 		if (ct_related(skb, st, l4))

@@ -176,12 +176,20 @@ func (d *Driver) Apply(ctx context.Context) error {
 		if err := d.readBack(); err != nil {
 			return err
 		}
+		d.failsafeDirty = true
 	}
 	if every := d.cfg.RouteRefreshInterval; every > 0 && now.Sub(d.lastRefresh.routes) >= every {
 		d.lastRefresh.routes = now
 		d.routes.Resync()
 	}
 	var errs []error
+	if d.failsafeDirty {
+		if err := d.applyFailsafe(); err != nil {
+			errs = append(errs, err)
+		} else {
+			d.failsafeDirty = false
+		}
+	}
 	if err := d.sets.applyAdds(d.objs); err != nil {
 		errs = append(errs, err)
 	}

@@ -73,6 +73,8 @@ type Driver struct {
 	// stagesDirty: every endpoint's stages are computed again (config,
 	// policy or profile changed).
 	stagesDirty bool
+	// failsafeDirty: the failsafe ports are written again.
+	failsafeDirty bool
 	inSync      bool
 	ready       bool
 	lastRefresh struct{ iptables, routes, gc time.Time }
@@ -171,7 +173,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.cfg = cfg
 	d.hosts.Configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
-	d.stagesDirty = true
+	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)
 }
 

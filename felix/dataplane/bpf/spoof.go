@@ -9,3 +9,7 @@ import (
 // spoofablePrefixes are the sources besides its own addresses a workload
 // may send from.
 func spoofablePrefixes(ep *calc.Endpoint, cfg *calc.Config) []netip.Prefix { return nil }
+
+// failsafeNet is the remote range a failsafe port is limited to (none:
+// every address).
+func failsafeNet(p calc.ProtoPort) netip.Prefix { return netip.Prefix{} }
