@@ -75,9 +75,9 @@ type Driver struct {
 	stagesDirty bool
 	// failsafeDirty: the failsafe ports are written again.
 	failsafeDirty bool
-	inSync      bool
-	ready       bool
-	lastRefresh struct{ iptables, routes, gc time.Time }
+	inSync        bool
+	ready         bool
+	lastRefresh   struct{ iptables, routes, gc time.Time }
 
 	mu   sync.Mutex
 	wake chan struct{}
