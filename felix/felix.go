@@ -120,7 +120,7 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	go func() {
 		syncDone <- calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events}).Run(ctx)
 	}()
-	defer func() { <-syncDone }()
+	defer func() { cancel(); <-syncDone }()
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

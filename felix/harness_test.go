@@ -57,6 +57,9 @@ type cluster struct {
 	// bpf: the eBPF dataplane (FelixConfiguration bpfEnabled) enforces
 	// policy, not iptables.
 	bpf bool
+	// endpoints are etcd's client URLs.
+	endpoints []string
+	cancel    context.CancelFunc
 }
 
 type pod struct {
@@ -91,6 +94,19 @@ func newCluster(t *testing.T, backend string) *cluster { return newClusterIPv6(t
 // newClusterIPv6 is newCluster with felix's ipv6Support set as given (the
 // node namespace then forwards IPv6 too).
 func newClusterIPv6(t *testing.T, backend string, ipv6 bool) *cluster {
+	c := newClusterNoFelix(t, backend, ipv6)
+	runFelix(t, c.ctx, c.cancel, c.felixConfigOf())
+	return c
+}
+
+// felixConfigOf is the felix.Config of the cluster's node.
+func (c *cluster) felixConfigOf() Config {
+	return Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
+		Log: log.WithField("test", c.t.Name())}
+}
+
+// newClusterNoFelix is newClusterIPv6 without starting felix.
+func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 	nstest.RequireRoot(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{t: t, ctx: ctx, prefix: nstest.Prefix(), pods: map[string]*pod{}, statusDir: t.TempDir(), save: "iptables-nft-save"}
@@ -100,7 +116,9 @@ func newClusterIPv6(t *testing.T, backend string, ipv6 bool) *cluster {
 	if backend == "BPF" {
 		c.bpf, backend = true, "NFT"
 	}
-	c.store = etcdtest.NewStore(t, etcdtest.Start(t))
+	c.cancel = cancel
+	c.endpoints = etcdtest.Start(t)
+	c.store = etcdtest.NewStore(t, c.endpoints)
 	c.node = nstest.New(t, c.prefix, "node")
 	c.nodeRun = mustRunner(t, c.node)
 	// The eBPF dataplane's pins outlive the namespace: removed after felix
@@ -179,8 +197,6 @@ spec:
 `, sa, strings.Split(sa, ".")[1]))
 	}
 
-	runFelix(t, ctx, cancel, Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
-		Log: log.WithField("test", t.Name())})
 	return c
 }
 
