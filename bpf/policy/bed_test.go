@@ -31,7 +31,10 @@ type bed struct {
 	progs []*ebpf.Program
 }
 
-func newBed(t testing.TB) *bed {
+func newBed(t testing.TB) *bed { return newBedWith(t, bpf.Timeouts{}) }
+
+// newBedWith is newBed with conntrack timeouts.
+func newBedWith(t testing.TB, timeouts bpf.Timeouts) *bed {
 	nstest.RequireRoot(t)
 	ns := nstest.New(t, nstest.Prefix(), "bpf")
 	run, err := nsexec.New(ns.Path())
@@ -56,7 +59,7 @@ func newBed(t testing.TB) *bed {
 		}
 		return nil
 	})
-	e.objs, err = bpf.Open(bpf.Options{NS: run})
+	e.objs, err = bpf.Open(bpf.Options{NS: run, Timeouts: timeouts})
 	if err != nil {
 		t.Fatal(err)
 	}
