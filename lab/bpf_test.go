@@ -32,12 +32,40 @@ func checkBPFCommands(t *testing.T, l *Lab) {
 		}
 		return out
 	}
+	// A policy with a selector: its IP set holds the selected pods.
+	allowA := `apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: bpf-dump}
+spec:
+  order: 1
+  selector: all()
+  types: [Ingress]
+  ingress: [{action: Allow, source: {selector: pod == 'a'}}, {action: Allow}]
+`
+	if err := l.Apply(ctx, allowA); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := l.Calicoctl(ctx, node, nil, "delete", "globalnetworkpolicy", "bpf-dump"); err != nil {
+			t.Error(err)
+		}
+	}()
+	var memberA string
+	for _, p := range l.Pods() {
+		if p.Name == "a" {
+			memberA = p.IP.String()
+		}
+	}
+	waitFor(t, 10*time.Second, "the policy's IP set in the maps", func() (bool, string) {
+		out := run("ipsets", "dump")
+		return strings.Contains(out, "  "+memberA+"\n"), out
+	})
 	for _, c := range []struct {
 		args []string
 		want []string
 	}{
 		{[]string{"policy", "dump", iface}, []string{"Interface " + iface, ": workload", "allowed sources: " + pod.IP.String() + "/32", "Stage normal-in", "Stage normal-out", "packets="}},
-		{[]string{"ipsets", "dump"}, []string{"IP set ", "members"}},
+		{[]string{"ipsets", "dump"}, []string{"IP set s:", "members", memberA}},
 		{[]string{"conntrack", "dump"}, []string{"INTERFACE", iface, "established"}},
 		{[]string{"counters"}, []string{"INTERFACE", "allowed: established flow"}},
 	} {
