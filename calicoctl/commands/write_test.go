@@ -157,7 +157,7 @@ func TestApplyWarnsNotActedOn(t *testing.T) {
 		t.Fatalf("apply: exit %d: %s", r.code, r.stderr)
 	}
 	want := "Warning: FelixConfiguration field metadata.generation is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
-		"Warning: FelixConfiguration field spec.bpf* is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
+		"Warning: FelixConfiguration field spec.bpfLogLevel is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
 		"Warning: FelixConfiguration field spec.goMaxProcs is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
 	if r.stderr != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)

@@ -14,10 +14,50 @@ import (
 // change; TestNotActedOnDocumented keeps the two in step.
 var NotActedOn = map[string][]string{
 	KindFelixConfiguration: {
-		// Anti-spoofing, failsafe ports, eBPF and VXLAN are being
-		// implemented in felix: their rows go as that work lands.
+		// Anti-spoofing, failsafe ports and VXLAN are being implemented
+		// in felix: their rows go as that work lands. The eBPF dataplane
+		// acts on bpfEnabled, bpfMapSizeConntrack, bpfMapSizeIPSets and
+		// bpfConntrackTimeouts.
 		"spec.workloadSourceSpoofing",
-		"spec.bpf*",
+		"spec.bpfAttachType",
+		"spec.bpfCTLBLogFilter",
+		"spec.bpfConnectTimeLoadBalancing",
+		"spec.bpfConnectTimeLoadBalancingEnabled",
+		"spec.bpfConntrackLogLevel",
+		"spec.bpfConntrackMode",
+		"spec.bpfDSROptoutCIDRs",
+		"spec.bpfDataIfacePattern",
+		"spec.bpfDisableGROForIfaces",
+		"spec.bpfDisableUnprivileged",
+		"spec.bpfEnforceRPF",
+		"spec.bpfExcludeCIDRsFromNAT",
+		"spec.bpfExportBufferSizeMB",
+		"spec.bpfExtToServiceConnmark",
+		"spec.bpfExternalServiceMode",
+		"spec.bpfForceTrackPacketsFromIfaces",
+		"spec.bpfHostConntrackBypass",
+		"spec.bpfHostNetworkedNATWithoutCTLB",
+		"spec.bpfKubeProxyEndpointSlicesEnabled",
+		"spec.bpfKubeProxyHealthzPort",
+		"spec.bpfKubeProxyIptablesCleanupEnabled",
+		"spec.bpfKubeProxyMinSyncPeriod",
+		"spec.bpfL3IfacePattern",
+		"spec.bpfLogFilters",
+		"spec.bpfLogLevel",
+		"spec.bpfMaglevMaxEndpointsPerService",
+		"spec.bpfMaglevMaxServices",
+		"spec.bpfMapSizeConntrackCleanupQueue",
+		"spec.bpfMapSizeConntrackScaling",
+		"spec.bpfMapSizeIfState",
+		"spec.bpfMapSizeNATAffinity",
+		"spec.bpfMapSizeNATBackend",
+		"spec.bpfMapSizeNATFrontend",
+		"spec.bpfMapSizePerCpuConntrack",
+		"spec.bpfMapSizeRoute",
+		"spec.bpfPSNATPorts",
+		"spec.bpfPolicyDebugEnabled",
+		"spec.bpfProfiling",
+		"spec.bpfRedirectToPeer",
 		"spec.vxlan*",
 		"spec.allowVXLANPacketsFromWorkloads",
 		"spec.nftables*",
