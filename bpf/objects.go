@@ -47,8 +47,11 @@ type Options struct {
 	// ConntrackEntries is the conntrack map's size (FelixConfiguration
 	// bpfMapSizeConntrack; 0 for 512,000).
 	ConntrackEntries int
-	Timeouts         Timeouts
-	Log              *log.Entry
+	// IPSetEntries is the IP set map's size (bpfMapSizeIPSets; 0 for
+	// 4,194,304).
+	IPSetEntries int
+	Timeouts     Timeouts
+	Log          *log.Entry
 }
 
 // Objects are the maps and fixed programs of one namespace.
@@ -101,6 +104,9 @@ func Open(opts Options) (*Objects, error) {
 	}
 	if opts.ConntrackEntries > 0 {
 		spec.Maps[MapCT].MaxEntries = uint32(opts.ConntrackEntries)
+	}
+	if opts.IPSetEntries > 0 {
+		spec.Maps[MapSets].MaxEntries = uint32(opts.IPSetEntries)
 	}
 	if err := setTimeouts(spec, opts.Timeouts); err != nil {
 		return nil, err

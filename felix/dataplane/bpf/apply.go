@@ -35,12 +35,52 @@ func mapSizeConntrack(cfg *calc.Config) int {
 	return 0
 }
 
+func mapSizeIPSets(cfg *calc.Config) int {
+	if cfg.Spec.BPFMapSizeIPSets != nil {
+		return *cfg.Spec.BPFMapSizeIPSets
+	}
+	return 0
+}
+
+// configTimeouts are the defaults with bpfConntrackTimeouts over them (a
+// duration each, or Auto for the default).
+func configTimeouts(cfg *calc.Config, defaults palbpf.Timeouts, logger *log.Entry) palbpf.Timeouts {
+	t := defaults
+	c := cfg.Spec.BPFConntrackTimeouts
+	if c == nil {
+		return t
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *time.Duration
+	}{
+		{"tcpSynSent", c.TCPSynSent, &t.TCPSynSent}, {"tcpEstablished", c.TCPEstablished, &t.TCPEstablished},
+		{"tcpFinsSeen", c.TCPFinsSeen, &t.TCPFinsSeen}, {"tcpResetSeen", c.TCPResetSeen, &t.TCPResetSeen},
+		{"udpTimeout", c.UDPTimeout, &t.UDP}, {"genericTimeout", c.GenericTimeout, &t.Other}, {"icmpTimeout", c.ICMPTimeout, &t.ICMP},
+	} {
+		if f.v == nil || strings.EqualFold(*f.v, "Auto") || *f.v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(*f.v)
+		if err != nil || d <= 0 {
+			logger.WithField("bpfConntrackTimeouts."+f.name, *f.v).Warn("Not a duration: using the default")
+			continue
+		}
+		*f.dst = d
+	}
+	return t
+}
+
 // warnIgnored names the settings the eBPF dataplane does not act on.
 func warnIgnored(cfg *calc.Config, logger *log.Entry) {
 	var fields []string
 	s := cfg.Spec
 	if cfg.IptablesFilterDenyAction == "Reject" {
 		fields = append(fields, "iptablesFilterDenyAction (the programs drop)")
+	}
+	if c := s.BPFConntrackTimeouts; c != nil && c.CreationGracePeriod != nil {
+		fields = append(fields, "bpfConntrackTimeouts.creationGracePeriod")
 	}
 	if s.BPFLogLevel != "" {
 		fields = append(fields, "bpfLogLevel")
@@ -74,6 +114,7 @@ func (d *Driver) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	timeouts = configTimeouts(d.cfg, timeouts, d.log)
 	t := d.conf.Timeouts
 	for _, p := range []struct{ dst, src *time.Duration }{
 		{&timeouts.TCPSynSent, &t.TCPSynSent}, {&timeouts.TCPEstablished, &t.TCPEstablished}, {&timeouts.TCPFinsSeen, &t.TCPFinsSeen},
@@ -85,7 +126,7 @@ func (d *Driver) setup(ctx context.Context) error {
 		}
 	}
 	d.timeouts = timeouts
-	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), Timeouts: timeouts, Log: d.log})
+	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg), Timeouts: timeouts, Log: d.log})
 	if err != nil {
 		return err
 	}

@@ -5,9 +5,13 @@ import (
 	"testing"
 	"time"
 
+	log "github.com/sirupsen/logrus"
+
 	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/nstest"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
 // TestCollectConntrack: expired entries (by protocol and state) and those
@@ -96,4 +100,19 @@ func mustCPUs(t *testing.T) []struct{} {
 		t.Fatal(err)
 	}
 	return make([]struct{}, n)
+}
+
+// TestConfigTimeouts: bpfConntrackTimeouts overrides the defaults field
+// by field; Auto and bad values keep them.
+func TestConfigTimeouts(t *testing.T) {
+	def := palbpf.Timeouts{TCPSynSent: 20 * time.Second, TCPEstablished: time.Hour, UDP: time.Minute, ICMP: 5 * time.Second}
+	s := func(v string) *string { return &v }
+	cfg := calc.MergeConfig(&v3.FelixConfigurationSpec{BPFConntrackTimeouts: &v3.BPFConntrackTimeouts{
+		TCPEstablished: s("10m"), UDPTimeout: s("Auto"), ICMPTimeout: s("soon"), TCPSynSent: s("3s"),
+	}}, nil)
+	got := configTimeouts(cfg, def, log.NewEntry(log.StandardLogger()))
+	want := palbpf.Timeouts{TCPSynSent: 3 * time.Second, TCPEstablished: 10 * time.Minute, UDP: time.Minute, ICMP: 5 * time.Second}
+	if got != want {
+		t.Errorf("timeouts %+v, want %+v", got, want)
+	}
 }

@@ -11,6 +11,7 @@ package bpf
 
 import (
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
 
@@ -167,8 +168,9 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	if d.cfg != nil && d.backend != "" && (cfg.IptablesBackend != d.cfg.IptablesBackend || cfg.IPv6Support != d.cfg.IPv6Support) {
 		d.log.Warn("iptablesBackend or ipv6Support changed: restart felix to apply")
 	}
-	if d.cfg != nil && d.objs != nil && mapSizeConntrack(cfg) != mapSizeConntrack(d.cfg) {
-		d.log.Warn("bpfMapSizeConntrack changed: restart felix to apply")
+	if d.cfg != nil && d.objs != nil && (mapSizeConntrack(cfg) != mapSizeConntrack(d.cfg) || mapSizeIPSets(cfg) != mapSizeIPSets(d.cfg) ||
+		!reflect.DeepEqual(cfg.Spec.BPFConntrackTimeouts, d.cfg.Spec.BPFConntrackTimeouts)) {
+		d.log.Warn("bpfMapSizeConntrack, bpfMapSizeIPSets or bpfConntrackTimeouts changed: restart felix to apply")
 	}
 	d.cfg = cfg
 	d.hosts.Configure(cfg, d.log)
