@@ -1,6 +1,10 @@
 package felix
 
 import (
+	"sync"
+	"testing"
+
+	log "github.com/sirupsen/logrus"
 	"path/filepath"
 
 	"fmt"
@@ -166,4 +170,55 @@ func (c *cluster) detachByHand(name string) {
 		return
 	}
 	c.t.Fatalf("no entry for %s", name)
+}
+
+// packetLog collects the calico-packet lines felix logs for Log rules
+// (the eBPF dataplane's LOG).
+type packetLog struct {
+	mu      sync.Mutex
+	entries []log.Fields
+}
+
+func (p *packetLog) Levels() []log.Level { return log.AllLevels }
+
+func (p *packetLog) Fire(e *log.Entry) error {
+	if strings.HasPrefix(e.Message, "calico-packet:") {
+		p.mu.Lock()
+		p.entries = append(p.entries, e.Data)
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// has reports a line for a packet on iface that a rule of the named
+// policy logged.
+func (p *packetLog) has(iface, policy string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.entries {
+		if f["iface"] == iface && f["policy"] == policy {
+			return true
+		}
+	}
+	return false
+}
+
+// capturePacketLog adds a hook to the standard logger (felix's logger
+// shares its hooks) until the test ends.
+func capturePacketLog(t *testing.T) *packetLog {
+	p := &packetLog{}
+	log.AddHook(p)
+	t.Cleanup(func() {
+		hooks := log.StandardLogger().Hooks
+		for lvl, hs := range hooks {
+			kept := hs[:0]
+			for _, h := range hs {
+				if h != p {
+					kept = append(kept, h)
+				}
+			}
+			hooks[lvl] = kept
+		}
+	})
+	return p
 }

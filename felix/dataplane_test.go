@@ -49,6 +49,10 @@ func testDataplane(t *testing.T, dp string) {
 
 	t.Run("log", func(t *testing.T) {
 		c.t = t
+		var packets *packetLog
+		if c.bpf {
+			packets = capturePacketLog(t)
+		}
 		rs := c.apply(gnpHead + `metadata: {name: log}
 spec:
   selector: app == 'web'
@@ -61,6 +65,7 @@ spec:
 			if n := c.ruleCount(web.iface, "default/log", "Log"); n == 0 {
 				t.Errorf("the Log rule counted no packet")
 			}
+			c.waitFor("felix's calico-packet line for the Log rule", func() bool { return packets.has(web.iface, "log") })
 			return
 		}
 		out := c.node.MustRun(t, c.save, "-c", "-t", "filter")

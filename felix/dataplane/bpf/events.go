@@ -72,7 +72,12 @@ func (e *eventReader) logPacket(st palbpf.State) {
 		fields["stage"] = palbpf.StageNames[st.Phase]
 		if d := e.stages[st.Ifindex][st.Phase]; d != nil && int(st.Rule) < len(d.Slots) {
 			s := d.Slots[st.Rule]
-			fields["policy"], fields["profile"], fields["tier"], fields["rule"] = s.Policy, s.Profile, s.Tier, s.Rule
+			if s.Profile != "" {
+				fields["profile"] = s.Profile
+			} else {
+				fields["tier"], fields["policy"] = s.Tier, s.Policy
+			}
+			fields["rule"] = s.Rule
 		}
 	}
 	e.mu.Unlock()
