@@ -103,15 +103,12 @@ func parseLinkPin(name string) (int, Hook, bool) {
 	return 0, 0, false
 }
 
-// Attach attaches prog to an interface's hook, first among the TCX
-// programs, and pins the link; an existing attachment of ours is updated
-// in place (atomically: no packet sees neither program).
-func (o *Objects) Attach(a *Attachment, ifindex int, h Hook, prog *ebpf.Program) (*Attachment, error) {
-	info, err := prog.Info()
-	if err != nil {
-		return nil, fmt.Errorf("bpf: program info: %w", err)
-	}
-	id, _ := info.ID()
+// Attach attaches the entry program of a kind (0 workload, 1 host) to an
+// interface's hook, first among the TCX programs, and pins the link; an
+// existing attachment of ours is updated in place (atomically: no packet
+// sees neither program).
+func (o *Objects) Attach(a *Attachment, ifindex int, h Hook, kind int) (*Attachment, error) {
+	prog, id := o.Entry[kind][h], o.EntryID[kind][h]
 	if a != nil {
 		if a.Program == id {
 			return a, nil
@@ -123,12 +120,12 @@ func (o *Objects) Attach(a *Attachment, ifindex int, h Hook, prog *ebpf.Program)
 		return a, nil
 	}
 	var l link.Link
-	err = o.ns.Do(func() error {
+	attach := func() error {
 		var err error
 		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: h.attachType(), Anchor: link.Head()})
 		return err
-	})
-	if err != nil {
+	}
+	if err := o.ns.Do(attach); err != nil {
 		return nil, fmt.Errorf("bpf: attaching to the %s hook of interface %d: %w", h, ifindex, err)
 	}
 	pin := o.linkPin(ifindex, h)

@@ -63,6 +63,8 @@ type Objects struct {
 	Maps         map[string]*ebpf.Map
 	// Entry programs by kind (0 workload, 1 host) and hook (0 in, 1 out).
 	Entry [2][2]*ebpf.Program
+	// EntryID are their IDs.
+	EntryID [2][2]ebpf.ProgramID
 	// Drop drops everything.
 	Drop *ebpf.Program
 	ns   NetNS
@@ -141,6 +143,16 @@ func Open(opts Options) (*Objects, error) {
 	coll.Close() // the maps stay open in o.Maps; the programs are kept
 	o.Entry = [2][2]*ebpf.Program{{progs["pal_wl_in"], progs["pal_wl_out"]}, {progs["pal_hep_in"], progs["pal_hep_out"]}}
 	o.Drop = progs["pal_drop"]
+	for k := range o.Entry {
+		for h, p := range o.Entry[k] {
+			info, err := p.Info()
+			if err != nil {
+				o.Close()
+				return nil, fmt.Errorf("bpf: entry program info: %w", err)
+			}
+			o.EntryID[k][h], _ = info.ID()
+		}
+	}
 	for slot, name := range []string{"pal_resume_wl_in", "pal_resume_wl_out", "pal_resume_hep_in", "pal_resume_hep_out"} {
 		p := progs[name]
 		o.resume = append(o.resume, p)

@@ -17,6 +17,9 @@ import (
 	"github.com/palisade-net/palisade/felix/rules"
 )
 
+// slowApply is the apply time above which the phases are logged.
+const slowApply = 30 * time.Millisecond
+
 // ctCollectEvery is how often expired conntrack entries are deleted.
 const ctCollectEvery = 10 * time.Second
 
@@ -26,6 +29,9 @@ type epState struct {
 	progs [palbpf.Stages]*program
 	// failed stages got the drop program (fail closed).
 	failed bool
+	// srcs are its allowed sources on interface srcsFor.
+	srcs    map[palbpf.SrcKey]struct{}
+	srcsFor int
 }
 
 func mapSizeConntrack(cfg *calc.Config) int {
@@ -130,13 +136,13 @@ func (d *Driver) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ifs, err := newIfaceState(objs, d.log)
+	ifs, err := newIfaceState(objs, d.att, d.log)
 	if err != nil {
 		objs.Close()
 		return err
 	}
 	if err := d.sets.readBack(objs); err != nil {
-		ifs.close()
+		d.att.close()
 		objs.Close()
 		return err
 	}
@@ -223,6 +229,17 @@ func (d *Driver) Apply(ctx context.Context) error {
 		d.lastRefresh.routes = now
 		d.routes.Resync()
 	}
+	phases := log.Fields{}
+	last := time.Now()
+	phase := func(name string) {
+		phases[name] = time.Since(last)
+		last = time.Now()
+	}
+	defer func() {
+		if total := time.Since(now); total > slowApply {
+			d.log.WithFields(phases).WithField("total", total).Debug("Slow dataplane apply")
+		}
+	}()
 	var errs []error
 	if d.failsafeDirty {
 		if err := d.applyFailsafe(); err != nil {
@@ -231,6 +248,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			d.failsafeDirty = false
 		}
 	}
+	phase("sets")
 	if err := d.sets.applyAdds(d.objs); err != nil {
 		errs = append(errs, err)
 	}
@@ -239,22 +257,28 @@ func (d *Driver) Apply(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	phase("pre-endpoints")
 	released, err := d.applyEndpoints(now)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	phase("endpoints")
 	want, err := d.wanted()
 	if err != nil {
 		errs = append(errs, err)
 	}
+	phase("wanted")
 	ifaceErr := d.ifaces.apply(want)
 	if ifaceErr != nil {
 		errs = append(errs, ifaceErr)
 	}
+	phase("ifaces")
 	if err := d.routes.Apply(); err != nil {
 		errs = append(errs, err)
 	}
+	phase("routes")
 	rulesOK := d.applyIptables(ctx, &errs)
+	phase("iptables")
 	for _, p := range released {
 		d.progs.release(p, now)
 	}
@@ -279,6 +303,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			}
 		}
 	}
+	phase("cleanup")
 	if now.Sub(d.lastRefresh.gc) >= ctCollectEvery || len(d.ifaces.gone) > 0 {
 		d.lastRefresh.gc = now
 		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone)
@@ -294,6 +319,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if ifaceErr == nil && len(errs) == 0 {
 		errs = append(errs, d.reportStatus()...)
 	}
+	phase("gc")
 	d.updateEventView(want)
 	return errors.Join(errs...)
 }
@@ -301,14 +327,13 @@ func (d *Driver) Apply(ctx context.Context) error {
 // readBack reads the interfaces' entries, sources, attachments and set
 // members back, so the next writes repair what someone changed.
 func (d *Driver) readBack() error {
-	ifs, err := newIfaceState(d.objs, d.log)
+	ifs, err := newIfaceState(d.objs, d.att, d.log)
 	if err != nil {
 		return err
 	}
 	for k, g := range d.ifaces.gone {
 		ifs.gone[k] = g
 	}
-	d.ifaces.close()
 	d.ifaces = ifs
 	return d.sets.readBack(d.objs)
 }
@@ -336,7 +361,7 @@ func (d *Driver) applyEndpoints(now time.Time) ([]*program, error) {
 	for id, ep := range eps {
 		st := d.states[id]
 		_, dirty := d.epDirty[id]
-		if st != nil && st.ep == ep && !d.stagesDirty && !dirty {
+		if st != nil && st.ep == ep && !d.stagesDirty && !dirty && !d.refersToChanged(ep) {
 			continue
 		}
 		ns := &epState{ep: ep}
@@ -361,7 +386,34 @@ func (d *Driver) applyEndpoints(now time.Time) ([]*program, error) {
 		d.states[id] = ns
 	}
 	d.stagesDirty = false
+	clear(d.changedPolicies)
+	clear(d.changedProfiles)
 	return released, errors.Join(errs...)
+}
+
+// refersToChanged reports whether an endpoint's stages use a policy or
+// profile changed since the last apply.
+func (d *Driver) refersToChanged(ep *calc.Endpoint) bool {
+	if len(d.changedPolicies) == 0 && len(d.changedProfiles) == 0 {
+		return false
+	}
+	for _, ts := range [][]calc.TierPolicies{ep.Tiers, ep.ForwardTiers, ep.PreDNATTiers, ep.UntrackedTiers} {
+		for _, t := range ts {
+			for _, ids := range [][]calc.PolicyID{t.Ingress, t.Egress} {
+				for _, id := range ids {
+					if d.changedPolicies[id] {
+						return true
+					}
+				}
+			}
+		}
+	}
+	for _, p := range ep.Profiles {
+		if d.changedProfiles[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // wanted works out every managed interface's entry from the endpoints and
@@ -413,7 +465,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}}
 			if st := workloads[name]; st != nil {
 				w.ep = palbpf.Endpoint{Flags: palbpf.EndpointWorkload | toHostDrop, L2len: li.l2, Slots: slotsOf(st)}
-				w.srcs = sources(li.index, st.ep, d.cfg)
+				if st.srcs == nil || st.srcsFor != li.index {
+					st.srcs, st.srcsFor = sources(li.index, st.ep, d.cfg), li.index
+				}
+				w.srcs = st.srcs
 			}
 			want[li.index] = w
 			continue

@@ -65,15 +65,19 @@ type Driver struct {
 	sets      *setMaps
 	progs     *programs
 	ifaces    *ifaceState
+	att       *attacher
 	events    *eventReader
 	states    map[calc.EndpointID]*epState
 
 	// pending endpoint status changes, reported after a successful apply.
 	epDirty   map[calc.EndpointID]struct{}
 	epRemoved map[calc.EndpointID]struct{}
-	// stagesDirty: every endpoint's stages are computed again (config,
-	// policy or profile changed).
-	stagesDirty bool
+	// stagesDirty: every endpoint's stages are computed again (the
+	// configuration changed); changedPolicies and changedProfiles: those
+	// of the endpoints that refer to one of them.
+	stagesDirty     bool
+	changedPolicies map[calc.PolicyID]bool
+	changedProfiles map[string]bool
 	// failsafeDirty: the failsafe ports are written again.
 	failsafeDirty bool
 	inSync        bool
@@ -100,7 +104,8 @@ func New(conf Config) (*Driver, error) {
 		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{},
 		endpoints: map[calc.EndpointID]*calc.Endpoint{},
 		epDirty:   map[calc.EndpointID]struct{}{}, epRemoved: map[calc.EndpointID]struct{}{},
-		sets: newSetMaps(logger), wake: make(chan struct{}, 1),
+		changedPolicies: map[calc.PolicyID]bool{}, changedProfiles: map[string]bool{},
+		sets: newSetMaps(logger), att: newAttacher(), wake: make(chan struct{}, 1),
 	}
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	if d.routes, err = routes.New(run, logger); err != nil {
@@ -111,7 +116,7 @@ func New(conf Config) (*Driver, error) {
 		d.Close()
 		return nil, err
 	}
-	if d.links, err = watchLinks(run, d.poke, logger); err != nil {
+	if d.links, err = watchLinks(run, d.poke, d.att.preattach, logger); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -137,9 +142,7 @@ func (d *Driver) Close() {
 	if d.progs != nil {
 		d.progs.close()
 	}
-	if d.ifaces != nil {
-		d.ifaces.close()
-	}
+	d.att.close()
 	if d.objs != nil {
 		d.objs.Close()
 	}
@@ -175,6 +178,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.cfg = cfg
 	d.hosts.Configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
+	d.att.setPrefixes(cfg.InterfacePrefixes)
 	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)
 }
@@ -215,16 +219,16 @@ func (d *Driver) OnIPSetRemoved(id string) {
 func isPoolSet(id string) bool { return id == calc.IPSetMasqPools || id == calc.IPSetAllPools }
 
 // OnPolicyUpdate implements calc.Dataplane.
-func (d *Driver) OnPolicyUpdate(p *calc.Policy) { d.policies[p.ID] = p; d.stagesDirty = true }
+func (d *Driver) OnPolicyUpdate(p *calc.Policy) { d.policies[p.ID] = p; d.changedPolicies[p.ID] = true }
 
 // OnPolicyRemoved implements calc.Dataplane.
-func (d *Driver) OnPolicyRemoved(id calc.PolicyID) { delete(d.policies, id); d.stagesDirty = true }
+func (d *Driver) OnPolicyRemoved(id calc.PolicyID) { delete(d.policies, id); d.changedPolicies[id] = true }
 
 // OnProfileUpdate implements calc.Dataplane.
-func (d *Driver) OnProfileUpdate(p *calc.Profile) { d.profiles[p.Name] = p; d.stagesDirty = true }
+func (d *Driver) OnProfileUpdate(p *calc.Profile) { d.profiles[p.Name] = p; d.changedProfiles[p.Name] = true }
 
 // OnProfileRemoved implements calc.Dataplane.
-func (d *Driver) OnProfileRemoved(name string) { delete(d.profiles, name); d.stagesDirty = true }
+func (d *Driver) OnProfileRemoved(name string) { delete(d.profiles, name); d.changedProfiles[name] = true }
 
 // OnEndpointUpdate implements calc.Dataplane.
 func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {

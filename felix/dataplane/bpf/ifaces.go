@@ -43,8 +43,9 @@ func l2len(l netlink.Link) uint32 {
 }
 
 // watchLinks lists the interfaces and follows their changes; poke is
-// called when one appears or goes.
-func watchLinks(run *nsexec.Runner, poke func(), logger *log.Entry) (*linkWatch, error) {
+// called when one appears or goes, and appeared (in a goroutine of its
+// own) with each new one.
+func watchLinks(run *nsexec.Runner, poke func(), appeared func(linkInfo), logger *log.Entry) (*linkWatch, error) {
 	var h *netlink.Handle
 	var err error
 	opts := netlink.LinkSubscribeOptions{ErrorCallback: func(err error) {}}
@@ -91,6 +92,9 @@ func watchLinks(run *nsexec.Runner, poke func(), logger *log.Entry) (*linkWatch,
 				w.byName[a.Name] = linkInfo{name: a.Name, index: a.Index, l2: l2len(u.Link)}
 			}
 			w.mu.Unlock()
+			if u.Header.Type != 17 && (!had || old.index != a.Index) {
+				go appeared(linkInfo{name: a.Name, index: a.Index, l2: l2len(u.Link)})
+			}
 			if !had || old.index != a.Index || u.Header.Type == 17 {
 				poke()
 			}
@@ -154,18 +158,20 @@ type ifaceWant struct {
 type ifaceState struct {
 	objs *palbpf.Objects
 	log  *log.Entry
-	att  map[[2]int]*palbpf.Attachment
+	att  *attacher
 	eps  map[uint32]palbpf.Endpoint
 	srcs map[uint32]map[palbpf.SrcKey]struct{}
 	// gone are interfaces removed since the last purge of their
 	// conntrack entries and counters.
 	gone map[uint32]bool
+	// applied is what apply last wrote per interface: an interface whose
+	// want is the same costs nothing.
+	applied map[int]ifaceWant
 }
 
-func newIfaceState(objs *palbpf.Objects, logger *log.Entry) (*ifaceState, error) {
-	s := &ifaceState{objs: objs, log: logger, eps: map[uint32]palbpf.Endpoint{}, srcs: map[uint32]map[palbpf.SrcKey]struct{}{}, gone: map[uint32]bool{}}
-	var err error
-	if s.att, err = objs.Links(); err != nil {
+func newIfaceState(objs *palbpf.Objects, att *attacher, logger *log.Entry) (*ifaceState, error) {
+	s := &ifaceState{objs: objs, log: logger, att: att, applied: map[int]ifaceWant{}, eps: map[uint32]palbpf.Endpoint{}, srcs: map[uint32]map[palbpf.SrcKey]struct{}{}, gone: map[uint32]bool{}}
+	if err := att.load(objs); err != nil {
 		return nil, err
 	}
 	var idx uint32
@@ -192,11 +198,6 @@ func newIfaceState(objs *palbpf.Objects, logger *log.Entry) (*ifaceState, error)
 	return s, nil
 }
 
-func (s *ifaceState) close() {
-	for _, a := range s.att {
-		a.Close()
-	}
-}
 
 // usedSlots are the program slots the kernel's entries name.
 func (s *ifaceState) usedSlots() map[uint32]bool {
@@ -218,7 +219,11 @@ func (s *ifaceState) usedSlots() map[uint32]bool {
 func (s *ifaceState) apply(want map[int]ifaceWant) error {
 	var errs []error
 	epMap, srcMap := s.objs.Maps[palbpf.MapEndpoint], s.objs.Maps[palbpf.MapSrc]
+	attach := map[int]int{}
 	for idx, w := range want {
+		if s.unchanged(idx, w) {
+			continue
+		}
 		i := uint32(idx)
 		have := s.srcs[i]
 		if have == nil {
@@ -242,15 +247,16 @@ func (s *ifaceState) apply(want map[int]ifaceWant) error {
 			}
 			s.eps[i] = w.ep
 		}
-		for _, h := range []palbpf.Hook{palbpf.In, palbpf.Out} {
-			key := [2]int{idx, int(h)}
-			a, err := s.objs.Attach(s.att[key], idx, h, s.objs.Entry[w.kind][h])
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", w.name, err))
-				continue
-			}
-			s.att[key] = a
+		attach[idx] = w.kind
+	}
+	// The attachments, in parallel; then sources no longer wanted.
+	errs = append(errs, s.att.ensureAll(attach)...)
+	for idx := range attach {
+		w := want[idx]
+		if !s.att.has(idx, w.kind) {
+			continue
 		}
+		have := s.srcs[uint32(idx)]
 		for k := range have {
 			if _, ok := w.srcs[k]; ok {
 				continue
@@ -261,22 +267,19 @@ func (s *ifaceState) apply(want map[int]ifaceWant) error {
 			}
 			delete(have, k)
 		}
+		s.applied[idx] = w
 	}
-	for key, a := range s.att {
-		if _, ok := want[key[0]]; ok {
-			continue
+	for idx := range s.applied {
+		if _, ok := want[idx]; !ok {
+			delete(s.applied, idx)
 		}
-		if err := a.Detach(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		delete(s.att, key)
 	}
+	errs = append(errs, s.att.detachOthers(func(idx int) bool { _, ok := want[idx]; return ok })...)
 	for i := range s.eps {
 		if _, ok := want[int(i)]; ok {
 			continue
 		}
-		if _, attached := s.att[[2]int{int(i), 0}]; attached {
+		if s.att.attached(int(i)) {
 			continue
 		}
 		if err := epMap.Delete(i); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -302,4 +305,19 @@ func (s *ifaceState) apply(want map[int]ifaceWant) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unchanged reports whether an interface already holds want: the same
+// entry and sources written, both hooks attached to its kind's program.
+func (s *ifaceState) unchanged(idx int, w ifaceWant) bool {
+	last, ok := s.applied[idx]
+	if !ok || last.ep != w.ep || last.kind != w.kind || len(last.srcs) != len(w.srcs) {
+		return false
+	}
+	for k := range w.srcs {
+		if _, ok := last.srcs[k]; !ok {
+			return false
+		}
+	}
+	return s.att.has(idx, w.kind)
 }
