@@ -222,13 +222,22 @@ func isPoolSet(id string) bool { return id == calc.IPSetMasqPools || id == calc.
 func (d *Driver) OnPolicyUpdate(p *calc.Policy) { d.policies[p.ID] = p; d.changedPolicies[p.ID] = true }
 
 // OnPolicyRemoved implements calc.Dataplane.
-func (d *Driver) OnPolicyRemoved(id calc.PolicyID) { delete(d.policies, id); d.changedPolicies[id] = true }
+func (d *Driver) OnPolicyRemoved(id calc.PolicyID) {
+	delete(d.policies, id)
+	d.changedPolicies[id] = true
+}
 
 // OnProfileUpdate implements calc.Dataplane.
-func (d *Driver) OnProfileUpdate(p *calc.Profile) { d.profiles[p.Name] = p; d.changedProfiles[p.Name] = true }
+func (d *Driver) OnProfileUpdate(p *calc.Profile) {
+	d.profiles[p.Name] = p
+	d.changedProfiles[p.Name] = true
+}
 
 // OnProfileRemoved implements calc.Dataplane.
-func (d *Driver) OnProfileRemoved(name string) { delete(d.profiles, name); d.changedProfiles[name] = true }
+func (d *Driver) OnProfileRemoved(name string) {
+	delete(d.profiles, name)
+	d.changedProfiles[name] = true
+}
 
 // OnEndpointUpdate implements calc.Dataplane.
 func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {

@@ -198,7 +198,6 @@ func newIfaceState(objs *palbpf.Objects, att *attacher, logger *log.Entry) (*ifa
 	return s, nil
 }
 
-
 // usedSlots are the program slots the kernel's entries name.
 func (s *ifaceState) usedSlots() map[uint32]bool {
 	used := map[uint32]bool{}
