@@ -26,8 +26,12 @@ func newGetCommand(a *app) *cobra.Command {
 The kind is case-insensitive and may be pluralised or abbreviated (ippool,
 ipPools, pool). Without names, every resource of the kind is listed.
 
-Output formats (-o): ps (default), wide, yaml, json, name, and
-custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
+Output formats (-o): ps (default), wide, yaml, json, name,
+custom-columns=COL1,COL2 naming columns of the ps and wide tables,
+go-template=TEMPLATE and go-template-file=FILE. A Go template runs over the
+list of what was found: the List document (use .Items) when a kind is
+listed, the resources when they are named; fields are the Go field names
+(.Name, .Spec.CIDR), with the functions join, joinAndTruncate and config.`,
 		Example: "  calicoctl get ippools\n  calicoctl get -o yaml networkpolicy allow-web -n prod",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := parsePrinter(o.output, o.ns.allNamespaces || o.ns.namespace != "")
@@ -95,7 +99,15 @@ custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
 				}
 				found = append(found, got)
 			}
-			for _, group := range byKind(found) {
+			groups := byKind(found)
+			if p.format == formatTemplate {
+				// A template runs once over everything found, in order.
+				groups = nil
+				if err := p.execute(a.env.Out, lk, objects(found)); err != nil {
+					return err
+				}
+			}
+			for _, group := range groups {
 				gi, _ := v3.KindByName(group[0].GetTypeMeta().Kind)
 				if err := p.print(a.env.Out, lk, gi, group, len(named) == 1, ""); err != nil {
 					return err
@@ -110,7 +122,7 @@ custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
 	o.files.register(cmd, "get")
 	o.ns.register(cmd, true)
 	cmd.Flags().StringVarP(&o.output, "output", "o", formatPS,
-		"Output format. One of: ps, wide, yaml, json, name, custom-columns=COL1,COL2.")
+		"Output format. One of: ps, wide, yaml, json, name, custom-columns=COL1,COL2, go-template=TEMPLATE, go-template-file=FILE.")
 	return cmd
 }
 

@@ -56,11 +56,18 @@ func (c *Client) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Res
 }
 
 // Delete removes a resource and returns its last state. A non-empty
-// resourceVersion must match the stored one.
+// resourceVersion must match the stored one. The default, kube-admin and
+// kube-baseline tiers, and tiers that policies still belong to, are not
+// deleted (ErrNotSupported), as in Calico.
 func (c *Client) Delete(ctx context.Context, k datastore.Key, resourceVersion string) (v3.Resource, error) {
 	k, err := scopeKey(k)
 	if err != nil {
 		return nil, err
+	}
+	if k.Kind == v3.KindTier {
+		if err := c.checkTierDelete(ctx, k.Name); err != nil {
+			return nil, err
+		}
 	}
 	return c.store.Delete(ctx, k, resourceVersion)
 }

@@ -45,9 +45,13 @@ func (c *Client) loadState(ctx context.Context, perKind map[string]int, prepared
 		}
 		st.whole[kind] = all
 	}
+	var refs []datastore.Key
 	for _, r := range prepared {
 		if r == nil {
 			continue
+		}
+		if tk, ok := neededTier(r); ok {
+			refs = append(refs, tk)
 		}
 		kind := r.GetTypeMeta().Kind
 		k := datastore.KeyOf(r)
@@ -60,6 +64,29 @@ func (c *Client) loadState(ctx context.Context, perKind map[string]int, prepared
 			continue
 		}
 		if _, seen := st.known[path]; seen {
+			continue
+		}
+		got, err := c.store.Get(ctx, k)
+		switch {
+		case errors.Is(err, datastore.ErrNotFound):
+			st.known[path] = nil
+		case err != nil:
+			return nil, fmt.Errorf("reading %s: %w", k, err)
+		default:
+			st.known[path] = got
+		}
+	}
+	// The tiers policies are created in, unless the batch read them already.
+	for _, k := range refs {
+		path, err := datastore.KeyPath(k)
+		if err != nil {
+			return nil, err
+		}
+		if _, seen := st.known[path]; seen {
+			continue
+		}
+		if all, ok := st.whole[k.Kind]; ok {
+			st.known[path] = all[path]
 			continue
 		}
 		got, err := c.store.Get(ctx, k)
@@ -109,6 +136,18 @@ func (st *state) check(op Op, index int, r v3.Resource) (pending, error) {
 	if hasCrossRules(k.Kind) {
 		if err := checkCross(r, st.whole[k.Kind], path); err != nil {
 			return p, err
+		}
+	}
+	// A policy is created (and, as Calico's apply creates first, applied)
+	// only in a tier that exists, stored or earlier in the batch. Calico
+	// does not check an update.
+	if tk, ok := neededTier(r); ok && op != OpUpdate {
+		tpath, err := datastore.KeyPath(tk)
+		if err != nil {
+			return p, err
+		}
+		if st.known[tpath] == nil {
+			return p, &missingTierError{policy: k, tier: &datastore.NotFoundError{Key: tk}}
 		}
 	}
 	st.known[path] = r
