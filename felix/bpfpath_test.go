@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"reflect"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,7 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/names"
 )
 
 // sendRaw sends one UDP datagram with the given source address from a
@@ -155,6 +161,33 @@ spec: {cidr: "fd65::/64"}
 			}
 		}
 	}
+	t.Run("allowSpoofedSourcePrefixes", func(t *testing.T) {
+		if _, ok := reflect.TypeOf(calc.Endpoint{}).FieldByName("AllowSpoofedSourcePrefixes"); !ok {
+			t.Skip("calc does not pass allowSpoofedSourcePrefixes yet")
+		}
+		c.t = t
+		defer func() { c.t = t }()
+		c.apply(strings.Replace(c.felixConfig(), "ipv6Support: false", "ipv6Support: true", 1) + "  workloadSourceSpoofing: Any\n")
+		wep, err := c.store.Get(c.ctx, datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: "ns-a", Name: names.WorkloadEndpointName(nodeName, "k8s", "client", "eth0")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := wep.(*v3.WorkloadEndpoint)
+		w.Spec.AllowSpoofedSourcePrefixes = []string{"192.0.2.0/24"}
+		if _, err := c.store.Apply(c.ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		r := listenUDP(t, web.run, "udp4", 9201)
+		c.waitFor("a datagram from an allowed spoofed source", func() bool {
+			return sendRaw(client.run, netip.MustParseAddr("192.0.2.7"), web.ip, 9201, []byte("allowed")) == nil && r.arrives("allowed", 200*time.Millisecond)
+		})
+		if err := sendRaw(client.run, netip.MustParseAddr("192.0.3.7"), web.ip, 9201, []byte("outside")); err != nil {
+			t.Fatal(err)
+		}
+		if r.arrives("outside", 500*time.Millisecond) {
+			t.Error("a source outside allowSpoofedSourcePrefixes reached web")
+		}
+	})
 	v, err := c.bpfView()
 	if err != nil {
 		t.Fatal(err)
