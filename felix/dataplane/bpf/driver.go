@@ -12,7 +12,6 @@ package bpf
 import (
 	"net/netip"
 	"reflect"
-	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -84,7 +83,6 @@ type Driver struct {
 	ready         bool
 	lastRefresh   struct{ iptables, routes, gc time.Time }
 
-	mu   sync.Mutex
 	wake chan struct{}
 }
 
