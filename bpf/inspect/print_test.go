@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/bpf/policy"
+	"github.com/palisade-net/palisade/libcalico/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -47,18 +47,5 @@ func TestPrintGolden(t *testing.T) {
 	WriteConntrack(&b, flows, now)
 	b.WriteString("---\n")
 	WriteIPSets(&b, sets)
-	path := filepath.Join("testdata", "dumps.golden")
-	if *update {
-		_ = os.MkdirAll("testdata", 0o755)
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("%s differs; diff with -update:\n%s", path, b.String())
-	}
+	golden.Check(t, filepath.Join("testdata", "dumps.golden"), b.String(), *update)
 }

@@ -4,13 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/libcalico/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -127,20 +127,7 @@ func TestGolden(t *testing.T) {
 			if again.Hash != p.Hash {
 				t.Errorf("two compilations differ")
 			}
-			got := listing(p)
-			path := filepath.Join("testdata", c.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs; diff with -update:\n%s", path, got)
-			}
+			golden.Check(t, filepath.Join("testdata", c.name+".golden"), listing(p), *update)
 		})
 	}
 }

@@ -1,13 +1,13 @@
 package rules
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	goldenfile "github.com/palisade-net/palisade/libcalico/golden"
 )
 
 // TestBPFMode compares what the eBPF dataplane keeps in iptables with
@@ -29,23 +29,10 @@ func TestBPFMode(t *testing.T) {
 			for _, table := range TableNames() {
 				b.WriteString(rs.Restore(table, true))
 			}
-			got := b.String()
 			if n := len(rs.Tables["raw"]) + len(rs.Tables["mangle"]); n != 0 {
 				t.Errorf("%d chains in raw and mangle", n)
 			}
-			path := filepath.Join("testdata", c.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs; diff with -update:\n%s", path, got)
-			}
+			goldenfile.Check(t, filepath.Join("testdata", c.name+".golden"), b.String(), *update)
 		})
 	}
 }

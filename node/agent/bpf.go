@@ -46,11 +46,7 @@ func newBPFCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return view(func(out io.Writer, v *inspect.View) error {
-				ifs, err := v.Interfaces()
-				if err != nil {
-					return err
-				}
-				cs, err := v.Counters()
+				ifs, cs, err := interfacesAndCounters(v)
 				if err != nil {
 					return err
 				}
@@ -65,11 +61,7 @@ func newBPFCommand() *cobra.Command {
 		},
 	}
 	counters := func(out io.Writer, v *inspect.View) error {
-		ifs, err := v.Interfaces()
-		if err != nil {
-			return err
-		}
-		cs, err := v.Counters()
+		ifs, cs, err := interfacesAndCounters(v)
 		if err != nil {
 			return err
 		}
@@ -101,4 +93,13 @@ func newBPFCommand() *cobra.Command {
 		countersCmd,
 	)
 	return cmd
+}
+
+func interfacesAndCounters(v *inspect.View) ([]inspect.Interface, []inspect.Counter, error) {
+	ifs, err := v.Interfaces()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := v.Counters()
+	return ifs, cs, err
 }

@@ -3,7 +3,6 @@ package bpf
 import (
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/libcalico/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -78,21 +78,7 @@ func TestStagesGolden(t *testing.T) {
 	}
 	for name, ep := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := describeStages(StagesOf(ep, policies, profiles))
-			path := filepath.Join("testdata", "stages-"+name+".golden")
-			if *update {
-				_ = os.MkdirAll("testdata", 0o755)
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs; diff with -update:\n%s", path, got)
-			}
+			golden.Check(t, filepath.Join("testdata", "stages-"+name+".golden"), describeStages(StagesOf(ep, policies, profiles)), *update)
 		})
 	}
 }
