@@ -3,6 +3,7 @@ package felix
 import (
 	"sync"
 	"testing"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 	"path/filepath"
@@ -33,8 +34,17 @@ func (c *cluster) checkBPFEnforces() {
 			c.t.Errorf("pod %s: interface %s is %q in the eBPF dataplane, want workload", name, p.iface, k)
 		}
 	}
-	if out := c.node.MustRun(c.t, "iptables-nft-save", "-t", "filter"); strings.Contains(out, "cali-from-wl-dispatch") || !strings.Contains(out, ":cali-FORWARD") {
-		c.t.Errorf("felix's filter table in eBPF mode: want only the guard chains:\n%s", out)
+	// iptables-nft-save fails now and then while the table changes.
+	var out string
+	var err error
+	for range 10 {
+		if out, err = c.node.Run("iptables-nft-save", "-t", "filter"); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || strings.Contains(out, "cali-from-wl-dispatch") || !strings.Contains(out, ":cali-FORWARD") {
+		c.t.Errorf("felix's filter table in eBPF mode: want only the guard chains (%v):\n%s", err, out)
 	}
 }
 
