@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -162,9 +160,6 @@ spec: {cidr: "fd65::/64"}
 		}
 	}
 	t.Run("allowSpoofedSourcePrefixes", func(t *testing.T) {
-		if _, ok := reflect.TypeOf(calc.Endpoint{}).FieldByName("AllowSpoofedSourcePrefixes"); !ok {
-			t.Skip("calc does not pass allowSpoofedSourcePrefixes yet")
-		}
 		c.t = t
 		defer func() { c.t = t }()
 		c.apply(strings.Replace(c.felixConfig(), "ipv6Support: false", "ipv6Support: true", 1) + "  workloadSourceSpoofing: Any\n")

@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger) (bool, error) {
 	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
 	defer dp.Close()
-	graph := calc.NewGraph(cfg.NodeName, levelSetter{selector: dp, logger: own, log: logger})
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -211,15 +211,17 @@ func ownLogger(base *log.Logger) *log.Logger {
 }
 
 // levelSetter is the dataplane as the calculation graph sees it: every
-// configuration first sets felix's log level from logSeverityScreen.
+// configuration first sets felix's log level from logSeverityScreen and
+// names the fields felix does not act on.
 type levelSetter struct {
 	*selector
 	logger *log.Logger
 	log    *log.Entry
+	unused unusedFields
 }
 
 // OnConfigUpdate implements calc.Dataplane.
-func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
+func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 	level, err := screenLevel(cfg.LogSeverityScreen)
 	if err != nil {
 		l.log.WithError(err).Warn("Ignoring logSeverityScreen")
@@ -227,7 +229,24 @@ func (l levelSetter) OnConfigUpdate(cfg *calc.Config) {
 		l.logger.SetLevel(level)
 		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
 	}
+	l.unused.warn(cfg, l.log)
 	l.selector.OnConfigUpdate(cfg)
+}
+
+// unusedFields warns about the FelixConfiguration fields that are set but
+// not acted on: once, and again when the list changes.
+type unusedFields struct{ last string }
+
+func (u *unusedFields) warn(cfg *calc.Config, logger *log.Entry) {
+	fields := cfg.NotActedOn()
+	list := strings.Join(fields, ", ")
+	if list == u.last {
+		return
+	}
+	u.last = list
+	if list != "" {
+		logger.WithField("fields", list).Warn("FelixConfiguration fields accepted but not acted on by Palisade's felix")
+	}
 }
 
 // screenLevel maps Calico's severities (Debug, Info, Warning, Error,

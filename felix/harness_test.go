@@ -70,6 +70,7 @@ type pod struct {
 	netns    nstest.NS
 	run      *nsexec.Runner
 	srv      *nstest.Server
+	wep      *v3.WorkloadEndpoint // as written
 }
 
 func mustRunner(t testing.TB, ns nstest.NS) *nsexec.Runner {
@@ -400,6 +401,7 @@ func (c *cluster) addDualPod(ns, name, ip, ip6 string, labels map[string]string,
 		c.t.Fatal(err)
 	}
 	c.waitProgrammed(ns, wep.Name)
+	p.wep = wep
 	c.pods[name] = p
 	return p
 }

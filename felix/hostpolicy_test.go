@@ -305,3 +305,29 @@ func regexpCT(raw, chain string) bool {
 }
 
 var _ = v3.KindHostEndpoint
+
+// TestFailsafeNet: a failsafe port with a net is open only to that range
+// (the source inbound, the destination outbound): closed to ext when the
+// net leaves ext out, open when it holds ext.
+func TestFailsafeNet(t *testing.T) {
+	c := newCluster(t, "NFT")
+	rs := c.apply(hepExt)
+	c.waitChain("filter", "cali-fh-eth-ext", true)
+	// The default failsafe ports have no net: SSH is open to ext.
+	c.expect(allow("ext", "node", "tcp", 22), deny("ext", "node", "tcp", 8080), deny("node", "ext", "tcp", 8080))
+	withNet := func(net string) {
+		c.apply(felixConfigBase + "  failsafeInboundHostPorts: [{protocol: TCP, port: 22, net: " + net + "}]\n" +
+			"  failsafeOutboundHostPorts: [{protocol: TCP, port: 8080, net: " + net + "}]\n")
+		c.waitFor("failsafe ports limited to "+net, func() bool {
+			f := c.filter()
+			return strings.Contains(f, "-A cali-failsafe-in -s "+net+" -p tcp") && strings.Contains(f, "-A cali-failsafe-out -d "+net+" -p tcp")
+		})
+	}
+	withNet("198.18.0.3/32")
+	c.expect(deny("ext", "node", "tcp", 22), deny("node", "ext", "tcp", 8080))
+	withNet("198.18.0.0/24")
+	c.expect(allow("ext", "node", "tcp", 22), allow("node", "ext", "tcp", 8080))
+	c.apply(felixConfigBase)
+	c.remove(rs)
+	c.waitChain("filter", "cali-fh-eth-ext", false)
+}

@@ -45,6 +45,9 @@ const (
 	EtcdEmbedded = "embedded"
 	// EtcdExternal is /usr/bin/etcd in its own namespace.
 	EtcdExternal = "external"
+	// EtcdCluster is three /usr/bin/etcd members, each in its own
+	// namespace.
+	EtcdCluster = "cluster"
 )
 
 // BGP topologies (Options.Peering).
@@ -88,7 +91,8 @@ type Options struct {
 	// Border adds a BIRD border router in AS 65001 peering eBGP with
 	// every node.
 	Border bool `json:"border"`
-	// Etcd is EtcdEmbedded (default) or EtcdExternal.
+	// Etcd is EtcdEmbedded (default), EtcdExternal or EtcdCluster. Each is
+	// TLS with client certificates; nodes and calicoctl use the join file.
 	Etcd string `json:"etcd"`
 	// PoolCIDR is the default IPv4 pool (default 10.244.0.0/16).
 	PoolCIDR string `json:"poolCIDR"`
@@ -152,9 +156,9 @@ func (o *Options) defaults() error {
 	switch o.Etcd {
 	case "":
 		o.Etcd = EtcdEmbedded
-	case EtcdEmbedded, EtcdExternal:
+	case EtcdEmbedded, EtcdExternal, EtcdCluster:
 	default:
-		return fmt.Errorf("lab %q: etcd %q: want embedded or external", o.Name, o.Etcd)
+		return fmt.Errorf("lab %q: etcd %q: want embedded, external or cluster", o.Name, o.Etcd)
 	}
 	if o.PoolCIDR == "" {
 		o.PoolCIDR = "10.244.0.0/16"
@@ -429,7 +433,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := l.makeFabric(ctx); err != nil {
 		return nil, err
 	}
-	if o.Etcd == EtcdExternal {
+	if o.Etcd != EtcdEmbedded {
 		if err := l.startEtcd(ctx); err != nil {
 			return nil, err
 		}
@@ -458,6 +462,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	if err := l.startNode(ctx, first); err != nil {
 		return nil, err
+	}
+	if o.Etcd == EtcdEmbedded {
+		if err := l.takeJoinFile(); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.applyTopology(ctx, o.Peering); err != nil {
 		return nil, err

@@ -66,8 +66,13 @@ configurations, as Calico's calicoctl does.`,
 			out := outcome{total: len(rs), kind: singleKind(rs)}
 			for _, r := range rs {
 				err := deleteOne(cmd.Context(), s, keyOf(r))
+				var bv *datastore.BadValueError
 				switch {
 				case err == nil, o.skipNotExists && errors.Is(err, datastore.ErrNotFound):
+					out.handled++
+				case errors.As(err, &bv) && bv.Deleted:
+					// Deleted; what it held could not be read.
+					fmt.Fprintf(a.env.ErrOut, "Deleted %s\n", bv)
 					out.handled++
 				default:
 					out.errs = append(out.errs, err)

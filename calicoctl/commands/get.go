@@ -75,9 +75,14 @@ listed, the resources when they are named; fields are the Go field names
 				if err := o.ns.apply(probe); err != nil {
 					return fmt.Errorf("Failed to get resources: %w", err)
 				}
-				items, rev, err := c.List(ctx, datastore.ListOptions{Kind: info.Kind, Namespace: probe.GetObjectMeta().Namespace})
+				items, bad, rev, err := c.ListWithBadValues(ctx, datastore.ListOptions{Kind: info.Kind, Namespace: probe.GetObjectMeta().Namespace})
 				if err != nil {
 					return fmt.Errorf("Failed to get resources: %s", describe(err))
+				}
+				// Stored values that are not valid resources are named
+				// on stderr; the good ones are listed all the same.
+				for _, bv := range bad {
+					fmt.Fprintf(a.env.ErrOut, "Skipping %s\n", bv)
 				}
 				return p.print(a.env.Out, lk, info, items, false, rev)
 			}

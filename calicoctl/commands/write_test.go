@@ -150,7 +150,7 @@ func slices(m map[string]string) []string {
 // acted on field once per kind on stderr, and still applies.
 func TestApplyWarnsNotActedOn(t *testing.T) {
 	c := newCluster(t)
-	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2}\n" +
+	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2, logSeverityScreen: Info}\n" +
 		"---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {bpfEnabled: true}\n"
 	r := c.run(t, doc, nil, "apply", "-f", "-", "--allow-version-mismatch")
 	if r.code != 0 {
