@@ -310,14 +310,23 @@ var _ = v3.KindHostEndpoint
 // (the source inbound, the destination outbound): closed to ext when the
 // net leaves ext out, open when it holds ext.
 func TestFailsafeNet(t *testing.T) {
-	c := newCluster(t, "NFT")
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { testFailsafeNet(t, dp) })
+	}
+}
+
+func testFailsafeNet(t *testing.T, dp string) {
+	c := newCluster(t, dp)
 	rs := c.apply(hepExt)
-	c.waitChain("filter", "cali-fh-eth-ext", true)
+	c.waitHostEndpoint(true)
 	// The default failsafe ports have no net: SSH is open to ext.
 	c.expect(allow("ext", "node", "tcp", 22), deny("ext", "node", "tcp", 8080), deny("node", "ext", "tcp", 8080))
 	withNet := func(net string) {
-		c.apply(felixConfigBase + "  failsafeInboundHostPorts: [{protocol: TCP, port: 22, net: " + net + "}]\n" +
+		c.apply(c.felixConfig() + "  failsafeInboundHostPorts: [{protocol: TCP, port: 22, net: " + net + "}]\n" +
 			"  failsafeOutboundHostPorts: [{protocol: TCP, port: 8080, net: " + net + "}]\n")
+		if c.bpf {
+			return // the probes below wait for the ports
+		}
 		c.waitFor("failsafe ports limited to "+net, func() bool {
 			f := c.filter()
 			return strings.Contains(f, "-A cali-failsafe-in -s "+net+" -p tcp") && strings.Contains(f, "-A cali-failsafe-out -d "+net+" -p tcp")
@@ -327,7 +336,7 @@ func TestFailsafeNet(t *testing.T) {
 	c.expect(deny("ext", "node", "tcp", 22), deny("node", "ext", "tcp", 8080))
 	withNet("198.18.0.0/24")
 	c.expect(allow("ext", "node", "tcp", 22), allow("node", "ext", "tcp", 8080))
-	c.apply(felixConfigBase)
+	c.apply(c.felixConfig())
 	c.remove(rs)
-	c.waitChain("filter", "cali-fh-eth-ext", false)
+	c.waitHostEndpoint(false)
 }
