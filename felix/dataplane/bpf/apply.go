@@ -78,39 +78,22 @@ func configTimeouts(cfg *calc.Config, defaults palbpf.Timeouts, logger *log.Entr
 	return t
 }
 
-// warnIgnored names the settings the eBPF dataplane does not act on.
+// warnIgnored names the settings felix acts on with iptables but the
+// eBPF dataplane does not (the fields no dataplane acts on are named by
+// felix from v3.FelixConfigurationActedOn).
 func warnIgnored(cfg *calc.Config, logger *log.Entry) {
 	var fields []string
-	s := cfg.Spec
 	if cfg.IptablesFilterDenyAction == "Reject" {
 		fields = append(fields, "iptablesFilterDenyAction (the programs drop)")
 	}
-	if c := s.BPFConntrackTimeouts; c != nil && c.CreationGracePeriod != nil {
+	if c := cfg.Spec.BPFConntrackTimeouts; c != nil && c.CreationGracePeriod != nil {
 		fields = append(fields, "bpfConntrackTimeouts.creationGracePeriod")
-	}
-	if s.BPFLogLevel != "" {
-		fields = append(fields, "bpfLogLevel")
-	}
-	if s.BPFDataIfacePattern != "" {
-		fields = append(fields, "bpfDataIfacePattern (programs go on every workload interface and host endpoint)")
-	}
-	if s.BPFAttachType != "" && !strings.EqualFold(s.BPFAttachType, "TCX") {
-		fields = append(fields, "bpfAttachType (always TCX)")
-	}
-	for name, set := range map[string]bool{
-		"bpfDisableUnprivileged": s.BPFDisableUnprivileged != nil, "bpfConnectTimeLoadBalancingEnabled": s.BPFConnectTimeLoadBalancingEnabled != nil,
-		"bpfExternalServiceMode": s.BPFExternalServiceMode != "", "bpfKubeProxyIptablesCleanupEnabled": s.BPFKubeProxyIptablesCleanupEnabled != nil,
-		"bpfKubeProxyMinSyncPeriod": s.BPFKubeProxyMinSyncPeriod != nil, "bpfExtToServiceConnmark": s.BPFExtToServiceConnmark != nil,
-	} {
-		if set {
-			fields = append(fields, name)
-		}
 	}
 	if cfg.IptablesMarkMask&palbpf.MarkSeen == 0 {
 		fields = append(fields, fmt.Sprintf("iptablesMarkMask (the programs mark with %#x, outside it)", palbpf.MarkSeen))
 	}
 	if len(fields) > 0 {
-		logger.WithField("fields", strings.Join(fields, ", ")).Warn("FelixConfiguration fields the eBPF dataplane does not act on")
+		logger.WithField("fields", strings.Join(fields, ", ")).Warn("FelixConfiguration settings the eBPF dataplane does not act on")
 	}
 }
 
