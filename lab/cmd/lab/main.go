@@ -110,6 +110,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1), external (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
+	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	return c
 }
 

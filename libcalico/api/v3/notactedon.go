@@ -46,6 +46,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
 	"iptablesFilterDenyAction": true, "iptablesMarkMask": true, "logSeverityScreen": true,
 	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
+	// The eBPF dataplane's.
+	"bpfEnabled": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
 }
 
 // felixConfigurationNotActedOn is every FelixConfiguration spec field not
