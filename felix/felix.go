@@ -1,6 +1,7 @@
 // Package felix runs the policy engine of one node: the syncer reads the
 // datastore, the calculation graph works out what the node must enforce,
-// and the iptables dataplane writes it into the node's network namespace.
+// and the iptables or the eBPF dataplane (FelixConfiguration bpfEnabled)
+// writes it into the node's network namespace.
 package felix
 
 import (
@@ -14,6 +15,7 @@ import (
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
@@ -106,18 +108,33 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	own := ownLogger(base.Logger)
 	logger := log.NewEntry(own).WithFields(base.Data).WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
-	dp, err := dataplane.New(dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger})
-	if err != nil {
-		return fmt.Errorf("felix: %w", err)
+	for {
+		restart, err := runOnce(ctx, cfg, logger, own)
+		if !restart || err != nil || ctx.Err() != nil {
+			return err
+		}
+		logger.Info("bpfEnabled changed: starting again with the other dataplane")
 	}
+}
+
+// runOnce runs the syncer, the graph and one dataplane until ctx ends
+// (false) or FelixConfiguration bpfEnabled asks for the other dataplane
+// (true).
+func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger) (bool, error) {
+	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
 	defer dp.Close()
-	ov, err := vxlan.New(dp.Runner(), logger, cfg.MTUFile)
+	run, err := nsexec.New(cfg.NetNS)
 	if err != nil {
-		return fmt.Errorf("felix: %w", err)
+		return false, fmt.Errorf("felix: %w", err)
+	}
+	defer run.Close()
+	ov, err := vxlan.New(run, logger, cfg.MTUFile)
+	if err != nil {
+		return false, fmt.Errorf("felix: %w", err)
 	}
 	defer ov.Close()
 	ov.Blackholes = cfg.OverlayBlackholes
-	graph := calc.NewGraph(cfg.NodeName, &levelSetter{Driver: dp, logger: own, log: logger, overlay: ov})
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger, overlay: ov})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -128,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 		syncer.Blocks = &calc.BlockSource{KV: cfg.KV, Watcher: w}
 	}
 	go func() { syncDone <- syncer.Run(ctx) }()
-	defer func() { <-syncDone }()
+	defer func() { cancel(); <-syncDone }()
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -138,9 +155,13 @@ func Run(ctx context.Context, cfg Config) error {
 	defer idle.Stop()
 	gc := newIdleCollector()
 	retry := time.Duration(0)
+	// The graph is flushed only once the datastore was read completely:
+	// the dataplane is chosen from the first configuration it is given.
+	inSync := false
 	handle := func(ev event) {
 		if ev.inSync {
 			graph.OnInSync()
+			inSync = true
 			return
 		}
 		graph.OnUpdates(ev.updates)
@@ -149,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 		select {
 		case <-ctx.Done():
 			logger.Info("felix stopping")
-			return nil
+			return false, nil
 		case ev := <-events:
 			handle(ev)
 			// Take whatever else is queued, so one apply covers it.
@@ -162,7 +183,14 @@ func Run(ctx context.Context, cfg Config) error {
 					break drain
 				}
 			}
+			if !inSync {
+				continue
+			}
 			graph.Flush()
+			if dp.switching() {
+				return true, nil
+			}
+		case <-dp.wake():
 		case <-timer.C:
 		case <-idle.C:
 			if gc.collectIfDue() {
@@ -215,7 +243,7 @@ func ownLogger(base *log.Logger) *log.Logger {
 // names the fields felix does not act on; the overlay goes to the VXLAN
 // manager.
 type levelSetter struct {
-	*dataplane.Driver
+	*selector
 	logger  *log.Logger
 	log     *log.Entry
 	unused  unusedFields
@@ -236,7 +264,7 @@ func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 	}
 	l.unused.warn(cfg, l.log)
 	l.overlay.SetConfig(cfg.Spec)
-	l.Driver.OnConfigUpdate(cfg)
+	l.selector.OnConfigUpdate(cfg)
 }
 
 // unusedFields warns about the FelixConfiguration fields that are set but

@@ -296,8 +296,17 @@ func (s stream) lost() []uint32 {
 // while a cross-node UDP stream runs both ways at 200 packets a second;
 // no packet is lost, the supervisor restarts the agent and it comes back
 // in sync (sessions, routes, the reflector's routes no longer stale).
-func TestKillAgent(t *testing.T) {
-	l := newLab(t, Options{Nodes: 3, RR: RRBird2})
+func TestKillAgent(t *testing.T) { testKillAgent(t, Options{Nodes: 3, RR: RRBird2}) }
+
+// TestKillAgentBPF is TestKillAgent with felix's eBPF dataplane: its
+// programs and maps, pinned, go on forwarding while no felix runs, and
+// the restarted one takes them over.
+func TestKillAgentBPF(t *testing.T) {
+	testKillAgent(t, Options{Nodes: 3, RR: RRBird2, BPF: true})
+}
+
+func testKillAgent(t *testing.T, o Options) {
+	l := newLab(t, o)
 	ctx := context.Background()
 	a, err := l.AddPod(ctx, "node1", "kill", "sender")
 	if err != nil {

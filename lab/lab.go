@@ -16,7 +16,21 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
 )
+
+// bpfFelixConfig turns felix's eBPF dataplane on (Options.BPF).
+const bpfFelixConfig = `apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {bpfEnabled: true}
+`
+
+// labNS runs work in one of the lab's namespaces (palbpf.NetNS).
+type labNS string
+
+func (n labNS) Do(f func() error) error { return inNS(string(n), f) }
 
 // Route reflector kinds (Options.RR).
 const (
@@ -91,6 +105,9 @@ type Options struct {
 	// Bird1 is BIRD 1.6's binary directory (default .tools/bird1/usr/sbin
 	// found upward from the working directory and BinDir).
 	Bird1 string `json:"bird1"`
+	// BPF turns on felix's eBPF dataplane (FelixConfiguration default
+	// bpfEnabled: true) on every node.
+	BPF bool `json:"bpf"`
 	// LogLevel is calico-node's log level (default info).
 	LogLevel string `json:"logLevel"`
 	// Subnets is 1 (default: every node on br0) or 2: odd nodes in
@@ -467,6 +484,14 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := l.applyTopology(ctx, o.Peering); err != nil {
 		return nil, err
 	}
+	if o.BPF {
+		// Before the other nodes start: their felix starts on eBPF.
+		// Node 1's moves over from iptables.
+		l.say("calicoctl apply: FelixConfiguration default bpfEnabled: true")
+		if err := l.Apply(ctx, bpfFelixConfig); err != nil {
+			return nil, err
+		}
+	}
 	errc := make(chan error, len(rest))
 	for _, n := range rest {
 		go func() { errc <- l.startNode(ctx, n) }()
@@ -582,6 +607,16 @@ func (l *Lab) Down(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	// The eBPF dataplane's pins outlive a namespace: removed while the
+	// nodes' namespaces still exist.
+	for _, n := range l.st.Nodes {
+		if _, err := os.Stat(nsPath(n.NS)); err != nil {
+			continue
+		}
+		if err := palbpf.RemoveAll("", labNS(n.NS)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// Namespaces in reverse order of creation, then any stray one with
 	// the lab's prefix.
 	seen := map[string]bool{}

@@ -322,11 +322,25 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 // seed's scenarios, then the Kubernetes network-policy e2e model's cases,
 // each probed cell by cell with real TCP, UDP and SCTP packets against a
 // matrix the model computes from the case's intent.
-func TestPolicy(t *testing.T) { testPolicyLab(t, newLab(t, Options{Nodes: 3})) }
+func TestPolicy(t *testing.T) { testPolicyLab(t, Options{Nodes: 3}) }
 
-// testPolicyLab runs the policy suite in lab l.
-func testPolicyLab(t *testing.T, l *Lab) {
+// TestPolicyBPF is TestPolicy with felix's eBPF dataplane on every node
+// (node 1's felix starts on iptables and moves over when the lab turns
+// bpfEnabled on); then the inspection commands are run on a node.
+func TestPolicyBPF(t *testing.T) {
+	l := testPolicyLab(t, Options{Nodes: 3, BPF: true})
+	checkBPFCommands(t, l)
+}
+
+// testPolicyLab brings a lab up with o, runs before (when given) on it,
+// then runs the policy suite in it.
+func testPolicyLab(t *testing.T, o Options, before ...func(*Lab)) *Lab {
 	began := time.Now()
+	l := newLab(t, o)
+	t.Logf("lab up in %s", time.Since(began).Round(time.Millisecond))
+	for _, f := range before {
+		f(l)
+	}
 	pl := setupPolicyLab(t, l)
 	all := slices.Sorted(maps.Keys(pl.pods))
 	baseline := pl.grid(all, []string{protoTCP, protoUDP, protoSCTP}, probePorts).expect(cluster{nsLabels: pl.nsLabels})
@@ -339,6 +353,7 @@ func testPolicyLab(t *testing.T, l *Lab) {
 	t.Run("model", func(t *testing.T) { testModelPolicies(t, pl) })
 	t.Run("dynamic", func(t *testing.T) { testDynamicPolicies(t, pl) })
 	t.Logf("whole policy test: %s", time.Since(began).Round(time.Millisecond))
+	return l
 }
 
 // testSeedPolicies: the seed's Kubernetes policies written as Calico

@@ -157,7 +157,6 @@ func TestApplyWarnsNotActedOn(t *testing.T) {
 		t.Fatalf("apply: exit %d: %s", r.code, r.stderr)
 	}
 	want := "Warning: FelixConfiguration field metadata.generation is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
-		"Warning: FelixConfiguration field spec.bpfEnabled is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
 		"Warning: FelixConfiguration field spec.bpfLogLevel is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
 		"Warning: FelixConfiguration field spec.goMaxProcs is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
 	if r.stderr != want {

@@ -139,6 +139,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			return nil
 		},
 	})
+	root.AddCommand(newBPFCommand())
 	root.SetContext(context.Background())
 	return root
 }

@@ -114,6 +114,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.Backend, "backend", lab.BackendBird, "CALICO_NETWORKING_BACKEND: bird (BGP) or vxlan (no BGP at all)")
 	f.StringVar(&o.VXLAN, "vxlan", "", "The pools' vxlanMode: Never (default with bird), Always (default with vxlan) or CrossSubnet")
 	f.BoolVar(&o.IPv6, "ipv6", false, "IPv6 too: node addresses and the pool "+lab.PoolCIDR6)
+	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	return c
 }
 
