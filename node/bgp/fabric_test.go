@@ -141,6 +141,12 @@ func (f *fabric) apply(r v3.Resource) {
 // flags.
 func (f *fabric) start(name string, extra ...string) {
 	f.t.Helper()
+	f.startEnv(name, nil, extra...)
+}
+
+// startEnv is start with extra environment variables.
+func (f *fabric) startEnv(name string, env []string, extra ...string) {
+	f.t.Helper()
 	bin := testnode(f.t)
 	logf, err := os.OpenFile(filepath.Join(f.t.TempDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -148,6 +154,7 @@ func (f *fabric) start(name string, extra ...string) {
 	}
 	args := append([]string{"netns", "exec", f.ns[name], bin, "-name", name, "-etcd", "http://" + etcdAddr, "-grpc", "127.0.0.1:50051"}, extra...)
 	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
@@ -228,3 +235,11 @@ func (f *fabric) waitRoute(ns string, blk netip.Prefix, gw string) {
 }
 
 func asn(n uint32) *numorstring.ASNumber { a := numorstring.ASNumber(n); return &a }
+
+// noDial drops the TCP connections a node opens towards BGP port 179, so
+// its sessions come up only when the peer dials in: the tests of the
+// accepting side use it.
+func (f *fabric) noDial(name string) {
+	f.t.Helper()
+	f.lab.Run("ip", "netns", "exec", f.ns[name], "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "179", "--syn", "-j", "DROP")
+}

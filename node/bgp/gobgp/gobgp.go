@@ -11,7 +11,6 @@ import (
 	"time"
 
 	api "github.com/osrg/gobgp/v3/api"
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
 	"github.com/osrg/gobgp/v3/pkg/server"
 	log "github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -33,6 +32,8 @@ type Router struct {
 	restarting bool
 	// keepNH holds the peers whose routes keep their original next hop.
 	keepNH map[netip.Addr]bool
+	// notes says why sessions are down, from GoBGP's log.
+	notes *peerNotes
 }
 
 var _ router.Router = (*Router)(nil)
@@ -43,13 +44,14 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	if logger == nil {
 		logger = log.NewEntry(log.StandardLogger())
 	}
-	opts := []server.ServerOption{server.LoggerOption(&logAdapter{logger.WithField("component", "gobgp")})}
+	notes := newPeerNotes()
+	opts := []server.ServerOption{server.LoggerOption(&logAdapter{e: logger.WithField("component", "gobgp"), notes: notes})}
 	if grpcListen != "" {
 		opts = append(opts, server.GrpcListenAddress(grpcListen))
 	}
 	s := server.NewBgpServer(opts...)
 	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, keepNH: map[netip.Addr]bool{}}
+	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, keepNH: map[netip.Addr]bool{}, notes: notes}
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -167,6 +169,7 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
 		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}
+	r.notes.forget(p.Address.String())
 	if err := r.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, restarting)}); err != nil {
 		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}
@@ -199,6 +202,7 @@ func (r *Router) DeletePeer(ctx context.Context, p peers.Peer) error {
 	if err := r.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: p.Address.String()}); err != nil {
 		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
 	}
+	r.notes.forget(p.Address.String())
 	if err := r.setKeepNextHop(ctx, p.Address, false); err != nil {
 		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
 	}
@@ -295,6 +299,9 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 			Port:        uint16(p.GetTransport().GetRemotePort()),
 		}
 		ps.Address, _ = netip.ParseAddr(p.GetConf().GetNeighborAddress())
+		if ps.State != "Established" {
+			ps.Reason = r.notes.reason(p.GetConf().GetNeighborAddress())
+		}
 		if st := p.GetTimers().GetState(); st != nil {
 			if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED && st.GetUptime() != nil {
 				ps.Since = st.GetUptime().AsTime()
@@ -428,25 +435,4 @@ func decodePath(p *api.Path) (netip.Prefix, netip.Addr, error) {
 		}
 	}
 	return pfx, nh, nil
-}
-
-// logAdapter sends GoBGP's logs to logrus, one level quieter than GoBGP
-// chooses (its Info is chatty).
-type logAdapter struct{ e *log.Entry }
-
-func (l *logAdapter) fields(f gobgplog.Fields) *log.Entry {
-	return l.e.WithFields(log.Fields(f))
-}
-func (l *logAdapter) Panic(msg string, f gobgplog.Fields) { l.fields(f).Error(msg) }
-func (l *logAdapter) Fatal(msg string, f gobgplog.Fields) { l.fields(f).Error(msg) }
-func (l *logAdapter) Error(msg string, f gobgplog.Fields) { l.fields(f).Warn(msg) }
-func (l *logAdapter) Warn(msg string, f gobgplog.Fields)  { l.fields(f).Info(msg) }
-func (l *logAdapter) Info(msg string, f gobgplog.Fields)  { l.fields(f).Debug(msg) }
-func (l *logAdapter) Debug(msg string, f gobgplog.Fields) { l.fields(f).Trace(msg) }
-func (l *logAdapter) SetLevel(gobgplog.LogLevel)          {}
-func (l *logAdapter) GetLevel() gobgplog.LogLevel {
-	if l.e.Logger.IsLevelEnabled(log.TraceLevel) {
-		return gobgplog.DebugLevel
-	}
-	return gobgplog.InfoLevel
 }

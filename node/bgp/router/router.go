@@ -36,6 +36,10 @@ type PeerState struct {
 	// State is the BGP FSM state: Idle, Connect, Active, OpenSent,
 	// OpenConfirm or Established.
 	State string
+	// Reason says why a session that is not Established is down, when
+	// known: a local error that keeps it down ("Local error: …") or the
+	// last reason it went down.
+	Reason string `json:",omitempty"`
 	// Since is when the session entered its current up/down state; zero
 	// when unknown.
 	Since time.Time

@@ -2,6 +2,11 @@
 // need a separate process (one per node namespace, or one to kill with -9).
 // With -peers it serves the speaker's session table (bgp.PeerTable, what
 // the agent's status API reports) as JSON on a unix socket.
+//
+// Like calico-node it listens with plain TCP, not Multipath TCP, so BGP
+// passwords and GTSM work on accepted sessions.
+//
+//go:debug multipathtcp=0
 package main
 
 import (
