@@ -6,8 +6,9 @@
 //
 // The stages, one way:
 //
-//	datastore (Nodes, BGPPeers, BGPConfiguration, IPPools, IPAM affinities)
+//	datastore (Nodes, BGPPeers, BGPConfiguration, BGPFilters, IPPools, IPAM)
 //	  → peers.Compute / paths.Compute           desired sessions and paths
+//	  → routepolicy.Compile                     what is sent and taken
 //	  → DiffPeers / DiffPaths → router.Router   minimal delta to GoBGP
 //	router.WatchBestPaths → importer → kernel.Syncer   learned routes, ECMP
 package bgp
@@ -19,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/palisade-net/palisade/node/bgp/kernel"
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
 
@@ -151,9 +154,17 @@ var errGlobalChanged = errors.New("global BGP settings changed")
 type state struct {
 	peers  peers.Result
 	paths  paths.Result
+	policy routepolicy.Policy
 	port   int32
-	errors []error
-	// ignored says which BGPPeer fields are set but not acted on.
+	// listen are the addresses GoBGP listens on (bindMode NodeIP); empty
+	// means all.
+	listen []string
+	// ignoredNets are the subnets of ignoredInterfaces.
+	ignoredNets []netip.Prefix
+	errors      []error
+	// ignored says which BGPPeer and BGPConfiguration fields are set but
+	// not acted on, and which BGPFilter references do not resolve: each
+	// is logged once as a warning.
 	ignored []string
 }
 
@@ -176,7 +187,15 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 	if err != nil {
 		return st, err
 	}
+	filters, err := listAs[*v3.BGPFilter](ctx, cfg.Store, v3.KindBGPFilter)
+	if err != nil {
+		return st, err
+	}
 	affs, err := alloc.ListAffinities(ctx)
+	if err != nil {
+		return st, err
+	}
+	blocks, err := alloc.ListBlocks(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -187,10 +206,18 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 			conf = &c.Spec
 		case "node." + cfg.NodeName:
 			st.port = int32(c.Spec.ListenPort)
+			for _, note := range IgnoredNodeConfig(c.Spec) {
+				st.ignored = append(st.ignored, "bgpconfiguration "+c.Name+": "+note)
+			}
 		}
 	}
 	if st.port == 0 && conf != nil {
 		st.port = int32(conf.ListenPort)
+	}
+	if conf != nil {
+		for _, note := range IgnoredConfig(*conf) {
+			st.ignored = append(st.ignored, "bgpconfiguration default: "+note)
+		}
 	}
 	in := peers.Input{NodeName: cfg.NodeName, Config: conf, Password: passwordReader(cfg.SecretsDir)}
 	for _, n := range nodes {
@@ -203,7 +230,7 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 		}
 	}
 	st.peers, st.errors = peers.Compute(in)
-	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Config: conf}
+	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Blocks: blocks, Config: conf}
 	if st.peers.Local.IPv4.IsValid() {
 		pin.IPv4 = st.peers.Local.IPv4.Addr()
 	}
@@ -216,6 +243,32 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 	var perrs []error
 	st.paths, perrs = paths.Compute(pin)
 	st.errors = append(st.errors, perrs...)
+
+	var ignoredIfaces []string
+	if conf != nil {
+		ignoredIfaces = conf.IgnoredInterfaces
+		if conf.BindMode != nil && *conf.BindMode == v3.BindModeNodeIP {
+			for _, a := range []netip.Prefix{st.peers.Local.IPv4, st.peers.Local.IPv6} {
+				if a.IsValid() {
+					st.listen = append(st.listen, a.Addr().String())
+				}
+			}
+		}
+	}
+	ifaces, dropped, err := nodeInterfaces(ignoredIfaces)
+	if err != nil {
+		return st, err
+	}
+	st.ignoredNets = dropped
+	pol := routepolicy.Input{Local: st.peers.Local, Peers: st.peers.Peers, Filters: st.peers.Filters, Interfaces: ifaces}
+	for _, f := range filters {
+		pol.BGPFilters = append(pol.BGPFilters, *f)
+	}
+	var rerrs []error
+	st.policy, rerrs = routepolicy.Compile(pol)
+	for _, e := range rerrs {
+		st.ignored = append(st.ignored, e.Error())
+	}
 	return st, nil
 }
 
@@ -297,7 +350,8 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 		case <-time.After(cfg.PollInterval):
 		}
 	}
-	global := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}
+	global := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, ListenAddresses: st.listen,
+		Restarting: restarting, Policy: st.policy}
 	r := gobgp.New(cfg.GRPCListen, cfg.Log)
 	if err := r.Start(ctx, global); err != nil {
 		_ = r.Stop(context.Background())
@@ -341,8 +395,9 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 				cfg.Log.Warn(note)
 			}
 		}
-		want := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}
-		if want.AS != global.AS || want.RouterID != global.RouterID || want.ListenPort != global.ListenPort {
+		want := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, ListenAddresses: st.listen}
+		if want.AS != global.AS || want.RouterID != global.RouterID || want.ListenPort != global.ListenPort ||
+			!slices.Equal(want.ListenAddresses, global.ListenAddresses) {
 			return errGlobalChanged
 		}
 		if im != nil {
@@ -356,7 +411,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
-			im.setLocal(st.paths.Blackholes, originated, self)
+			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets})
 		}
 		rec.apply(ctx, st)
 
@@ -444,7 +499,8 @@ type reconciler struct {
 }
 
 // apply pushes the minimal delta: paths first (so a session coming up
-// gets them before its End-of-RIB), then sessions.
+// gets them before its End-of-RIB), then the route policy (so a new
+// session is filtered from its first update), then sessions.
 func (rc *reconciler) apply(ctx context.Context, st state) {
 	adv, wd := DiffPaths(rc.paths, st.paths.Paths)
 	for _, p := range wd {
@@ -459,6 +515,9 @@ func (rc *reconciler) apply(ctx context.Context, st state) {
 			continue
 		}
 		rc.paths[p.Prefix] = p
+	}
+	if err := rc.r.SetPolicy(ctx, st.policy); err != nil {
+		rc.log.WithError(err).Warn("Setting the route policy")
 	}
 	plan := DiffPeers(rc.peers, st.peers.Peers)
 	for _, p := range plan.Delete {

@@ -152,13 +152,18 @@ func TestBIRDRouteReflector(t *testing.T) {
 }
 
 // TestEBGP: the seed's eBGP example; node n1 (AS 65000) peers with the
-// rack's BIRD in AS 65001, which learns the pod block, and both nodes
-// install BIRD's route (n2 through the mesh).
+// rack's BIRD in AS 65001. BIRD learns n1's block and n1 installs BIRD's
+// route, but nothing learned from a peer goes on to another: BIRD never
+// gets n2's block from n1, nor n2 BIRD's route. A BGPFilter on the
+// BGPPeer that accepts the pool's routes from remote peers sends n2's
+// block too (with n1 as next hop, or n2 with keepOriginalNextHop); one
+// that rejects n1's own block withdraws it.
 func TestEBGP(t *testing.T) {
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{ASNumber: asn(65000)}})
-	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001}})
+	peer := &v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001}}
+	f.apply(peer)
 	ext := netip.MustParsePrefix("198.19.100.0/24")
 	b := f.startBird("zircon", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
 protocol device { }
@@ -179,17 +184,43 @@ protocol bgp n1 {
 	f.start("n1")
 	f.start("n2")
 	b.waitHas(blk, true)
-	b.waitHas(blk2, true) // n1 passes n2's iBGP route on to its eBGP peer
 	f.waitRoute(f.ns["n1"], ext, "198.18.0.250")
-	f.waitRoute(f.ns["n2"], ext, "198.18.0.250")
-	// Towards an eBGP peer n1 is the next hop of everything it sends...
+	f.waitRoute(f.ns["n1"], blk2, "198.18.0.2")
+	// n1 knows n2's block and BIRD's route, and passes on neither.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if out := b.show("show", "route", "for", blk2.String()); strings.Contains(out, blk2.String()) {
+			t.Fatalf("n1 re-advertised n2's block %s to its eBGP peer:\n%s", blk2, out)
+		}
+		if out := f.routes(f.ns["n2"], ext.String()); strings.Contains(out, "via") {
+			t.Fatalf("n1 re-advertised BIRD's %s to n2: %s", ext, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Towards an eBGP peer n1 is the next hop of everything it sends.
 	b.waitNextHop(blk, "198.18.0.1")
+
+	// A BGPFilter that accepts the pool's routes from remote peers: n2's
+	// block goes too, with n1 as next hop...
+	f.apply(&v3.BGPFilter{ObjectMeta: v3.ObjectMeta{Name: "export-pods"}, Spec: v3.BGPFilterSpec{ExportV4: []v3.BGPFilterRuleV4{
+		{Action: v3.BGPFilterAccept, MatchOperator: v3.MatchOperatorIn, CIDR: "10.244.0.0/16", Source: v3.BGPFilterSourceRemotePeers},
+	}}})
+	peer.Spec.Filters = []string{"export-pods"}
+	f.apply(peer)
 	b.waitNextHop(blk2, "198.18.0.1")
 	// ...until the BGPPeer says keepOriginalNextHop: n2's block then goes
 	// with n2's address (n1's own block still with n1's).
-	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001, KeepOriginalNextHop: true}})
+	peer.Spec.KeepOriginalNextHop = true
+	f.apply(peer)
 	b.waitNextHop(blk2, "198.18.0.2")
 	b.waitNextHop(blk, "198.18.0.1")
+	// A rule rejecting n1's own block, first: BIRD loses it, keeps n2's.
+	f.apply(&v3.BGPFilter{ObjectMeta: v3.ObjectMeta{Name: "export-pods"}, Spec: v3.BGPFilterSpec{ExportV4: []v3.BGPFilterRuleV4{
+		{Action: v3.BGPFilterReject, MatchOperator: v3.MatchOperatorEqual, CIDR: blk.String()},
+		{Action: v3.BGPFilterAccept, MatchOperator: v3.MatchOperatorIn, CIDR: "10.244.0.0/16", Source: v3.BGPFilterSourceRemotePeers},
+	}}})
+	b.waitHas(blk, false)
+	b.waitNextHop(blk2, "198.18.0.2")
 }
 
 // waitNextHop waits until BIRD's route to pfx goes via gw.

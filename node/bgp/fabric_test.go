@@ -243,3 +243,18 @@ func (f *fabric) noDial(name string) {
 	f.t.Helper()
 	f.lab.Run("ip", "netns", "exec", f.ns[name], "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "179", "--syn", "-j", "DROP")
 }
+
+// routes6 prints a namespace's IPv6 routes.
+func (f *fabric) routes6(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "-6", "route", "show"}, args...)...)
+}
+
+// block6 claims an IPv6 block for node and returns it.
+func (f *fabric) block6(node string) netip.Prefix {
+	f.t.Helper()
+	_, v6, err := f.alloc.AutoAssign(context.Background(), ipam.AutoAssignArgs{Num6: 1, Hostname: node, HandleID: "h6-" + node})
+	if err != nil || len(v6.IPs) == 0 {
+		f.t.Fatalf("assigning an IPv6 address to %s: %v", node, err)
+	}
+	return v6.IPs[0].Masked()
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
 
@@ -30,8 +31,8 @@ type Router struct {
 	started bool
 	// restarting is set when this speaker restarted (graceful restart).
 	restarting bool
-	// keepNH holds the peers whose routes keep their original next hop.
-	keepNH map[netip.Addr]bool
+	// policy is the route policy in place.
+	policy routepolicy.Policy
 	// notes says why sessions are down, from GoBGP's log.
 	notes *peerNotes
 }
@@ -51,7 +52,7 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	}
 	s := server.NewBgpServer(opts...)
 	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, keepNH: map[netip.Addr]bool{}, notes: notes}
+	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes}
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -76,7 +77,7 @@ func (r *Router) Start(ctx context.Context, g router.Global) error {
 	if err := r.srv.StartBgp(ctx, req); err != nil {
 		return fmt.Errorf("starting GoBGP (AS %d, router ID %s, port %d): %w", g.AS, g.RouterID, port, err)
 	}
-	if err := r.installKeepNextHop(ctx); err != nil {
+	if err := r.installPolicy(ctx, g.Policy); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -123,6 +124,9 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 		Transport: &api.Transport{RemotePort: uint32(p.Port)},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry: 1,
+			// A session made again on purpose (a route policy that
+			// withdraws routes) waits a second, not GoBGP's 30.
+			IdleHoldTimeAfterReset: 1,
 		}},
 		GracefulRestart: &api.GracefulRestart{
 			Enabled:             true,
@@ -165,10 +169,6 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 	r.mu.Lock()
 	restarting := r.restarting
 	r.mu.Unlock()
-	// The next-hop policy is in place before the session can send.
-	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
-		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
-	}
 	r.notes.forget(p.Address.String())
 	if err := r.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, restarting)}); err != nil {
 		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
@@ -177,22 +177,14 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 }
 
 // UpdatePeer implements router.Router; a changed session is reset so the
-// new settings (timers, password, capabilities) take effect, and routes
-// are sent again when the next-hop rule changed.
+// new settings (timers, password, capabilities) take effect.
 func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
-	changed := r.keepNextHopChanges(p.Address, p.KeepOriginalNextHop)
-	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
-		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
-	}
 	rsp, err := r.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: apiPeer(p, false)})
 	if err != nil {
 		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}
 	if rsp.GetNeedsSoftResetIn() {
 		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_IN})
-	}
-	if changed {
-		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
 	}
 	return nil
 }
@@ -203,9 +195,6 @@ func (r *Router) DeletePeer(ctx context.Context, p peers.Peer) error {
 		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
 	}
 	r.notes.forget(p.Address.String())
-	if err := r.setKeepNextHop(ctx, p.Address, false); err != nil {
-		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
-	}
 	return nil
 }
 

@@ -100,9 +100,6 @@ func Ignored(bp v3.BGPPeer) []string {
 	if s.ReachableBy != "" {
 		out = append(out, "spec.reachableBy is not acted on: the node needs a route of its own to the peer")
 	}
-	if len(s.Filters) > 0 {
-		out = append(out, "spec.filters is not acted on: every route is sent and taken")
-	}
 	if s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
 		out = append(out, "spec.nextHopMode Self is not acted on: next hops are set as with Auto")
 	}
@@ -151,6 +148,9 @@ type nodeInfo struct {
 type Result struct {
 	Local Local  `json:"local"`
 	Peers []Peer `json:"peers"`
+	// Filters names, per session (by Peer.Key), the BGPFilters its BGPPeer
+	// lists, in order; sessions without filters are absent.
+	Filters map[string][]string `json:"filters,omitempty"`
 }
 
 // Compute returns this node's identity and its desired sessions, sorted by
@@ -186,7 +186,7 @@ func Compute(in Input) (Result, []error) {
 		local.RouterID = me.v4.Addr()
 	}
 
-	b := builder{me: me, byAddr: byAddr, password: in.Password, peers: map[string]Peer{}}
+	b := builder{me: me, byAddr: byAddr, password: in.Password, peers: map[string]Peer{}, filters: map[string][]string{}}
 
 	// Explicit peers first; the mesh only adds sessions to addresses no
 	// BGPPeer already covers.
@@ -217,7 +217,7 @@ func Compute(in Input) (Result, []error) {
 					Name: "Mesh_" + other.name, Address: addr.Addr(), AS: other.as,
 					Type: TypeMesh, RestartTime: restart, Password: pw, PasswordRef: ref,
 					SourceAddress: netip.IPv4Unspecified(),
-				}, false)
+				}, false, nil)
 			}
 		}
 	}
@@ -232,7 +232,16 @@ func Compute(in Input) (Result, []error) {
 		}
 		return out[i].Port < out[j].Port
 	})
-	return Result{Local: local, Peers: out}, errs
+	res := Result{Local: local, Peers: out}
+	for _, p := range out {
+		if fs := b.filters[p.Key()]; len(fs) > 0 {
+			if res.Filters == nil {
+				res.Filters = map[string][]string{}
+			}
+			res.Filters[p.Key()] = fs
+		}
+	}
+	return res, errs
 }
 
 // builder accumulates the peer set.
@@ -241,12 +250,14 @@ type builder struct {
 	byAddr   map[netip.Addr]nodeInfo
 	password func(v3.SecretKeySelector) (string, bool)
 	peers    map[string]Peer
+	// filters are the BGPFilter names of the sessions that have some.
+	filters map[string][]string
 }
 
 // add fills in the session's local side and stores it unless it is a
 // session with ourselves, one our family cannot carry, or (for the mesh) one
-// an explicit BGPPeer already set up.
-func (b *builder) add(p Peer, override bool) {
+// an explicit BGPPeer already set up; filters are its BGPFilters.
+func (b *builder) add(p Peer, override bool, filters []string) {
 	if p.Address == b.me.v4.Addr() || p.Address == b.me.v6.Addr() {
 		return
 	}
@@ -276,6 +287,11 @@ func (b *builder) add(p Peer, override bool) {
 		return
 	}
 	b.peers[p.Key()] = p
+	if len(filters) > 0 {
+		b.filters[p.Key()] = filters
+	} else {
+		delete(b.filters, p.Key())
+	}
 }
 
 // resolve reads a password: inline, or through its secret reference.
@@ -371,7 +387,7 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 				p.Name = name + "_" + other.name
 				p.Address = addr.Addr()
 				p.AS = other.as
-				b.add(p, true)
+				b.add(p, true, s.Filters)
 			}
 		}
 		return nil
@@ -389,7 +405,7 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	if p.AS == 0 {
 		p.AS = b.me.as
 	}
-	b.add(p, true)
+	b.add(p, true, s.Filters)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 )
 
 // Global is the speaker's own configuration.
@@ -20,6 +21,8 @@ type Global struct {
 	ListenPort int32
 	// ListenAddresses restricts the listeners; empty means all.
 	ListenAddresses []string
+	// Policy is the route policy in place before the first session.
+	Policy routepolicy.Policy
 	// Restarting says this speaker restarted while its peers kept its
 	// routes (graceful restart, restarting side): the restart flag is
 	// announced and updates are deferred until the peers' End-of-RIB.
@@ -69,6 +72,8 @@ type Router interface {
 	DeletePeer(ctx context.Context, p peers.Peer) error
 	AdvertisePath(ctx context.Context, p paths.Path) error
 	WithdrawPath(ctx context.Context, p paths.Path) error
+	// SetPolicy replaces what is sent to and taken from the peers.
+	SetPolicy(ctx context.Context, p routepolicy.Policy) error
 	ListPeers(ctx context.Context) ([]PeerState, error)
 	// WatchBestPaths calls fn with every change to the learned (not locally
 	// originated) best routes, starting with the current ones, until ctx

@@ -1,0 +1,95 @@
+package bgp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/node/bgp"
+)
+
+// TestIgnoredInterfaces: routes whose next hop is reached through an
+// interface BGPConfiguration ignoredInterfaces names are not installed
+// (as BIRD, which then cannot resolve the next hop); naming another
+// interface brings them back.
+func TestIgnoredInterfaces(t *testing.T) {
+	f := newFabric(t)
+	f.pool()
+	conf := &v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}}
+	f.apply(conf)
+	f.node("n1", "198.18.0.1/24", nil)
+	f.node("n2", "198.18.0.2/24", nil)
+	blk2 := f.block("n2")
+	f.start("n1")
+	f.start("n2")
+	f.waitRoute(f.ns["n1"], blk2, "198.18.0.2")
+	conf.Spec.IgnoredInterfaces = []string{"eth*"}
+	f.apply(conf)
+	f.waitRoute(f.ns["n1"], blk2, "")
+	conf.Spec.IgnoredInterfaces = []string{"ens*"}
+	f.apply(conf)
+	f.waitRoute(f.ns["n1"], blk2, "198.18.0.2")
+}
+
+// TestBindModeNodeIP: with bindMode NodeIP the node's GoBGP listens on its
+// node address only, not on every address (here also 198.18.0.101), and
+// the mesh still comes up.
+func TestBindModeNodeIP(t *testing.T) {
+	f := newFabric(t)
+	f.pool()
+	f.node("n1", "198.18.0.1/24", nil)
+	f.lab.Run("ip", "-n", f.ns["n1"], "addr", "add", "198.18.0.101/24", "dev", "eth0")
+	f.node("n2", "198.18.0.2/24", nil)
+	blk2 := f.block("n2")
+	f.start("n1")
+	f.start("n2")
+	listeners := func() string {
+		return f.lab.Run("ip", "netns", "exec", f.ns["n1"], "ss", "-Hltn", "sport = :179")
+	}
+	eventually(t, 20*time.Second, "n1 listens on every address", func() (bool, string) {
+		out := listeners()
+		return strings.Contains(out, "0.0.0.0:179") || strings.Contains(out, "*:179"), out
+	})
+	mode := v3.BindModeNodeIP
+	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{BindMode: &mode}})
+	eventually(t, 20*time.Second, "n1 listens on 198.18.0.1 only", func() (bool, string) {
+		out := listeners()
+		return strings.Contains(out, "198.18.0.1:179") && !strings.Contains(out, "0.0.0.0:179") && !strings.Contains(out, "*:179") &&
+			!strings.Contains(out, "[::]:179"), out
+	})
+	f.waitRoute(f.ns["n1"], blk2, "198.18.0.2")
+}
+
+// TestIgnoredConfig: every BGPConfiguration field that is set but not
+// acted on is named; Calico's defaults and the fields acted on say
+// nothing.
+func TestIgnoredConfig(t *testing.T) {
+	disabled := "Disabled"
+	got := strings.Join(bgp.IgnoredConfig(v3.BGPConfigurationSpec{
+		LogSeverityScreen: "Debug", LocalWorkloadPeeringIPV4: "169.254.0.179", ProgramClusterRoutes: &disabled,
+	}), "\n")
+	for _, field := range []string{"spec.logSeverityScreen Debug", "spec.localWorkloadPeeringIPV4", "spec.programClusterRoutes Disabled"} {
+		if !strings.Contains(got, field) {
+			t.Errorf("IgnoredConfig does not name %s:\n%s", field, got)
+		}
+	}
+	enabled, on, mode := "Enabled", true, v3.BindModeNodeIP
+	if notes := bgp.IgnoredConfig(v3.BGPConfigurationSpec{
+		LogSeverityScreen: "Info", ProgramClusterRoutes: &enabled, NodeToNodeMeshEnabled: &on, BindMode: &mode,
+		IgnoredInterfaces: []string{"eth1"}, ListenPort: 1790,
+	}); len(notes) > 0 {
+		t.Errorf("a configuration with only fields acted on: %v", notes)
+	}
+}
+
+func TestIgnoredNodeConfig(t *testing.T) {
+	mode := v3.BindModeNodeIP
+	got := bgp.IgnoredNodeConfig(v3.BGPConfigurationSpec{ListenPort: 1790, BindMode: &mode})
+	if len(got) != 1 || !strings.HasPrefix(got[0], "spec.bindMode is not acted on in a node's BGPConfiguration") {
+		t.Errorf("IgnoredNodeConfig = %q, want bindMode named alone", got)
+	}
+	if got := bgp.IgnoredNodeConfig(v3.BGPConfigurationSpec{ListenPort: 1790}); len(got) != 0 {
+		t.Errorf("listenPort alone: %q", got)
+	}
+}
