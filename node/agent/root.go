@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
 	"github.com/palisade-net/palisade/node/bgp"
+	"github.com/palisade-net/palisade/node/bgp/kernel"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
 )
@@ -38,6 +40,7 @@ func NewRootEnv(out, errOut io.Writer, getenv func(string) string) *cobra.Comman
 		clientURL string
 		peerURL   string
 		grpc      string
+		rtProto   string
 	)
 	startCfg, envErr = startup.FromEnv(getenv)
 	def := func(name, fallback string) string {
@@ -64,7 +67,9 @@ CALICO_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_VXLAN, CALICO_IPV6POOL_CIDR,
 NO_DEFAULT_POOLS, ETCD_ENDPOINTS, ETCD_*); flags override the environment.
 
 With the bird (meaning the embedded GoBGP) or gobgp backend it runs the BGP
-fabric and serves GoBGP's gRPC API on 127.0.0.1:50051 (--bgp-grpc-listen).
+fabric and serves GoBGP's gRPC API on 127.0.0.1:50051 (--bgp-grpc-listen);
+the routes it learns are kernel routes of protocol 201
+(--bgp-route-protocol).
 
 It stops cleanly on SIGTERM or SIGINT.`,
 		Args:          cobra.NoArgs,
@@ -85,11 +90,15 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			if grpc == "none" {
 				grpc = ""
 			}
+			proto, err := routeProtocol(rtProto)
+			if err != nil {
+				return err
+			}
 			o := Options{
 				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
 				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
 				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
-				BGPGRPCListen: grpc,
+				BGPGRPCListen: grpc, BGPRouteProtocol: proto,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -114,6 +123,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 	fl.StringVar(&clientURL, "etcd-client-urls", getenv("CALICO_ETCD_CLIENT_URLS"), "Client URLs of the embedded etcd, comma-separated (CALICO_ETCD_CLIENT_URLS; default http://<node IPv4>:2379,http://127.0.0.1:2379)")
 	fl.StringVar(&peerURL, "etcd-peer-urls", def("CALICO_ETCD_PEER_URLS", DefaultEtcdPeerURL), "Peer URLs of the embedded etcd (CALICO_ETCD_PEER_URLS)")
 	fl.StringVar(&grpc, "bgp-grpc-listen", def("CALICO_BGP_GRPC_LISTEN", bgp.DefaultGRPCListen), "Address of GoBGP's gRPC API, for the gobgp CLI; \"none\" serves none (CALICO_BGP_GRPC_LISTEN)")
+	fl.StringVar(&rtProto, "bgp-route-protocol", getenv("CALICO_BGP_ROUTE_PROTOCOL"), fmt.Sprintf("Route protocol number of the kernel routes BGP programs, 5-255 (CALICO_BGP_ROUTE_PROTOCOL; default %d)", kernel.DefaultProtocol))
 	fl.StringVar(&logLevel, "log-level", def("CALICO_LOG_LEVEL", "info"), "Log level: debug, info, warning, error (CALICO_LOG_LEVEL)")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
@@ -154,6 +164,20 @@ func (f *flagValues) apply(cmd *cobra.Command, cfg *startup.Config) {
 		cfg.NoDefaultPools = f.noPools
 	}
 	f.runDir = filepath.Clean(f.runDir)
+}
+
+// routeProtocol reads the BGP route protocol number: empty for the
+// default, else 5 to 255 (0 to 4 are the kernel's own and the operator's
+// static routes).
+func routeProtocol(s string) (uint8, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 5 || n > 255 {
+		return 0, fmt.Errorf("--bgp-route-protocol (CALICO_BGP_ROUTE_PROTOCOL) %q: want a number from 5 to 255 (0-4 are the kernel's and static routes)", s)
+	}
+	return uint8(n), nil
 }
 
 func splitList(s string) []string {

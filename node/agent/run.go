@@ -46,6 +46,9 @@ type Options struct {
 	Getenv func(string) string
 	// BGPGRPCListen is where GoBGP's gRPC API is served ("" for none).
 	BGPGRPCListen string
+	// BGPRouteProtocol marks the kernel routes BGP programs; 0 means
+	// kernel.DefaultProtocol.
+	BGPRouteProtocol uint8
 	// Ready, when set, is called once the node is registered and the
 	// status API serves.
 	Ready func()
@@ -124,7 +127,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		go func() {
 			bgpDone <- bgp.Run(ctx, bgp.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(),
-				GRPCListen: o.BGPGRPCListen, Log: logger.WithField("part", "bgp"), Peers: peerTable,
+				GRPCListen: o.BGPGRPCListen, RouteProtocol: o.BGPRouteProtocol, Log: logger.WithField("part", "bgp"), Peers: peerTable,
 			})
 		}()
 		bgpPeers = bgpPeerLister{peerTable}

@@ -57,7 +57,7 @@ type Config struct {
 	// for Calico-like behaviour.
 	GRPCListen string
 	// RouteProtocol marks our kernel routes; 0 means
-	// kernel.DefaultProtocol (196).
+	// kernel.DefaultProtocol (201).
 	RouteProtocol uint8
 	// DisableKernelRoutes leaves the kernel alone (no import, no
 	// blackholes).

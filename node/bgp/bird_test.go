@@ -301,7 +301,7 @@ protocol bgp n1 { local 198.18.0.250 as 64512; neighbor 198.18.0.1 as 64512; gra
 		if out := b.show("show", "route", "for", blk.String()); !strings.Contains(out, blk.String()) {
 			t.Fatalf("%s: BIRD withdrew %s:\n%s%s", phase, blk, out, b.show("show", "protocols", "all", "n1"))
 		}
-		if out := f.routes(f.ns["n1"], ext.String()); !strings.Contains(out, "proto 196") {
+		if out := f.ours(f.ns["n1"], ext.String()); !strings.Contains(out, ext.String()) {
 			t.Fatalf("%s: n1's kernel lost %s: %q", phase, ext, out)
 		}
 	}

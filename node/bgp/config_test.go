@@ -93,3 +93,22 @@ func TestIgnoredNodeConfig(t *testing.T) {
 		t.Errorf("listenPort alone: %q", got)
 	}
 }
+
+// TestRouteProtocol: a node configured with another route protocol
+// number marks its kernel routes with it, not the default.
+func TestRouteProtocol(t *testing.T) {
+	f := newFabric(t)
+	f.pool()
+	f.node("n1", "198.18.0.1/24", nil)
+	f.node("n2", "198.18.0.2/24", nil)
+	blk1, blk2 := f.block("n1"), f.block("n2")
+	f.start("n1")
+	f.start("n2", "-proto", "222")
+	eventually(t, 30*time.Second, "n2 routes n1's block with protocol 222", func() (bool, string) {
+		out := f.lab.Run("ip", "-n", f.ns["n2"], "route", "show", "proto", "222")
+		return strings.Contains(out, blk1.String()+" via 198.18.0.1") && strings.Contains(out, "blackhole "+blk2.String()), out
+	})
+	if out := f.ours(f.ns["n2"]); strings.TrimSpace(out) != "" {
+		t.Errorf("n2 has routes of the default protocol %s:\n%s", proto, out)
+	}
+}

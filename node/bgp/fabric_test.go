@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/node/bgp/internal/nstest"
+	"github.com/palisade-net/palisade/node/bgp/kernel"
 )
 
 var (
@@ -205,6 +207,21 @@ func (f *fabric) routes(ns string, args ...string) string {
 	return f.lab.Run(append([]string{"ip", "-n", ns, "route", "show"}, args...)...)
 }
 
+// proto is the nodes' route protocol as ip(8) takes it: routes are
+// matched by number (iproute2 prints a name where a routing daemon on the
+// host named it).
+var proto = strconv.Itoa(kernel.DefaultProtocol)
+
+// ours prints a namespace's routes of the nodes' protocol.
+func (f *fabric) ours(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "route", "show", "proto", proto}, args...)...)
+}
+
+// ours6 prints a namespace's IPv6 routes of the nodes' protocol.
+func (f *fabric) ours6(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "-6", "route", "show", "proto", proto}, args...)...)
+}
+
 // eventually polls cond until it holds or the timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -226,11 +243,12 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 func (f *fabric) waitRoute(ns string, blk netip.Prefix, gw string) {
 	f.t.Helper()
 	eventually(f.t, 30*time.Second, fmt.Sprintf("%s: route %s via %q", ns, blk, gw), func() (bool, string) {
-		out := f.routes(ns, blk.String())
 		if gw == "" {
+			out := f.routes(ns, blk.String())
 			return strings.TrimSpace(out) == "", out
 		}
-		return strings.Contains(out, "via "+gw) && strings.Contains(out, "proto 196"), out
+		out := f.ours(ns, blk.String())
+		return strings.Contains(out, "via "+gw), out
 	})
 }
 

@@ -29,8 +29,8 @@ func TestMesh(t *testing.T) {
 		for _, o := range names {
 			if o == n {
 				eventually(t, 20*time.Second, n+" blackholes its block", func() (bool, string) {
-					out := f.routes(f.ns[n], blocks[n].String())
-					return strings.Contains(out, "blackhole "+blocks[n].String()+" proto 196"), out
+					out := f.ours(f.ns[n], blocks[n].String())
+					return strings.Contains(out, "blackhole "+blocks[n].String()), out
 				})
 				continue
 			}

@@ -35,6 +35,7 @@ func main() {
 	stale := flag.Duration("stale", 10*time.Second, "stale route timeout")
 	secrets := flag.String("secrets", "", "directory of BGP password files <secret>/<key>")
 	peersSock := flag.String("peers", "", "unix socket serving the session table as JSON")
+	proto := flag.Uint("proto", 0, "route protocol of the kernel routes (0: the default)")
 	flag.Parse()
 	log.SetLevel(log.InfoLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -61,7 +62,7 @@ func main() {
 	err = bgp.Run(ctx, bgp.Config{
 		NodeName: *name, Store: store, KV: store.KV(), GRPCListen: *grpc,
 		PollInterval: *poll, StaleRouteTimeout: *stale, SecretsDir: *secrets,
-		Peers: table,
+		Peers: table, RouteProtocol: uint8(*proto),
 	})
 	if err != nil {
 		log.WithError(err).Fatal("bgp")
