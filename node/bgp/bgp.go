@@ -79,6 +79,9 @@ type Config struct {
 	// zero. They are removed earlier once every session is Established
 	// and the learned routes have been quiet for a second.
 	StaleRouteTimeout time.Duration
+	// DownWarning is how long a session may stay down before the node
+	// logs a warning saying why; DefaultDownWarning when zero.
+	DownWarning time.Duration
 	// Log is the logger; the standard one when nil.
 	Log *log.Entry
 	// Peers, when set, is kept pointing at the running speaker so the
@@ -99,6 +102,9 @@ func (c *Config) defaults() {
 	if c.StaleRouteTimeout == 0 {
 		c.StaleRouteTimeout = 60 * time.Second
 	}
+	if c.DownWarning == 0 {
+		c.DownWarning = DefaultDownWarning
+	}
 	if c.Log == nil {
 		c.Log = log.NewEntry(log.StandardLogger())
 	}
@@ -109,8 +115,11 @@ func (c *Config) defaults() {
 // resource to carry a BGP address, then peers and advertises as the
 // resources say. Kernel routes are programmed in the network namespace of
 // the calling thread. On return the kernel routes are left in place (so a
-// restart keeps forwarding; the next run removes what went stale) and GoBGP
-// is stopped.
+// restart keeps forwarding; the next run removes what went stale), and so
+// are GoBGP's sessions: they end with the process, without a NOTIFICATION,
+// so that peers treat a stop (SIGTERM) as they treat a crash and keep the
+// node's routes until it is back (graceful restart). Call Run once per
+// process.
 //
 //	func Run(ctx context.Context, cfg Config) error
 func Run(ctx context.Context, cfg Config) error {
@@ -360,6 +369,12 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	cfg.Peers.set(r)
 	defer func() {
 		cfg.Peers.set(nil)
+		if ctx.Err() != nil {
+			// The node stops: its sessions end with the process, with no
+			// NOTIFICATION, so peers keep its routes while it restarts.
+			r.Leave()
+			return
+		}
 		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
 		_ = r.Stop(sctx)
@@ -383,6 +398,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	defer resync.Stop()
 	lastLearn := time.Now()
 	warned := map[string]bool{} // ignored fields are said once a run
+	down := newDownWatch(cfg.DownWarning)
 	for {
 		if len(st.errors) > 0 {
 			for _, e := range st.errors {
@@ -438,12 +454,16 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			default:
 			}
 		}
+		ps, perr := r.ListPeers(ctx)
+		if perr == nil {
+			down.observe(cfg.Log, ps, time.Now())
+		}
 		if !staleRemoved {
 			converged := false
 			// Converged: every session is up and has sent its whole
 			// table (End-of-RIB). Before that, a route from the previous
 			// run may only be missing because it has not arrived yet.
-			if ps, err := r.ListPeers(ctx); err == nil {
+			if perr == nil {
 				converged = true
 				for _, p := range ps {
 					converged = converged && p.State == "Established" && p.EndOfRIB
@@ -455,6 +475,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 					cfg.Log.WithError(err).Warn("Kernel route resync failed")
 				} else {
 					staleRemoved = true
+					r.Converged()
 					cfg.Log.WithField("stats", s.String()).Info("Kernel routes in sync; stale routes removed")
 				}
 			}

@@ -1,6 +1,8 @@
 package bgp_test
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,4 +113,36 @@ func TestRouteProtocol(t *testing.T) {
 	if out := f.ours(f.ns["n2"]); strings.TrimSpace(out) != "" {
 		t.Errorf("n2 has routes of the default protocol %s:\n%s", proto, out)
 	}
+}
+
+// TestSessionDownReason: a session BIRD refuses (it expects another AS,
+// and closes the connection during the OPEN exchange) says why in the
+// peer table (what calicoctl node status prints), and once it has been
+// down a while the node logs that at warning level.
+func TestSessionDownReason(t *testing.T) {
+	f := newFabric(t)
+	f.pool()
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001}})
+	f.startBird("tor", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 65000; connect delay time 1; error wait time 1, 2;
+  ipv4 { import all; export all; }; }
+`)
+	f.node("n1", "198.18.0.1/24", nil)
+	sock := filepath.Join(t.TempDir(), "peers.sock")
+	began := time.Now()
+	f.start("n1", "-peers", sock)
+	defer func() { t.Logf("took %s", time.Since(began)) }()
+	eventually(t, 40*time.Second, "the session says it failed during OPEN", func() (bool, string) {
+		ps, err := peerTable(sock)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ps) == 1 && ps[0].State != "Established" && strings.HasPrefix(ps[0].Reason, "Went down in Open"), fmt.Sprintf("%+v", ps)
+	})
+	t.Logf("reason shown after %s", time.Since(began))
+	eventually(t, 30*time.Second, "a warning that the session stays down", func() (bool, string) {
+		l := f.log("n1")
+		return strings.Contains(l, "level=warning") && strings.Contains(l, `msg="BGP session is still down"`) && strings.Contains(l, "peer=198.18.0.250"), l
+	})
 }

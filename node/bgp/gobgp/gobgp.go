@@ -29,8 +29,11 @@ type Router struct {
 	mu      sync.Mutex
 	uuids   map[netip.Prefix][]byte // advertised paths
 	started bool
-	// restarting is set when this speaker restarted (graceful restart).
+	// restarting is set when this speaker restarted (graceful restart)
+	// until its sessions converged.
 	restarting bool
+	// cancel stops the session watch.
+	cancel context.CancelFunc
 	// policy is the route policy in place.
 	policy routepolicy.Policy
 	// notes says why sessions are down, from GoBGP's log.
@@ -80,7 +83,13 @@ func (r *Router) Start(ctx context.Context, g router.Global) error {
 	if err := r.installPolicy(ctx, g.Policy); err != nil {
 		return err
 	}
+	wctx, cancel := context.WithCancel(context.Background())
+	if err := r.watchPeers(wctx); err != nil {
+		cancel()
+		return fmt.Errorf("watching BGP sessions: %w", err)
+	}
 	r.mu.Lock()
+	r.cancel = cancel
 	r.started = true
 	r.restarting = g.Restarting
 	r.mu.Unlock()
@@ -92,6 +101,9 @@ func (r *Router) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	started := r.started
 	r.started = false
+	if r.cancel != nil {
+		r.cancel()
+	}
 	r.mu.Unlock()
 	var err error
 	if started {
@@ -99,6 +111,26 @@ func (r *Router) Stop(ctx context.Context) error {
 	}
 	r.srv.Stop()
 	return err
+}
+
+// Leave implements router.Router: the speaker's own work stops, its
+// sessions stay open until the process exits (the kernel then closes them
+// without a NOTIFICATION, so the peers keep this node's routes as for a
+// crash, graceful restart).
+func (r *Router) Leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+// Converged implements router.Router: sessions added from now on do not
+// announce a restart.
+func (r *Router) Converged() {
+	r.mu.Lock()
+	r.restarting = false
+	r.mu.Unlock()
 }
 
 // family returns the unicast family of an address.
@@ -121,7 +153,7 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 			Description:     string(p.Type),
 			AllowOwnAsn:     uint32(p.AllowASIn),
 		},
-		Transport: &api.Transport{RemotePort: uint32(p.Port)},
+		Transport: &api.Transport{RemotePort: uint32(p.Port), PassiveMode: p.Passive},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry: 1,
 			// A session made again on purpose (a route policy that
@@ -138,6 +170,13 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 			Config:            &api.AfiSafiConfig{Family: family(p.Address), Enabled: true},
 			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
 		}},
+	}
+	if p.Node != "" {
+		// Between nodes: a reconnection that fails while the peer
+		// restarts keeps its routes (long-lived graceful restart) instead
+		// of dropping them.
+		ap.GracefulRestart.LonglivedEnabled = true
+		ap.AfiSafis[0].LongLivedGracefulRestart = &api.LongLivedGracefulRestart{Config: &api.LongLivedGracefulRestartConfig{Enabled: true, RestartTime: gr}}
 	}
 	if p.KeepaliveTime > 0 {
 		ka := uint64(p.KeepaliveTime / time.Second)
@@ -298,11 +337,18 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 				ps.Since = st.GetDowntime().AsTime()
 			}
 		}
+		// A peer that announced graceful restart sends End-of-RIB for
+		// each family, whatever families its capability lists (FRR's
+		// helper mode lists none); one that did not may never send it.
+		grCap := false
+		for _, c := range p.GetState().GetRemoteCap() {
+			grCap = grCap || c.MessageIs((*api.GracefulRestartCapability)(nil))
+		}
 		ps.EndOfRIB = true
 		for _, a := range p.GetAfiSafis() {
 			ps.Received += a.GetState().GetReceived()
 			ps.Accepted += a.GetState().GetAccepted()
-			if gr := a.GetMpGracefulRestart().GetState(); gr.GetEnabled() && gr.GetReceived() && !gr.GetEndOfRibReceived() {
+			if grCap && a.GetConfig().GetEnabled() && !a.GetMpGracefulRestart().GetState().GetEndOfRibReceived() {
 				ps.EndOfRIB = false
 			}
 		}

@@ -91,11 +91,32 @@ func (n *peerNotes) notice(msg string, f gobgplog.Fields) bool {
 	case "state changed":
 		if s, _ := f["new"].(string); s == bgppkt.BGP_FSM_IDLE.String() {
 			if r := fmt.Sprint(f["reason"]); r != "" && r != "<nil>" && !strings.Contains(r, "idle-hold-timer-expired") {
-				n.setLast(key, "Went down in "+fsmState(f["old"])+": "+r)
+				n.setLast(key, "Went down in "+fsmState(f["old"])+": "+downReason(r))
 			}
 		}
 	}
 	return false
+}
+
+// downReason says in words what GoBGP's reason for leaving a state means.
+func downReason(r string) string {
+	for code, words := range map[string]string{
+		"read-failed":           "the peer closed the connection",
+		"write-failed":          "sending failed",
+		"hold-timer-expired":    "hold timer expired",
+		"invalid-msg":           "unexpected message (a NOTIFICATION, during OPEN)",
+		"admin-down":            "administratively down",
+		"graceful-restart":      "the connection broke (graceful restart)",
+		"restart-timer-expired": "the peer did not come back within its restart time",
+		"notification-received": "NOTIFICATION received:",
+		"notification-sent":     "NOTIFICATION sent:",
+		"hard-reset":            "hard reset by the peer",
+	} {
+		if strings.HasPrefix(r, code) {
+			return words + strings.TrimPrefix(r, code)
+		}
+	}
+	return r
 }
 
 // notification names a NOTIFICATION's code and subcode.

@@ -71,6 +71,15 @@ type Peer struct {
 	// packets leave with TTL 255 and arrive with at least 256 minus it.
 	// 0 is off.
 	TTLSecurity uint8 `json:"ttlSecurity,omitempty"`
+	// Node is the cluster node at Address, when it is one: both ends are
+	// Palisade nodes, computing the same sessions.
+	Node string `json:"node,omitempty"`
+	// Passive makes this end wait for the peer to connect. Between two
+	// nodes only the one with the higher address connects (as Calico's
+	// mesh does): the two never open a connection each at the same time,
+	// which GoBGP, having no collision detection, resolves by closing
+	// both.
+	Passive bool `json:"passive,omitempty"`
 }
 
 // MarshalJSON writes the durations the way resources spell them ("120s").
@@ -274,6 +283,10 @@ func (b *builder) add(p Peer, override bool, filters []string) {
 	p.EBGP = p.AS != p.LocalAS
 	if p.SourceAddress.IsValid() {
 		p.SourceAddress = src.Addr()
+	}
+	if other, ok := b.byAddr[p.Address]; ok && p.Port == 0 {
+		p.Node = other.name
+		p.Passive = src.Addr().Less(p.Address)
 	}
 	// A route reflector treats every iBGP peer outside its cluster as a
 	// client (the mesh is a full mesh: nobody reflects there).

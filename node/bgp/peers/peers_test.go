@@ -248,3 +248,35 @@ func TestIgnored(t *testing.T) {
 		t.Errorf("a peer with only fields acted on: %v", notes)
 	}
 }
+
+// TestOneDialerPerPair: in every topology, of each session between two
+// nodes configured on both ends, exactly one end connects. (With
+// reversePeering Manual the other end may have no session at all, and
+// then it refuses the connection whichever end would make it.)
+func TestOneDialerPerPair(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			in := loadTopology(t, f)
+			sessions := map[[2]string]Peer{} // (node, peer node) → session
+			for _, n := range in.Nodes {
+				in.NodeName = n.Name
+				res, _ := Compute(in)
+				for _, p := range res.Peers {
+					if p.Node != "" {
+						sessions[[2]string{n.Name + "/" + p.SourceAddress.String(), p.Node + "/" + p.Address.String()}] = p
+					}
+				}
+			}
+			for k, p := range sessions {
+				back, ok := sessions[[2]string{k[1], k[0]}]
+				if !ok {
+					continue
+				}
+				if p.Passive == back.Passive {
+					t.Errorf("%s ↔ %s: passive %v on both ends", k[0], k[1], p.Passive)
+				}
+			}
+		})
+	}
+}

@@ -49,8 +49,9 @@ type PeerState struct {
 	// Received and Accepted count the prefixes learned from the peer.
 	Received, Accepted uint64
 	// EndOfRIB is true once the peer has sent End-of-RIB for every family
-	// where both sides negotiated graceful restart (and always for a
-	// session without graceful restart, which sends no such marker).
+	// of the session, when it announced graceful restart at all (whatever
+	// families its capability lists); always for a peer that did not,
+	// which may never send the marker.
 	EndOfRIB bool
 }
 
@@ -67,6 +68,13 @@ type Router interface {
 	Start(ctx context.Context, g Global) error
 	// Stop shuts the speaker down (sessions are closed without waiting).
 	Stop(ctx context.Context) error
+	// Leave stops the speaker's own work but leaves its sessions to end
+	// with the process, as a crash would, so peers keep this node's routes
+	// (graceful restart) while it restarts.
+	Leave()
+	// Converged says a restart is over: sessions added from now on do
+	// not announce one.
+	Converged()
 	AddPeer(ctx context.Context, p peers.Peer) error
 	UpdatePeer(ctx context.Context, p peers.Peer) error
 	DeletePeer(ctx context.Context, p peers.Peer) error

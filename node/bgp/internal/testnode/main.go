@@ -36,6 +36,7 @@ func main() {
 	secrets := flag.String("secrets", "", "directory of BGP password files <secret>/<key>")
 	peersSock := flag.String("peers", "", "unix socket serving the session table as JSON")
 	proto := flag.Uint("proto", 0, "route protocol of the kernel routes (0: the default)")
+	downWarn := flag.Duration("down-warning", 3*time.Second, "how long a session is down before a warning")
 	flag.Parse()
 	log.SetLevel(log.InfoLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -62,7 +63,7 @@ func main() {
 	err = bgp.Run(ctx, bgp.Config{
 		NodeName: *name, Store: store, KV: store.KV(), GRPCListen: *grpc,
 		PollInterval: *poll, StaleRouteTimeout: *stale, SecretsDir: *secrets,
-		Peers: table, RouteProtocol: uint8(*proto),
+		Peers: table, RouteProtocol: uint8(*proto), DownWarning: *downWarn,
 	})
 	if err != nil {
 		log.WithError(err).Fatal("bgp")
