@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -284,19 +283,7 @@ protocol bgp n1 { local 198.18.0.250 as 64512; neighbor 198.18.0.1 as 64512; gra
 	f.waitRoute(f.ns["n1"], ext, "198.18.0.250")
 	time.Sleep(time.Second)
 
-	if err := f.procs["n1"].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.procs["n1"].Wait()
-	// `ip netns exec` was killed, not necessarily its child: kill what runs
-	// in the namespace.
-	if out, err := exec.Command("ip", "netns", "pids", f.ns["n1"]).Output(); err == nil {
-		for _, pid := range strings.Fields(string(out)) {
-			if pid != fmt.Sprint(os.Getpid()) {
-				_ = exec.Command("kill", "-9", pid).Run()
-			}
-		}
-	}
+	f.kill("n1")
 	check := func(phase string) {
 		if out := b.show("show", "route", "for", blk.String()); !strings.Contains(out, blk.String()) {
 			t.Fatalf("%s: BIRD withdrew %s:\n%s%s", phase, blk, out, b.show("show", "protocols", "all", "n1"))

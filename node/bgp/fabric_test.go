@@ -2,6 +2,7 @@ package bgp_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,4 +277,114 @@ func (f *fabric) block6(node string) netip.Prefix {
 		f.t.Fatalf("assigning an IPv6 address to %s: %v", node, err)
 	}
 	return v6.IPs[0].Masked()
+}
+
+// kill kills a node's BGP process with -9 (and whatever else runs in its
+// namespace: `ip netns exec` may leave its child behind).
+func (f *fabric) kill(name string) {
+	f.t.Helper()
+	if err := f.procs[name].Process.Signal(syscall.SIGKILL); err != nil {
+		f.t.Fatal(err)
+	}
+	_ = f.procs[name].Wait()
+	if out, err := exec.Command("ip", "netns", "pids", f.ns[name]).Output(); err == nil {
+		for _, pid := range strings.Fields(string(out)) {
+			if pid != strconv.Itoa(os.Getpid()) {
+				_ = exec.Command("kill", "-9", pid).Run()
+			}
+		}
+	}
+}
+
+// udpFlow counts numbered datagrams sent 100 a second between two
+// addresses of two namespaces.
+type udpFlow struct {
+	name     string
+	mu       sync.Mutex
+	sent     int
+	received map[uint32]bool
+	quit     chan struct{}
+	done     chan struct{}
+}
+
+// startUDP sends from src (in srcNS) to dst:port (in dstNS) until stop.
+func (f *fabric) startUDP(srcNS string, src netip.Addr, dstNS string, dst netip.Addr, port int) *udpFlow {
+	f.t.Helper()
+	fl := &udpFlow{name: fmt.Sprintf("%s→%s", src, dst), received: map[uint32]bool{}, quit: make(chan struct{}), done: make(chan struct{})}
+	var rc, sc *net.UDPConn
+	if err := nstest.Do(dstNS, func() (err error) {
+		rc, err = net.ListenUDP("udp", &net.UDPAddr{IP: dst.AsSlice(), Port: port})
+		return err
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := nstest.Do(srcNS, func() (err error) {
+		sc, err = net.DialUDP("udp", &net.UDPAddr{IP: src.AsSlice()}, &net.UDPAddr{IP: dst.AsSlice(), Port: port})
+		return err
+	}); err != nil {
+		rc.Close()
+		f.t.Fatal(err)
+	}
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		buf := make([]byte, 64)
+		for {
+			n, err := rc.Read(buf)
+			if err != nil {
+				return
+			}
+			if n >= 4 {
+				fl.mu.Lock()
+				fl.received[binary.BigEndian.Uint32(buf)] = true
+				fl.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer close(fl.done)
+		defer sc.Close()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		buf := make([]byte, 16)
+		for i := uint32(0); ; i++ {
+			select {
+			case <-fl.quit:
+				time.Sleep(time.Second)
+				rc.Close()
+				<-recvDone
+				return
+			case <-tick.C:
+			}
+			binary.BigEndian.PutUint32(buf, i)
+			_, _ = sc.Write(buf)
+			fl.mu.Lock()
+			fl.sent++
+			fl.mu.Unlock()
+		}
+	}()
+	f.t.Cleanup(func() {
+		select {
+		case <-fl.done:
+		default:
+			close(fl.quit)
+			<-fl.done
+		}
+	})
+	return fl
+}
+
+// stop ends the flow and returns the lost sequence numbers (at most 20)
+// and how many were sent.
+func (fl *udpFlow) stop() (lost []uint32, sent int) {
+	close(fl.quit)
+	<-fl.done
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for i := 0; i < fl.sent; i++ {
+		if !fl.received[uint32(i)] && len(lost) < 20 {
+			lost = append(lost, uint32(i))
+		}
+	}
+	return lost, fl.sent
 }

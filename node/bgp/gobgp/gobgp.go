@@ -38,6 +38,8 @@ type Router struct {
 	policy routepolicy.Policy
 	// notes says why sessions are down, from GoBGP's log.
 	notes *peerNotes
+	// eor says which End-of-RIB markers each session's peer has sent.
+	eor *eorLog
 }
 
 var _ router.Router = (*Router)(nil)
@@ -55,7 +57,7 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	}
 	s := server.NewBgpServer(opts...)
 	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes}
+	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}}}
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -348,7 +350,7 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 		for _, a := range p.GetAfiSafis() {
 			ps.Received += a.GetState().GetReceived()
 			ps.Accepted += a.GetState().GetAccepted()
-			if grCap && a.GetConfig().GetEnabled() && !a.GetMpGracefulRestart().GetState().GetEndOfRibReceived() {
+			if grCap && a.GetConfig().GetEnabled() && !r.eor.has(p.GetConf().GetNeighborAddress(), familyKey(a.GetConfig().GetFamily())) {
 				ps.EndOfRIB = false
 			}
 		}

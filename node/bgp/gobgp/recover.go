@@ -42,19 +42,68 @@ import (
 // loop: each round still waits 1 s in Idle and 1-2 s before it connects.)
 const nudgeGap = 200 * time.Millisecond
 
-// watchPeers follows GoBGP's session state changes and cuts the Idle wait
-// of each session that just went Idle.
+// eorLog remembers which families each session's peer has sent
+// End-of-RIB for since the session was last Established. GoBGP's own flag
+// cannot tell: it also sets it, without any marker received, when both
+// ends announced a restart ("peer has restarted, skipping wait for EOR"),
+// which FRR does for a while after it starts.
+type eorLog struct {
+	mu   sync.Mutex
+	seen map[string]map[string]bool
+}
+
+func (e *eorLog) received(addr, family string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.seen[addr] == nil {
+		e.seen[addr] = map[string]bool{}
+	}
+	e.seen[addr][family] = true
+}
+
+func (e *eorLog) reset(addr string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.seen, addr)
+}
+
+func (e *eorLog) has(addr, family string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen[addr][family]
+}
+
+func familyKey(f *api.Family) string { return f.GetAfi().String() + "/" + f.GetSafi().String() }
+
+// watchPeers follows GoBGP's session state changes and the End-of-RIB
+// markers peers send; it cuts the Idle wait of each session that just
+// went Idle.
 func (r *Router) watchPeers(ctx context.Context) error {
 	var mu sync.Mutex
 	last := map[string]api.PeerState_SessionState{}
 	nudged := map[string]time.Time{}
-	return r.srv.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(rsp *api.WatchEventResponse) {
+	req := &api.WatchEventRequest{
+		Peer:  &api.WatchEventRequest_Peer{},
+		Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_EOR}}},
+	}
+	return r.srv.WatchEvent(ctx, req, func(rsp *api.WatchEventResponse) {
+		if t := rsp.GetTable(); t != nil {
+			for _, p := range t.GetPaths() {
+				if p.GetNeighborIp() != "" {
+					r.eor.received(p.GetNeighborIp(), familyKey(p.GetFamily()))
+				}
+			}
+			return
+		}
 		ev := rsp.GetPeer()
 		if ev == nil || ev.GetType() != api.WatchEventResponse_PeerEvent_STATE {
 			return
 		}
 		st := ev.GetPeer().GetState()
 		addr := st.GetNeighborAddress()
+		if st.GetSessionState() != api.PeerState_ESTABLISHED {
+			r.eor.reset(addr)
+		}
 		mu.Lock()
 		prev := last[addr]
 		last[addr] = st.GetSessionState()
