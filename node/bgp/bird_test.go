@@ -123,6 +123,7 @@ func rrConf(bird1 bool, nodes map[string]string) string {
 // TestBIRDRouteReflector: the seed's topology, mesh off, every node peering
 // with a BIRD route reflector through a global BGPPeer; BIRD 2 and 1.6.
 func TestBIRDRouteReflector(t *testing.T) {
+	t.Parallel()
 	for _, version := range []string{"bird2", "bird1.6"} {
 		t.Run(version, func(t *testing.T) {
 			bin, ctl := bird2Bin, bird2Ctl
@@ -158,6 +159,7 @@ func TestBIRDRouteReflector(t *testing.T) {
 // block too (with n1 as next hop, or n2 with keepOriginalNextHop); one
 // that rejects n1's own block withdraws it.
 func TestEBGP(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{ASNumber: asn(65000)}})
@@ -235,6 +237,7 @@ func (b *birdPeer) waitNextHop(pfx netip.Prefix, gw string) {
 // label routeReflector; a BGPPeer with peerSelector has(routeReflector)
 // makes every node peer with it and it reflects between them.
 func TestInClusterRR(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -264,6 +267,7 @@ func TestInClusterRR(t *testing.T) {
 // TestGracefulRestart: n1's BGP process is killed with -9 and restarted;
 // BIRD keeps n1's block throughout, and n1's kernel keeps BIRD's route.
 func TestGracefulRestart(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false

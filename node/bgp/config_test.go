@@ -16,6 +16,7 @@ import (
 // (as BIRD, which then cannot resolve the next hop); naming another
 // interface brings them back.
 func TestIgnoredInterfaces(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	conf := &v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}}
@@ -38,6 +39,7 @@ func TestIgnoredInterfaces(t *testing.T) {
 // node address only, not on every address (here also 198.18.0.101), and
 // the mesh still comes up.
 func TestBindModeNodeIP(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.node("n1", "198.18.0.1/24", nil)
@@ -99,6 +101,7 @@ func TestIgnoredNodeConfig(t *testing.T) {
 // TestRouteProtocol: a node configured with another route protocol
 // number marks its kernel routes with it, not the default.
 func TestRouteProtocol(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.node("n1", "198.18.0.1/24", nil)
@@ -120,6 +123,7 @@ func TestRouteProtocol(t *testing.T) {
 // peer table (what calicoctl node status prints), and once it has been
 // down a while the node logs that at warning level.
 func TestSessionDownReason(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001}})

@@ -17,6 +17,7 @@ import (
 // n2's block on (accepted from remote peers) and keep n1's IPv6 block
 // from BIRD while the IPv6 service range still goes.
 func TestBGPFilter(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: "pods6"}, Spec: v3.IPPoolSpec{CIDR: "fd00:244::/48", BlockSize: 122}})

@@ -201,6 +201,7 @@ func frrBorder(nodes []string, gracefulRestart bool, extra string) string {
 // FQDN capability FRR receives carries the machine's host name, not the
 // node name.
 func TestFRREBGP(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "border"}, Spec: v3.BGPPeerSpec{Node: "n1", PeerIP: "198.18.0.251", ASNumber: 65001}})
@@ -232,6 +233,7 @@ func TestFRREBGP(t *testing.T) {
 // TestFRRRouteReflector: the mesh off, FRR reflects between n1 and n2;
 // across a restart of n1 no datagram between the two is lost.
 func TestFRRRouteReflector(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -265,6 +267,7 @@ func TestFRRRouteReflector(t *testing.T) {
 // connects to n2 (n2 cannot connect out); both sessions come up, and come
 // back after n2 restarts without a datagram lost.
 func TestFRRPassword(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -308,6 +311,7 @@ func TestFRRPassword(t *testing.T) {
 // lists). The restarted n1 announces that it kept its forwarding state
 // (the F bit) for IPv4 unicast.
 func TestFRRGracefulRestart(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"helper", "graceful-restart"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newFabric(t)

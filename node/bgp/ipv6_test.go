@@ -44,6 +44,7 @@ func peerTable(sock string) ([]router.PeerState, error) {
 // table). The session table the status API reads lists the IPv6 mesh
 // sessions Established.
 func TestIPv6Mesh(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	// n3 reaches etcd over IPv6.
 	f.lab.Run("ip", "-n", f.br, "addr", "add", "fd00:198:18::254/64", "dev", "br0", "nodad")

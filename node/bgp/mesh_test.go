@@ -13,6 +13,7 @@ import (
 // route each other's blocks (blackholing their own), answer `gobgp
 // neighbor`, and withdraw a block everywhere when its affinity goes.
 func TestMesh(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	names := []string{"n1", "n2", "n3"}

@@ -30,6 +30,7 @@ func writeSecret(t *testing.T, dir, name, key, value string) {
 // up and BIRD learns its block. n2's holds a wrong one: its session stays
 // down and BIRD learns nothing from it, until the file is corrected.
 func TestPassword(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -75,6 +76,7 @@ protocol bgp n2 from nodes { neighbor 198.18.0.2 as 64512; }
 // blocks are routed. A node whose secret file holds another password
 // stays out of the mesh, and its session says so in the peer table.
 func TestMeshPassword(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{
@@ -116,6 +118,7 @@ func TestMeshPassword(t *testing.T) {
 // and says why: the peer table (what `calicoctl node status` prints)
 // names the local error, and the log carries it at warning level.
 func TestPasswordLocalError(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{
@@ -143,6 +146,7 @@ func TestPasswordLocalError(t *testing.T) {
 // MD5 password; the session comes up only if n1's listener carries the
 // key for BIRD's address.
 func TestPasswordAccepted(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false

@@ -16,6 +16,7 @@ import (
 // (standard, large, named); a range removed from the configuration is
 // withdrawn from BIRD by every node.
 func TestServiceCIDRs(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	clusterIPs := netip.MustParsePrefix("10.96.0.0/12")
 	externalIPs := netip.MustParsePrefix("198.19.200.0/24")

@@ -14,6 +14,7 @@ import (
 // ttlSecurity is added to that BGPPeer too. n2's BGPPeer also sets
 // reachableBy, which is not acted on: n2 says so once in its log.
 func TestTTLSecurity(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -72,6 +73,7 @@ protocol bgp n2 from nodes { neighbor 198.18.0.2 as 64512; }
 // out); the session comes up only if the connection n1 accepts sends
 // with TTL 255 and checks BIRD's.
 func TestTTLSecurityAccepted(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false

@@ -40,6 +40,8 @@ type Router struct {
 	notes *peerNotes
 	// eor says which End-of-RIB markers each session's peer has sent.
 	eor *eorLog
+	// states are the session states the watch last saw.
+	states *peerStates
 }
 
 var _ router.Router = (*Router)(nil)
@@ -57,7 +59,8 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	}
 	s := server.NewBgpServer(opts...)
 	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}}}
+	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}},
+		states: &peerStates{last: map[string]api.PeerState_SessionState{}}}
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -211,6 +214,8 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 	restarting := r.restarting
 	r.mu.Unlock()
 	r.notes.forget(p.Address.String())
+	r.states.forget(p.Address.String())
+	r.eor.reset(p.Address.String())
 	if err := r.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, restarting)}); err != nil {
 		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}

@@ -42,6 +42,19 @@ import (
 // loop: each round still waits 1 s in Idle and 1-2 s before it connects.)
 const nudgeGap = 200 * time.Millisecond
 
+// peerStates are the last states the watch saw, by neighbour address;
+// a neighbour added again starts afresh.
+type peerStates struct {
+	mu   sync.Mutex
+	last map[string]api.PeerState_SessionState
+}
+
+func (s *peerStates) forget(addr string) {
+	s.mu.Lock()
+	delete(s.last, addr)
+	s.mu.Unlock()
+}
+
 // eorLog remembers which families each session's peer has sent
 // End-of-RIB for since the session was last Established. GoBGP's own flag
 // cannot tell: it also sets it, without any marker received, when both
@@ -79,9 +92,7 @@ func familyKey(f *api.Family) string { return f.GetAfi().String() + "/" + f.GetS
 // markers peers send; it cuts the Idle wait of each session that just
 // went Idle.
 func (r *Router) watchPeers(ctx context.Context) error {
-	var mu sync.Mutex
-	last := map[string]api.PeerState_SessionState{}
-	nudged := map[string]time.Time{}
+	mu, last, nudged := &r.states.mu, r.states.last, map[string]time.Time{}
 	req := &api.WatchEventRequest{
 		Peer:  &api.WatchEventRequest_Peer{},
 		Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_EOR}}},
@@ -105,10 +116,13 @@ func (r *Router) watchPeers(ctx context.Context) error {
 			r.eor.reset(addr)
 		}
 		mu.Lock()
-		prev := last[addr]
+		prev, known := last[addr]
 		last[addr] = st.GetSessionState()
-		due := st.GetSessionState() == api.PeerState_IDLE && prev != api.PeerState_IDLE &&
-			st.GetAdminState() == api.PeerState_UP && time.Since(nudged[addr]) > nudgeGap
+		// A new neighbour's first Idle ends at once by itself (and the
+		// admin down would then find it Active, and send it back to
+		// Idle): only a session that was somewhere else is helped.
+		due := known && st.GetSessionState() == api.PeerState_IDLE && prev != api.PeerState_IDLE &&
+			prev != api.PeerState_UNKNOWN && st.GetAdminState() == api.PeerState_UP && time.Since(nudged[addr]) > nudgeGap
 		if due {
 			nudged[addr] = time.Now()
 		}
