@@ -51,6 +51,21 @@ type Report struct {
 	BGPRunning bool `json:"bgpRunning"`
 	// Peers is the BGP peer table (empty when BGP is not running).
 	Peers []PeerStatus `json:"peers"`
+	// Datastore says whether the datastore answers the agent (nil from an
+	// agent that does not report it).
+	Datastore *DatastoreStatus `json:"datastore,omitempty"`
+}
+
+// DatastoreStatus is whether the agent's datastore answers.
+type DatastoreStatus struct {
+	// Endpoints are the etcd endpoints the agent uses.
+	Endpoints []string `json:"endpoints"`
+	// Reachable is false while etcd does not answer the agent's reads.
+	Reachable bool `json:"reachable"`
+	// Since is when Reachable last changed (or the agent connected).
+	Since time.Time `json:"since"`
+	// Error is the last failed read's error while unreachable.
+	Error string `json:"error,omitempty"`
 }
 
 // SplitPeers returns the IPv4 and IPv6 peers of peers, in their order.
