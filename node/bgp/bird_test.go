@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palisade-net/palisade/libcalico/api/numorstring"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
@@ -314,4 +315,27 @@ protocol bgp n1 { local 198.18.0.250 as 64512; neighbor 198.18.0.1 as 64512; gra
 		time.Sleep(200 * time.Millisecond)
 	}
 	check("after restart")
+}
+
+// TestLocalASNumber: a BGPPeer's localASNumber is the AS the node
+// presents to that peer: BIRD, expecting AS 65050 from n1 (whose own AS is
+// 64512), brings the session up and learns n1's block.
+func TestLocalASNumber(t *testing.T) {
+	t.Parallel()
+	f := newFabric(t)
+	f.pool()
+	local := numorstring.ASNumber(65050)
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001, LocalASNumber: &local}})
+	b := f.startBird("tor", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol direct { ipv4; interface "eth0"; }
+protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 65050; ipv4 { import all; export none; }; }
+`)
+	f.node("n1", "198.18.0.1/24", nil)
+	blk := f.block("n1")
+	f.start("n1")
+	b.waitHas(blk, true)
+	if out := b.show("show", "route", "for", blk.String(), "all"); !strings.Contains(out, "BGP.as_path: 65050") {
+		t.Errorf("n1's block should come from AS 65050:\n%s", out)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -102,18 +103,17 @@ func (p Peer) Key() string {
 }
 
 // Ignored lists the fields of a BGPPeer that are set but not acted on,
-// each with what happens instead, so that the node can say so.
+// each with what happens instead, so that the node can say so: those of
+// v3.NotActedOn, and values of fields otherwise acted on.
 func Ignored(bp v3.BGPPeer) []string {
 	var out []string
-	s := bp.Spec
-	if s.ReachableBy != "" {
-		out = append(out, "spec.reachableBy is not acted on: the node needs a route of its own to the peer")
+	for _, f := range v3.NotActedOnFields(&bp) {
+		if strings.HasPrefix(f, "spec.") {
+			out = append(out, f+" is not acted on")
+		}
 	}
-	if s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
+	if s := bp.Spec; s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
 		out = append(out, "spec.nextHopMode Self is not acted on: next hops are set as with Auto")
-	}
-	if s.LocalWorkloadSelector != "" {
-		out = append(out, "spec.localWorkloadSelector is not acted on: no session is made with local workloads")
 	}
 	return out
 }
@@ -279,7 +279,9 @@ func (b *builder) add(p Peer, override bool, filters []string) {
 	if !src.IsValid() {
 		return
 	}
-	p.LocalAS = b.me.as
+	if p.LocalAS == 0 {
+		p.LocalAS = b.me.as
+	}
 	p.EBGP = p.AS != p.LocalAS
 	if p.SourceAddress.IsValid() {
 		p.SourceAddress = src.Addr()
@@ -366,6 +368,10 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	}
 	if s.TTLSecurity != nil {
 		template.TTLSecurity = *s.TTLSecurity
+	}
+	if s.LocalASNumber != nil {
+		// The AS this node presents to the peer instead of its own.
+		template.LocalAS = uint32(*s.LocalASNumber)
 	}
 	template.Password, template.PasswordRef = b.resolve(s.Password)
 	if s.SourceAddress != v3.SourceAddressNone {
