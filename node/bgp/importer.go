@@ -3,7 +3,6 @@ package bgp
 import (
 	"net/netip"
 	"reflect"
-	"slices"
 	"sync"
 
 	"github.com/palisade-net/palisade/node/bgp/kernel"
@@ -24,14 +23,18 @@ type localRoutes struct {
 	// Ignored are the subnets of BGPConfiguration ignoredInterfaces: a
 	// next hop reached through them is not used.
 	Ignored []netip.Prefix
+	// FelixOwned are the CIDRs of VXLAN pools: nothing learned inside
+	// them is programmed, felix's overlay routes them.
+	FelixOwned []netip.Prefix
 }
 
 // importer turns learned best routes and this node's blocks into the
 // kernel's desired routes: learned prefixes over their (ECMP) next hops,
-// except anything inside our own blocks (other than the host routes of
-// addresses we lent), anything we originate ourselves (the service ranges
-// every node advertises) or pointing at ourselves or through an ignored
-// interface, plus a blackhole for each of our blocks.
+// except anything inside a VXLAN pool (felix's), inside our own blocks
+// (other than the host routes of addresses we lent), anything we
+// originate ourselves (the service ranges every node advertises) or
+// pointing at ourselves or through an ignored interface, plus a blackhole
+// for each of our blocks.
 type importer struct {
 	sync *kernel.Syncer
 
@@ -43,7 +46,6 @@ type importer struct {
 	lent       map[netip.Prefix]bool
 	self       map[netip.Addr]bool
 	own        map[netip.Prefix]bool
-	felix      []netip.Prefix // VXLAN pools: felix routes them
 	lastChange chan struct{}
 }
 
@@ -70,7 +72,7 @@ func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
 	if im.own[pfx] {
 		return r
 	}
-	for _, p := range im.felix {
+	for _, p := range im.local.FelixOwned {
 		if p.Bits() <= pfx.Bits() && p.Contains(pfx.Addr()) {
 			return r
 		}
@@ -115,24 +117,6 @@ func (im *importer) onRoutes(rs []router.Route) {
 	case im.lastChange <- struct{}{}:
 	default:
 	}
-}
-
-// setFelixOwned sets the VXLAN pools' CIDRs, whose learned routes are
-// never programmed (felix's overlay routes them), and recomputes every
-// learned route when they changed.
-func (im *importer) setFelixOwned(pools []netip.Prefix) {
-	im.mu.Lock()
-	if slices.Equal(pools, im.felix) {
-		im.mu.Unlock()
-		return
-	}
-	im.felix = slices.Clone(pools)
-	out := make([]kernel.Route, 0, len(im.learned))
-	for pfx, hops := range im.learned {
-		out = append(out, im.wanted(pfx, hops))
-	}
-	im.mu.Unlock()
-	im.sync.Update(out)
 }
 
 // setLocal sets what the importer knows about this node and recomputes

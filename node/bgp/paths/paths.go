@@ -105,15 +105,15 @@ type Result struct {
 	// Blocks are this node's blocks (whatever their pool), never to be
 	// imported from peers...
 	Blocks []netip.Prefix `json:"blocks"`
+	// ...except the host routes of Lent: addresses of this node's blocks
+	// that other nodes hold (they advertise them).
+	Lent []netip.Prefix `json:"lent,omitempty"`
 	// FelixOwned are the CIDRs of VXLAN pools (vxlanMode Always or
 	// CrossSubnet): their blocks are still advertised, as Calico's BIRD
 	// does, but routes learned inside them are never programmed into the
 	// kernel — felix routes them (Calico's calico_kernel_programming
 	// filter rejects them the same way).
 	FelixOwned []netip.Prefix `json:"felixOwned,omitempty"`
-	// ...except the host routes of Lent: addresses of this node's blocks
-	// that other nodes hold (they advertise them).
-	Lent []netip.Prefix `json:"lent,omitempty"`
 }
 
 // Compute returns the node's paths. Invalid service CIDRs or communities
