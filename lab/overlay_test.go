@@ -237,6 +237,8 @@ func TestVXLANBackend(t *testing.T) {
 	if got := peerSeen(t, l, pods[0].Key(), "router", routerAddrs[0]); got != n1.IP {
 		t.Errorf("%s seen from %s by the router, want its node's address %s (natOutgoing)", pods[0].Key(), got, n1.IP)
 	}
+	// The capture reads behind the probes.
+	waitFor(t, 5*time.Second, "the capture saw the IPv6 probe", func() (bool, string) { return c.how(pods[0].IP6, pods[1].IP6) != 0, "" })
 	if c.how(pods[0].IP6, pods[1].IP6) != seenTunnelled {
 		t.Errorf("IPv6 %s → %s seen as %s, want tunnelled", pods[0].IP6, pods[1].IP6, seenWord(c.how(pods[0].IP6, pods[1].IP6)))
 	}
@@ -254,8 +256,25 @@ func TestVXLANBackend(t *testing.T) {
 	if !fdbHas(t, l, "node1", n4.IP) {
 		t.Fatal("node1 has no FDB entry for node4")
 	}
+	out, err := l.Calicoctl(ctx, "node1", nil, "get", "node", n4.Name, "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tun4 string
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "ipv4VXLANTunnelAddr:"); ok {
+			tun4 = strings.TrimSpace(v)
+		}
+	}
+	if tun4 == "" {
+		t.Fatalf("node4 has no VXLAN tunnel address:\n%s", out)
+	}
 	if err := l.RemoveNode(ctx, n4.Name); err != nil {
 		t.Fatal(err)
+	}
+	// Its tunnel address went back to the pool with it.
+	if out, err := l.Calicoctl(ctx, "node1", nil, "ipam", "show", "--ip="+tun4); err != nil || !strings.Contains(out, "is not currently assigned") {
+		t.Errorf("node4's tunnel address %s after the node was removed: %s %v", tun4, out, err)
 	}
 	waitFor(t, 10*time.Second, "node1 forgets node4's VTEP", func() (bool, string) { return !fdbHas(t, l, "node1", n4.IP), "" })
 	rs, err := l.OverlayRoutes(ctx, "node1")
@@ -313,9 +332,22 @@ func TestVXLANCrossSubnet(t *testing.T) {
 		out, err := l.Calicoctl(ctx, "node1", nil, "get", "nodes", "-o", "yaml")
 		return err == nil && !strings.Contains(out, "ipv4VXLANTunnelAddr"), out
 	})
-	waitFor(t, 10*time.Second, "node1's VXLAN device gone", func() (bool, string) {
-		out, err := l.Output(ctx, "node1", nil, "ip", "link", "show", "vxlan.calico")
-		return err != nil, out
+	waitFor(t, 10*time.Second, "every node's VXLAN device and overlay routes gone", func() (bool, string) {
+		for _, n := range l.Nodes() {
+			if out, err := l.Output(ctx, n.Name, nil, "ip", "link", "show", "vxlan.calico"); err == nil {
+				return false, n.Name + " still has vxlan.calico: " + out
+			}
+			rs, err := l.OverlayRoutes(ctx, n.Name)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, r := range rs {
+				if len(r.Via) > 0 {
+					return false, fmt.Sprintf("%s still routes %s via %v", n.Name, r.Prefix, r.Via)
+				}
+			}
+		}
+		return true, ""
 	})
 	if m := l.Reachability(ctx, 500*time.Millisecond); m.Failures() != len(m.Pods)*(len(m.Pods)-1) {
 		t.Errorf("with vxlanMode Never and no BGP, %d pod pairs still reach each other", len(m.Pods)*(len(m.Pods)-1)-m.Failures())
