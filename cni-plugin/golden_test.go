@@ -32,7 +32,9 @@ func TestAddResultGolden(t *testing.T) {
 			n := c.newNode("node-" + strings.ReplaceAll(ver, ".", ""))
 			list := n.calicoConf(ver, nil)
 			p := n.newPod("golden", "web-"+ver)
-			p.containerID = "0123456789abcdef" + ver // a fixed handle in the result's context
+			// A fixed handle in the result's context; container IDs have no dots
+			// (Calico refuses them, and so does the WorkloadEndpoint check).
+			p.containerID = "0123456789abcdef" + strings.ReplaceAll(ver, ".", "")
 			res, err := n.add(list, p.runtimeConf(true))
 			if err != nil {
 				t.Fatalf("ADD: %v", err)

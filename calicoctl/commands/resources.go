@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/client"
@@ -34,6 +35,13 @@ func (a *app) write(ctx context.Context, o *writeOptions, op client.Op, verb, do
 	if err := o.ns.applyAll(rs); err != nil {
 		return fmt.Errorf("Failed to execute command: %w", err)
 	}
+	for i, r := range rs {
+		if err := writable(r); err != nil {
+			return fmt.Errorf("Failed to execute command: document %d of %d (%s): %w; nothing was %s",
+				i+1, len(rs), identifier(keyOf(r)), err, done)
+		}
+	}
+	a.warnNotActedOn(rs)
 	c, closeFn, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -86,4 +94,34 @@ func namedResources(info v3.KindInfo, names []string, ns *nsOptions) ([]v3.Resou
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// writable refuses what Calico's calicoctl refuses to write: the read-only
+// ClusterInformation, and NetworkPolicies named like the ones Kubernetes
+// NetworkPolicies become (those are managed through the Kubernetes API).
+func writable(r v3.Resource) error {
+	kind, name := r.GetTypeMeta().Kind, r.GetObjectMeta().Name
+	switch {
+	case kind == v3.KindClusterInformation:
+		return fmt.Errorf("resource type '%s' is read-only", kind)
+	case kind == v3.KindNetworkPolicy && strings.HasPrefix(name, "knp.default."):
+		return fmt.Errorf("operation %s is not supported on NetworkPolicy(%s/%s): kubernetes network policies must be managed through the kubernetes API",
+			"create or apply", r.GetObjectMeta().Namespace, name)
+	}
+	return nil
+}
+
+// warnNotActedOn says once on stderr, per kind and field, which fields of
+// rs Palisade accepts but does not act on yet (the v3.NotActedOn table).
+func (a *app) warnNotActedOn(rs []v3.Resource) {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		kind := r.GetTypeMeta().Kind
+		for _, f := range v3.NotActedOnFields(r) {
+			if key := kind + " " + f; !seen[key] {
+				seen[key] = true
+				fmt.Fprintf(a.env.ErrOut, "Warning: %s field %s is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n", kind, f)
+			}
+		}
+	}
 }

@@ -26,6 +26,9 @@ type app struct {
 	env        Env
 	configPath string
 	logLevel   string
+	// allowVersionMismatch is accepted as Calico's calicoctl accepts it;
+	// Palisade's calicoctl does not compare its version with the cluster's.
+	allowVersionMismatch bool
 }
 
 // NewRoot returns the calicoctl root command writing to out and errOut,
@@ -55,6 +58,8 @@ func NewRootEnv(env Env) *cobra.Command {
 		"Path to the file containing connection configuration in YAML or JSON format.")
 	root.PersistentFlags().StringVarP(&a.logLevel, "log-level", "l", "panic",
 		"Log level: panic, fatal, error, warning, info or debug.")
+	root.PersistentFlags().BoolVar(&a.allowVersionMismatch, "allow-version-mismatch", false,
+		"Allow client and cluster versions mismatch (accepted for Calico compatibility; Palisade does not check versions).")
 	root.AddCommand(
 		newVersionCommand(a),
 		newCreateCommand(a),

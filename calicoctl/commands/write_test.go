@@ -1,10 +1,15 @@
 package commands_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
 	"testing"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/client"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
 func poolDoc(name, cidr string) string {
@@ -121,7 +126,9 @@ func TestVersionAndCompletion(t *testing.T) {
 	if !strings.Contains(r.stderr, `clusterinformation "default"`) {
 		t.Errorf("version stderr %q does not say why the cluster version is unknown", r.stderr)
 	}
-	c.mustRun(t, "apiVersion: projectcalico.org/v3\nkind: ClusterInformation\nmetadata:\n  name: default\nspec:\n  calicoVersion: v3.99.0\n  clusterType: palisade,bgp\n", "create", "-f", "-")
+	// ClusterInformation is read-only to calicoctl: calico-node writes it.
+	c.writeDirect(t, &v3.ClusterInformation{ObjectMeta: v3.ObjectMeta{Name: "default"},
+		Spec: v3.ClusterInformationSpec{CalicoVersion: "v3.99.0", ClusterType: "palisade,bgp"}})
 	golden(t, "version.txt", c.mustRun(t, "", "version"))
 	for _, sh := range []string{"bash", "zsh"} {
 		out := c.mustRun(t, "", "completion", sh)
@@ -137,4 +144,91 @@ func slices(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestApplyWarnsNotActedOn checks that apply names each accepted but not
+// acted on field once per kind on stderr, and still applies.
+func TestApplyWarnsNotActedOn(t *testing.T) {
+	c := newCluster(t)
+	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {bpfEnabled: true}\n"
+	r := c.run(t, doc, nil, "apply", "-f", "-", "--allow-version-mismatch")
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d: %s", r.code, r.stderr)
+	}
+	want := "Warning: FelixConfiguration field metadata.generation is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
+		"Warning: FelixConfiguration field spec.bpf* is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
+		"Warning: FelixConfiguration field spec.goMaxProcs is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
+	if r.stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
+	}
+	if r.stdout != "Successfully applied 2 'FelixConfiguration' resource(s)\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+}
+
+// TestWriteRefusesWhatCalicoRefuses checks the kinds and names calicoctl
+// will not write, with nothing written.
+func TestWriteRefusesWhatCalicoRefuses(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct{ doc, want string }{
+		{"kind: ClusterInformation\nmetadata: {name: default}\nspec: {}\n", "resource type 'ClusterInformation' is read-only"},
+		{"kind: NetworkPolicy\nmetadata: {name: knp.default.web, namespace: a}\nspec: {}\n", "kubernetes network policies must be managed through the kubernetes API"},
+	} {
+		r := c.run(t, "apiVersion: projectcalico.org/v3\n"+tc.doc, nil, "apply", "-f", "-")
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "nothing was applied") {
+			t.Errorf("apply %q: exit %d, stderr %q, want %q", tc.doc, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// TestStagedPolicies checks that the staged policy kinds apply, are stored,
+// listed and deleted.
+func TestStagedPolicies(t *testing.T) {
+	c := newCluster(t)
+	docs := "apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {name: web, namespace: prod}\nspec: {selector: app == 'web', ingress: [{action: Allow}]}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: deny-all}\nspec: {stagedAction: Delete}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: StagedKubernetesNetworkPolicy\nmetadata: {name: k, namespace: prod}\nspec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Ingress]}\n"
+	if r := c.run(t, docs, nil, "apply", "-f", "-"); r.code != 0 || r.stdout != "Successfully applied 3 resource(s)\n" {
+		t.Fatalf("apply: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ args []string }{
+		{[]string{"get", "stagednetworkpolicy", "-n", "prod", "-o", "name"}},
+		{[]string{"get", "sgnp", "-o", "name"}},
+		{[]string{"get", "sknp", "-A", "-o", "name"}},
+	} {
+		if r := c.run(t, "", nil, tc.args...); r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %s", tc.args, r.code, r.stdout, r.stderr)
+		}
+	}
+	r := c.run(t, "", nil, "get", "stagednetworkpolicy", "web", "-n", "prod", "-o", "yaml")
+	for _, want := range []string{"stagedAction: Set", "tier: default", "projectcalico.org/tier: default"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stored staged policy lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "source: {}") || strings.Contains(r.stdout, "destination: {}") {
+		t.Errorf("stored staged policy has empty rule ends:\n%s", r.stdout)
+	}
+	if r := c.run(t, "", nil, "delete", "sgnp", "deny-all"); r.code != 0 {
+		t.Errorf("delete: exit %d: %s", r.code, r.stderr)
+	}
+	if r := c.run(t, "", nil, "get", "sgnp", "-o", "name"); r.stdout != "" {
+		t.Errorf("after delete: %q", r.stdout)
+	}
+}
+
+// writeDirect stores r through the library client, as the components that
+// own read-only kinds do.
+func (c *cluster) writeDirect(t *testing.T, r v3.Resource) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: c.endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	if _, err := client.New(store).Apply(ctx, r); err != nil {
+		t.Fatalf("writing %s: %v", r.GetTypeMeta().Kind, err)
+	}
 }

@@ -109,7 +109,13 @@ func (l *lexer) afterLabel() bool {
 
 func (l *lexer) rest() string { return l.src[l.pos:] }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+// isSpace reports whether c separates tokens: as in Calico's tokenizer,
+// only spaces and tabs do; a newline outside a string is an error.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
+// MaxLabelKeyLength is the longest label key a selector may name; Calico's
+// tokenizer refuses longer ones.
+const MaxLabelKeyLength = 512
 
 func (l *lexer) skipSpace() {
 	for l.pos < len(l.src) && isSpace(l.src[l.pos]) {
@@ -227,9 +233,13 @@ func (l *lexer) lexWord() error {
 	case strings.HasPrefix(l.rest(), "has("):
 		l.pos += len("has(")
 		l.skipSpace()
+		keyStart := l.pos
 		key := l.scanKey()
 		if key == "" {
 			return l.errorf(l.pos, "expected a label name in has(), found %s", l.quoteChar(l.pos))
+		}
+		if err := l.checkKeyLength(keyStart, key); err != nil {
+			return err
 		}
 		if err := l.closeCall("has("); err != nil {
 			return err
@@ -252,6 +262,9 @@ func (l *lexer) lexWord() error {
 		return nil
 	}
 	if key := l.scanKey(); key != "" {
+		if err := l.checkKeyLength(start, key); err != nil {
+			return err
+		}
 		l.emit(tokLabel, start, key)
 		return nil
 	}
@@ -275,6 +288,14 @@ func (l *lexer) scanKey() string {
 		l.pos++
 	}
 	return l.src[start:l.pos]
+}
+
+// checkKeyLength refuses a label key longer than MaxLabelKeyLength.
+func (l *lexer) checkKeyLength(start int, key string) error {
+	if len(key) > MaxLabelKeyLength {
+		return l.errorf(start, "label key is %d characters long, longer than the %d allowed", len(key), MaxLabelKeyLength)
+	}
+	return nil
 }
 
 func isKeyChar(c byte) bool {

@@ -2,6 +2,7 @@ package selector
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -10,7 +11,7 @@ func TestParseValid(t *testing.T) {
 		name, in, canonical string
 	}{
 		{"empty is all", "", "all()"},
-		{"blank is all", " \t\n", "all()"},
+		{"blank is all", " \t", "all()"},
 		{"all", "all()", "all()"},
 		{"all with blanks inside", "all( )", "all()"},
 		{"global", "global()", "global()"},
@@ -85,6 +86,10 @@ func TestParseInvalid(t *testing.T) {
 		msg      string
 	}{
 		{"dangling and", "a == 'x' &&", 11, "expected an expression"},
+		{"newline between tokens", "a == 'x'\n&& has(b)", 8, `unexpected character '\n'`},
+		{"carriage return between tokens", "has(a)\r", 6, `unexpected character '\r'`},
+		{"label key of 513 characters", "has(" + strings.Repeat("k", 513) + ")", 4, "label key is 513 characters long, longer than the 512 allowed"},
+		{"label key of 513 characters in a comparison", strings.Repeat("k", 513) + " == 'x'", 0, "label key is 513 characters long, longer than the 512 allowed"},
 		{"dangling or", "has(a) ||", 9, "expected an expression"},
 		{"leading and", "&& has(a)", 0, `expected an expression, found "&&"`},
 		{"lone not", "!", 1, "expected an expression"},

@@ -59,6 +59,14 @@ type BGPConfigurationSpec struct {
 	LocalWorkloadPeeringIPV6 string `json:"localWorkloadPeeringIPV6,omitempty"`
 	// ProgramClusterRoutes is Enabled or Disabled.
 	ProgramClusterRoutes *string `json:"programClusterRoutes,omitempty"`
+	// ServiceLoadBalancerAggregation is Enabled (advertise the
+	// serviceLoadBalancerIPs ranges) or Disabled (advertise each service
+	// address).
+	ServiceLoadBalancerAggregation *string `json:"serviceLoadBalancerAggregation,omitempty"`
+	// IPv4NormalRoutePriority and IPv6NormalRoutePriority are the metrics
+	// Felix gives workload routes, which BGP must know to recognise them.
+	IPv4NormalRoutePriority *int `json:"ipv4NormalRoutePriority,omitempty"`
+	IPv6NormalRoutePriority *int `json:"ipv6NormalRoutePriority,omitempty"`
 }
 
 // ServiceLoadBalancerIPBlock is a LoadBalancer service range to advertise.
@@ -175,6 +183,9 @@ type BGPPeerSpec struct {
 	LocalWorkloadSelector string `json:"localWorkloadSelector,omitempty"`
 	// ReversePeering is Auto or Manual.
 	ReversePeering *ReversePeering `json:"reversePeering,omitempty"`
+	// LocalASNumber is the AS number the node presents to this peer
+	// instead of its own.
+	LocalASNumber *numorstring.ASNumber `json:"localASNumber,omitempty"`
 }
 
 // SourceAddress is the source address a BGP session uses.

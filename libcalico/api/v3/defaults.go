@@ -41,19 +41,177 @@ func Default(r Resource) {
 	case *NetworkPolicy:
 		x.Spec.Tier = defaultTier(x.Spec.Tier)
 		x.Spec.Types = defaultTypes(x.Spec.Types, x.Spec.Ingress, x.Spec.Egress)
+		defaultRules(x.Spec.Ingress, x.Spec.Egress)
+		setLabel(&x.ObjectMeta, LabelTier, x.Spec.Tier)
 	case *GlobalNetworkPolicy:
 		x.Spec.Tier = defaultTier(x.Spec.Tier)
 		x.Spec.Types = defaultTypes(x.Spec.Types, x.Spec.Ingress, x.Spec.Egress)
+		defaultRules(x.Spec.Ingress, x.Spec.Egress)
+		setLabel(&x.ObjectMeta, LabelTier, x.Spec.Tier)
+	case *StagedNetworkPolicy:
+		x.Spec.Tier = defaultTier(x.Spec.Tier)
+		if x.Spec.StagedAction == "" {
+			x.Spec.StagedAction = StagedActionSet
+		}
+		if x.Spec.StagedAction == StagedActionSet {
+			x.Spec.Types = defaultTypes(x.Spec.Types, x.Spec.Ingress, x.Spec.Egress)
+		}
+		defaultRules(x.Spec.Ingress, x.Spec.Egress)
+		setLabel(&x.ObjectMeta, LabelTier, x.Spec.Tier)
+	case *StagedGlobalNetworkPolicy:
+		x.Spec.Tier = defaultTier(x.Spec.Tier)
+		if x.Spec.StagedAction == "" {
+			x.Spec.StagedAction = StagedActionSet
+		}
+		if x.Spec.StagedAction == StagedActionSet {
+			x.Spec.Types = defaultTypes(x.Spec.Types, x.Spec.Ingress, x.Spec.Egress)
+		}
+		defaultRules(x.Spec.Ingress, x.Spec.Egress)
+		setLabel(&x.ObjectMeta, LabelTier, x.Spec.Tier)
+	case *StagedKubernetesNetworkPolicy:
+		if x.Spec.StagedAction == "" {
+			x.Spec.StagedAction = StagedActionSet
+		}
+	case *Profile:
+		defaultRules(x.Spec.Ingress, x.Spec.Egress)
 	case *Tier:
 		if x.Spec.DefaultAction == nil {
 			deny := Deny
 			x.Spec.DefaultAction = &deny
+		}
+		if x.Spec.Order == nil {
+			order := DefaultTierOrder
+			x.Spec.Order = &order
 		}
 	case *IPAMConfiguration:
 		if x.Spec.AutoAllocateBlocks == nil {
 			t := true
 			x.Spec.AutoAllocateBlocks = &t
 		}
+	case *WorkloadEndpoint:
+		setLabel(&x.ObjectMeta, LabelNamespace, x.Namespace)
+		if x.Spec.Orchestrator != "" {
+			setLabel(&x.ObjectMeta, LabelOrchestrator, x.Spec.Orchestrator)
+		}
+	case *NetworkSet:
+		x.Spec.Nets = canonicalNets(x.Spec.Nets)
+	case *GlobalNetworkSet:
+		x.Spec.Nets = canonicalNets(x.Spec.Nets)
+	case *IPReservation:
+		x.Spec.ReservedCIDRs = canonicalNets(x.Spec.ReservedCIDRs)
+	case *FelixConfiguration:
+		defaultFelixConfig(x)
+	case *BGPConfiguration:
+		defaultBGPConfig(x)
+	case *KubeControllersConfiguration:
+		defaultKubeControllersConfig(x)
+	}
+}
+
+// canonicalNets writes each network as Calico stores it: masked to its
+// network address, in canonical form (IPv6 lower-case and compressed). An
+// entry that does not parse is left for validation to report.
+func canonicalNets(nets []string) []string {
+	for i, n := range nets {
+		if p, ok := parseCIDROrIP(n); ok {
+			nets[i] = p.Masked().String()
+		}
+	}
+	return nets
+}
+
+// canonicalCIDR returns a CIDR in canonical form, leaving host bits (which
+// validation refuses where Calico does) and unparsable text alone.
+func canonicalCIDR(s string) string {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return s
+	}
+	return p.String()
+}
+
+// defaultRules drops the empty ends of rules ("source: {}") that Calico
+// does not store, by normalising empty lists to nil.
+func defaultRules(lists ...[]Rule) {
+	for _, rules := range lists {
+		for i := range rules {
+			for _, e := range []*EntityRule{&rules[i].Source, &rules[i].Destination} {
+				for j, n := range e.Nets {
+					e.Nets[j] = canonicalCIDR(n)
+				}
+				for j, n := range e.NotNets {
+					e.NotNets[j] = canonicalCIDR(n)
+				}
+				if len(e.Nets) == 0 {
+					e.Nets = nil
+				}
+				if len(e.NotNets) == 0 {
+					e.NotNets = nil
+				}
+				if len(e.Ports) == 0 {
+					e.Ports = nil
+				}
+				if len(e.NotPorts) == 0 {
+					e.NotPorts = nil
+				}
+			}
+		}
+	}
+}
+
+// defaultFelixConfig fills what Calico fills on write: failsafe ports
+// without a protocol are TCP, and the cluster-wide "default" configuration
+// gets the BPF connect-time load balancing, host-networked NAT and floating
+// IP modes Calico's schema defaults.
+func defaultFelixConfig(c *FelixConfiguration) {
+	for _, pp := range []*[]ProtoPort{c.Spec.FailsafeInboundHostPorts, c.Spec.FailsafeOutboundHostPorts} {
+		if pp == nil {
+			continue
+		}
+		for i := range *pp {
+			if (*pp)[i].Protocol == "" {
+				(*pp)[i].Protocol = "TCP"
+			}
+		}
+	}
+	if c.Spec.FloatingIPs == "" {
+		c.Spec.FloatingIPs = "Disabled"
+	}
+	if c.Spec.BPFConnectTimeLoadBalancing == nil {
+		v := "TCP"
+		c.Spec.BPFConnectTimeLoadBalancing = &v
+	}
+	if c.Spec.BPFHostNetworkedNATWithoutCTLB == nil {
+		v := "Enabled"
+		c.Spec.BPFHostNetworkedNATWithoutCTLB = &v
+	}
+}
+
+// defaultBGPConfig canonicalises the service CIDRs and prefix
+// advertisements, as Calico stores them.
+func defaultBGPConfig(c *BGPConfiguration) {
+	for i := range c.Spec.ServiceClusterIPs {
+		c.Spec.ServiceClusterIPs[i].CIDR = canonicalCIDR(c.Spec.ServiceClusterIPs[i].CIDR)
+	}
+	for i := range c.Spec.ServiceExternalIPs {
+		c.Spec.ServiceExternalIPs[i].CIDR = canonicalCIDR(c.Spec.ServiceExternalIPs[i].CIDR)
+	}
+	for i := range c.Spec.ServiceLoadBalancerIPs {
+		c.Spec.ServiceLoadBalancerIPs[i].CIDR = canonicalCIDR(c.Spec.ServiceLoadBalancerIPs[i].CIDR)
+	}
+	for i := range c.Spec.PrefixAdvertisements {
+		c.Spec.PrefixAdvertisements[i].CIDR = canonicalCIDR(c.Spec.PrefixAdvertisements[i].CIDR)
+	}
+}
+
+// defaultKubeControllersConfig fills Calico's schema defaults: Info
+// logging and health checks on.
+func defaultKubeControllersConfig(c *KubeControllersConfiguration) {
+	if c.Spec.LogSeverityScreen == "" {
+		c.Spec.LogSeverityScreen = "Info"
+	}
+	if c.Spec.HealthChecks == "" {
+		c.Spec.HealthChecks = "Enabled"
 	}
 }
 
@@ -86,6 +244,7 @@ func defaultIPPool(s *IPPoolSpec) {
 	if s.NATOutgoingV1 {
 		s.NATOutgoing, s.NATOutgoingV1 = true, false
 	}
+	s.CIDR = canonicalCIDR(s.CIDR)
 	if s.BlockSize == 0 {
 		if p, err := netip.ParsePrefix(s.CIDR); err == nil {
 			if p.Addr().Is4() {

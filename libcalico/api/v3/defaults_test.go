@@ -6,7 +6,7 @@ import (
 )
 
 func TestDefault(t *testing.T) {
-	tru, deny, auto := true, Deny, AssignmentAutomatic
+	tru, deny, auto, tierOrder := true, Deny, AssignmentAutomatic, DefaultTierOrder
 	tests := []struct {
 		name string
 		in   Resource
@@ -61,7 +61,7 @@ func TestDefault(t *testing.T) {
 		{
 			name: "tier default action",
 			in:   &Tier{ObjectMeta: ObjectMeta{Name: "t"}},
-			want: &Tier{TypeMeta: TypeMeta{Kind: KindTier, APIVersion: APIVersion}, ObjectMeta: ObjectMeta{Name: "t"}, Spec: TierSpec{DefaultAction: &deny}},
+			want: &Tier{TypeMeta: TypeMeta{Kind: KindTier, APIVersion: APIVersion}, ObjectMeta: ObjectMeta{Name: "t"}, Spec: TierSpec{DefaultAction: &deny, Order: &tierOrder}},
 		},
 		{
 			name: "IPAM auto allocation",
@@ -76,6 +76,13 @@ func TestDefault(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
+		// Policies carry the label of their tier, as Calico stores them.
+		switch w := tt.want.(type) {
+		case *NetworkPolicy:
+			setLabel(&w.ObjectMeta, LabelTier, w.Spec.Tier)
+		case *GlobalNetworkPolicy:
+			setLabel(&w.ObjectMeta, LabelTier, w.Spec.Tier)
+		}
 		t.Run(tt.name, func(t *testing.T) {
 			Default(tt.in)
 			if !reflect.DeepEqual(tt.in, tt.want) {

@@ -45,6 +45,27 @@ type WorkloadEndpointSpec struct {
 	// AllowSpoofedSourcePrefixes lets the workload send from these
 	// prefixes as well as from its own addresses.
 	AllowSpoofedSourcePrefixes []string `json:"allowSpoofedSourcePrefixes,omitempty"`
+	// QoSControls limits the workload's bandwidth, packet rate and
+	// connections.
+	QoSControls *QoSControls `json:"qosControls,omitempty"`
+}
+
+// QoSControls are a workload's traffic limits, as Calico's.
+type QoSControls struct {
+	IngressBandwidth      int64 `json:"ingressBandwidth,omitempty"`
+	EgressBandwidth       int64 `json:"egressBandwidth,omitempty"`
+	IngressBurst          int64 `json:"ingressBurst,omitempty"`
+	EgressBurst           int64 `json:"egressBurst,omitempty"`
+	IngressPeakrate       int64 `json:"ingressPeakrate,omitempty"`
+	EgressPeakrate        int64 `json:"egressPeakrate,omitempty"`
+	IngressMinburst       int64 `json:"ingressMinburst,omitempty"`
+	EgressMinburst        int64 `json:"egressMinburst,omitempty"`
+	IngressPacketRate     int64 `json:"ingressPacketRate,omitempty"`
+	EgressPacketRate      int64 `json:"egressPacketRate,omitempty"`
+	IngressPacketBurst    int64 `json:"ingressPacketBurst,omitempty"`
+	EgressPacketBurst     int64 `json:"egressPacketBurst,omitempty"`
+	IngressMaxConnections int64 `json:"ingressMaxConnections,omitempty"`
+	EgressMaxConnections  int64 `json:"egressMaxConnections,omitempty"`
 }
 
 // IPNAT is a one-to-one NAT from an external to a workload address.

@@ -162,12 +162,119 @@ type FelixConfigurationSpec struct {
 	FeatureDetectOverride string `json:"featureDetectOverride,omitempty"`
 	FeatureGates          string `json:"featureGates,omitempty"`
 	ProgramClusterRoutes  string `json:"programClusterRoutes,omitempty"`
+
+	// The fields below complete Calico's current FelixConfiguration API
+	// so that a Calico export applies unchanged. Those Palisade does not
+	// act on are listed in NotActedOn.
+	DataplaneWatchdogTimeout *Duration               `json:"dataplaneWatchdogTimeout,omitempty"`
+	HealthTimeoutOverrides   []HealthTimeoutOverride `json:"healthTimeoutOverrides,omitempty"`
+	EndpointStatusPathPrefix string                  `json:"endpointStatusPathPrefix,omitempty"`
+	// IPForwarding is Enabled or Disabled.
+	IPForwarding string `json:"ipForwarding,omitempty"`
+	// NATOutgoingExclusions is IPPoolsOnly or IPPoolsAndHostIPs.
+	NATOutgoingExclusions *string `json:"natOutgoingExclusions,omitempty"`
+	CgroupV2Path          string  `json:"cgroupV2Path,omitempty"`
+	RequireMTUFile        *bool   `json:"requireMTUFile,omitempty"`
+
+	DebugHost                        *string   `json:"debugHost,omitempty"`
+	DebugPort                        *int      `json:"debugPort,omitempty"`
+	DebugSimulateCalcGraphHangAfter  *Duration `json:"debugSimulateCalcGraphHangAfter,omitempty"`
+	DebugSimulateDataplaneHangAfter  *Duration `json:"debugSimulateDataplaneHangAfter,omitempty"`
+	DebugSimulateDataplaneApplyDelay *Duration `json:"debugSimulateDataplaneApplyDelay,omitempty"`
+	SidecarAccelerationEnabled       *bool     `json:"sidecarAccelerationEnabled,omitempty"`
+
+	NftablesRefreshInterval   *Duration `json:"nftablesRefreshInterval,omitempty"`
+	NftablesFilterAllowAction string    `json:"nftablesFilterAllowAction,omitempty"`
+	NftablesMangleAllowAction string    `json:"nftablesMangleAllowAction,omitempty"`
+	NftablesFilterDenyAction  string    `json:"nftablesFilterDenyAction,omitempty"`
+	NftablesMarkMask          *uint32   `json:"nftablesMarkMask,omitempty"`
+
+	BPFConntrackLogLevel              string                `json:"bpfConntrackLogLevel,omitempty"`
+	BPFConntrackCleanupMode           *string               `json:"bpfConntrackMode,omitempty"`
+	BPFConntrackTimeouts              *BPFConntrackTimeouts `json:"bpfConntrackTimeouts,omitempty"`
+	BPFLogFilters                     *map[string]string    `json:"bpfLogFilters,omitempty"`
+	BPFCTLBLogFilter                  string                `json:"bpfCTLBLogFilter,omitempty"`
+	BPFL3IfacePattern                 string                `json:"bpfL3IfacePattern,omitempty"`
+	BPFConnectTimeLoadBalancing       *string               `json:"bpfConnectTimeLoadBalancing,omitempty"`
+	BPFHostNetworkedNATWithoutCTLB    *string               `json:"bpfHostNetworkedNATWithoutCTLB,omitempty"`
+	BPFDSROptoutCIDRs                 *[]string             `json:"bpfDSROptoutCIDRs,omitempty"`
+	BPFKubeProxyEndpointSlicesEnabled *bool                 `json:"bpfKubeProxyEndpointSlicesEnabled,omitempty"`
+	BPFKubeProxyHealthzPort           *int                  `json:"bpfKubeProxyHealthzPort,omitempty"`
+	BPFPSNATPorts                     *numorstring.Port     `json:"bpfPSNATPorts,omitempty"`
+	BPFMapSizeNATFrontend             *int                  `json:"bpfMapSizeNATFrontend,omitempty"`
+	BPFMapSizeNATBackend              *int                  `json:"bpfMapSizeNATBackend,omitempty"`
+	BPFMapSizeNATAffinity             *int                  `json:"bpfMapSizeNATAffinity,omitempty"`
+	BPFMapSizeRoute                   *int                  `json:"bpfMapSizeRoute,omitempty"`
+	BPFMapSizePerCPUConntrack         *int                  `json:"bpfMapSizePerCpuConntrack,omitempty"`
+	BPFMapSizeConntrackScaling        string                `json:"bpfMapSizeConntrackScaling,omitempty"`
+	BPFMapSizeConntrackCleanupQueue   *int                  `json:"bpfMapSizeConntrackCleanupQueue,omitempty"`
+	BPFMapSizeIPSets                  *int                  `json:"bpfMapSizeIPSets,omitempty"`
+	BPFMapSizeIfState                 *int                  `json:"bpfMapSizeIfState,omitempty"`
+	BPFHostConntrackBypass            *bool                 `json:"bpfHostConntrackBypass,omitempty"`
+	BPFEnforceRPF                     string                `json:"bpfEnforceRPF,omitempty"`
+	BPFPolicyDebugEnabled             *bool                 `json:"bpfPolicyDebugEnabled,omitempty"`
+	BPFForceTrackPacketsFromIfaces    *[]string             `json:"bpfForceTrackPacketsFromIfaces,omitempty"`
+	BPFDisableGROForIfaces            string                `json:"bpfDisableGROForIfaces,omitempty"`
+	BPFExcludeCIDRsFromNAT            *[]string             `json:"bpfExcludeCIDRsFromNAT,omitempty"`
+	BPFExportBufferSizeMB             *int                  `json:"bpfExportBufferSizeMB,omitempty"`
+	BPFRedirectToPeer                 string                `json:"bpfRedirectToPeer,omitempty"`
+	BPFProfiling                      string                `json:"bpfProfiling,omitempty"`
+	BPFMaglevMaxEndpointsPerService   *int                  `json:"bpfMaglevMaxEndpointsPerService,omitempty"`
+	BPFMaglevMaxServices              *int                  `json:"bpfMaglevMaxServices,omitempty"`
+
+	FlowLogsFlushInterval        *Duration `json:"flowLogsFlushInterval,omitempty"`
+	FlowLogsCollectorDebugTrace  *bool     `json:"flowLogsCollectorDebugTrace,omitempty"`
+	FlowLogsGoldmaneServer       *string   `json:"flowLogsGoldmaneServer,omitempty"`
+	FlowLogsLocalReporter        *string   `json:"flowLogsLocalReporter,omitempty"`
+	FlowLogsPolicyEvaluationMode *string   `json:"flowLogsPolicyEvaluationMode,omitempty"`
+
+	RouteTableRanges  *[]RouteTableIDRange `json:"routeTableRanges,omitempty"`
+	RouteSyncDisabled *bool                `json:"routeSyncDisabled,omitempty"`
+
+	IPv4NormalRoutePriority           *int      `json:"ipv4NormalRoutePriority,omitempty"`
+	IPv4ElevatedRoutePriority         *int      `json:"ipv4ElevatedRoutePriority,omitempty"`
+	IPv6NormalRoutePriority           *int      `json:"ipv6NormalRoutePriority,omitempty"`
+	IPv6ElevatedRoutePriority         *int      `json:"ipv6ElevatedRoutePriority,omitempty"`
+	LiveMigrationRouteConvergenceTime *Duration `json:"liveMigrationRouteConvergenceTime,omitempty"`
+
+	WireguardThreadingEnabled  *bool   `json:"wireguardThreadingEnabled,omitempty"`
+	WindowsManageFirewallRules *string `json:"windowsManageFirewallRules,omitempty"`
+
+	GoGCThreshold   *int `json:"goGCThreshold,omitempty"`
+	GoMemoryLimitMB *int `json:"goMemoryLimitMB,omitempty"`
+	GoMaxProcs      *int `json:"goMaxProcs,omitempty"`
+}
+
+// HealthTimeoutOverride overrides the watchdog timeout of one Felix
+// subcomponent.
+type HealthTimeoutOverride struct {
+	Name    string   `json:"name"`
+	Timeout Duration `json:"timeout"`
+}
+
+// RouteTableIDRange is one range of RouteTableRanges.
+type RouteTableIDRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// BPFConntrackTimeouts overrides eBPF conntrack timers; each is a
+// duration or "Auto".
+type BPFConntrackTimeouts struct {
+	CreationGracePeriod *string `json:"creationGracePeriod,omitempty"`
+	TCPSynSent          *string `json:"tcpSynSent,omitempty"`
+	TCPEstablished      *string `json:"tcpEstablished,omitempty"`
+	TCPFinsSeen         *string `json:"tcpFinsSeen,omitempty"`
+	TCPResetSeen        *string `json:"tcpResetSeen,omitempty"`
+	UDPTimeout          *string `json:"udpTimeout,omitempty"`
+	GenericTimeout      *string `json:"genericTimeout,omitempty"`
+	ICMPTimeout         *string `json:"icmpTimeout,omitempty"`
 }
 
 // ProtoPort is a protocol and port (and optionally a network) that
 // failsafe rules always allow.
 type ProtoPort struct {
-	Protocol string `json:"protocol"`
+	Protocol string `json:"protocol,omitempty"`
 	Port     uint16 `json:"port"`
 	Net      string `json:"net,omitempty"`
 }

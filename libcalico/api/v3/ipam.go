@@ -58,6 +58,11 @@ type IPAMConfigurationSpec struct {
 	// AutoAllocateBlocks lets nodes claim new blocks automatically; true
 	// when unset.
 	AutoAllocateBlocks *bool `json:"autoAllocateBlocks,omitempty"`
+	// IPCooldownSeconds keeps a released address out of use this long.
+	IPCooldownSeconds *int32 `json:"ipCooldownSeconds,omitempty"`
+	// KubeVirtVMAddressPersistence is Enabled or Disabled: whether a
+	// KubeVirt VM keeps its address across restarts and migrations.
+	KubeVirtVMAddressPersistence *string `json:"kubeVirtVMAddressPersistence,omitempty"`
 }
 
 // IPAMConfigurationList is a list of IPAM configurations.

@@ -37,6 +37,9 @@ type IPPoolSpec struct {
 	// NodeSelector chooses the nodes that allocate from this pool; "all()"
 	// by default.
 	NodeSelector string `json:"nodeSelector,omitempty"`
+	// NamespaceSelector chooses the namespaces whose workloads may use the
+	// pool; empty is every namespace.
+	NamespaceSelector string `json:"namespaceSelector,omitempty"`
 	// AllowedUses lists what addresses from the pool may be used for;
 	// [Workload, Tunnel] by default.
 	AllowedUses []IPPoolAllowedUse `json:"allowedUses,omitempty"`

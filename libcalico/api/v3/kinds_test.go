@@ -66,7 +66,7 @@ func TestKindsConsistent(t *testing.T) {
 			seen[a] = k.Kind
 		}
 	}
-	if n := len(Kinds()); n != 19 {
-		t.Errorf("%d kinds registered, want 19", n)
+	if n := len(Kinds()); n != 22 {
+		t.Errorf("%d kinds registered, want 22", n)
 	}
 }

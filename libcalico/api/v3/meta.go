@@ -32,6 +32,41 @@ type ObjectMeta struct {
 	ResourceVersion   string            `json:"resourceVersion,omitempty"`
 	UID               string            `json:"uid,omitempty"`
 	CreationTimestamp Time              `json:"creationTimestamp,omitzero"`
+
+	// The fields below are Kubernetes object metadata that exports from
+	// Calico (`kubectl get -o yaml`, `calicoctl get -o yaml`) carry. They
+	// are accepted so such an export applies unchanged, and kept as given;
+	// Palisade does not act on them (see docs/not-acted-on.md).
+	GenerateName               string              `json:"generateName,omitempty"`
+	SelfLink                   string              `json:"selfLink,omitempty"`
+	Generation                 int64               `json:"generation,omitempty"`
+	DeletionTimestamp          *Time               `json:"deletionTimestamp,omitempty"`
+	DeletionGracePeriodSeconds *int64              `json:"deletionGracePeriodSeconds,omitempty"`
+	OwnerReferences            []OwnerReference    `json:"ownerReferences,omitempty"`
+	Finalizers                 []string            `json:"finalizers,omitempty"`
+	ManagedFields              []ManagedFieldEntry `json:"managedFields,omitempty"`
+}
+
+// OwnerReference names an object that owns this one, as in Kubernetes.
+type OwnerReference struct {
+	APIVersion         string `json:"apiVersion"`
+	Kind               string `json:"kind"`
+	Name               string `json:"name"`
+	UID                string `json:"uid"`
+	Controller         *bool  `json:"controller,omitempty"`
+	BlockOwnerDeletion *bool  `json:"blockOwnerDeletion,omitempty"`
+}
+
+// ManagedFieldEntry is one server-side-apply field manager record, as in
+// Kubernetes; FieldsV1 is kept as an opaque object.
+type ManagedFieldEntry struct {
+	Manager     string         `json:"manager,omitempty"`
+	Operation   string         `json:"operation,omitempty"`
+	APIVersion  string         `json:"apiVersion,omitempty"`
+	Time        *Time          `json:"time,omitempty"`
+	FieldsType  string         `json:"fieldsType,omitempty"`
+	FieldsV1    map[string]any `json:"fieldsV1,omitempty"`
+	Subresource string         `json:"subresource,omitempty"`
 }
 
 // GetObjectMeta gives access to the object metadata of any resource.

@@ -137,8 +137,9 @@ spec:
 		t.Fatal(err)
 	}
 	Default(rs[0])
-	want := `NetworkPolicy "production/allow-tcp-6379": spec.ingress[0].icmp: ICMP matches need protocol ICMP or ICMPv6` + "\n" +
-		`NetworkPolicy "production/allow-tcp-6379": spec.ingress[0].notICMP: ICMP matches need protocol ICMP or ICMPv6` + "\n" +
+	want := `NetworkPolicy "production/allow-tcp-6379": spec.ingress[0].source.ports[0] "0": port range invalid, port number must be between 1 and 65535` + "\n" +
+		`NetworkPolicy "production/allow-tcp-6379": spec.ingress[0].source.notPorts[0] "0": port range invalid, port number must be between 1 and 65535` + "\n" +
+		`NetworkPolicy "production/allow-tcp-6379": spec.ingress[0].icmp: rules that specify ICMP fields must set protocol to ICMP` + "\n" +
 		`NetworkPolicy "production/allow-tcp-6379": spec.ingress[0].source.namespaceSelector: selector "env = 'dev'": at position 4: expected "=="`
 	if err := Validate(rs[0]); err == nil || err.Error() != want {
 		t.Fatalf("error:\n got: %v\nwant: %s", err, want)

@@ -11,7 +11,24 @@ const (
 type Tier struct {
 	TypeMeta   `json:",inline"`
 	ObjectMeta `json:"metadata,omitempty"`
-	Spec       TierSpec `json:"spec,omitempty"`
+	Spec       TierSpec   `json:"spec,omitempty"`
+	Status     TierStatus `json:"status,omitzero"`
+}
+
+// TierStatus is what Calico's tier controller reports; Palisade keeps what
+// an export carries and writes none of its own.
+type TierStatus struct {
+	Conditions []Condition `json:"conditions,omitempty"`
+}
+
+// Condition is a Kubernetes status condition.
+type Condition struct {
+	Type               string `json:"type"`
+	Status             string `json:"status"`
+	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+	LastTransitionTime *Time  `json:"lastTransitionTime,omitempty"`
+	Reason             string `json:"reason,omitempty"`
+	Message            string `json:"message,omitempty"`
 }
 
 // TierSpec is the content of a tier.

@@ -43,20 +43,31 @@ func Validate(r Resource) error {
 		v.node(&x.Spec)
 	case *WorkloadEndpoint:
 		v.workloadEndpoint(&x.Spec)
+		v.workloadEndpointName(x)
 	case *HostEndpoint:
 		v.hostEndpoint(&x.Spec)
 	case *NetworkPolicy:
+		v.policyName(x.Name, false)
 		v.networkPolicy(&x.Spec)
 	case *GlobalNetworkPolicy:
+		v.policyName(x.Name, true)
 		v.globalNetworkPolicy(&x.Spec)
+	case *StagedNetworkPolicy:
+		v.policyName(x.Name, false)
+		v.stagedNetworkPolicy(&x.Spec)
+	case *StagedGlobalNetworkPolicy:
+		v.policyName(x.Name, true)
+		v.stagedGlobalNetworkPolicy(&x.Spec)
+	case *StagedKubernetesNetworkPolicy:
+		v.stagedKubernetesNetworkPolicy(&x.Spec)
 	case *Tier:
 		v.tier(x)
 	case *Profile:
 		v.profile(&x.Spec)
 	case *NetworkSet:
-		v.nets("spec.nets", x.Spec.Nets, 0)
+		v.networkSet(x.Labels, x.Spec.Nets)
 	case *GlobalNetworkSet:
-		v.nets("spec.nets", x.Spec.Nets, 0)
+		v.networkSet(x.Labels, x.Spec.Nets)
 	case *FelixConfiguration:
 		v.felixConfig(x)
 	case *ClusterInformation:
@@ -135,6 +146,7 @@ func (v *validator) meta(info KindInfo, m *ObjectMeta) {
 	case info.Namespaced && m.Namespace != "" && (len(m.Namespace) > 63 || !dns1123LabelRE().MatchString(m.Namespace)):
 		v.fail("metadata.namespace", m.Namespace, "invalid namespace: want lower-case letters, digits and '-' (at most 63)")
 	}
+	v.annotations("metadata.annotations", m.Annotations)
 	for k, val := range m.Labels {
 		if msg := labelKeyProblem(k); msg != "" {
 			v.fail("metadata.labels", k, "invalid label key: %s", msg)
@@ -280,19 +292,6 @@ func (v *validator) oneOf(field, value string, allowed ...string) {
 	}
 	for _, a := range allowed {
 		if value == a {
-			return
-		}
-	}
-	v.fail(field, value, "want one of %s", strings.Join(allowed, ", "))
-}
-
-// oneOfFold is oneOf, ignoring case.
-func (v *validator) oneOfFold(field, value string, allowed ...string) {
-	if value == "" {
-		return
-	}
-	for _, a := range allowed {
-		if strings.EqualFold(value, a) {
 			return
 		}
 	}

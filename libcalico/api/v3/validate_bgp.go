@@ -9,8 +9,6 @@ import (
 	"sync"
 )
 
-var logSeverities = []string{"Debug", "Info", "Warning", "Error", "Fatal"}
-
 func (v *validator) bgpConfig(c *BGPConfiguration) {
 	s := &c.Spec
 	isDefault := v.defaultOrNode(c.Name)
@@ -30,7 +28,19 @@ func (v *validator) bgpConfig(c *BGPConfiguration) {
 			}
 		}
 	}
-	v.oneOfFold("spec.logSeverityScreen", s.LogSeverityScreen, logSeverities...)
+	v.pattern("spec.logSeverityScreen", s.LogSeverityScreen, "Trace|Debug|Info|Warning|Error|Fatal|Panic")
+	if !s.NodeToNodeMesh() && s.NodeMeshPassword != nil {
+		v.fail("spec.nodeMeshPassword", nil, "spec.NodeMeshPassword cannot be set if spec.NodeToNodeMesh is disabled")
+	}
+	if !s.NodeToNodeMesh() && s.NodeMeshMaxRestartTime != nil {
+		v.fail("spec.nodeMeshMaxRestartTime", nil, "spec.NodeMeshMaxRestartTime cannot be set if spec.NodeToNodeMesh is disabled")
+	}
+	if len(s.Communities) > 0 && len(s.PrefixAdvertisements) == 0 {
+		v.fail("spec.communities", nil, "communities are defined but not used in Spec.PrefixAdvertisement[].")
+	}
+	v.enum("spec.serviceLoadBalancerAggregation", deref(s.ServiceLoadBalancerAggregation), "Enabled", "Disabled")
+	v.intRange("spec.ipv4NormalRoutePriority", s.IPv4NormalRoutePriority, 1, 2147483646)
+	v.intRange("spec.ipv6NormalRoutePriority", s.IPv6NormalRoutePriority, 1, 2147483646)
 	for i, b := range s.ServiceClusterIPs {
 		v.cidr(fmt.Sprintf("spec.serviceClusterIPs[%d].cidr", i), b.CIDR, 0)
 	}
@@ -49,7 +59,7 @@ func (v *validator) bgpConfig(c *BGPConfiguration) {
 			v.fail(f+".name", cm.Name, "invalid community name")
 		}
 		if !validCommunity(cm.Value) {
-			v.fail(f+".value", cm.Value, "invalid community: want aa:nn (standard) or aa:nn:mm (large)")
+			v.fail(f+".value", cm.Value, "invalid community value or format used.")
 		}
 		defined[cm.Name] = true
 	}
@@ -58,7 +68,7 @@ func (v *validator) bgpConfig(c *BGPConfiguration) {
 		v.cidr(f+".cidr", pa.CIDR, 0)
 		for j, c := range pa.Communities {
 			if !defined[c] && !validCommunity(c) {
-				v.fail(fmt.Sprintf("%s.communities[%d]", f, j), c, "neither a community defined in spec.communities nor a community value")
+				v.fail(fmt.Sprintf("%s.communities[%d]", f, j), c, "community used is invalid or not defined.")
 			}
 		}
 	}
@@ -66,8 +76,8 @@ func (v *validator) bgpConfig(c *BGPConfiguration) {
 		v.oneOf("spec.bindMode", string(*s.BindMode), string(BindModeNone), string(BindModeNodeIP))
 	}
 	for i, g := range s.IgnoredInterfaces {
-		if g == "" || strings.ContainsAny(g, " \t/") {
-			v.fail(fmt.Sprintf("spec.ignoredInterfaces[%d]", i), g, "invalid interface name pattern")
+		if g == "*" || !ignoredIfaceRE().MatchString(g) {
+			v.tag(fmt.Sprintf("spec.ignoredInterfaces[%d]", i), g, "ignoredInterface")
 		}
 	}
 	if s.LocalWorkloadPeeringIPV4 != "" {
@@ -137,10 +147,13 @@ var filterNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustComp
 
 func (v *validator) bgpPeer(s *BGPPeerSpec) {
 	if s.Node != "" && s.NodeSelector != "" {
-		v.fail("spec", nil, "node %q and nodeSelector %q cannot both be set", s.Node, s.NodeSelector)
+		v.fail("spec.node", s.Node, "Node field must be empty when NodeSelector is specified")
 	}
 	if s.PeerIP != "" && s.PeerSelector != "" {
-		v.fail("spec", nil, "peerIP %q and peerSelector %q cannot both be set", s.PeerIP, s.PeerSelector)
+		v.fail("spec.peerIP", s.PeerIP, "PeerIP field must be empty when PeerSelector is specified")
+	}
+	if s.ASNumber != 0 && s.PeerSelector != "" {
+		v.fail("spec.asNumber", s.ASNumber.String(), "ASNumber field must be empty when PeerSelector is specified")
 	}
 	if s.PeerIP == "" && s.PeerSelector == "" && s.LocalWorkloadSelector == "" {
 		v.fail("spec", nil, "one of peerIP, peerSelector or localWorkloadSelector is required")
@@ -169,7 +182,17 @@ func (v *validator) bgpPeer(s *BGPPeerSpec) {
 		v.fail("spec.numAllowedLocalASNumbers", *n, "want 0-10")
 	}
 	if s.ReachableBy != "" {
-		v.ip("spec.reachableBy", s.ReachableBy, 0)
+		rb, err := netip.ParseAddr(s.ReachableBy)
+		switch {
+		case err != nil:
+			v.fail("spec.reachableBy", s.ReachableBy, "ReachableBy is invalid address")
+		case s.PeerIP == "":
+			v.fail("spec.reachableBy", s.ReachableBy, "ReachableBy requires PeerIP")
+		default:
+			if peer, _, err := SplitPeerIP(s.PeerIP); err == nil && peer.Is4() != rb.Is4() {
+				v.fail("spec.reachableBy", s.ReachableBy, "ReachableBy and PeerIP address family mismatched")
+			}
+		}
 	}
 	v.names("spec.filters", s.Filters, filterNameRE())
 	if s.NextHopMode != nil {

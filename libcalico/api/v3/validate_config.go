@@ -2,6 +2,8 @@ package v3
 
 import (
 	"fmt"
+	"math"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -10,27 +12,156 @@ import (
 func (v *validator) felixConfig(c *FelixConfiguration) {
 	v.defaultOrNode(c.Name)
 	s := &c.Spec
-	v.oneOf("spec.chainInsertMode", s.ChainInsertMode, "Insert", "Append")
-	v.oneOf("spec.defaultEndpointToHostAction", s.DefaultEndpointToHostAction, "Drop", "Return", "Accept")
-	v.oneOf("spec.iptablesFilterAllowAction", s.IptablesFilterAllowAction, "Accept", "Return")
-	v.oneOf("spec.iptablesMangleAllowAction", s.IptablesMangleAllowAction, "Accept", "Return")
-	v.oneOf("spec.iptablesFilterDenyAction", s.IptablesFilterDenyAction, "Drop", "Reject")
-	if s.IptablesBackend != nil {
-		v.oneOfFold("spec.iptablesBackend", string(*s.IptablesBackend), "Auto", "NFT", "Legacy")
+	for _, pf := range []struct{ field, value, pattern string }{
+		{"spec.chainInsertMode", s.ChainInsertMode, "Insert|Append"},
+		{"spec.defaultEndpointToHostAction", s.DefaultEndpointToHostAction, "Drop|Accept|Return"},
+		{"spec.iptablesFilterAllowAction", s.IptablesFilterAllowAction, "Accept|Return"},
+		{"spec.iptablesMangleAllowAction", s.IptablesMangleAllowAction, "Accept|Return"},
+		{"spec.iptablesFilterDenyAction", s.IptablesFilterDenyAction, "Drop|Reject"},
+		{"spec.nftablesFilterAllowAction", s.NftablesFilterAllowAction, "Accept|Return"},
+		{"spec.nftablesMangleAllowAction", s.NftablesMangleAllowAction, "Accept|Return"},
+		{"spec.nftablesFilterDenyAction", s.NftablesFilterDenyAction, "Drop|Reject"},
+		{"spec.logSeverityScreen", s.LogSeverityScreen, felixLogLevels},
+		{"spec.logSeverityFile", s.LogSeverityFile, felixLogLevels + "|None"},
+		{"spec.logSeveritySys", s.LogSeveritySys, felixLogLevels + "|None"},
+		{"spec.bpfLogLevel", s.BPFLogLevel, "Off|Info|Debug"},
+		{"spec.bpfExternalServiceMode", s.BPFExternalServiceMode, "Tunnel|DSR"},
+		{"spec.routeSource", s.RouteSource, "WorkloadIPs|CalicoIPAM"},
+		{"spec.serviceLoopPrevention", s.ServiceLoopPrevention, "Drop|Reject|Disabled"},
+		{"spec.workloadSourceSpoofing", s.WorkloadSourceSpoofing, "Disabled|Any"},
+		{"spec.bpfMapSizeConntrackScaling", s.BPFMapSizeConntrackScaling, "Disabled|DoubleIfFull"},
+		{"spec.bpfEnforceRPF", s.BPFEnforceRPF, "Disabled|Strict|Loose"},
+	} {
+		v.pattern(pf.field, pf.value, pf.pattern)
 	}
-	v.oneOfFold("spec.logSeverityScreen", s.LogSeverityScreen, logSeverities...)
-	v.oneOfFold("spec.logSeverityFile", s.LogSeverityFile, append(logSeverities, "None")...)
-	v.oneOfFold("spec.logSeveritySys", s.LogSeveritySys, append(logSeverities, "None")...)
-	v.oneOf("spec.bpfLogLevel", s.BPFLogLevel, "Off", "Info", "Debug")
-	v.oneOf("spec.bpfExternalServiceMode", s.BPFExternalServiceMode, "Tunnel", "DSR")
-	v.oneOf("spec.routeSource", s.RouteSource, "CalicoIPAM", "WorkloadIPs")
-	v.oneOf("spec.serviceLoopPrevention", s.ServiceLoopPrevention, "Drop", "Reject", "Disabled")
-	v.oneOf("spec.workloadSourceSpoofing", s.WorkloadSourceSpoofing, "Disabled", "Any")
-	v.oneOf("spec.nftablesMode", s.NFTablesMode, "Enabled", "Disabled", "Auto")
-	v.oneOf("spec.awsSrcDstCheck", s.AWSSrcDstCheck, "DoNothing", "Enable", "Disable")
-	v.oneOf("spec.floatingIPs", s.FloatingIPs, "Enabled", "Disabled")
-	v.oneOf("spec.programClusterRoutes", s.ProgramClusterRoutes, "Enabled", "Disabled")
-	v.oneOf("spec.bpfAttachType", s.BPFAttachType, "TC", "TCX")
+	if s.IptablesBackend != nil {
+		v.pattern("spec.iptablesBackend", string(*s.IptablesBackend), "Auto|Legacy|NFT")
+	}
+	for _, e := range []struct {
+		field   string
+		value   string
+		allowed []string
+	}{
+		{"spec.nftablesMode", s.NFTablesMode, []string{"Disabled", "Enabled", "Auto"}},
+		{"spec.awsSrcDstCheck", s.AWSSrcDstCheck, []string{"DoNothing", "Enable", "Disable"}},
+		{"spec.floatingIPs", s.FloatingIPs, []string{"Enabled", "Disabled"}},
+		{"spec.programClusterRoutes", s.ProgramClusterRoutes, []string{"Enabled", "Disabled"}},
+		{"spec.bpfAttachType", s.BPFAttachType, []string{"TC", "TCX"}},
+		{"spec.ipForwarding", s.IPForwarding, []string{"Enabled", "Disabled"}},
+		{"spec.natOutgoingExclusions", deref(s.NATOutgoingExclusions), []string{"IPPoolsOnly", "IPPoolsAndHostIPs"}},
+		{"spec.bpfConntrackLogLevel", s.BPFConntrackLogLevel, []string{"Off", "Debug"}},
+		{"spec.bpfConntrackMode", deref(s.BPFConntrackCleanupMode), []string{"Auto", "Userspace", "BPFProgram"}},
+		{"spec.bpfConnectTimeLoadBalancing", deref(s.BPFConnectTimeLoadBalancing), []string{"TCP", "Enabled", "Disabled"}},
+		{"spec.bpfHostNetworkedNATWithoutCTLB", deref(s.BPFHostNetworkedNATWithoutCTLB), []string{"Enabled", "Disabled"}},
+		{"spec.bpfRedirectToPeer", s.BPFRedirectToPeer, []string{"Enabled", "Disabled", "L2Only"}},
+		{"spec.bpfProfiling", s.BPFProfiling, []string{"Enabled", "Disabled"}},
+		{"spec.flowLogsLocalReporter", deref(s.FlowLogsLocalReporter), []string{"Disabled", "Enabled"}},
+		{"spec.flowLogsPolicyEvaluationMode", deref(s.FlowLogsPolicyEvaluationMode), []string{"None", "Continuous"}},
+		{"spec.windowsManageFirewallRules", deref(s.WindowsManageFirewallRules), []string{"Enabled", "Disabled"}},
+	} {
+		v.enum(e.field, e.value, e.allowed...)
+	}
+	for _, r := range []struct {
+		field  string
+		n      *int
+		lo, hi int64
+	}{
+		{"spec.goGCThreshold", s.GoGCThreshold, -1, math.MaxInt32},
+		{"spec.goMemoryLimitMB", s.GoMemoryLimitMB, -1, math.MaxInt32},
+		{"spec.goMaxProcs", s.GoMaxProcs, -1, math.MaxInt32},
+		{"spec.debugPort", s.DebugPort, 0, 65535},
+		{"spec.bpfKubeProxyHealthzPort", s.BPFKubeProxyHealthzPort, 0, 65535},
+		{"spec.bpfExtToServiceConnmark", s.BPFExtToServiceConnmark, 0, 4294967295},
+		{"spec.ipv4NormalRoutePriority", s.IPv4NormalRoutePriority, 1, 2147483646},
+		{"spec.ipv4ElevatedRoutePriority", s.IPv4ElevatedRoutePriority, 1, 2147483646},
+		{"spec.ipv6NormalRoutePriority", s.IPv6NormalRoutePriority, 1, 2147483646},
+		{"spec.ipv6ElevatedRoutePriority", s.IPv6ElevatedRoutePriority, 1, 2147483646},
+		{"spec.wireguardRoutingRulePriority", s.WireguardRoutingRulePriority, 1, 32765},
+		{"spec.bpfMaglevMaxEndpointsPerService", s.BPFMaglevMaxEndpointsPerService, 1, 3000},
+		{"spec.bpfMaglevMaxServices", s.BPFMaglevMaxServices, 1, 3000},
+		{"spec.bpfMapSizeConntrackCleanupQueue", s.BPFMapSizeConntrackCleanupQueue, 1, math.MaxInt32},
+	} {
+		v.intRange(r.field, r.n, r.lo, r.hi)
+	}
+	for i, h := range s.HealthTimeoutOverrides {
+		f := fmt.Sprintf("spec.healthTimeoutOverrides[%d]", i)
+		if !htoNameRE().MatchString(h.Name) {
+			v.fail(f+".name", h.Name, "name should match regex %s", htoNameRE().String())
+		}
+		if h.Timeout.Duration < 0 {
+			v.fail(f+".timeout", h.Timeout.Duration.String(), "Timeout should not be negative")
+		}
+	}
+	for _, kv := range []struct{ field, value string }{
+		{"spec.featureDetectOverride", s.FeatureDetectOverride}, {"spec.featureGates", s.FeatureGates},
+	} {
+		if !validKeyValueList(kv.value) {
+			v.tag(kv.field, kv.value, "keyValueList")
+		}
+	}
+	for _, re := range []struct{ field, value string }{
+		{"spec.logDebugFilenameRegex", s.LogDebugFilenameRegex}, {"spec.bpfDataIfacePattern", s.BPFDataIfacePattern},
+		{"spec.bpfL3IfacePattern", s.BPFL3IfacePattern}, {"spec.bpfDisableGROForIfaces", s.BPFDisableGROForIfaces},
+		{"spec.mtuIfacePattern", s.MTUIfacePattern},
+	} {
+		if _, err := regexp.Compile(re.value); err != nil {
+			v.tag(re.field, re.value, "regexp")
+		}
+	}
+	if f := s.IptablesNATOutgoingInterfaceFilter; f != "" && !ifaceFilterRE().MatchString(f) {
+		v.tag("spec.iptablesNATOutgoingInterfaceFilter", f, "ifaceFilter")
+	}
+	if l := s.BPFForceTrackPacketsFromIfaces; l != nil {
+		for i, f := range *l {
+			if !ifaceFilterRE().MatchString(f) {
+				v.tag(fmt.Sprintf("spec.bpfForceTrackPacketsFromIfaces[%d]", i), f, "ifaceFilterSlice")
+			}
+		}
+	}
+	if h := s.PrometheusMetricsHost; h != "" && !prometheusHostRE().MatchString(h) {
+		v.tag("spec.prometheusMetricsHost", h, "prometheusHost")
+	}
+	if m := s.BPFLogFilters; m != nil {
+		for k := range *m {
+			if !interfaceRE().MatchString(k) {
+				v.tag("spec.bpfLogFilters", k, "bpfLogFilters")
+			}
+		}
+	}
+	for _, l := range []struct {
+		field string
+		cidrs *[]string
+	}{{"spec.bpfDSROptoutCIDRs", s.BPFDSROptoutCIDRs}, {"spec.bpfExcludeCIDRsFromNAT", s.BPFExcludeCIDRsFromNAT}} {
+		if l.cidrs == nil {
+			continue
+		}
+		for i, c := range *l.cidrs {
+			if _, ok := parseCIDROrIP(c); !ok {
+				v.tag(fmt.Sprintf("%s[%d]", l.field, i), c, "cidrs")
+			}
+		}
+	}
+	if len(s.OpenstackRegion) > 63-len("openstack-region-") {
+		v.fail("spec.openstackRegion", s.OpenstackRegion, "is too long")
+	} else if s.OpenstackRegion != "" && !dns1123LabelRE().MatchString(s.OpenstackRegion) {
+		v.fail("spec.openstackRegion", s.OpenstackRegion, "must be a valid DNS label")
+	}
+	if s.RouteTableRange != nil && s.RouteTableRanges != nil {
+		v.fail("spec.routeTableRange", nil, "cannot be set when `RouteTableRanges` is also set")
+	}
+	if s.RouteTableRanges != nil {
+		for i, r := range *s.RouteTableRanges {
+			f := fmt.Sprintf("spec.routeTableRanges[%d]", i)
+			switch {
+			case r.Min > r.Max:
+				v.fail(f, fmt.Sprintf("%d-%d", r.Min, r.Max), "min value cannot be greater than max value")
+			case r.Min < 1:
+				v.fail(f, fmt.Sprintf("%d-%d", r.Min, r.Max), "cannot target indices < 1")
+			case int64(r.Max) > 0xffffffff:
+				v.fail(f, fmt.Sprintf("%d-%d", r.Min, r.Max), "max index too high")
+			}
+		}
+	}
 	if s.InterfacePrefix != "" {
 		for _, p := range strings.Split(s.InterfacePrefix, ",") {
 			if p == "" || len(p) > 14 || strings.ContainsAny(p, "/: \t") {
@@ -60,10 +191,9 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 		}
 		for i, p := range *pp.ports {
 			f := fmt.Sprintf("%s[%d]", pp.field, i)
-			if p.Protocol == "" {
-				v.fail(f+".protocol", nil, "a protocol is required (TCP, UDP or SCTP)")
+			if p.Protocol != "TCP" && p.Protocol != "UDP" && p.Protocol != "SCTP" {
+				v.fail(f+".protocol", p.Protocol, "protocol must be 'TCP' or 'UDP' or 'SCTP'.")
 			}
-			v.oneOfFold(f+".protocol", p.Protocol, "TCP", "UDP", "SCTP")
 			if p.Net != "" {
 				v.nets(f+".net", []string{p.Net}, 0)
 			}
@@ -112,14 +242,17 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 	if s.IptablesMarkMask != nil && *s.IptablesMarkMask == 0 {
 		v.fail("spec.iptablesMarkMask", 0, "the mark mask needs at least one bit")
 	}
-	if s.NATOutgoingAddress != "" {
-		v.ip("spec.natOutgoingAddress", s.NATOutgoingAddress, 4)
-	}
-	if s.DeviceRouteSourceAddress != "" {
-		v.ip("spec.deviceRouteSourceAddress", s.DeviceRouteSourceAddress, 4)
-	}
-	if s.DeviceRouteSourceAddressIPv6 != "" {
-		v.ip("spec.deviceRouteSourceAddressIPv6", s.DeviceRouteSourceAddressIPv6, 6)
+	for _, a := range []struct {
+		field, value string
+		version      int
+	}{
+		{"spec.natOutgoingAddress", s.NATOutgoingAddress, 4},
+		{"spec.deviceRouteSourceAddress", s.DeviceRouteSourceAddress, 4},
+		{"spec.deviceRouteSourceAddressIPv6", s.DeviceRouteSourceAddressIPv6, 6},
+	} {
+		if addr, err := netip.ParseAddr(a.value); a.value != "" && (err != nil || ipVersionOf(addr) != a.version) {
+			v.fail(a.field, a.value, "is not a valid IPv%d address", a.version)
+		}
 	}
 	if s.NATPortRange != nil {
 		if err := s.NATPortRange.Validate(); err != nil || s.NATPortRange.PortName != "" {
@@ -128,13 +261,16 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 	}
 	if s.KubeNodePortRanges != nil {
 		for i, p := range *s.KubeNodePortRanges {
-			if err := p.Validate(); err != nil || p.PortName != "" {
+			switch {
+			case p.PortName != "":
+				v.fail(fmt.Sprintf("spec.kubeNodePortRanges[%d]", i), p.String(), "node port ranges should not contain named ports")
+			case p.Validate() != nil:
 				v.fail(fmt.Sprintf("spec.kubeNodePortRanges[%d]", i), p.String(), "want a port range like 30000:32767")
 			}
 		}
 	}
 	if r := s.RouteTableRange; r != nil && (r.Min < 1 || r.Max > 250 || r.Min > r.Max) {
-		v.fail("spec.routeTableRange", fmt.Sprintf("%d-%d", r.Min, r.Max), "want 1 <= min <= max <= 250")
+		v.fail("spec.routeTableRange", fmt.Sprintf("%d-%d", r.Min, r.Max), "must be a range of route table indices within 1..250")
 	}
 	if s.PolicySyncPathPrefix != "" && !strings.HasPrefix(s.PolicySyncPathPrefix, "/") {
 		v.fail("spec.policySyncPathPrefix", s.PolicySyncPathPrefix, "want an absolute path")
@@ -146,14 +282,23 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 		v.interfaceName("spec.wireguardInterfaceNameV6", s.WireguardInterfaceNameV6)
 	}
 	if s.ExternalNodesCIDRList != nil {
-		v.nets("spec.externalNodesList", *s.ExternalNodesCIDRList, 0)
+		for i, c := range *s.ExternalNodesCIDRList {
+			p, ok := parseCIDROrIP(c)
+			f := fmt.Sprintf("spec.externalNodesList[%d]", i)
+			switch {
+			case !ok:
+				v.fail(f, c, "has invalid CIDR(s)")
+			case !p.Addr().Is4():
+				v.fail(f, c, "has invalid IPv6 CIDR")
+			}
+		}
 	}
 }
 
 func (v *validator) kubeControllersConfig(c *KubeControllersConfiguration) {
 	v.singleton(c.Name)
 	s := &c.Spec
-	v.oneOfFold("spec.logSeverityScreen", s.LogSeverityScreen, logSeverities...)
+	v.pattern("spec.logSeverityScreen", s.LogSeverityScreen, "Trace|Debug|Info|Warning|Error|Fatal|Panic")
 	v.oneOf("spec.healthChecks", s.HealthChecks, "Enabled", "Disabled")
 	v.duration("spec.etcdV3CompactionPeriod", s.EtcdV3CompactionPeriod)
 	if p := s.PrometheusMetricsPort; p != nil && (*p < 0 || *p > 65535) {

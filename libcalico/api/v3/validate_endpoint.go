@@ -56,8 +56,11 @@ func (v *validator) workloadEndpoint(s *WorkloadEndpointSpec) {
 	} else if msg := dnsSubdomainProblem(s.Node); msg != "" {
 		v.fail("spec.node", s.Node, "invalid node name: %s", msg)
 	}
-	if s.InterfaceName != "" {
-		v.interfaceName("spec.interfaceName", s.InterfaceName)
+	if s.InterfaceName != "" && s.InterfaceName != "*" && !interfaceRE().MatchString(s.InterfaceName) {
+		v.tag("spec.interfaceName", s.InterfaceName, "interface")
+	}
+	if s.ContainerID != "" && !containerIDRE().MatchString(s.ContainerID) {
+		v.tag("spec.containerID", s.ContainerID, "containerID")
 	}
 	v.mac("spec.mac", s.MAC)
 	var nets []netip.Prefix
@@ -121,8 +124,8 @@ func (v *validator) hostEndpoint(s *HostEndpointSpec) {
 	switch {
 	case s.InterfaceName == "" && len(s.ExpectedIPs) == 0:
 		v.fail("spec", nil, "interfaceName or expectedIPs is required")
-	case s.InterfaceName != "" && s.InterfaceName != "*":
-		v.interfaceName("spec.interfaceName", s.InterfaceName)
+	case s.InterfaceName != "" && s.InterfaceName != "*" && !interfaceRE().MatchString(s.InterfaceName):
+		v.tag("spec.interfaceName", s.InterfaceName, "interface")
 	}
 	for i, ip := range s.ExpectedIPs {
 		v.ip(fmt.Sprintf("spec.expectedIPs[%d]", i), ip, 0)

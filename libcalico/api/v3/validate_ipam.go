@@ -3,6 +3,7 @@ package v3
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Link-local ranges may not hold IP pools.
@@ -36,8 +37,8 @@ func (v *validator) ipPool(s *IPPoolSpec) {
 		switch {
 		case s.BlockSize < lo || s.BlockSize > hi:
 			v.fail("spec.blockSize", s.BlockSize, "want %d-%d for an IPv%d pool", lo, hi, ipVersionOf(p.Addr()))
-		case s.BlockSize < p.Bits():
-			v.fail("spec.blockSize", s.BlockSize, "the pool %s is smaller than one block: want a block size of at least %d", s.CIDR, p.Bits())
+		case s.BlockSize < p.Bits() && !s.Disabled:
+			v.fail("spec.cidr", s.CIDR, "IP pool size is too small for use with Calico IPAM. It must be equal to or greater than the block size.")
 		}
 	}
 	v.oneOf("spec.ipipMode", string(s.IPIPMode), string(EncapAlways), string(EncapCrossSubnet), string(EncapNever))
@@ -72,6 +73,16 @@ func (v *validator) ipPool(s *IPPoolSpec) {
 	if lb && (ipip || vxlan) {
 		v.fail("spec.allowedUses", nil, "LoadBalancer pools cannot use IP-in-IP or VXLAN")
 	}
+	if lb && s.NodeSelector != "all()" {
+		v.fail("spec.nodeSelector", s.NodeSelector, "IP pools with the LoadBalancer allowed use must have nodeSelector all()")
+	}
+	v.selector("spec.namespaceSelector", s.NamespaceSelector)
+	for _, sel := range []struct{ field, value string }{{"spec.nodeSelector", s.NodeSelector}, {"spec.namespaceSelector", s.NamespaceSelector}} {
+		if strings.Contains(sel.value, "global(") {
+			v.fail(sel.field, sel.value, globalSelectorEntRule)
+		}
+	}
+
 	if s.AssignmentMode != nil {
 		v.oneOf("spec.assignmentMode", string(*s.AssignmentMode), string(AssignmentAutomatic), string(AssignmentManual))
 	}
@@ -86,11 +97,9 @@ func ipVersionOf(a netip.Addr) int {
 
 func (v *validator) ipReservation(s *IPReservationSpec) {
 	for i, c := range s.ReservedCIDRs {
-		f := fmt.Sprintf("spec.reservedCIDRs[%d]", i)
-		if _, err := netip.ParseAddr(c); err == nil {
-			continue
+		if _, ok := parseCIDROrIP(c); !ok {
+			v.fail(fmt.Sprintf("spec.reservedCIDRs[%d]", i), c, "invalid CIDR")
 		}
-		v.cidr(f, c, 0)
 	}
 }
 
@@ -99,6 +108,10 @@ func (v *validator) ipamConfig(c *IPAMConfiguration) {
 		v.fail("metadata.name", c.Name, "the only allowed name is %q", IPAMConfigName)
 	}
 	if c.Spec.MaxBlocksPerHost < 0 {
-		v.fail("spec.maxBlocksPerHost", c.Spec.MaxBlocksPerHost, "must not be negative")
+		v.fail("spec.maxBlocksPerHost", c.Spec.MaxBlocksPerHost, "must be greater than or equal to 0")
 	}
+	if n := c.Spec.IPCooldownSeconds; n != nil && *n < 0 {
+		v.fail("spec.ipCooldownSeconds", *n, "should be greater than or equal to 0")
+	}
+	v.enum("spec.kubeVirtVMAddressPersistence", deref(c.Spec.KubeVirtVMAddressPersistence), "Enabled", "Disabled")
 }

@@ -25,20 +25,23 @@ func (v *validator) globalNetworkPolicy(s *GlobalNetworkPolicySpec) {
 	v.policy(policyCommon{s.Tier, s.Selector, s.ServiceAccountSelector, s.Types, s.Ingress, s.Egress, s.PerformanceHints}, false)
 	v.selector("spec.namespaceSelector", s.NamespaceSelector)
 	if s.DoNotTrack && s.PreDNAT {
-		v.fail("spec", nil, "doNotTrack and preDNAT cannot both be true")
+		v.fail("spec.preDNAT", nil, "PreDNAT and DoNotTrack cannot both be true, for a given PolicySpec")
 	}
 	if (s.DoNotTrack || s.PreDNAT) && !s.ApplyOnForward {
-		v.fail("spec.applyOnForward", nil, "must be true when doNotTrack or preDNAT is true")
+		v.fail("spec.applyOnForward", nil, "ApplyOnForward must be true if either PreDNAT or DoNotTrack is true, for a given PolicySpec")
 	}
 	if s.PreDNAT {
 		if len(s.Egress) > 0 {
-			v.fail("spec.egress", nil, "preDNAT policies take only ingress rules")
+			v.fail("spec.egress", nil, "PreDNAT PolicySpec cannot have any Egress rules")
 		}
 		for _, t := range s.Types {
 			if t == PolicyTypeEgress {
-				v.fail("spec.types", nil, "preDNAT policies apply only to Ingress")
+				v.fail("spec.types", nil, "PreDNAT PolicySpec cannot have 'egress' Type")
 			}
 		}
+	}
+	if strings.Contains(s.NamespaceSelector, "global(") {
+		v.fail("spec.namespaceSelector", s.NamespaceSelector, globalSelectorEntRule)
 	}
 }
 
@@ -57,7 +60,7 @@ func (v *validator) policy(p policyCommon, namespaced bool) {
 		case t != PolicyTypeIngress && t != PolicyTypeEgress:
 			v.fail(f, string(t), "want Ingress or Egress")
 		case seen[t]:
-			v.fail(f, string(t), "listed twice")
+			v.fail(f, string(t), "'%s' type specified more than once", t)
 		}
 		seen[t] = true
 	}
@@ -74,11 +77,80 @@ func (v *validator) policy(p policyCommon, namespaced bool) {
 	}
 	v.rules("spec.ingress", p.ingress, namespaced)
 	v.rules("spec.egress", p.egress, namespaced)
+	if strings.Contains(p.selector, "global(") {
+		v.fail("spec.selector", p.selector, globalSelectorEntRule)
+	}
+	if strings.Contains(p.serviceAccountSelector, "global(") {
+		v.fail("spec.serviceAccountSelector", p.serviceAccountSelector, globalSelectorEntRule)
+	}
+	for i, r := range p.egress {
+		f := fmt.Sprintf("spec.egress[%d]", i)
+		if r.Source.Services != nil {
+			v.fail(f+".source.services", nil, "not allowed in egress rule source")
+		}
+		if r.HTTP != nil {
+			if namespaced {
+				v.fail(f+".http", nil, "not allowed in egress rule")
+			} else {
+				v.fail(f+".http", nil, "not allowed in egress rules")
+			}
+		}
+		if !namespaced && r.Destination.Services != nil && r.Destination.Services.Namespace == "" {
+			v.fail(f+".destination.services.namespace", nil, "must specify a namespace")
+		}
+	}
+	for i, r := range p.ingress {
+		f := fmt.Sprintf("spec.ingress[%d]", i)
+		if r.Destination.Services != nil {
+			v.fail(f+".destination.services", nil, "not allowed in ingress rule destination")
+		}
+		if !namespaced && r.Source.Services != nil && r.Source.Services.Namespace == "" {
+			v.fail(f+".source.services.namespace", nil, "must specify a namespace")
+		}
+	}
 }
+
+// Orders and default actions of the tiers whose place Calico fixes.
+const (
+	KubeAdminTierName     = "kube-admin"
+	KubeBaselineTierName  = "kube-baseline"
+	KubeAdminTierOrder    = float64(1_000)
+	DefaultTierOrder      = float64(1_000_000)
+	KubeBaselineTierOrder = float64(10_000_000)
+)
 
 func (v *validator) tier(t *Tier) {
 	if t.Spec.DefaultAction != nil {
-		v.oneOf("spec.defaultAction", string(*t.Spec.DefaultAction), string(Deny), string(Pass))
+		v.enum("spec.defaultAction", string(*t.Spec.DefaultAction), string(Pass), string(Deny))
+	}
+	if len(t.Name) > 63 {
+		v.fail("metadata.name", t.Name, "name is too long by %d bytes", len(t.Name)-63)
+	}
+	if !dns1123LabelRE().MatchString(t.Name) {
+		v.fail("metadata.name", t.Name, "name must consist of lower case alphanumeric characters or '-' (regex: %s)", nameLabelFmt)
+	}
+	action := Action("")
+	if t.Spec.DefaultAction != nil {
+		action = *t.Spec.DefaultAction
+	}
+	for _, w := range []struct {
+		name   string
+		order  float64
+		action Action
+	}{
+		{KubeAdminTierName, KubeAdminTierOrder, Pass},
+		{KubeBaselineTierName, KubeBaselineTierOrder, Pass},
+		{DefaultTierName, DefaultTierOrder, Deny},
+	} {
+		if t.Name != w.name {
+			continue
+		}
+		if action != w.action {
+			v.fail("spec.defaultAction", string(action), "The '%s' tier must have default action '%s'", w.name, w.action)
+		}
+		if t.Spec.Order == nil || *t.Spec.Order != w.order {
+			v.fail("spec.order", nil, "%s tier order must be %.0f", w.name, w.order)
+		}
 	}
 }
 
@@ -101,6 +173,17 @@ func (v *validator) rules(field string, rules []Rule, namespaced bool) {
 	}
 }
 
+// Calico's messages for rule cross-field checks.
+const (
+	protocolPortsMsg              = "rules that specify ports must set protocol to TCP or UDP or SCTP"
+	protocolSingleOrRangePortsMsg = "rules with numeric port or port range must set protocol to TCP or UDP or SCTP"
+	protocolICMPMsg               = "rules that specify ICMP fields must set protocol to ICMP"
+	protocolAndHTTPMsg            = "rules that specify HTTP fields must set protocol to TCP or empty"
+	globalSelectorEntRule         = "global() can only be used in an EntityRule namespaceSelector"
+	globalSelectorOnly            = "global() cannot be combined with other selectors"
+	maxRulePorts                  = 50
+)
+
 func (v *validator) rule(f string, r *Rule, namespaced bool) {
 	switch r.Action {
 	case Allow, Deny, Log, Pass:
@@ -117,61 +200,162 @@ func (v *validator) rule(f string, r *Rule, namespaced bool) {
 			version = *r.IPVersion
 		}
 	}
-	portsOK := false
-	if r.Protocol != nil {
-		if err := r.Protocol.Validate(); err != nil {
-			v.failErr(f+".protocol", err)
-		} else {
-			portsOK = r.Protocol.SupportsPorts()
+	v.protocol(f+".protocol", r.Protocol)
+	v.protocol(f+".notProtocol", r.NotProtocol)
+	for _, e := range []struct {
+		name string
+		e    *EntityRule
+	}{{"source", &r.Source}, {"destination", &r.Destination}} {
+		for _, pl := range []struct {
+			name  string
+			ports []numorstring.Port
+		}{{"ports", e.e.Ports}, {"notPorts", e.e.NotPorts}} {
+			pf := f + "." + e.name + "." + pl.name
+			switch {
+			case r.Protocol == nil && !allPortsNamed(pl.ports):
+				v.fail(pf, nil, protocolSingleOrRangePortsMsg)
+			case r.Protocol != nil && !r.Protocol.SupportsPorts() && len(pl.ports) > 0:
+				v.fail(pf, nil, protocolPortsMsg)
+			}
+			if len(pl.ports) > maxRulePorts {
+				v.fail(pf, nil, "Too many: %d: must have at most %d items", len(pl.ports), maxRulePorts)
+			}
+			for i, p := range pl.ports {
+				v.port(fmt.Sprintf("%s[%d]", pf, i), p)
+			}
 		}
 	}
-	if r.NotProtocol != nil {
-		if err := r.NotProtocol.Validate(); err != nil {
-			v.failErr(f+".notProtocol", err)
-		}
+	icmpName, icmpv6Name := numorstring.ProtocolICMP, numorstring.ProtocolICMPv6
+	if r.ICMP != nil && !isProtocol(r.Protocol, icmpName) && !isProtocol(r.Protocol, icmpv6Name) {
+		v.fail(f+".icmp", nil, protocolICMPMsg)
 	}
-	v.icmp(f+".icmp", r.ICMP, r.Protocol, version)
-	v.icmp(f+".notICMP", r.NotICMP, r.Protocol, version)
-	v.entity(f+".source", &r.Source, r.Protocol, portsOK, version, namespaced)
-	v.entity(f+".destination", &r.Destination, r.Protocol, portsOK, version, namespaced)
+	if (isProtocol(r.Protocol, icmpName) || isProtocol(r.NotProtocol, icmpName)) && version != 0 && version != 4 {
+		v.fail(f+".ipVersion", version, "must set ipversion to '4' with protocol icmp")
+	}
+	if (isProtocol(r.Protocol, icmpv6Name) || isProtocol(r.NotProtocol, icmpv6Name)) && version != 0 && version != 6 {
+		v.fail(f+".ipVersion", version, "must set ipversion to '6' with protocol icmpv6")
+	}
+	v.icmp(f+".icmp", r.ICMP)
+	v.icmp(f+".notICMP", r.NotICMP)
+	v.ruleNets(f, r)
+	v.entity(f+".source", &r.Source, namespaced)
+	v.entity(f+".destination", &r.Destination, namespaced)
 	if r.HTTP != nil {
-		for i, p := range r.HTTP.Paths {
-			if (p.Exact == "") == (p.Prefix == "") {
-				v.fail(fmt.Sprintf("%s.http.paths[%d]", f, i), nil, "exactly one of exact and prefix is required")
+		if r.Protocol != nil && !isProtocol(r.Protocol, numorstring.ProtocolTCP) {
+			v.fail(f+".protocol", r.Protocol.String(), protocolAndHTTPMsg)
+		}
+		if r.Action != Allow {
+			v.fail(f+".http", nil, "only valid for Allow rules")
+		}
+		seen := map[string]bool{}
+		for _, m := range r.HTTP.Methods {
+			if seen[m] {
+				v.fail(f+".http.methods", nil, "Invalid methods (duplicates): %v", r.HTTP.Methods)
+				break
+			}
+			seen[m] = true
+		}
+		for _, p := range r.HTTP.Paths {
+			if msg := httpPathProblem(p); msg != "" {
+				v.fail(f+".http.paths", nil, "%s", msg)
+				break
 			}
 		}
-		for i, m := range r.HTTP.Methods {
-			if m == "" || strings.ContainsAny(m, " \t") {
-				v.fail(fmt.Sprintf("%s.http.methods[%d]", f, i), m, "invalid HTTP method")
-			}
-		}
+	}
+	if r.Destination.Services != nil && len(r.Destination.Ports) > 0 {
+		v.fail(f+".destination.ports", nil, "cannot specify ports with a service selector")
+	}
+	if r.Destination.Services != nil && len(r.Destination.NotPorts) > 0 {
+		v.fail(f+".destination.notPorts", nil, "cannot specify notports with a service selector")
+	}
+	if r.Metadata != nil {
+		v.annotations(f+".metadata.annotations", r.Metadata.Annotations)
 	}
 }
 
-// icmp checks ICMP type and code, and that the rule's protocol is ICMP or
-// ICMPv6 and agrees with ipVersion.
-func (v *validator) icmp(f string, icmp *ICMPFields, proto *numorstring.Protocol, version int) {
-	if icmp == nil {
+// httpPathProblem explains what is wrong with an HTTP path match, in
+// Calico's words, or returns "".
+func httpPathProblem(p HTTPPath) string {
+	if p.Exact != "" && p.Prefix != "" {
+		return "Invalid path match. Both 'exact' and 'prefix' are set"
+	}
+	val := p.Exact
+	if val == "" {
+		val = p.Prefix
+	}
+	if val == "" {
+		return "Invalid path match. Either 'exact' or 'prefix' must be set"
+	}
+	if !strings.HasPrefix(val, "/") || strings.ContainsAny(val, "? #") {
+		return fmt.Sprintf("Invalid path %s. (must start with `/` and not contain `?` or `#`", val)
+	}
+	return ""
+}
+
+// protocol checks a protocol as Calico does: a number 1-255 or one of the
+// canonical names, spelled exactly.
+func (v *validator) protocol(f string, p *numorstring.Protocol) {
+	if p == nil {
 		return
 	}
-	n := uint8(0)
-	if proto != nil {
-		n, _ = proto.NumValue()
+	if p.Type == numorstring.NumOrStringNum {
+		if p.NumVal == 0 {
+			v.fail(f, 0, "protocol number invalid")
+		}
+		return
 	}
+	switch p.StrVal {
+	case numorstring.ProtocolTCP, numorstring.ProtocolUDP, numorstring.ProtocolICMP, numorstring.ProtocolICMPv6,
+		numorstring.ProtocolSCTP, numorstring.ProtocolUDPLite:
+	default:
+		v.fail(f, p.StrVal, "protocol name invalid")
+	}
+}
+
+// isProtocol reports whether p is the named protocol (by name or number).
+func isProtocol(p *numorstring.Protocol, name string) bool {
+	if p == nil {
+		return false
+	}
+	n, err := p.NumValue()
+	want, _ := numorstring.ProtocolFromString(name).NumValue()
+	return err == nil && n == want
+}
+
+func allPortsNamed(ports []numorstring.Port) bool {
+	for _, p := range ports {
+		if p.PortName == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// port checks one port of a rule with Calico's messages.
+func (v *validator) port(f string, p numorstring.Port) {
 	switch {
-	case n != 1 && n != 58:
-		v.fail(f, nil, "ICMP matches need protocol ICMP or ICMPv6")
-	case n == 1 && version == 6:
-		v.fail(f, nil, "protocol ICMP is IPv4 but ipVersion is 6: use ICMPv6")
-	case n == 58 && version == 4:
-		v.fail(f, nil, "protocol ICMPv6 is IPv6 but ipVersion is 4: use ICMP")
+	case p.PortName != "":
+		if err := p.Validate(); err != nil {
+			v.failErr(f, err)
+		}
+	case p.MinPort > p.MaxPort:
+		v.fail(f, p.String(), "port range invalid")
+	case p.MinPort < 1:
+		v.fail(f, p.String(), "port range invalid, port number must be between 1 and 65535")
+	}
+}
+
+// icmp checks an ICMP type and code.
+func (v *validator) icmp(f string, icmp *ICMPFields) {
+	if icmp == nil {
+		return
 	}
 	if icmp.Type != nil && (*icmp.Type < 0 || *icmp.Type > 254) {
 		v.fail(f+".type", *icmp.Type, "want an ICMP type 0-254")
 	}
 	if icmp.Code != nil {
 		if icmp.Type == nil {
-			v.fail(f+".code", *icmp.Code, "an ICMP code needs an ICMP type")
+			v.fail(f+".code", *icmp.Code, "ICMP code specified without an ICMP type")
 		}
 		if *icmp.Code < 0 || *icmp.Code > 255 {
 			v.fail(f+".code", *icmp.Code, "want an ICMP code 0-255")
@@ -179,29 +363,49 @@ func (v *validator) icmp(f string, icmp *ICMPFields, proto *numorstring.Protocol
 	}
 }
 
+// ruleNets checks the nets of both ends of a rule: valid CIDRs, of the
+// rule's IP version, and not of both versions.
+func (v *validator) ruleNets(f string, r *Rule) {
+	var seenV4, seenV6 bool
+	for _, n := range []struct {
+		field string
+		nets  []string
+	}{
+		{f + ".source.nets", r.Source.Nets}, {f + ".source.notNets", r.Source.NotNets},
+		{f + ".destination.nets", r.Destination.Nets}, {f + ".destination.notNets", r.Destination.NotNets},
+	} {
+		var v4, v6 bool
+		for i, s := range n.nets {
+			p, ok := parseCIDROrIP(s)
+			if !ok {
+				v.fail(fmt.Sprintf("%s[%d]", n.field, i), s, "invalid CIDR")
+				continue
+			}
+			v4, v6 = v4 || p.Addr().Is4(), v6 || p.Addr().Is6()
+		}
+		if r.IPVersion != nil && (v4 && *r.IPVersion != 4 || v6 && *r.IPVersion != 6) {
+			v.fail(n.field, nil, "rule IP version doesn't match CIDR version")
+		}
+		if v4 && seenV6 || v6 && seenV4 || v4 && v6 {
+			v.fail(n.field, nil, "rule contains both IPv4 and IPv6 CIDRs")
+		}
+		seenV4, seenV6 = seenV4 || v4, seenV6 || v6
+	}
+}
+
 // entity checks one end of a rule.
-func (v *validator) entity(f string, e *EntityRule, proto *numorstring.Protocol, portsOK bool, version int, namespaced bool) {
-	v.nets(f+".nets", e.Nets, version)
-	v.nets(f+".notNets", e.NotNets, version)
+func (v *validator) entity(f string, e *EntityRule, namespaced bool) {
 	v.selector(f+".selector", e.Selector)
 	v.selector(f+".notSelector", e.NotSelector)
 	v.selector(f+".namespaceSelector", e.NamespaceSelector)
-	for _, pl := range []struct {
-		name  string
-		ports []numorstring.Port
-	}{{"ports", e.Ports}, {"notPorts", e.NotPorts}} {
-		if len(pl.ports) > 0 && !portsOK {
-			what := "no protocol"
-			if proto != nil {
-				what = fmt.Sprintf("protocol %s", proto)
-			}
-			v.fail(f+"."+pl.name, nil, "ports need protocol TCP, UDP or SCTP, not %s", what)
-		}
-		for i, p := range pl.ports {
-			if err := p.Validate(); err != nil {
-				v.failErr(fmt.Sprintf("%s.%s[%d]", f, pl.name, i), err)
-			}
-		}
+	if strings.Contains(e.Selector, "global(") {
+		v.fail(f+".selector", e.Selector, globalSelectorEntRule)
+	}
+	if strings.Contains(e.NotSelector, "global(") {
+		v.fail(f+".notSelector", e.NotSelector, globalSelectorEntRule)
+	}
+	if ns := e.NamespaceSelector; strings.Contains(ns, "global(") && strings.TrimSpace(ns) != "global()" {
+		v.fail(f+".namespaceSelector", ns, globalSelectorOnly)
 	}
 	if sa := e.ServiceAccounts; sa != nil {
 		v.selector(f+".serviceAccounts.selector", sa.Selector)
@@ -213,14 +417,19 @@ func (v *validator) entity(f string, e *EntityRule, proto *numorstring.Protocol,
 	}
 	if svc := e.Services; svc != nil {
 		if svc.Name == "" {
-			v.fail(f+".services.name", nil, "a service name is required")
+			v.fail(f+".services", nil, "must specify a service name")
 		}
-		if len(e.Nets)+len(e.NotNets) > 0 || e.Selector != "" || e.NotSelector != "" ||
-			e.NamespaceSelector != "" || e.ServiceAccounts != nil {
-			v.fail(f+".services", nil, "cannot be combined with nets, notNets, selector, notSelector, namespaceSelector or serviceAccounts")
+		if e.NamespaceSelector != "" {
+			v.fail(f+".services", nil, "cannot specify NamespaceSelector and Services on the same rule")
 		}
-		if namespaced && svc.Namespace != "" {
-			v.fail(f+".services.namespace", svc.Namespace, "a namespaced policy can only match services in its own namespace")
+		if e.Selector != "" || e.NotSelector != "" {
+			v.fail(f+".services", nil, "cannot specify Selector/NotSelector and Services on the same rule")
+		}
+		if e.ServiceAccounts != nil {
+			v.fail(f+".services", nil, "cannot specify ServiceAccounts and Services on the same rule")
+		}
+		if len(e.Nets) != 0 || len(e.NotNets) != 0 {
+			v.fail(f+".services", nil, "cannot specify Nets/NotNets and Services on the same rule")
 		}
 	}
 }

@@ -1,0 +1,153 @@
+package v3
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+)
+
+// NotActedOn is the one table of fields Palisade accepts (so Calico's YAML
+// applies unchanged) but does not act on yet, by kind and JSON field path.
+// calicoctl warns about them on apply, create and replace, the agent logs
+// them, and docs/not-acted-on.md lists them. When a component starts acting
+// on a field, delete its row here (and from the docs page) in the same
+// change; TestNotActedOnDocumented keeps the two in step.
+var NotActedOn = map[string][]string{
+	KindFelixConfiguration: {
+		// Anti-spoofing, failsafe ports, eBPF and VXLAN are being
+		// implemented in felix: their rows go as that work lands.
+		"spec.workloadSourceSpoofing",
+		"spec.bpf*",
+		"spec.vxlan*",
+		"spec.allowVXLANPacketsFromWorkloads",
+		"spec.nftables*",
+		"spec.flowLogs*",
+		"spec.goGCThreshold",
+		"spec.goMemoryLimitMB",
+		"spec.goMaxProcs",
+		"spec.routeTableRanges",
+		"spec.routeSyncDisabled",
+		"spec.natOutgoingExclusions",
+		"spec.ipForwarding",
+		"spec.cgroupV2Path",
+		"spec.requireMTUFile",
+		"spec.dataplaneWatchdogTimeout",
+		"spec.healthTimeoutOverrides",
+		"spec.endpointStatusPathPrefix",
+		"spec.debugHost",
+		"spec.debugPort",
+		"spec.debugSimulateCalcGraphHangAfter",
+		"spec.debugSimulateDataplaneHangAfter",
+		"spec.debugSimulateDataplaneApplyDelay",
+		"spec.sidecarAccelerationEnabled",
+		"spec.ipv4NormalRoutePriority",
+		"spec.ipv4ElevatedRoutePriority",
+		"spec.ipv6NormalRoutePriority",
+		"spec.ipv6ElevatedRoutePriority",
+		"spec.liveMigrationRouteConvergenceTime",
+		"spec.wireguard*",
+		"spec.windowsManageFirewallRules",
+		"spec.ipipEnabled",
+		"spec.ipipMTU",
+		"spec.allowIPIPPacketsFromWorkloads",
+		"spec.awsSrcDstCheck",
+		"spec.floatingIPs",
+		"spec.openstackRegion",
+		"spec.metadataAddr",
+		"spec.metadataPort",
+		"spec.xdpEnabled",
+		"spec.genericXDPEnabled",
+		"spec.xdpRefreshInterval",
+		"spec.usageReporting*",
+		"spec.policySyncPathPrefix",
+		"spec.featureGates",
+		"spec.featureDetectOverride",
+		"spec.mtuIfacePattern",
+	},
+	KindBGPConfiguration: {
+		"spec.serviceLoadBalancerAggregation",
+		"spec.ipv4NormalRoutePriority",
+		"spec.ipv6NormalRoutePriority",
+	},
+	KindBGPPeer: {
+		"spec.localASNumber",
+	},
+	KindIPPool: {
+		"spec.namespaceSelector",
+	},
+	KindIPAMConfiguration: {
+		"spec.ipCooldownSeconds",
+		"spec.kubeVirtVMAddressPersistence",
+	},
+	KindWorkloadEndpoint: {
+		"spec.qosControls",
+	},
+}
+
+// metadataNotActedOn are the Kubernetes object metadata fields of every
+// kind that Palisade keeps as given but does not act on.
+var metadataNotActedOn = []string{
+	"metadata.generation", "metadata.ownerReferences", "metadata.finalizers", "metadata.managedFields",
+	"metadata.deletionTimestamp", "metadata.deletionGracePeriodSeconds", "metadata.generateName", "metadata.selfLink",
+}
+
+// NotActedOnFields returns the fields set in r that Palisade accepts but
+// does not act on, as rows of the NotActedOn table (or metadata paths),
+// sorted and without duplicates.
+func NotActedOnFields(r Resource) []string {
+	info, ok := KindOf(r)
+	if !ok {
+		return nil
+	}
+	obj, err := toGeneric(r)
+	if err != nil {
+		return nil
+	}
+	found := map[string]bool{}
+	for _, row := range append(append([]string{}, NotActedOn[info.Kind]...), metadataNotActedOn...) {
+		if isSet(obj, strings.Split(row, ".")) {
+			found[row] = true
+		}
+	}
+	out := make([]string, 0, len(found))
+	for f := range found {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func toGeneric(r Resource) (map[string]any, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+// isSet reports whether the path (whose last element may end in "*", a
+// prefix of field names) is present in obj.
+func isSet(obj map[string]any, path []string) bool {
+	v, ok := any(obj), true
+	for i, p := range path {
+		m, isMap := v.(map[string]any)
+		if !isMap {
+			return false
+		}
+		if i == len(path)-1 {
+			if prefix, wild := strings.CutSuffix(p, "*"); wild {
+				for k := range m {
+					if strings.HasPrefix(k, prefix) {
+						return true
+					}
+				}
+				return false
+			}
+		}
+		if v, ok = m[p]; !ok {
+			return false
+		}
+	}
+	return true
+}

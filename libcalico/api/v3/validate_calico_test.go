@@ -1,0 +1,165 @@
+package v3
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestValidateAsCalico has one row per rule Calico's validator (or its
+// CRD schema) applies, with Calico's wording: what Calico accepts passes,
+// what it refuses is refused with its reason.
+func TestValidateAsCalico(t *testing.T) {
+	const h = "apiVersion: projectcalico.org/v3\n"
+	np := func(spec string) string {
+		return h + "kind: NetworkPolicy\nmetadata: {name: np, namespace: prod}\nspec: " + spec
+	}
+	gnp := func(spec string) string { return h + "kind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: " + spec }
+	felix := func(spec string) string {
+		return h + "kind: FelixConfiguration\nmetadata: {name: default}\nspec: " + spec
+	}
+	tests := []struct{ name, in, want string }{
+		// Accepted as Calico accepts them.
+		{"felix log level Trace", felix("{logSeverityScreen: Trace, logSeveritySys: none}"), ""},
+		{"bgp log level Panic", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Panic}", ""},
+		{"kube-controllers log level Trace", h + "kind: KubeControllersConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Trace, controllers: {}}", ""},
+		{"reservation with host bits", h + "kind: IPReservation\nmetadata: {name: r}\nspec: {reservedCIDRs: [10.0.0.5/24]}", ""},
+		{"network set with host bits", h + "kind: NetworkSet\nmetadata: {name: s, namespace: a}\nspec: {nets: [10.0.0.5/24]}", ""},
+		{"disabled pool smaller than a block", h + "kind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.0.0.0/28, disabled: true}", ""},
+		{"named port without protocol", np("{ingress: [{action: Allow, destination: {ports: [http]}}]}"), ""},
+		{"services of another namespace", np("{egress: [{action: Allow, destination: {services: {name: kubernetes, namespace: default}}}]}"), ""},
+		{"felix patterns ignore case", felix("{chainInsertMode: append, defaultEndpointToHostAction: RETURN}"), ""},
+		{"policy name with one dot", h + "kind: NetworkPolicy\nmetadata: {name: sec.allow, namespace: a}\nspec: {tier: default}", ""},
+		{"global() alone in a namespaceSelector", gnp("{ingress: [{action: Allow, source: {namespaceSelector: global()}}]}"), ""},
+		// Cross-field rules.
+		{"ICMP needs ipVersion 4", np("{ingress: [{action: Allow, protocol: ICMP, ipVersion: 6}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].ipVersion 6: must set ipversion to '4' with protocol icmp`},
+		{"ICMPv6 needs ipVersion 6", np("{ingress: [{action: Allow, protocol: ICMPv6, ipVersion: 4}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].ipVersion 4: must set ipversion to '6' with protocol icmpv6`},
+		{"ICMP fields need protocol ICMP", np("{ingress: [{action: Allow, protocol: TCP, icmp: {type: 8}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].icmp: rules that specify ICMP fields must set protocol to ICMP`},
+		{"mixed IPv4 and IPv6 nets", np("{ingress: [{action: Allow, source: {nets: [10.0.0.0/8]}, destination: {nets: [\"fd00::/8\"]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].destination.nets: rule contains both IPv4 and IPv6 CIDRs`},
+		{"nets of the other version", np("{ingress: [{action: Allow, ipVersion: 4, source: {nets: [\"fd00::/8\"]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].source.nets: rule IP version doesn't match CIDR version`},
+		{"HTTP only on Allow", np("{ingress: [{action: Deny, http: {methods: [GET]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].http: only valid for Allow rules`},
+		{"HTTP only on TCP", np("{ingress: [{action: Allow, protocol: UDP, http: {methods: [GET]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].protocol "UDP": rules that specify HTTP fields must set protocol to TCP or empty`},
+		{"HTTP not in egress", np("{egress: [{action: Allow, http: {methods: [GET]}}]}"),
+			`NetworkPolicy "prod/np": spec.egress[0].http: not allowed in egress rule`},
+		{"HTTP duplicate methods", np("{ingress: [{action: Allow, http: {methods: [GET, GET]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].http.methods: Invalid methods (duplicates): [GET GET]`},
+		{"HTTP path", np("{ingress: [{action: Allow, http: {paths: [{exact: foo}]}}]}"),
+			"NetworkPolicy \"prod/np\": spec.ingress[0].http.paths: Invalid path foo. (must start with `/` and not contain `?` or `#`"},
+		{"services in an egress source", np("{egress: [{action: Allow, source: {services: {name: s}}}]}"),
+			`NetworkPolicy "prod/np": spec.egress[0].source.services: not allowed in egress rule source`},
+		{"services in an ingress destination", np("{ingress: [{action: Allow, destination: {services: {name: s}}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].destination.services: not allowed in ingress rule destination`},
+		{"services need a namespace in a global policy", gnp("{egress: [{action: Allow, destination: {services: {name: s}}}]}"),
+			`GlobalNetworkPolicy "g": spec.egress[0].destination.services.namespace: must specify a namespace`},
+		{"services with a selector", np("{egress: [{action: Allow, destination: {services: {name: s}, selector: all()}}]}"),
+			`NetworkPolicy "prod/np": spec.egress[0].destination.services: cannot specify Selector/NotSelector and Services on the same rule`},
+		{"services with ports", np("{egress: [{action: Allow, protocol: TCP, destination: {services: {name: s}, ports: [80]}}]}"),
+			`NetworkPolicy "prod/np": spec.egress[0].destination.ports: cannot specify ports with a service selector`},
+		{"LoadBalancer pool nodeSelector", h + "kind: IPPool\nmetadata: {name: lb}\nspec: {cidr: 10.9.0.0/16, allowedUses: [LoadBalancer], nodeSelector: \"has(a)\"}",
+			`IPPool "lb": spec.nodeSelector "has(a)": IP pools with the LoadBalancer allowed use must have nodeSelector all()`},
+		{"enabled pool smaller than a block", h + "kind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.0.0.0/28}",
+			`IPPool "p": spec.cidr "10.0.0.0/28": IP pool size is too small for use with Calico IPAM. It must be equal to or greater than the block size.`},
+		{"mesh password with the mesh off", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {nodeToNodeMeshEnabled: false, nodeMeshPassword: {secretKeyRef: {name: s, key: k}}}",
+			`BGPConfiguration "default": spec.nodeMeshPassword: spec.NodeMeshPassword cannot be set if spec.NodeToNodeMesh is disabled`},
+		{"mesh restart time with the mesh off", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {nodeToNodeMeshEnabled: false, nodeMeshMaxRestartTime: 10s}",
+			`BGPConfiguration "default": spec.nodeMeshMaxRestartTime: spec.NodeMeshMaxRestartTime cannot be set if spec.NodeToNodeMesh is disabled`},
+		{"communities nothing uses", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {communities: [{name: c, value: \"1:2\"}]}",
+			`BGPConfiguration "default": spec.communities: communities are defined but not used in Spec.PrefixAdvertisement[].`},
+		{"community not defined", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {prefixAdvertisements: [{cidr: 10.0.0.0/8, communities: [nope]}]}",
+			`BGPConfiguration "default": spec.prefixAdvertisements[0].communities[0] "nope": community used is invalid or not defined.`},
+		{"asNumber with peerSelector", h + "kind: BGPPeer\nmetadata: {name: p}\nspec: {asNumber: 65000, peerSelector: has(rr)}",
+			`BGPPeer "p": spec.asNumber "65000": ASNumber field must be empty when PeerSelector is specified`},
+		{"node with nodeSelector", h + "kind: BGPPeer\nmetadata: {name: p}\nspec: {node: n1, nodeSelector: all(), peerSelector: has(rr)}",
+			`BGPPeer "p": spec.node "n1": Node field must be empty when NodeSelector is specified`},
+		{"reachableBy of the other family", h + "kind: BGPPeer\nmetadata: {name: p}\nspec: {peerIP: 10.0.0.1, asNumber: 1, reachableBy: \"fd00::1\"}",
+			`BGPPeer "p": spec.reachableBy "fd00::1": ReachableBy and PeerIP address family mismatched`},
+		{"reachableBy not an address", h + "kind: BGPPeer\nmetadata: {name: p}\nspec: {peerIP: 10.0.0.1, asNumber: 1, reachableBy: gw}",
+			`BGPPeer "p": spec.reachableBy "gw": ReachableBy is invalid address`},
+		{"global() in an endpoint selector", np("{ingress: [{action: Allow, source: {selector: global()}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].source.selector "global()": global() can only be used in an EntityRule namespaceSelector`},
+		{"global() combined", gnp("{ingress: [{action: Allow, source: {namespaceSelector: \"global() && has(a)\"}}]}"),
+			`GlobalNetworkPolicy "g": spec.ingress[0].source.namespaceSelector "global() && has(a)": global() cannot be combined with other selectors`},
+		{"global() as the policy selector", gnp("{selector: global()}"),
+			`GlobalNetworkPolicy "g": spec.selector "global()": global() can only be used in an EntityRule namespaceSelector`},
+		{"default tier order", h + "kind: Tier\nmetadata: {name: default}\nspec: {order: 5, defaultAction: Deny}",
+			`Tier "default": spec.order: default tier order must be 1000000`},
+		{"default tier action", h + "kind: Tier\nmetadata: {name: default}\nspec: {order: 1000000, defaultAction: Pass}",
+			`Tier "default": spec.defaultAction "Pass": The 'default' tier must have default action 'Deny'`},
+		{"kube-baseline tier order and action", h + "kind: Tier\nmetadata: {name: kube-baseline}\nspec: {order: 10000000}",
+			`Tier "kube-baseline": spec.defaultAction "Deny": The 'kube-baseline' tier must have default action 'Pass'`},
+		{"kube-admin tier order", h + "kind: Tier\nmetadata: {name: kube-admin}\nspec: {order: 1, defaultAction: Pass}",
+			`Tier "kube-admin": spec.order: kube-admin tier order must be 1000`},
+		// Single-field formats and ranges.
+		{"port 0", np("{ingress: [{action: Allow, protocol: TCP, destination: {ports: [0]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].destination.ports[0] "0": port range invalid, port number must be between 1 and 65535`},
+		{"numeric port without protocol", np("{ingress: [{action: Allow, destination: {ports: [80]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].destination.ports: rules with numeric port or port range must set protocol to TCP or UDP or SCTP`},
+		{"lower-case protocol", np("{ingress: [{action: Allow, protocol: tcp}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].protocol "tcp": protocol name invalid`},
+		{"protocol 0", np("{ingress: [{action: Allow, protocol: 0}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].protocol 0: protocol number invalid`},
+		{"more than 50 ports", np("{ingress: [{action: Allow, protocol: TCP, destination: {ports: [" + strings.Repeat("1,", 50) + "1]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].destination.ports: Too many: 51: must have at most 50 items`},
+		{"interface format", h + "kind: HostEndpoint\nmetadata: {name: h}\nspec: {node: n1, interfaceName: \"eth 0\"}",
+			`HostEndpoint "h": spec.interfaceName "eth 0": failed to validate Field: InterfaceName because of Tag: interface`},
+		{"containerID format", h + "kind: WorkloadEndpoint\nmetadata: {name: w, namespace: a}\nspec: {node: n1, containerID: \"-abc\"}",
+			`WorkloadEndpoint "a/w": spec.containerID "-abc": failed to validate Field: ContainerID because of Tag: containerID`},
+		{"felix pattern", felix("{chainInsertMode: Prepend}"),
+			`FelixConfiguration "default": spec.chainInsertMode "Prepend": should match '^(?i)(Insert|Append)?$'`},
+		{"felix enum", felix("{bpfRedirectToPeer: enabled}"),
+			`FelixConfiguration "default": spec.bpfRedirectToPeer "enabled": Unsupported value: supported values: "Enabled", "Disabled", "L2Only"`},
+		{"felix range", felix("{goGCThreshold: -2}"),
+			`FelixConfiguration "default": spec.goGCThreshold -2: should be greater than or equal to -1`},
+		{"felix route table ranges", felix("{routeTableRange: {min: 1, max: 250}, routeTableRanges: [{min: 1, max: 250}]}"),
+			"FelixConfiguration \"default\": spec.routeTableRange: cannot be set when `RouteTableRanges` is also set"},
+		{"felix failsafe protocol", felix("{failsafeInboundHostPorts: [{protocol: tcp, port: 22}]}"),
+			`FelixConfiguration "default": spec.failsafeInboundHostPorts[0].protocol "tcp": protocol must be 'TCP' or 'UDP' or 'SCTP'.`},
+		{"ignored interface format", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {ignoredInterfaces: [\"*\"]}",
+			`BGPConfiguration "default": spec.ignoredInterfaces[0] "*": failed to validate Field: IgnoredInterfaces because of Tag: ignoredInterface`},
+		// Names and labels.
+		{"dots in a policy name", h + "kind: NetworkPolicy\nmetadata: {name: a.b.c, namespace: x}",
+			`NetworkPolicy "x/a.b.c": metadata.name "a.b.c": name must consist of lower case alphanumeric characters or '-' (regex: [a-z0-9]([-a-z0-9]*[a-z0-9])?)`},
+		{"knp.default. policy name", h + "kind: NetworkPolicy\nmetadata: {name: knp.default.allow.all, namespace: x}", ""},
+		{"dots in a global policy name", h + "kind: GlobalNetworkPolicy\nmetadata: {name: a.b.c}",
+			`GlobalNetworkPolicy "a.b.c": metadata.name "a.b.c": name must consist of lower case alphanumeric characters or '-' (regex: [a-z0-9]([-a-z0-9]*[a-z0-9])?)`},
+		{"dots in a tier name", h + "kind: Tier\nmetadata: {name: a.b}",
+			`Tier "a.b": metadata.name "a.b": name must consist of lower case alphanumeric characters or '-' (regex: [a-z0-9]([-a-z0-9]*[a-z0-9])?)`},
+		{"tier name length", h + "kind: Tier\nmetadata: {name: " + strings.Repeat("t", 64) + "}",
+			`Tier "` + strings.Repeat("t", 64) + `": metadata.name "` + strings.Repeat("t", 64) + `": name is too long by 1 bytes`},
+		{"reserved namespace label on a network set", h + "kind: GlobalNetworkSet\nmetadata: {name: s, labels: {projectcalico.org/namespace: x}}",
+			`GlobalNetworkSet "s": metadata.labels "projectcalico.org/namespace": projectcalico.org/namespace is not a valid label name`},
+		// References within one resource.
+		{"endpoint name not matching", h + "kind: WorkloadEndpoint\nmetadata: {name: wrong, namespace: a}\nspec: {orchestrator: k8s, node: node-1, pod: web-0, endpoint: eth0}",
+			`WorkloadEndpoint "a/wrong": metadata.name "wrong": the WorkloadEndpoint name does not match the primary identifiers assigned in the Spec: expected name node--1-k8s-web--0-eth0`},
+		// Staged policies.
+		{"staged policy", h + "kind: StagedNetworkPolicy\nmetadata: {name: s, namespace: a}\nspec: {stagedAction: Set, selector: all(), ingress: [{action: Allow}]}", ""},
+		{"staged delete with rules", h + "kind: StagedGlobalNetworkPolicy\nmetadata: {name: s}\nspec: {stagedAction: Delete, ingress: [{action: Allow}]}",
+			`StagedGlobalNetworkPolicy "s": spec: Spec fields, except Tier, should all be zero-value if stagedAction is Delete`},
+		{"staged bad action", h + "kind: StagedKubernetesNetworkPolicy\nmetadata: {name: s, namespace: a}\nspec: {stagedAction: Apply, podSelector: {}}",
+			`StagedKubernetesNetworkPolicy "a/s": spec.stagedAction "Apply": Unsupported value: supported values: "Set", "Delete"`},
+		{"staged kubernetes policy", h + "kind: StagedKubernetesNetworkPolicy\nmetadata: {name: s, namespace: a}\nspec: {podSelector: {matchLabels: {app: web}}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}}], ports: [{protocol: TCP, port: 80}]}], policyTypes: [Ingress]}", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := Decode([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			Default(rs[0])
+			err = Validate(rs[0])
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("Validate:\n got: %s\nwant: %s", got, tt.want)
+			}
+		})
+	}
+}
