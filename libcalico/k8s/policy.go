@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"slices"
 
-	networkingv1 "k8s.io/api/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/palisade-net/palisade/libcalico/api/numorstring"

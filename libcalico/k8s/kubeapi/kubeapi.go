@@ -117,7 +117,7 @@ func WriteFiles(dir string, addrs ...netip.Addr) (Files, error) {
 	srvTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "kube-apiserver"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
 	for _, a := range addrs {
 		srvTmpl.IPAddresses = append(srvTmpl.IPAddresses, a.AsSlice())

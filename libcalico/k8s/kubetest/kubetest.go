@@ -7,11 +7,13 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/palisade-net/palisade/libcalico/datastore/embedded"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubeapi"
 )
@@ -36,6 +39,8 @@ type Cluster struct {
 	// EtcdEndpoints are the API server's own etcd.
 	EtcdEndpoints []string
 	dir           string
+	mu            sync.Mutex
+	procs         []func()
 }
 
 // Bin returns the directory of the Kubernetes binaries. When
@@ -58,64 +63,90 @@ func Bin(t testing.TB) string {
 }
 
 // Start runs etcd and a kube-apiserver for the test and waits until the
-// API server is ready.
+// API server is ready; both stop when the test ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
 	bin := Bin(t)
-	dir := t.TempDir()
-	files, err := kubeapi.WriteFiles(filepath.Join(dir, "pki"))
+	etcd := etcdtest.Start(t)
+	c, err := Launch(t.TempDir(), bin, etcd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcd := etcdtest.Start(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-apiserver log (tail):\n%s", c.Log("kube-apiserver"))
+		}
+		c.Stop()
+	})
+	return c
+}
+
+// Launch runs a kube-apiserver storing into etcd, with its files in dir,
+// and waits until it is ready; Stop ends it. For a server shared by a
+// package's tests (started in TestMain); a single test uses Start.
+func Launch(dir, bin string, etcd []string) (*Cluster, error) {
+	files, err := kubeapi.WriteFiles(filepath.Join(dir, "pki"))
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		srv := kubeapi.APIServer{Bin: bin, Files: files, Etcd: etcd, Port: port}
 		c := &Cluster{Bin: bin, Files: files, URL: srv.URL(), EtcdEndpoints: etcd, dir: dir,
 			Kubeconfig: filepath.Join(dir, "kubeconfig")}
 		if err := files.WriteKubeconfig(c.Kubeconfig, c.URL); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		if lastErr = c.run(t, "kube-apiserver", srv.Argv()); lastErr != nil {
+		if lastErr = c.run("kube-apiserver", srv.Argv()); lastErr != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		lastErr = kubeapi.WaitReady(ctx, c.URL, files, nil, nil)
 		cancel()
 		if lastErr != nil {
-			t.Logf("kube-apiserver log:\n%s", tail(filepath.Join(dir, "kube-apiserver.log")))
+			lastErr = fmt.Errorf("%w\n%s", lastErr, c.Log("kube-apiserver"))
+			c.Stop()
 			continue
 		}
 		if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
-			t.Fatal(err)
+			c.Stop()
+			return nil, err
 		}
 		c.Config.QPS, c.Config.Burst = 1000, 2000
 		if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
-			t.Fatal(err)
+			c.Stop()
+			return nil, err
 		}
-		return c
+		return c, nil
 	}
-	t.Fatalf("starting kube-apiserver: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("starting kube-apiserver: %w", lastErr)
 }
 
 // StartControllerManager runs kube-controller-manager against the
-// cluster: it finalises deleted namespaces and creates each namespace's
-// default service account.
-func (c *Cluster) StartControllerManager(t testing.TB) {
-	t.Helper()
-	if err := c.run(t, "kube-controller-manager", kubeapi.ControllerManager(c.Bin, c.Kubeconfig)); err != nil {
-		t.Fatal(err)
+// cluster until Stop: it finalises deleted namespaces and creates each
+// namespace's default service account.
+func (c *Cluster) StartControllerManager() error {
+	return c.run("kube-controller-manager", kubeapi.ControllerManager(c.Bin, c.Kubeconfig))
+}
+
+// Stop ends every process of the cluster (not its etcd) and waits for
+// them.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	procs := c.procs
+	c.procs = nil
+	c.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i]()
 	}
 }
 
-// run starts argv with its output in dir/<name>.log and kills it (and
-// waits for it) when the test ends.
-func (c *Cluster) run(t testing.TB, name string, argv []string) error {
+// run starts argv with its output in dir/<name>.log; Stop ends it.
+func (c *Cluster) run(name string, argv []string) error {
 	logPath := filepath.Join(c.dir, name+".log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -130,7 +161,8 @@ func (c *Cluster) run(t testing.TB, name string, argv []string) error {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
+	c.mu.Lock()
+	c.procs = append(c.procs, func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -138,10 +170,8 @@ func (c *Cluster) run(t testing.TB, name string, argv []string) error {
 			_ = cmd.Process.Kill()
 			<-done
 		}
-		if t.Failed() {
-			t.Logf("%s log (tail):\n%s", name, tail(logPath))
-		}
 	})
+	c.mu.Unlock()
 	return nil
 }
 
@@ -165,3 +195,42 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Shared starts what a package's tests share (call it from TestMain): an
+// embedded etcd, a kube-apiserver and a kube-controller-manager, all in
+// dir; Stop ends them. The binaries come from PALISADE_KUBE_BIN or the
+// kube-tools cache; ErrNoBinaries says they are not there.
+func Shared(dir string) (*Cluster, error) {
+	bin := os.Getenv(kubeapi.BinEnv)
+	if bin == "" {
+		bin = kubeapi.DefaultBinDir()
+		if err := kubeapi.CheckBinDir(bin); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNoBinaries, err)
+		}
+	} else if err := kubeapi.CheckBinDir(bin); err != nil {
+		return nil, err // asked for and missing: a failure, not a skip
+	}
+	srv, err := embedded.Start(context.Background(), embedded.Config{Name: "kube", DataDir: filepath.Join(dir, "etcd"),
+		ClientURLs: []string{"http://127.0.0.1:0"}, PeerURLs: []string{"http://127.0.0.1:0"},
+		TickMs: 10, ElectionMs: 100, UnsafeNoFsync: true})
+	if err != nil {
+		return nil, fmt.Errorf("starting the API server's etcd: %w", err)
+	}
+	c, err := Launch(dir, bin, srv.Endpoints())
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	c.mu.Lock()
+	c.procs = append([]func(){srv.Close}, c.procs...)
+	c.mu.Unlock()
+	if err := c.StartControllerManager(); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ErrNoBinaries says the Kubernetes binaries are not built and nobody
+// asked for them (PALISADE_KUBE_BIN unset): tests skip.
+var ErrNoBinaries = errors.New("no Kubernetes binaries")

@@ -15,7 +15,9 @@ func TestStart(t *testing.T) {
 	began := time.Now()
 	c := Start(t)
 	t.Logf("kube-apiserver ready in %s", time.Since(began).Round(time.Millisecond))
-	c.StartControllerManager(t)
+	if err := c.StartControllerManager(); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
