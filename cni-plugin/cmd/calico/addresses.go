@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/netip"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -41,6 +42,9 @@ type inProcessIPAM struct {
 	plugin      ipamplugin.Plugin
 	containerID string
 	prepared    *ipamplugin.Prepared
+	// requested, when set, are the exact addresses to assign (a pod's
+	// ipAddrs annotation).
+	requested []netip.Addr
 }
 
 func (i *inProcessIPAM) Prepare(ctx context.Context) error {
@@ -54,10 +58,15 @@ func (i *inProcessIPAM) Prepare(ctx context.Context) error {
 
 func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
 	if i.prepared == nil {
-		return i.plugin.Add(ctx, i.containerID)
+		if err := i.Prepare(ctx); err != nil {
+			return nil, err
+		}
 	}
 	prep := *i.prepared
 	i.prepared = nil // read once
+	if len(i.requested) > 0 {
+		return i.plugin.AddRequested(ctx, prep, i.requested)
+	}
 	return i.plugin.AddPrepared(ctx, prep)
 }
 
