@@ -144,7 +144,9 @@ func (c *Client) AnnotatePod(ctx context.Context, namespace, name string, annota
 // successor's annotations alone. A pod that is gone, or that no longer
 // carries them, is not an error.
 func (c *Client) RemovePodAnnotations(ctx context.Context, namespace, name, guardKey, guardValue string, keys ...string) error {
-	esc := func(k string) string { return "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1") }
+	esc := func(k string) string {
+		return "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+	}
 	ops := []map[string]any{{"op": "test", "path": esc(guardKey), "value": guardValue}}
 	for _, k := range keys {
 		ops = append(ops, map[string]any{"op": "remove", "path": esc(k)})
