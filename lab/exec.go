@@ -24,7 +24,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	switch target {
 	case "fabric":
 		return l.fabricNS(), nil
-	case "rr", "border", "etcd":
+	case "rr", "border", "etcd", "kube":
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, ns := range l.st.Namespaces {
@@ -37,7 +37,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	for _, n := range l.Nodes() {
 		names = append(names, n.Name)
 	}
-	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
+	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, kube, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
 }
 
 // InNamespace runs fn on a thread inside the target's network namespace;

@@ -89,6 +89,9 @@ func (l *Lab) nodeEnv(n Node) []string {
 	if o.Etcd == EtcdExternal || n.Index != l.st.Nodes[0].Index {
 		env = append(env, "ETCD_ENDPOINTS="+l.etcdEndpoint())
 	}
+	if o.Kubernetes {
+		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
+	}
 	return env
 }
 
@@ -167,6 +170,11 @@ func (l *Lab) AddNode(ctx context.Context) (Node, error) {
 	}
 	if err := l.reconfigureBirds(ctx); err != nil {
 		return n, err
+	}
+	if l.st.Options.Kubernetes {
+		if err := l.registerKubeNode(ctx, n); err != nil {
+			return n, err
+		}
 	}
 	if err := l.startNode(ctx, n); err != nil {
 		return n, err
