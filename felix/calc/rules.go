@@ -227,16 +227,25 @@ func (c *ruleCompiler) entity(e v3.EntityRule, namespace, proto string) (*entity
 		ns.sel, ns.hasSA, ns.saNames, ns.saSel = notSel, false, nil, nil
 		out.notSets = append(out.notSets, withID(&ns))
 	}
+	// A named port with nothing selecting endpoints resolves on every
+	// endpoint, in every namespace, as Calico's (a Kubernetes egress rule
+	// to a named port and no peer allows that port on any pod).
+	portBase := base
+	if sel == nil && nsSel == nil && notSel == nil && !base.hasSA {
+		unscoped := *base
+		unscoped.namespace = ""
+		portBase = &unscoped
+	}
 	for _, p := range e.Ports {
 		if p.PortName != "" {
-			out.namedPorts = append(out.namedPorts, namedPortSpecs(base, p.PortName, proto)...)
+			out.namedPorts = append(out.namedPorts, namedPortSpecs(portBase, p.PortName, proto)...)
 			continue
 		}
 		out.ports = append(out.ports, PortRange{p.MinPort, p.MaxPort})
 	}
 	for _, p := range e.NotPorts {
 		if p.PortName != "" {
-			out.notNamedPorts = append(out.notNamedPorts, namedPortSpecs(base, p.PortName, proto)...)
+			out.notNamedPorts = append(out.notNamedPorts, namedPortSpecs(portBase, p.PortName, proto)...)
 			continue
 		}
 		out.notPorts = append(out.notPorts, PortRange{p.MinPort, p.MaxPort})
