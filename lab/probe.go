@@ -42,13 +42,24 @@ func (l *Lab) Probe(ctx context.Context, from string, dst netip.Addr, port int, 
 	return nil
 }
 
+// probeTCPFrom connects and reads the answer. A connection refused or a
+// route missing is tried again every 50 ms until the timeout: the route
+// to a new pod, or its server, may be a moment behind.
 func probeTCPFrom(ctx context.Context, ns string, dst netip.AddrPort) error {
 	var c net.Conn
-	if err := inNS(ns, func() (err error) {
-		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", dst.String())
-		return err
-	}); err != nil {
-		return err
+	for {
+		err := inNS(ns, func() (err error) {
+			c, err = (&net.Dialer{}).DialContext(ctx, "tcp", dst.String())
+			return err
+		})
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	defer c.Close()
 	if d, ok := ctx.Deadline(); ok {
@@ -74,17 +85,26 @@ func probeUDPFrom(ctx context.Context, ns string, dst netip.AddrPort) error {
 	}
 	defer c.Close()
 	buf := make([]byte, 1500)
+	var last error
 	for {
 		if _, err := c.Write([]byte("probe")); err != nil {
-			return err
-		}
-		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		if _, err := c.Read(buf); err == nil {
-			return nil
-		} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
-			return err
+			last = err // no route yet, or a port unreachable came back
+			time.Sleep(50 * time.Millisecond)
+		} else {
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			_, err := c.Read(buf)
+			if err == nil {
+				return nil
+			}
+			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+				last = err
+				time.Sleep(50 * time.Millisecond)
+			}
 		}
 		if ctx.Err() != nil {
+			if last != nil {
+				return last
+			}
 			return errNoAnswer
 		}
 	}
@@ -106,9 +126,10 @@ func probeSCTPFrom(ctx context.Context, ns string, dst netip.AddrPort) error {
 	tag := binary.BigEndian.Uint32(pkt[16:])
 	buf := make([]byte, 2048)
 	to := &net.IPAddr{IP: dst.Addr().AsSlice()}
+	var last error
 	for {
 		if _, err := c.WriteToIP(pkt, to); err != nil {
-			return err
+			last = err // no route yet
 		}
 		resend := time.Now().Add(100 * time.Millisecond)
 		for time.Now().Before(resend) {
@@ -124,6 +145,9 @@ func probeSCTPFrom(ctx context.Context, ns string, dst netip.AddrPort) error {
 			}
 		}
 		if ctx.Err() != nil {
+			if last != nil {
+				return last
+			}
 			return errNoAnswer
 		}
 	}
