@@ -515,7 +515,6 @@ func eventually(t *testing.T, timeout time.Duration, fn func() error) {
 	}
 }
 
-
 // cli drives the lab binary against the Kubernetes lab: a pod with
 // labels, servers and a requested address, kubectl, and probes that
 // follow a NetworkPolicy applied with kubectl.
