@@ -42,7 +42,7 @@ help:
 	@echo "make test   run every test, including those that need root"
 	@echo "make bench  run every benchmark and print one table of ratios"
 	@echo "make lint   gofmt, go vet and staticcheck"
-	@echo "make demo   3 nodes, a BIRD route reflector, 6 pods and their ping matrix (root; KEEP=1 leaves it running)"
+	@echo "make demo   3 nodes, a BIRD route reflector, Kubernetes, 6 pods, their ping matrix and one NetworkPolicy taking effect (root; KEEP=1 leaves it running)"
 	@echo "make clean  remove build output"
 
 deps:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -563,5 +564,29 @@ func (kl *kubeLab) cli(t *testing.T) {
 	run(0, "pod", "del", "node2", "z/cli")
 	if out := run(1, "kubectl", "--", "get", "pod", "-n", "z", "cli"); !strings.Contains(out, "NotFound") {
 		t.Errorf("after pod del: %s", out)
+	}
+}
+
+// TestDemo runs `make demo`'s lab.Demo: the fabric, the pods, the ping
+// matrix and the NetworkPolicy taking effect, then everything removed.
+func TestDemo(t *testing.T) {
+	requireLab(t)
+	kube := kubetest.Bin(t)
+	var out strings.Builder
+	name := "tdemo" + fmt.Sprint(time.Now().UnixNano()%100000)
+	err := Demo(context.Background(), DemoOptions{Name: name, BinDir: binDir, StateRoot: testRoot, KubeBinDir: kube, Out: &out})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"30 of 30 pairs reach each other", "knp.default.web-from-frontend", "probed until enforced", "✗ dropped", "✓ demo done", "lab " + name + " removed"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out.String())
+		}
+	}
+	ents, _ := os.ReadDir(netnsDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "pl-"+name+"-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
 	}
 }

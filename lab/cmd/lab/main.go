@@ -353,7 +353,7 @@ func newDemo(g *globals) *cobra.Command {
 	var keep bool
 	c := &cobra.Command{
 		Use:   "demo",
-		Short: "3 nodes, a BIRD route reflector, 6 pods, the ping matrix; then remove it all",
+		Short: "3 nodes, a BIRD route reflector, Kubernetes, 6 pods, the ping matrix, one NetworkPolicy; then remove it all",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("KEEP") == "1" {
