@@ -19,7 +19,7 @@ import (
 
 // binary is the calico-kube-controllers binary: $PALISADE_BIN's, or one
 // built for the test.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("PALISADE_BIN"); d != "" {
 		return filepath.Join(d, "calico-kube-controllers")

@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 // cluster is the shared API server; without Kubernetes binaries (and
 // PALISADE_KUBE_BIN unset) the test is skipped, otherwise a failure to
 // start it fails the test.
-func cluster(t *testing.T) *kubetest.Cluster {
+func cluster(t testing.TB) *kubetest.Cluster {
 	t.Helper()
 	if errors.Is(sharedErr, kubetest.ErrNoBinaries) {
 		t.Skip(sharedErr)
@@ -174,7 +174,7 @@ func eventually(t testing.TB, timeout time.Duration, fn func() error) {
 }
 
 // calicoStore is a fresh Calico etcd for the test and a client of it.
-func calicoStore(t *testing.T) ([]string, *etcdv3.Store) {
+func calicoStore(t testing.TB) ([]string, *etcdv3.Store) {
 	t.Helper()
 	eps := etcdtest.Start(t)
 	s, err := etcdv3.New(context.Background(), etcdv3.Config{Endpoints: eps})

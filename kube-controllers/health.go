@@ -18,8 +18,8 @@ import (
 
 // Health is what /liveness and /readiness report. Ready means the API
 // server and etcd answer and, on the leader, every controller finished
-// its first sync; a standby replica that reaches both is ready (to take
-// over).
+// its first sync; a standby replica is ready (to take over) once it sees
+// another replica lead. Until the election has a leader, none is ready.
 type Health struct {
 	mu          sync.Mutex
 	apiserver   error

@@ -248,7 +248,7 @@ func lead(ctx context.Context, o Options, client kubernetes.Interface, store *et
 	ectx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go watchConfig(ectx, store, rev, specHash(spec), func() { cancel(errConfigChanged) })
-	h.set(func(h *Health) { h.standby, h.leader = true, false })
+	h.set(func(h *Health) { h.standby, h.leader = false, false })
 	defer h.set(func(h *Health) { h.standby, h.leader = false, false })
 	runErr := make(chan error, 1)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -262,7 +262,7 @@ func lead(ctx context.Context, o Options, client kubernetes.Interface, store *et
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				log.WithField("identity", st.Identity).Info("Elected leader; starting the controllers")
-				h.set(func(h *Health) { h.leader = true; h.leaderGauge.Set(1) })
+				h.set(func(h *Health) { h.leader, h.standby = true, false; h.leaderGauge.Set(1) })
 				runErr <- runControllers(lctx, client, store, h, run, status)
 			},
 			OnStoppedLeading: func() {
@@ -271,6 +271,7 @@ func lead(ctx context.Context, o Options, client kubernetes.Interface, store *et
 			},
 			OnNewLeader: func(id string) {
 				if id != st.Identity {
+					h.set(func(h *Health) { h.standby = true })
 					log.WithField("leader", id).Info("Another replica leads; standing by")
 				}
 			},
@@ -345,7 +346,7 @@ func runControllers(ctx context.Context, client kubernetes.Interface, store *etc
 		}
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trim))
-	deps := controllers.Deps{Informers: factory, Client: client, Store: store, KV: store.KV()}
+	deps := controllers.Deps{Informers: factory, Client: client, Store: store, KV: store.KV(), Raw: etcdRaw{store.Client()}}
 	var cs []controllers.Controller
 	for _, name := range run.Enabled {
 		d := deps

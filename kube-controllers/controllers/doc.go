@@ -31,6 +31,9 @@ type Deps struct {
 	Store  datastore.Interface
 	// KV is the raw view IPAM works on.
 	KV datastore.KV
+	// Raw reads and follows raw keys, for the workloadendpoint
+	// controller's index.
+	Raw RawStore
 	// Period is the controller's full resync period.
 	Period time.Duration
 }
@@ -75,4 +78,24 @@ func handler(fn func(namespace, name string)) cache.ResourceEventHandler {
 		UpdateFunc: func(_, obj any) { call(obj) },
 		DeleteFunc: call,
 	}
+}
+
+// RawStore reads raw keys in pages and follows their changes, so a
+// controller can index many resources without holding them decoded (the
+// datastore's Watch keeps every value it has seen, to report deletions).
+type RawStore interface {
+	// Scan calls fn for every key under prefix, in pages read at one
+	// revision, which it returns. A value is only valid during its call.
+	Scan(ctx context.Context, prefix string, fn func(datastore.KVPair)) (int64, error)
+	// Watch calls fn for every change under prefix after revision, in
+	// order, until ctx ends (nil) or the stream fails (an error; one
+	// matching datastore.ErrCompacted when the history is gone).
+	Watch(ctx context.Context, prefix string, revision int64, fn func(RawEvent)) error
+}
+
+// RawEvent is one change Watch reports: a put of KV, or (Deleted) the
+// deletion of Prev's key, Prev being its last value.
+type RawEvent struct {
+	Deleted  bool
+	KV, Prev datastore.KVPair
 }

@@ -3,11 +3,13 @@ package controllers
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,14 +45,22 @@ type WorkloadEndpoints struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 	log    *log.Entry
 
+	raw RawStore
+
 	mu sync.Mutex
 	// byPod indexes the Kubernetes endpoints by "namespace/pod".
-	byPod map[string]map[datastore.Key]endpoint
+	byPod map[string][]indexed
 
 	first   atomic.Bool
 	lastErr atomic.Pointer[error]
 	// Updated and Removed count label updates and endpoints removed.
 	Updated, Removed atomic.Int64
+}
+
+// indexed is one endpoint of the index.
+type indexed struct {
+	key datastore.Key
+	endpoint
 }
 
 // endpoint is what the controller keeps of a WorkloadEndpoint.
@@ -65,7 +75,7 @@ type endpoint struct {
 func NewWorkloadEndpoints(d Deps) *WorkloadEndpoints {
 	inf := d.Informers.Core().V1().Pods()
 	w := &WorkloadEndpoints{pods: inf.Lister(), synced: inf.Informer().HasSynced, client: d.Client, store: d.Store,
-		period: d.Period, byPod: map[string]map[datastore.Key]endpoint{}, log: log.WithField("controller", "workloadendpoint"),
+		period: d.Period, byPod: map[string][]indexed{}, raw: d.Raw, log: log.WithField("controller", "workloadendpoint"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "workloadendpoint"})}
@@ -129,7 +139,11 @@ func (w *WorkloadEndpoints) follow(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.fail(err)
+		if errors.Is(err, datastore.ErrCompacted) {
+			attempt = 0
+		} else {
+			w.fail(err)
+		}
 		d := min(30*time.Second, 100*time.Millisecond<<min(attempt, 9))
 		w.log.WithError(err).WithField("retryIn", d).Warn("Following WorkloadEndpoints failed; listing again")
 		select {
@@ -140,20 +154,22 @@ func (w *WorkloadEndpoints) follow(ctx context.Context) {
 	}
 }
 
+// endpointPrefix holds every WorkloadEndpoint.
+const endpointPrefix = datastore.ResourcePrefix + "workloadendpoints/"
+
+// listAndWatch replaces the index with a fresh list, queues every pod
+// the list or the old index names, then follows the changes.
 func (w *WorkloadEndpoints) listAndWatch(ctx context.Context) error {
-	opts := datastore.ListOptions{Kind: v3.KindWorkloadEndpoint}
-	items, rev, err := w.store.List(ctx, opts)
+	index := map[string][]indexed{}
+	n := 0
+	rev, err := w.raw.Scan(ctx, endpointPrefix, func(p datastore.KVPair) {
+		n++
+		if pod, e, ok := indexRaw(p); ok {
+			index[pod] = append(index[pod], e)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("listing workload endpoints: %w", err)
-	}
-	index := map[string]map[datastore.Key]endpoint{}
-	for _, r := range items {
-		if pod, k, e, ok := indexable(r); ok {
-			if index[pod] == nil {
-				index[pod] = map[datastore.Key]endpoint{}
-			}
-			index[pod][k] = e
-		}
 	}
 	w.mu.Lock()
 	old := w.byPod
@@ -168,44 +184,58 @@ func (w *WorkloadEndpoints) listAndWatch(ctx context.Context) error {
 		}
 	}
 	if !w.first.Load() {
-		w.markFirst(ctx, len(items))
+		w.markFirst(ctx, n)
 	}
-	wt, err := w.store.Watch(ctx, opts, rev)
-	if err != nil {
-		return fmt.Errorf("watching workload endpoints: %w", err)
-	}
-	defer wt.Stop()
-	for ev := range wt.Events() {
-		switch ev.Type {
-		case datastore.Error:
-			w.log.WithError(ev.Err).Warn("WorkloadEndpoint watch error")
-			continue
-		case datastore.Added, datastore.Modified:
-			pod, k, e, ok := indexable(ev.Object)
-			if !ok {
-				continue
+	return w.raw.Watch(ctx, endpointPrefix, rev, func(ev RawEvent) {
+		if ev.Deleted {
+			if pod, e, ok := indexRaw(ev.Prev); ok {
+				w.mu.Lock()
+				w.byPod[pod] = slices.DeleteFunc(w.byPod[pod], func(x indexed) bool { return x.key == e.key })
+				if len(w.byPod[pod]) == 0 {
+					delete(w.byPod, pod)
+				}
+				w.mu.Unlock()
 			}
+			return
+		}
+		if pod, e, ok := indexRaw(ev.KV); ok {
 			w.mu.Lock()
-			if w.byPod[pod] == nil {
-				w.byPod[pod] = map[datastore.Key]endpoint{}
-			}
-			w.byPod[pod][k] = e
+			eps := slices.DeleteFunc(w.byPod[pod], func(x indexed) bool { return x.key == e.key })
+			w.byPod[pod] = append(eps, e)
 			w.mu.Unlock()
 			w.queue.Add(pod)
-		case datastore.Deleted:
-			pod, k, _, ok := indexable(ev.Object)
-			if !ok {
-				continue
-			}
-			w.mu.Lock()
-			delete(w.byPod[pod], k)
-			if len(w.byPod[pod]) == 0 {
-				delete(w.byPod, pod)
-			}
-			w.mu.Unlock()
 		}
+	})
+}
+
+// rawEndpoint is what the index reads of a stored WorkloadEndpoint.
+type rawEndpoint struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Orchestrator string   `json:"orchestrator"`
+		Node         string   `json:"node"`
+		Pod          string   `json:"pod"`
+		ContainerID  string   `json:"containerID"`
+		IPNetworks   []string `json:"ipNetworks"`
+	} `json:"spec"`
+}
+
+// indexRaw reads one stored Kubernetes endpoint (its namespace and name
+// from its key) into what the index keeps.
+func indexRaw(p datastore.KVPair) (pod string, e indexed, ok bool) {
+	ns, name, found := strings.Cut(strings.TrimPrefix(p.Key, endpointPrefix), "/")
+	if !found || len(p.Value) == 0 {
+		return "", e, false
 	}
-	return errors.New("the watch ended")
+	var raw rawEndpoint
+	if json.Unmarshal(p.Value, &raw) != nil || raw.Spec.Orchestrator != k8s.OrchestratorKubernetes || raw.Spec.Pod == "" {
+		return "", e, false
+	}
+	return ns + "/" + raw.Spec.Pod, indexed{key: datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: ns, Name: name},
+		endpoint: endpoint{rev: strconv.FormatInt(p.Revision, 10), node: raw.Spec.Node, containerID: raw.Spec.ContainerID,
+			labels: labelsHash(raw.Metadata.Labels), ips: raw.Spec.IPNetworks}}, true
 }
 
 // markFirst reports the controller synced once the pods queued by the
@@ -222,17 +252,6 @@ func (w *WorkloadEndpoints) markFirst(ctx context.Context, n int) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-}
-
-// indexable reads a Kubernetes WorkloadEndpoint into the index.
-func indexable(r v3.Resource) (pod string, k datastore.Key, e endpoint, ok bool) {
-	wep, isWEP := r.(*v3.WorkloadEndpoint)
-	if !isWEP || wep.Spec.Orchestrator != k8s.OrchestratorKubernetes || wep.Spec.Pod == "" {
-		return "", k, e, false
-	}
-	return wep.Namespace + "/" + wep.Spec.Pod, datastore.KeyOf(wep),
-		endpoint{rev: wep.ResourceVersion, node: wep.Spec.Node, containerID: wep.Spec.ContainerID,
-			labels: labelsHash(wep.Labels), ips: wep.Spec.IPNetworks}, true
 }
 
 func labelsHash(l map[string]string) [32]byte {
@@ -276,7 +295,7 @@ func (w *WorkloadEndpoints) processNext(ctx context.Context) bool {
 // reconcile brings the endpoints of one pod in line with it.
 func (w *WorkloadEndpoints) reconcile(ctx context.Context, podKey string) error {
 	w.mu.Lock()
-	eps := maps.Clone(w.byPod[podKey])
+	eps := slices.Clone(w.byPod[podKey])
 	w.mu.Unlock()
 	if len(eps) == 0 {
 		return nil
@@ -287,7 +306,8 @@ func (w *WorkloadEndpoints) reconcile(ctx context.Context, podKey string) error 
 		return err
 	}
 	var errs []error
-	for k, e := range eps {
+	for _, x := range eps {
+		k, e := x.key, x.endpoint
 		if pod != nil && pod.Spec.NodeName == e.node {
 			if err := w.syncLabels(ctx, k, e, pod); err != nil {
 				errs = append(errs, err)

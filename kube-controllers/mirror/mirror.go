@@ -36,6 +36,9 @@ type Source interface {
 // maxBatch is the most writes sent in one transaction (etcd takes 128).
 const maxBatch = 100
 
+// fullSyncChunk is how many keys a full sync reconciles at a time.
+const fullSyncChunk = 1000
+
 // Mirror reconciles one kind. Create it with New, feed it keys with
 // Enqueue, and Run it.
 type Mirror struct {
@@ -168,8 +171,14 @@ func (m *Mirror) FullSync(ctx context.Context) error {
 		}
 	}
 	before := m.writes.Load()
-	if err := m.reconcile(ctx, all); err != nil {
-		return err
+	// In chunks, so that what is built to be written stays small however
+	// many resources there are.
+	for len(all) > 0 {
+		n := min(len(all), fullSyncChunk)
+		if err := m.reconcile(ctx, all[:n]); err != nil {
+			return err
+		}
+		all = all[n:]
 	}
 	m.lastErr.Store(nil)
 	first := !m.synced.Swap(true)
