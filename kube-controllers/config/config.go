@@ -311,6 +311,9 @@ func Merge(spec v3.KubeControllersConfigurationSpec, env map[string]string, heal
 	if c.Node != nil && c.Node.HostEndpoint != nil && len(c.Node.HostEndpoint.Templates) > 0 {
 		warnings = append(warnings, "spec.controllers.node.hostEndpoint.templates: only used with autoCreate, which Palisade does not implement; not acted on")
 	}
+	if c.Node != nil && c.Node.HostEndpoint != nil && c.Node.HostEndpoint.CreateDefaultHostEndpoint != "" {
+		warnings = append(warnings, "spec.controllers.node.hostEndpoint.createDefaultHostEndpoint: only used with autoCreate, which Palisade does not implement; not acted on")
+	}
 
 	// etcd compaction, health and the server's port.
 	r.CompactionPeriod = durationOf(spec.EtcdV3CompactionPeriod, DefaultCompactionPeriod)
