@@ -1,12 +1,12 @@
 package cniplugin
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,15 +163,24 @@ func (c *cluster) newNode(name string) *node {
 		if err := netlink.LinkSetUp(lo); err != nil {
 			return err
 		}
-		// The listening socket belongs to this namespace; the proxy's
-		// dials to etcd happen on the test's own threads.
-		n.cut, err = startProxy(c.t, strings.TrimPrefix(c.endpoints[0], "http://"))
-		return err
+		return nil
 	})
 	if err != nil {
 		c.t.Fatalf("node %s: %v", name, err)
 	}
-	n.etcd = "http://" + n.cut.l.Addr().String()
+	// The listening socket belongs to the node's namespace; the proxy's
+	// dials to etcd happen on the test's own threads.
+	listen := func(addr string) (l net.Listener, err error) {
+		err = n.ns.Do(func(ns.NetNS) error {
+			l, err = net.Listen("tcp", addr)
+			return err
+		})
+		return l, err
+	}
+	if n.cut, err = startProxy(c.t, strings.TrimPrefix(c.endpoints[0], "http://"), listen); err != nil {
+		c.t.Fatalf("node %s: %v", name, err)
+	}
+	n.etcd = "http://" + n.cut.addr
 	return n
 }
 
@@ -254,30 +264,37 @@ func (n *node) del(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error
 	return n.inNode(func() error { return n.cni().DelNetworkList(context.Background(), list, rt) })
 }
 
-// proxy forwards TCP connections accepted in a node's namespace to etcd;
-// cutting it drops every connection and refuses new ones, as a dead etcd.
+// proxy forwards TCP connections accepted in a node's namespace to etcd.
+// Cutting it closes its listener and every connection, so that new ones
+// are refused, as a dead etcd's port refuses them; restore listens again
+// on the same address. After dropAnswerTo(marker) it forwards requests as
+// usual but drops etcd's answer to the first one carrying marker and cuts:
+// etcd applied that request, and its client never hears so.
 type proxy struct {
 	target string
-	l      net.Listener
+	addr   string
+	listen func(addr string) (net.Listener, error)
 	mu     sync.Mutex
+	l      net.Listener
 	isCut  bool
 	conns  []net.Conn
+	marker []byte
 }
 
-func startProxy(t testing.TB, target string) (*proxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func startProxy(t testing.TB, target string, listen func(string) (net.Listener, error)) (*proxy, error) {
+	l, err := listen("127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{target: target, l: l}
-	t.Cleanup(func() { l.Close(); p.cut() })
-	go p.serve()
+	p := &proxy{target: target, addr: l.Addr().String(), listen: listen, l: l}
+	t.Cleanup(p.cut)
+	go p.serve(l)
 	return p, nil
 }
 
-func (p *proxy) serve() {
+func (p *proxy) serve(l net.Listener) {
 	for {
-		in, err := p.l.Accept()
+		in, err := l.Accept()
 		if err != nil {
 			return
 		}
@@ -288,40 +305,100 @@ func (p *proxy) serve() {
 func (p *proxy) forward(in net.Conn) {
 	// Unlocked goroutines run on threads in the test's own namespace.
 	runtime.Gosched()
-	p.mu.Lock()
-	if p.isCut {
-		p.mu.Unlock()
-		in.Close()
-		return
-	}
-	p.mu.Unlock()
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
 		in.Close()
 		return
 	}
 	p.mu.Lock()
+	if p.isCut {
+		p.mu.Unlock()
+		in.Close()
+		out.Close()
+		return
+	}
 	p.conns = append(p.conns, in, out)
+	marker := p.marker
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(out, in); out.Close() }()
-	_, _ = io.Copy(in, out)
+	var sawMarker atomic.Bool
+	go func() {
+		defer out.Close()
+		buf := make([]byte, 64<<10)
+		var tail []byte
+		for {
+			n, err := in.Read(buf)
+			if n > 0 {
+				if len(marker) > 0 {
+					window := append(tail, buf[:n]...)
+					if bytes.Contains(window, marker) {
+						sawMarker.Store(true)
+					}
+					tail = append([]byte(nil), window[max(0, len(window)-len(marker)):]...)
+				}
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := out.Read(buf)
+		if n > 0 && sawMarker.Load() {
+			// etcd answered the marked request: lose the answer.
+			p.cut()
+			return
+		}
+		if n > 0 {
+			if _, werr := in.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	in.Close()
+}
+
+// dropAnswerTo makes the proxy lose etcd's answer to the next request
+// carrying marker, and cut.
+func (p *proxy) dropAnswerTo(marker []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.marker = marker
 }
 
 func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.isCut {
+		return
+	}
 	p.isCut = true
+	p.l.Close()
 	for _, c := range p.conns {
 		c.Close()
 	}
 	p.conns = nil
 }
 
-func (p *proxy) restore() {
+func (p *proxy) restore(t testing.TB) {
+	t.Helper()
 	p.mu.Lock()
-	p.isCut = false
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if !p.isCut {
+		return
+	}
+	l, err := p.listen(p.addr)
+	if err != nil {
+		t.Fatalf("listening again on %s: %v", p.addr, err)
+	}
+	p.l, p.isCut, p.marker = l, false, nil
+	go p.serve(l)
 }
 
 // confWith sets key on the first plugin of list.

@@ -47,6 +47,7 @@ func readSysctl(key string) string {
 // hostState is what a node's kernel holds for a workload.
 type hostState struct {
 	exists  bool
+	ifindex int
 	kind    string
 	mac     string
 	mtu     int
@@ -68,6 +69,7 @@ func (n *node) hostState(t testing.TB, veth string) hostState {
 			return err
 		}
 		s.exists, s.kind, s.mac, s.mtu = true, link.Type(), link.Attrs().HardwareAddr.String(), link.Attrs().MTU
+		s.ifindex = link.Attrs().Index
 		s.up = link.Attrs().Flags&net.FlagUp != 0
 		s.sysctls = map[string]string{}
 		for _, k := range []string{"net/ipv4/conf/" + veth + "/proxy_arp", "net/ipv4/neigh/" + veth + "/proxy_delay",

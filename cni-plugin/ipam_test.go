@@ -61,24 +61,50 @@ func TestErrorsAndHumanInvocations(t *testing.T) {
 	if binDir == "" {
 		t.Skip("no binaries")
 	}
+	const good = `"cniVersion":"1.0.0","name":"net","nodename":"n1","etcd_endpoints":"http://127.0.0.1:1","datastore_timeout":"300ms"`
 	cases := []struct {
 		name     string
 		bin      string
 		conf     string
+		env      []string // overrides CNI_* variables; "CNI_COMMAND=" unsets it
 		wantCode uint
 		wantMsg  string
 	}{
-		{"kubernetes datastore", "calico", `{"cniVersion":"1.0.0","name":"net","type":"calico","datastore_type":"kubernetes","nodename":"n1","ipam":{"type":"calico-ipam"}}`, 7, `datastore_type "kubernetes" is not supported`},
-		{"not JSON", "calico", `{"cniVersion":"1.0.0","name":`, 6, ""},
-		{"no etcd endpoints", "calico-ipam", `{"cniVersion":"1.0.0","name":"net","type":"calico-ipam","nodename":"n1","log_level":"debug"}`, 7, "etcd_endpoints is required"},
-		{"bad assign_ipv6", "calico-ipam", `{"cniVersion":"1.0.0","name":"net","type":"calico-ipam","nodename":"n1","ipam":{"type":"calico-ipam","assign_ipv6":"yes"}}`, 7, `ipam.assign_ipv6 "yes"`},
-		{"unreachable etcd", "calico-ipam", `{"cniVersion":"1.0.0","name":"net","type":"calico-ipam","nodename":"n1","etcd_endpoints":"http://127.0.0.1:1","datastore_timeout":"300ms","ipam":{"type":"calico-ipam"}}`, 11, "connecting to the datastore"},
+		{"no type", "calico", `{` + good + `,"ipam":{"type":"calico-ipam"}}`, nil, 7, `network "net": type is required`},
+		{"no ipam type", "calico", `{` + good + `,"type":"calico","ipam":{}}`, nil, 7, `network "net": ipam.type is required`},
+		{"garbage CNI_ARGS", "calico", `{` + good + `,"type":"calico","ipam":{"type":"calico-ipam"}}`,
+			[]string{"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAME"}, 4, `CNI_ARGS "IgnoreUnknown=1;K8S_POD_NAME": pair "K8S_POD_NAME" is not KEY=VALUE`},
+		{"garbage CNI_ARGS to calico-ipam", "calico-ipam", `{` + good + `,"type":"calico","ipam":{"type":"calico-ipam"}}`,
+			[]string{"CNI_ARGS=K8S_POD_NAMESPACE=a=b"}, 4, `pair "K8S_POD_NAMESPACE=a=b" is not KEY=VALUE`},
+		{"malformed prevResult", "calico", `{` + good + `,"type":"calico","ipam":{"type":"calico-ipam"},"prevResult":{"ips":"nope"}}`, nil, 6,
+			`network "net": prevResult: could not parse prevResult`},
+		{"malformed prevResult on CHECK", "calico-ipam", `{` + good + `,"type":"calico","ipam":{"type":"calico-ipam"},"prevResult":{"interfaces":7}}`,
+			[]string{"CNI_COMMAND=CHECK"}, 6, `network "net": prevResult: could not parse prevResult`},
+		{"no CNI_COMMAND", "calico", `{` + good + `,"type":"calico","ipam":{"type":"calico-ipam"}}`, []string{"CNI_COMMAND="}, 4,
+			"calico: the environment variable CNI_COMMAND is not set"},
+		{"no CNI_COMMAND to calico-ipam", "calico-ipam", `{` + good + `,"type":"calico","ipam":{"type":"calico-ipam"}}`, []string{"CNI_COMMAND="}, 4,
+			"calico-ipam: the environment variable CNI_COMMAND is not set"},
+		{"kubernetes datastore", "calico", `{"cniVersion":"1.0.0","name":"net","type":"calico","datastore_type":"kubernetes","nodename":"n1","ipam":{"type":"calico-ipam"}}`, nil, 7, `datastore_type "kubernetes" is not supported`},
+		{"not JSON", "calico", `{"cniVersion":"1.0.0","name":`, nil, 6, ""},
+		{"no etcd endpoints", "calico-ipam", `{"cniVersion":"1.0.0","name":"net","type":"calico-ipam","nodename":"n1","log_level":"debug","ipam":{"type":"calico-ipam"}}`, nil, 7, "etcd_endpoints is required"},
+		{"bad assign_ipv6", "calico-ipam", `{"cniVersion":"1.0.0","name":"net","type":"calico-ipam","nodename":"n1","ipam":{"type":"calico-ipam","assign_ipv6":"yes"}}`, nil, 7, `ipam.assign_ipv6 "yes"`},
+		{"unreachable etcd", "calico-ipam", `{"cniVersion":"1.0.0","name":"net","type":"calico-ipam","nodename":"n1","etcd_endpoints":"http://127.0.0.1:1","datastore_timeout":"300ms","ipam":{"type":"calico-ipam"}}`, nil, 11, "connecting to the datastore"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(binDir, tc.bin))
-			cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=abc123", "CNI_NETNS=/proc/self/ns/net",
-				"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
+			env := map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "abc123", "CNI_NETNS": "/proc/self/ns/net",
+				"CNI_IFNAME": "eth0", "CNI_PATH": binDir}
+			for _, e := range tc.env {
+				k, v, _ := strings.Cut(e, "=")
+				env[k] = v
+			}
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "CNI_") })
+			for k, v := range env {
+				if v != "" {
+					cmd.Env = append(cmd.Env, k+"="+v)
+				}
+			}
 			cmd.Stdin = strings.NewReader(tc.conf)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -1,17 +1,22 @@
 package cniplugin
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
 // TestAddRollsBackOnFailure injects a failure at each step after IPAM and
@@ -21,7 +26,8 @@ func TestAddRollsBackOnFailure(t *testing.T) {
 	cases := []struct {
 		name string
 		// hostLocal uses the reference host-local IPAM (through a wrapper
-		// that cuts the node from etcd once addresses are assigned).
+		// that, once addresses are assigned and before it answers, cuts
+		// the node from etcd: every later connection is refused).
 		hostLocal bool
 		mtu       int
 		prepare   func(t *testing.T, n *node, p *pod)
@@ -53,16 +59,7 @@ func TestAddRollsBackOnFailure(t *testing.T) {
 			var ipamConf map[string]any
 			dataDir := filepath.Join(c.dir, "host-local")
 			if tc.hostLocal {
-				cutFile := filepath.Join(c.dir, "cut")
-				script := fmt.Sprintf("#!/bin/sh\nout=$(%s/host-local); rc=$?\n"+
-					"if [ \"$CNI_COMMAND\" = ADD ] && [ $rc -eq 0 ]; then : > %s; fi\nprintf '%%s\\n' \"$out\"\nexit $rc\n",
-					refPluginDir, cutFile)
-				if err := os.WriteFile(filepath.Join(c.dir, "cutting-ipam"), []byte(script), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				watchCut(t, cutFile, n.cut)
-				ipamConf = map[string]any{"type": "cutting-ipam", "dataDir": dataDir,
-					"ranges": [][]map[string]string{{{"subnet": "10.99.0.0/24"}}}}
+				ipamConf = cuttingIPAM(t, c, n, dataDir)
 			}
 			list := n.calicoConf("1.0.0", ipamConf)
 			if tc.mtu != 0 {
@@ -81,7 +78,7 @@ func TestAddRollsBackOnFailure(t *testing.T) {
 				t.Errorf("ADD error code %d (%s), want %d", cniErr.Code, cniErr.Msg, tc.wantCode)
 			}
 			t.Logf("ADD failed as expected: code %d: %s", cniErr.Code, cniErr.Msg)
-			n.cut.restore()
+			n.cut.restore(t)
 
 			if hs := n.hostState(t, hostVeth(p, true)); hs.exists && hs.kind == "veth" {
 				t.Errorf("failed ADD left veth %s on the node", hostVeth(p, true))
@@ -109,7 +106,26 @@ func TestAddRollsBackOnFailure(t *testing.T) {
 	}
 }
 
-// watchCut cuts the node from etcd as soon as file appears.
+// cuttingIPAM installs an IPAM plugin that runs the reference host-local
+// and, after an ADD that assigned addresses and before it answers, cuts
+// the node from etcd (the test's watcher cuts, then lets the plugin go
+// on), so every datastore request after IPAM finds etcd gone.
+func cuttingIPAM(t *testing.T, c *cluster, n *node, dataDir string) map[string]any {
+	cutFile := filepath.Join(c.dir, "cut")
+	script := fmt.Sprintf("#!/bin/sh\nout=$(%s/host-local); rc=$?\n"+
+		"if [ \"$CNI_COMMAND\" = ADD ] && [ $rc -eq 0 ]; then\n"+
+		"  : > %[2]s; i=0; while [ -e %[2]s ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done\nfi\n"+
+		"printf '%%s\\n' \"$out\"\nexit $rc\n", refPluginDir, cutFile)
+	if err := os.WriteFile(filepath.Join(c.dir, "cutting-ipam"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	watchCut(t, cutFile, n.cut)
+	return map[string]any{"type": "cutting-ipam", "dataDir": dataDir,
+		"ranges": [][]map[string]string{{{"subnet": "10.99.0.0/24"}}}}
+}
+
+// watchCut cuts the node from etcd as soon as file appears, then removes
+// the file.
 func watchCut(t *testing.T, file string, p *proxy) {
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
@@ -126,6 +142,53 @@ func watchCut(t *testing.T, file string, p *proxy) {
 			}
 		}
 	}()
+}
+
+// TestAddWithLostEndpointAnswer: etcd stores the WorkloadEndpoint but its
+// answer is lost, and etcd is gone for the rollback. The failed ADD must
+// not free the address the stored endpoint claims: it keeps it (and the
+// endpoint may stay) until the DEL that follows, which, with etcd back,
+// removes both.
+func TestAddWithLostEndpointAnswer(t *testing.T) {
+	c := newCluster(t)
+	n := c.newNode("node1")
+	p := n.newPod("default", "victim")
+	dataDir := filepath.Join(c.dir, "host-local")
+	list := n.calicoConf("1.0.0", map[string]any{"type": "host-local", "dataDir": dataDir,
+		"ranges": [][]map[string]string{{{"subnet": "10.98.0.0/24"}}}})
+	path := datastore.ResourcePrefix + "workloadendpoints/default/" + wepName(n, p, true)
+	n.cut.dropAnswerTo([]byte(base64.StdEncoding.EncodeToString([]byte(path))))
+
+	_, err := n.add(list, p.runtimeConf(true))
+	var cniErr *types.Error
+	if !errors.As(err, &cniErr) || cniErr.Code != types.ErrTryAgainLater {
+		t.Fatalf("ADD whose endpoint answer was lost: %v, want a try-again-later error", err)
+	}
+	n.cut.restore(t)
+	ep := c.endpoint(t, "default", wepName(n, p, true))
+	if ep == nil {
+		t.Fatal("the endpoint write did not reach etcd: the test lost the wrong answer")
+	}
+	held := hostLocalAllocations(t, filepath.Join(dataDir, "k8s-pod-network"))
+	for _, ipn := range ep.Spec.IPNetworks {
+		ip := strings.TrimSuffix(ipn, "/32")
+		if !slices.Contains(held, ip) {
+			t.Errorf("stored endpoint claims %s, which the failed ADD released (host-local holds %v): a later pod may get it", ip, held)
+		}
+	}
+	if hs := n.hostState(t, hostVeth(p, true)); hs.exists {
+		t.Errorf("failed ADD left veth %s on the node", hostVeth(p, true))
+	}
+
+	if err := n.del(list, p.runtimeConf(true)); err != nil {
+		t.Fatalf("DEL after the failed ADD: %v", err)
+	}
+	if ep := c.endpoint(t, "default", wepName(n, p, true)); ep != nil {
+		t.Errorf("DEL left workloadendpoint %s", ep.Name)
+	}
+	if left := hostLocalAllocations(t, filepath.Join(dataDir, "k8s-pod-network")); len(left) != 0 {
+		t.Errorf("DEL left host-local allocations %v", left)
+	}
 }
 
 // hostLocalAllocations lists the addresses host-local holds in dir.

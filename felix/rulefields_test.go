@@ -47,10 +47,41 @@ spec:
   - {action: Allow, ipVersion: 4, protocol: TCP}
   - {action: Allow, ipVersion: 6, protocol: UDP}
 `, probes: []probe{allow("client", "web", "tcp", 8080), deny("client", "web", "udp", 8080)}},
+	// Service matching is not implemented: the Allow must match nothing,
+	// not all TCP egress.
+	{name: "destination.services on Allow matches nothing", yaml: gnpHead + `metadata: {name: to-kubernetes}
+spec:
+  selector: app == 'client'
+  types: [Egress]
+  egress:
+  - {action: Allow, protocol: TCP, destination: {services: {name: kubernetes, namespace: default}}}
+  - {action: Allow, protocol: UDP}
+`, probes: []probe{
+		deny("client", "web", "tcp", 8080), deny("client", "ext", "tcp", 8080),
+		allow("client", "web", "udp", 8080),
+	}},
+	{name: "source.services on Allow matches nothing", yaml: gnpHead + `metadata: {name: from-service}
+spec:
+  selector: app == 'web'
+  ingress: [{action: Allow, source: {services: {name: client, namespace: ns-a}}}, {action: Allow, protocol: UDP}]
+`, probes: []probe{deny("client", "web", "tcp", 8080), deny("ext", "web", "tcp", 8080), allow("client", "web", "udp", 9000)}},
+	// A Deny loses only the field: it denies all TCP egress.
+	{name: "destination.services on Deny denies the rest of the rule", yaml: gnpHead + `metadata: {name: deny-kubernetes}
+spec:
+  selector: app == 'client'
+  types: [Egress]
+  egress:
+  - {action: Deny, protocol: TCP, destination: {services: {name: kubernetes, namespace: default}}}
+  - {action: Allow}
+`, probes: []probe{deny("client", "web", "tcp", 8080), deny("client", "ext", "tcp", 8080), allow("client", "web", "udp", 8080)}},
 }
 
 func TestRuleFields(t *testing.T) {
-	c := newCluster(t, "NFT")
-	setupPods(c)
-	runScenarios(t, c, ruleFields)
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) {
+			c := newCluster(t, dp)
+			setupPods(c)
+			runScenarios(t, c, ruleFields)
+		})
+	}
 }

@@ -33,6 +33,12 @@ GO_TOOLS=(
 WANT_GO_TOOLS=false
 [ "${1:-}" = "--lint" ] && WANT_GO_TOOLS=true
 
+# --bpf: the compiler of bpf/c/palisade.c, only to regenerate the committed
+# object (go generate ./bpf); a build needs neither.
+if [ "${1:-}" = "--bpf" ]; then
+	DEBIAN_PACKAGES+=(clang-14 llvm-14 libbpf-dev)
+fi
+
 die() { echo "install-deps: $*" >&2; exit 1; }
 
 missing=()

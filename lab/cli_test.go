@@ -44,6 +44,27 @@ func TestCLI(t *testing.T) {
 		}
 	}
 	lab(false, "up") // the same name twice
+	// The hints up printed run as printed (the last one, down, at the end).
+	var hints [][]string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "  "+bin+" ") {
+			cmd, _, _ := strings.Cut(strings.TrimSpace(line), "   ")
+			hints = append(hints, strings.Fields(cmd))
+		}
+	}
+	if len(hints) < 5 || !strings.Contains(strings.Join(hints[len(hints)-1], " "), " down ") {
+		t.Fatalf("up printed %d hints, want at least 5 ending with down:\n%s", len(hints), out)
+	}
+	for _, h := range hints[:len(hints)-1] {
+		if out, err := exec.Command(h[0], h[1:]...).CombinedOutput(); err != nil {
+			t.Errorf("hint %q: %v\n%s", strings.Join(h, " "), err, out)
+		} else if strings.Contains(strings.Join(h, " "), "birdc") && !strings.Contains(string(out), "Established") {
+			t.Errorf("hint %q shows no established session:\n%s", strings.Join(h, " "), out)
+		}
+	}
+	if out := lab(true, "version"); !strings.HasPrefix(out, "Version:") || !strings.Contains(out, "Git commit:") {
+		t.Errorf("lab version: %q", out)
+	}
 	lab(true, "pod", "add", "node1", "default/web")
 	lab(true, "pod", "add", "node2", "default/db")
 	if out := lab(true, "exec", "node2", "--", "calicoctl", "get", "workloadendpoints", "-A"); !strings.Contains(out, "web") || !strings.Contains(out, "db") {
@@ -80,7 +101,10 @@ func TestCLI(t *testing.T) {
 	}
 	lab(true, "pod", "del", "node1", "default/web")
 	lab(false, "ping", "--timeout", "500ms", "node1", "default/web")
-	lab(true, "down")
+	down := hints[len(hints)-1]
+	if out, err := exec.Command(down[0], down[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("hint %q: %v\n%s", strings.Join(down, " "), err, out)
+	}
 	ents, _ := os.ReadDir(netnsDir)
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "pl-"+name+"-") {

@@ -106,19 +106,8 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	}
 	fmt.Fprintf(out, "\n✓ demo done in %s\n", time.Since(began).Round(100*time.Millisecond))
 	if o.Keep {
-		fmt.Fprintf(out, `
-The lab %[1]s keeps running. Look around:
-  sudo %[2]s status --name %[1]s                     each node's calicoctl node status and routes
-  sudo %[2]s exec --name %[1]s node1 -- calicoctl get nodes -o wide
-  sudo %[2]s exec --name %[1]s node1 -- ip route
-  sudo %[2]s exec --name %[1]s demo/pod-1a -- ip addr
-  sudo %[2]s exec --name %[1]s rr -- birdc -s %[3]s show protocols
-  sudo %[2]s kubectl --name %[1]s -- get networkpolicies,pods -A -o wide
-  sudo %[2]s probe --name %[1]s demo/pod-3b demo/pod-1a --port 80
-  sudo %[2]s pod add --name %[1]s node2 demo/extra --labels role=frontend
-Remove it:
-  sudo %[2]s down --name %[1]s
-`, l.Name(), o.LabCommand, l.birdSocket("rr"))
+		fmt.Fprintf(out, "\nThe lab %s keeps running.\n", l.Name())
+		l.PrintHints(out, o.LabCommand)
 	}
 	return nil
 }

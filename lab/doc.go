@@ -1,10 +1,11 @@
 // Package lab builds a whole Palisade fabric on one machine out of network
 // namespaces: a fabric namespace holding a bridge, node namespaces attached
 // to it each running calico-node, an optional BIRD route reflector and
-// border router, an optional external etcd, and pods made by the real
-// calico CNI plugin. Everything it creates carries the lab's prefix and is
-// recorded in the lab's state directory, so Down removes it all, from this
-// process or another one.
+// border router, an optional external etcd or three-member etcd cluster
+// (every etcd TLS with client certificates, reached through the lab's
+// join file), and pods made by the real calico CNI plugin. Everything it
+// creates carries the lab's prefix and is recorded in the lab's state
+// directory, so Down removes it all, from this process or another one.
 //
 // The fabric, for a lab named "demo" with three nodes and a route
 // reflector:
@@ -15,7 +16,8 @@
 //	  ├─ pl-demo-node3  eth0 198.18.0.13/24  calico-node
 //	  ├─ pl-demo-rr     eth0 198.18.0.250/24 BIRD route reflector (AS 64512)
 //	  ├─ pl-demo-border eth0 198.18.0.251/24 BIRD border router (AS 65001)
-//	  └─ pl-demo-etcd   eth0 198.18.0.253/24 external etcd (option)
+//	  ├─ pl-demo-etcd   eth0 198.18.0.253/24 external etcd (option)
+//	  └─ pl-demo-etcd1…3 eth0 198.18.0.241-243/24 etcd cluster (option)
 //	pods: pl-demo-pod-<namespace>.<pod>, eth0 from calico-ipam, a cali veth
 //	into their node's namespace.
 //

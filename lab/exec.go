@@ -13,7 +13,8 @@ import (
 )
 
 // Target resolves what exec and InNamespace accept: a node name, "rr",
-// "border", "etcd", "fabric", or a pod as "namespace/name".
+// "border", "etcd" (or a cluster's "etcd1" to "etcd3"), "fabric", or a pod
+// as "namespace/name".
 func (l *Lab) Target(target string) (ns string, err error) {
 	if n, ok := l.Node(target); ok {
 		return n.NS, nil
@@ -24,7 +25,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	switch target {
 	case "fabric":
 		return l.fabricNS(), nil
-	case "rr", "border", "etcd", "kube":
+	case "rr", "border", "etcd", "etcd1", "etcd2", "etcd3", "kube":
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, ns := range l.st.Namespaces {
@@ -37,7 +38,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	for _, n := range l.Nodes() {
 		names = append(names, n.Name)
 	}
-	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, kube, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
+	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, etcd1-3, kube, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
 }
 
 // InNamespace runs fn on a thread inside the target's network namespace;
@@ -51,8 +52,8 @@ func (l *Lab) InNamespace(target string, fn func() error) error {
 }
 
 // Env is the environment of commands run in the lab: the lab's binaries
-// first on PATH, calicoctl pointed at the lab's etcd, and on a node its
-// run directory and nodename file.
+// first on PATH, calicoctl pointed at the lab's etcd with the join file's
+// certificates, and on a node its run directory and nodename file.
 func (l *Lab) Env(target string) []string {
 	env := []string{}
 	for _, e := range os.Environ() {
@@ -66,7 +67,9 @@ func (l *Lab) Env(target string) []string {
 	if path == "" {
 		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
-	env = append(env, "PATH="+l.st.Options.BinDir+":"+path, "DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS="+l.etcdEndpoint())
+	tls := l.etcdClientFiles()
+	env = append(env, "PATH="+l.st.Options.BinDir+":"+path, "DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS="+strings.Join(l.etcdEndpoints(), ","),
+		"ETCD_CA_CERT_FILE="+tls.CA, "ETCD_CERT_FILE="+tls.ClientCert, "ETCD_KEY_FILE="+tls.ClientKey)
 	if n, ok := l.Node(target); ok {
 		env = append(env, "CALICO_RUN_DIR="+l.RunDir(n.Name), "CALICO_NODENAME_FILE="+l.nodeDir(n.Name, "nodename"))
 	}
@@ -83,6 +86,7 @@ func (l *Lab) Command(ctx context.Context, target string, argv ...string) (*exec
 	if _, err := l.Target(target); err != nil {
 		return nil, err
 	}
+	argv = l.birdcArgs(target, argv)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	if !strings.Contains(argv[0], "/") {
 		// The lab's binaries come first, as on the PATH of Env.
@@ -93,6 +97,29 @@ func (l *Lab) Command(ctx context.Context, target string, argv ...string) (*exec
 	}
 	cmd.Env = l.Env(target)
 	return cmd, nil
+}
+
+// birdcArgs points a birdc run on the route reflector or the border
+// router at that BIRD: its binary (BIRD 1.6's for a bird1 reflector) and
+// its control socket, which lives in the lab's state directory rather
+// than at birdc's default path. A given -s is kept.
+func (l *Lab) birdcArgs(target string, argv []string) []string {
+	if filepath.Base(argv[0]) != "birdc" || (target != "rr" && target != "border") {
+		return argv
+	}
+	if _, ok := l.Proc("bird/" + target); !ok {
+		return argv
+	}
+	for _, a := range argv[1:] {
+		if a == "-s" || strings.HasPrefix(a, "-s") && len(a) > 2 {
+			return argv
+		}
+	}
+	ctl := argv[0]
+	if _, c, err := l.birdBinaries(l.birdKind(target)); err == nil && !strings.Contains(argv[0], "/") {
+		ctl = c
+	}
+	return append([]string{ctl, "-s", l.birdSocket(target)}, argv[1:]...)
 }
 
 // StartIn starts a command made by Command in its target's namespace.

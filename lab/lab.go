@@ -19,8 +19,21 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubeapi"
 )
+
+// bpfFelixConfig turns felix's eBPF dataplane on (Options.BPF).
+const bpfFelixConfig = `apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {bpfEnabled: true}
+`
+
+// labNS runs work in one of the lab's namespaces (palbpf.NetNS).
+type labNS string
+
+func (n labNS) Do(f func() error) error { return inNS(string(n), f) }
 
 // Route reflector kinds (Options.RR).
 const (
@@ -35,6 +48,9 @@ const (
 	EtcdEmbedded = "embedded"
 	// EtcdExternal is /usr/bin/etcd in its own namespace.
 	EtcdExternal = "external"
+	// EtcdCluster is three /usr/bin/etcd members, each in its own
+	// namespace.
+	EtcdCluster = "cluster"
 )
 
 // BGP topologies (Options.Peering).
@@ -78,7 +94,8 @@ type Options struct {
 	// Border adds a BIRD border router in AS 65001 peering eBGP with
 	// every node.
 	Border bool `json:"border"`
-	// Etcd is EtcdEmbedded (default) or EtcdExternal.
+	// Etcd is EtcdEmbedded (default), EtcdExternal or EtcdCluster. Each is
+	// TLS with client certificates; nodes and calicoctl use the join file.
 	Etcd string `json:"etcd"`
 	// PoolCIDR is the default IPv4 pool (default 10.244.0.0/16).
 	PoolCIDR string `json:"poolCIDR"`
@@ -91,6 +108,9 @@ type Options struct {
 	// Bird1 is BIRD 1.6's binary directory (default .tools/bird1/usr/sbin
 	// found upward from the working directory and BinDir).
 	Bird1 string `json:"bird1"`
+	// BPF turns on felix's eBPF dataplane (FelixConfiguration default
+	// bpfEnabled: true) on every node.
+	BPF bool `json:"bpf"`
 	// LogLevel is calico-node's log level (default info).
 	LogLevel string `json:"logLevel"`
 	// Kubernetes adds a Kubernetes control plane (kube-apiserver with its
@@ -146,9 +166,9 @@ func (o *Options) defaults() error {
 	switch o.Etcd {
 	case "":
 		o.Etcd = EtcdEmbedded
-	case EtcdEmbedded, EtcdExternal:
+	case EtcdEmbedded, EtcdExternal, EtcdCluster:
 	default:
-		return fmt.Errorf("lab %q: etcd %q: want embedded or external", o.Name, o.Etcd)
+		return fmt.Errorf("lab %q: etcd %q: want embedded, external or cluster", o.Name, o.Etcd)
 	}
 	if o.PoolCIDR == "" {
 		o.PoolCIDR = "10.244.0.0/16"
@@ -434,7 +454,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := l.makeFabric(ctx); err != nil {
 		return nil, err
 	}
-	if o.Etcd == EtcdExternal {
+	if o.Etcd != EtcdEmbedded {
 		if err := l.startEtcd(ctx); err != nil {
 			return nil, err
 		}
@@ -474,8 +494,21 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := l.startNode(ctx, first); err != nil {
 		return nil, err
 	}
+	if o.Etcd == EtcdEmbedded {
+		if err := l.takeJoinFile(); err != nil {
+			return nil, err
+		}
+	}
 	if err := l.applyTopology(ctx, o.Peering); err != nil {
 		return nil, err
+	}
+	if o.BPF {
+		// Before the other nodes start: their felix starts on eBPF.
+		// Node 1's moves over from iptables.
+		l.say("calicoctl apply: FelixConfiguration default bpfEnabled: true")
+		if err := l.Apply(ctx, bpfFelixConfig); err != nil {
+			return nil, err
+		}
 	}
 	errc := make(chan error, len(rest))
 	for _, n := range rest {
@@ -597,6 +630,16 @@ func (l *Lab) Down(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	// The eBPF dataplane's pins outlive a namespace: removed while the
+	// nodes' namespaces still exist.
+	for _, n := range l.st.Nodes {
+		if _, err := os.Stat(nsPath(n.NS)); err != nil {
+			continue
+		}
+		if err := palbpf.RemoveAll("", labNS(n.NS)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// Namespaces in reverse order of creation, then any stray one with
 	// the lab's prefix.
 	seen := map[string]bool{}

@@ -18,14 +18,6 @@ func nodeAddr(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18, 0, byte(10 + i)})
 }
 
-// etcdEndpoint is where the lab's etcd serves clients.
-func (l *Lab) etcdEndpoint() string {
-	if l.st.Options.Etcd == EtcdExternal {
-		return "http://" + netip.AddrPortFrom(etcdAddr, 2379).String()
-	}
-	return "http://" + netip.AddrPortFrom(l.st.Nodes[0].IP, 2379).String()
-}
-
 // nodeDir is a node's directory in the state directory.
 func (l *Lab) nodeDir(name string, elem ...string) string {
 	return l.path(append([]string{"nodes", name}, elem...)...)
@@ -86,18 +78,24 @@ func (l *Lab) nodeEnv(n Node) []string {
 		"CALICO_ETCD_DATA_DIR=" + l.nodeDir(n.Name, "etcd"),
 		"CALICO_LOG_LEVEL=" + o.LogLevel,
 	}
-	if o.Etcd == EtcdExternal || n.Index != l.st.Nodes[0].Index {
-		env = append(env, "ETCD_ENDPOINTS="+l.etcdEndpoint())
-	}
 	if o.Kubernetes {
 		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
 	}
 	return env
 }
 
-// nodeConfig is the (empty) calicoctl-style file calico-node reads, so a
-// file on the machine at /etc/calico/calicoctl.cfg never leaks in.
+// servesEtcd says whether n serves the lab's embedded etcd.
+func (l *Lab) servesEtcd(n Node) bool {
+	return l.st.Options.Etcd == EtcdEmbedded && n.Index == l.st.Nodes[0].Index
+}
+
+// nodeConfig is the calicoctl-style file calico-node reads: the join file,
+// or for the node serving the embedded etcd an empty one (so a file on the
+// machine at /etc/calico/calicoctl.cfg never leaks in).
 func (l *Lab) nodeConfig(n Node) (string, error) {
+	if !l.servesEtcd(n) {
+		return l.JoinFile(), nil
+	}
 	path := l.nodeDir(n.Name, "calico-node.cfg")
 	conf := "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nmetadata: {}\nspec:\n  datastoreType: etcdv3\n"
 	return path, os.WriteFile(path, []byte(conf), 0o644)
@@ -191,7 +189,7 @@ func (l *Lab) RemoveNode(ctx context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("lab %s: no node %q", l.st.Name, name)
 	}
-	if len(l.Nodes()) > 0 && l.Nodes()[0].Name == name && l.st.Options.Etcd == EtcdEmbedded {
+	if l.servesEtcd(n) {
 		return fmt.Errorf("lab %s: node %s serves the embedded etcd and cannot be removed", l.st.Name, name)
 	}
 	l.say("removing node %s", name)

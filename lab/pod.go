@@ -38,11 +38,13 @@ func (l *Lab) cniConfPath(node string) string {
 // plugin with calico-ipam, reading the node name from the file
 // calico-node writes.
 func (l *Lab) writeCNIConf(n Node) error {
+	tls := l.etcdClientFiles()
 	conf := map[string]any{
 		"name": cniNetwork, "cniVersion": "1.0.0",
 		"plugins": []map[string]any{{
 			"type": "calico", "log_level": "info", "log_file_path": l.nodeDir(n.Name, "cni.log"),
-			"datastore_type": "etcdv3", "etcd_endpoints": l.etcdEndpoint(),
+			"datastore_type": "etcdv3", "etcd_endpoints": strings.Join(l.etcdEndpoints(), ","),
+			"etcd_ca_cert_file": tls.CA, "etcd_cert_file": tls.ClientCert, "etcd_key_file": tls.ClientKey,
 			"nodename_file": l.nodeDir(n.Name, "nodename"), "mtu": 1500,
 			"ipam": map[string]any{"type": "calico-ipam"},
 			// Like kubelet with Calico's policy setup timeout: ADD returns

@@ -27,7 +27,7 @@ func (l *Lab) Routes(ctx context.Context, target string) (string, error) {
 func (l *Lab) Status(ctx context.Context, w io.Writer) error {
 	o := l.st.Options
 	fmt.Fprintf(w, "lab %s: %d node(s), %s topology, route reflector %s, etcd %s (%s), border %v\n",
-		l.st.Name, len(l.Nodes()), l.Peering(), o.RR, o.Etcd, l.etcdEndpoint(), o.Border)
+		l.st.Name, len(l.Nodes()), l.Peering(), o.RR, o.Etcd, strings.Join(l.etcdEndpoints(), ","), o.Border)
 	fmt.Fprintf(w, "state %s, namespaces %s*\n", l.dir, l.st.Prefix)
 	for _, n := range l.Nodes() {
 		fmt.Fprintf(w, "\n=== %s (%s, namespace %s) ===\n", n.Name, n.IP, n.NS)

@@ -24,7 +24,10 @@ func newDeleteCommand(a *app) *cobra.Command {
 		Short: "Delete resources by filename, stdin, or kind and names",
 		Long: `Delete a set of resources by filename or stdin, or by kind and names.
 Deleting a resource that does not exist is an error unless --skip-not-exists
-is set; skipped resources count as deleted.`,
+is set; skipped resources count as deleted. Deleting a Node also releases
+its workload and tunnel addresses and block affinities and deletes its
+WorkloadEndpoints, HostEndpoints, node-specific BGPPeers and node.<name>
+configurations, as Calico's calicoctl does.`,
 		Example: "  calicoctl delete ippool pool-a pool-b\n  calicoctl delete -f ./policy.yaml",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rs []v3.Resource
@@ -55,16 +58,21 @@ is set; skipped resources count as deleted.`,
 				fmt.Fprintln(a.env.Out, "No resources specified")
 				return nil
 			}
-			c, closeFn, err := a.connect(cmd.Context())
+			s, err := a.connectIPAM(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer s.close()
 			out := outcome{total: len(rs), kind: singleKind(rs)}
 			for _, r := range rs {
-				_, err := c.Delete(cmd.Context(), keyOf(r), "")
+				err := deleteOne(cmd.Context(), s, keyOf(r))
+				var bv *datastore.BadValueError
 				switch {
 				case err == nil, o.skipNotExists && errors.Is(err, datastore.ErrNotFound):
+					out.handled++
+				case errors.As(err, &bv) && bv.Deleted:
+					// Deleted; what it held could not be read.
+					fmt.Fprintf(a.env.ErrOut, "Deleted %s\n", bv)
 					out.handled++
 				default:
 					out.errs = append(out.errs, err)

@@ -26,8 +26,12 @@ func newGetCommand(a *app) *cobra.Command {
 The kind is case-insensitive and may be pluralised or abbreviated (ippool,
 ipPools, pool). Without names, every resource of the kind is listed.
 
-Output formats (-o): ps (default), wide, yaml, json, name, and
-custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
+Output formats (-o): ps (default), wide, yaml, json, name,
+custom-columns=COL1,COL2 naming columns of the ps and wide tables,
+go-template=TEMPLATE and go-template-file=FILE. A Go template runs over the
+list of what was found: the List document (use .Items) when a kind is
+listed, the resources when they are named; fields are the Go field names
+(.Name, .Spec.CIDR), with the functions join, joinAndTruncate and config.`,
 		Example: "  calicoctl get ippools\n  calicoctl get -o yaml networkpolicy allow-web -n prod",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := parsePrinter(o.output, o.ns.allNamespaces || o.ns.namespace != "")
@@ -71,9 +75,14 @@ custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
 				if err := o.ns.apply(probe); err != nil {
 					return fmt.Errorf("Failed to get resources: %w", err)
 				}
-				items, rev, err := c.List(ctx, datastore.ListOptions{Kind: info.Kind, Namespace: probe.GetObjectMeta().Namespace})
+				items, bad, rev, err := c.ListWithBadValues(ctx, datastore.ListOptions{Kind: info.Kind, Namespace: probe.GetObjectMeta().Namespace})
 				if err != nil {
 					return fmt.Errorf("Failed to get resources: %s", describe(err))
+				}
+				// Stored values that are not valid resources are named
+				// on stderr; the good ones are listed all the same.
+				for _, bv := range bad {
+					fmt.Fprintf(a.env.ErrOut, "Skipping %s\n", bv)
 				}
 				return p.print(a.env.Out, lk, info, items, false, rev)
 			}
@@ -95,7 +104,15 @@ custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
 				}
 				found = append(found, got)
 			}
-			for _, group := range byKind(found) {
+			groups := byKind(found)
+			if p.format == formatTemplate {
+				// A template runs once over everything found, in order.
+				groups = nil
+				if err := p.execute(a.env.Out, lk, objects(found)); err != nil {
+					return err
+				}
+			}
+			for _, group := range groups {
 				gi, _ := v3.KindByName(group[0].GetTypeMeta().Kind)
 				if err := p.print(a.env.Out, lk, gi, group, len(named) == 1, ""); err != nil {
 					return err
@@ -110,7 +127,7 @@ custom-columns=COL1,COL2 naming columns of the ps and wide tables.`,
 	o.files.register(cmd, "get")
 	o.ns.register(cmd, true)
 	cmd.Flags().StringVarP(&o.output, "output", "o", formatPS,
-		"Output format. One of: ps, wide, yaml, json, name, custom-columns=COL1,COL2.")
+		"Output format. One of: ps, wide, yaml, json, name, custom-columns=COL1,COL2, go-template=TEMPLATE, go-template-file=FILE.")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package commands_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -87,10 +88,16 @@ func TestGetOutputs(t *testing.T) {
 	if want := "Successfully applied 8 resource(s)\n"; out != want {
 		t.Fatalf("apply of mixed kinds printed %q, want %q", out, want)
 	}
+	tmplFile := writeFile(t, t.TempDir(), "nets.tmpl",
+		"{{- range . }}{{ range .Items }}{{ .Namespace }}/{{ .Name }}: {{ join .Spec.Nets \", \" }}\n{{ end }}{{ end -}}\n")
 	cases := []struct {
 		golden string
 		args   []string
 	}{
+		{"ippool-template.txt", []string{"get", "ippools", "-o", `go-template={{range .}}{{.Kind}}:{{"\n"}}{{range .Items}}{{.Name}} {{.Spec.CIDR}} disabled={{.Spec.Disabled}} {{joinAndTruncate .Spec.NodeSelector "" 8}}{{"\n"}}{{end}}{{end}}`}},
+		{"ippool-template-named.txt", []string{"get", "ippools", "pool-b", "pool-a", "-o", `go-template={{range .}}{{.Kind}} {{.ObjectMeta.Name}} uses {{join .Spec.AllowedUses ","}}{{"\n"}}{{end}}`}},
+		{"node-template-config.txt", []string{"get", "nodes", "-o", `go-template={{range .}}{{range .Items}}{{.Name}} {{.Spec.BGP.IPv4Address}} cluster AS {{config "asnumber"}}{{"\n"}}{{end}}{{end}}`}},
+		{"networkset-template-file.txt", []string{"get", "networksets", "-A", "-o", "go-template-file=" + tmplFile}},
 		{"ippool-ps.txt", []string{"get", "ippools"}},
 		{"ippool-wide.txt", []string{"get", "ipp", "-o", "wide"}},
 		{"ippool-yaml.txt", []string{"get", "IPPool", "-o", "yaml"}},
@@ -132,12 +139,23 @@ func TestGetErrors(t *testing.T) {
 		{"namespace on cluster kind", []string{"get", "ippools", "-n", "prod"}, "", "IPPool is not namespaced"},
 		{"unknown column", []string{"get", "ippools", "-o", "custom-columns=NAME,COLOUR"}, "", `unknown column "COLOUR" for IPPool`},
 		{"bad format", []string{"get", "ippools", "-o", "xml"}, "", "unrecognized output format 'xml'"},
+		{"empty template", []string{"get", "ippools", "-o", "go-template="}, "", "need to specify a template"},
+		{"empty template file", []string{"get", "ippools", "-o", "go-template-file="}, "", "need to specify a template file"},
+		{"missing template file", []string{"get", "ippools", "-o", "go-template-file=" + filepath.Join(t.TempDir(), "none.tmpl")}, "", "none.tmpl: no such file or directory"},
+		{"template parse error", []string{"get", "ippools", "-o", "go-template={{range .}}{{nope .}}{{end}}"}, "", `template: get:1: function "nope" not defined`},
+		{"template execution error", []string{"get", "ippools", "-o", "go-template=partial {{range .}}{{.Nope}}{{end}}"}, "",
+			`template: get:1:21: executing "get" at <.Nope>: can't evaluate field Nope in type interface {}`},
+		{"template on a missing name", []string{"get", "ippool", "pool-a", "pool-x", "-o", "go-template={{range .}}{{.Name}}{{end}}"}, "pool-a",
+			"resource does not exist: IPPool(pool-x)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.run(t, "", nil, tc.args...)
 			if r.code != 1 {
 				t.Errorf("exit code %d, want 1", r.code)
+			}
+			if tc.wantOut == "" && r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
 			}
 			if !strings.Contains(r.stdout, tc.wantOut) {
 				t.Errorf("stdout %q does not contain %q", r.stdout, tc.wantOut)

@@ -8,30 +8,34 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/palisade-net/palisade/libcalico/client"
+	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 )
 
-// newIPAMCommand is `calicoctl ipam`: show, release, check and configure
-// over the block allocator, as Calico's calicoctl offers them.
+// newIPAMCommand is `calicoctl ipam`: show, release, check, configure and
+// split over the block allocator, as Calico's calicoctl offers them.
 func newIPAMCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ipam",
-		Short: "IP address management: show usage, release addresses, check for leaks, configure",
+		Short: "IP address management: show usage, release addresses, check for leaks, configure, split pools",
 	}
 	cmd.AddCommand(
 		newIPAMShowCommand(a),
 		newIPAMReleaseCommand(a),
 		newIPAMCheckCommand(a),
 		newIPAMConfigureCommand(a),
+		newIPAMSplitCommand(a),
 	)
 	return cmd
 }
 
-// ipamSession is an allocator and a resource client on one connection.
+// ipamSession is an allocator and a resource client on one connection,
+// and its raw key-value view.
 type ipamSession struct {
 	alloc  *ipam.Allocator
 	client *client.Client
+	kv     datastore.KV
 	close  func()
 }
 
@@ -48,6 +52,7 @@ func (a *app) connectIPAM(ctx context.Context) (*ipamSession, error) {
 	return &ipamSession{
 		alloc:  ipam.New(store, store.KV()),
 		client: client.New(store),
+		kv:     store.KV(),
 		close:  func() { _ = store.Close() },
 	}, nil
 }

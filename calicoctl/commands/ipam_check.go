@@ -1,23 +1,29 @@
 package commands
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/buildinfo"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/ipam"
 )
 
 type ipamCheckOptions struct {
+	showAllIPs     bool
 	showProblemIPs bool
 	output         string
 }
@@ -27,47 +33,87 @@ func newIPAMCheckCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check the integrity of the IPAM datastructures",
-		Long: "Check reports addresses allocated in IPAM that no WorkloadEndpoint or node uses\n" +
-			"(leaked), blocks affine to nodes that do not exist, and addresses allocated for\n" +
-			"nodes that do not exist. It changes nothing.",
+		Long: "Check cross-references IPAM's allocations with the WorkloadEndpoints and nodes\n" +
+			"that use addresses, in Calico's sections: addresses allocated but not in use\n" +
+			"(leaked), addresses in use but not allocated or outside every active pool,\n" +
+			"addresses with several owners, handles with no address, and handles named in\n" +
+			"blocks that do not exist. With -o it writes Calico's JSON report, which\n" +
+			"`ipam release --from-report` takes. It changes nothing.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.ipamCheck(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.showProblemIPs, "show-problem-ips", false, "Print each IP address that has a problem.")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Write a JSON report of the problems to this file.")
+	cmd.Flags().BoolVar(&o.showAllIPs, "show-all-ips", false, "Print all IPs that are checked.")
+	cmd.Flags().BoolVar(&o.showProblemIPs, "show-problem-ips", false, "Print all IPs that are leaked or not allocated properly.")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Path to output report file.")
 	return cmd
 }
 
-// checkReport is what `ipam check -o` writes.
+// checkReport is the report `ipam check -o` writes, in Calico's schema.
 type checkReport struct {
-	Blocks      int `json:"blocks"`
-	Allocations int `json:"allocations"`
-	Pools       int `json:"pools"`
-	Nodes       int `json:"nodes"`
-	WorkloadIPs int `json:"workloadIPs"`
-	// Leaked are allocations that no WorkloadEndpoint and no node's tunnel
-	// address uses.
-	Leaked []checkedIP `json:"leakedIPs"`
-	// MissingNodeBlocks are blocks affine to nodes that do not exist.
-	MissingNodeBlocks []checkedBlock `json:"blocksOfMissingNodes"`
-	// MissingNodeIPs are allocations made for nodes that do not exist.
-	MissingNodeIPs []checkedIP `json:"ipsOfMissingNodes"`
-	Problems       int         `json:"problems"`
+	// Version of calicoctl that wrote the report.
+	Version             string `json:"version"`
+	ClusterGUID         string `json:"clusterGUID"`
+	DatastoreLocked     bool   `json:"datastoreLocked"`
+	ClusterInfoRevision string `json:"clusterInformationRevision"`
+	ClusterType         string `json:"clusterType"`
+	// Allocations are, per address, its allocations (more than one only
+	// when blocks overlap).
+	Allocations   map[string][]*checkAllocation `json:"allocations"`
+	LeakedHandles []checkHandle                 `json:"leakedHandles,omitempty"`
 }
 
-type checkedIP struct {
-	IP       string            `json:"ip"`
-	Block    string            `json:"block"`
-	Handle   string            `json:"handle,omitempty"`
-	Attrs    map[string]string `json:"attributes,omitempty"`
-	NodeName string            `json:"node,omitempty"`
+// checkAllocation is one allocated address, cross-referenced with what
+// uses it.
+type checkAllocation struct {
+	IP                string  `json:"ip"`
+	Handle            string  `json:"handle,omitempty"`
+	SequenceNumber    *uint64 `json:"sequenceNumber,omitempty"`
+	Pod               string  `json:"pod,omitempty"`
+	Namespace         string  `json:"namespace,omitempty"`
+	Node              string  `json:"node,omitempty"`
+	Type              string  `json:"type,omitempty"`
+	CreationTimestamp string  `json:"creationTimestamp,omitempty"`
+	// InUse: a WorkloadEndpoint or a node uses the address.
+	InUse bool `json:"inUse"`
+	// Borrowed: the address's node is not the one its block is affine to.
+	Borrowed bool     `json:"borrowed,omitempty"`
+	Owners   []string `json:"owners"`
+
+	attrs map[string]string
 }
 
-type checkedBlock struct {
-	CIDR string `json:"cidr"`
-	Node string `json:"node"`
+// checkHandle is a handle as the report names it (Calico's field names;
+// UID is always null in an etcd datastore).
+type checkHandle struct {
+	ID       string  `json:"ID"`
+	UID      *string `json:"UID"`
+	Revision string  `json:"Revision"`
+}
+
+// attrString is how Calico prints an allocation's attributes.
+func (c *checkAllocation) attrString() string {
+	primary := c.Handle
+	if primary == "" {
+		primary = "<none>"
+	}
+	var kvs []string
+	for _, k := range slices.Sorted(maps.Keys(c.attrs)) {
+		kvs = append(kvs, k+"="+c.attrs[k])
+	}
+	return fmt.Sprintf("Main:%s Extra:%s", primary, strings.Join(kvs, ","))
+}
+
+// ipamChecker holds one check's findings.
+type ipamChecker struct {
+	out            io.Writer
+	showAllIPs     bool
+	showProblemIPs bool
+	allocations    map[netip.Addr][]*checkAllocation
+	byNode         map[string]int
+	inUse          map[netip.Addr][]string // address → owners
+	inUseHandles   map[string]bool
 }
 
 func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
@@ -79,140 +125,282 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 		return err
 	}
 	defer s.close()
-	out := a.env.Out
-	rep := checkReport{Leaked: []checkedIP{}, MissingNodeBlocks: []checkedBlock{}, MissingNodeIPs: []checkedIP{}}
-
+	c := &ipamChecker{out: a.env.Out, showAllIPs: o.showAllIPs, showProblemIPs: o.showAllIPs || o.showProblemIPs,
+		allocations: map[netip.Addr][]*checkAllocation{}, byNode: map[string]int{}, inUse: map[netip.Addr][]string{},
+		inUseHandles: map[string]bool{}}
+	out := c.out
 	fmt.Fprintln(out, "Checking IPAM for inconsistencies...")
 	fmt.Fprintln(out)
+
+	rep := checkReport{Version: buildinfo.Get().Version}
+	ci, err := s.client.Get(ctx, datastore.Key{Kind: v3.KindClusterInformation, Name: "default"})
+	switch {
+	case err == nil:
+		info := ci.(*v3.ClusterInformation)
+		rep.ClusterGUID, rep.ClusterType = info.Spec.ClusterGUID, info.Spec.ClusterType
+		rep.ClusterInfoRevision = info.ResourceVersion
+		rep.DatastoreLocked = info.Spec.DatastoreReady != nil && !*info.Spec.DatastoreReady
+	case !errors.Is(err, datastore.ErrNotFound):
+		return fmt.Errorf("reading ClusterInformation default: %w", err)
+	}
+
 	fmt.Fprintln(out, "Loading all IPAM blocks...")
 	blocks, err := s.alloc.ListBlocks(ctx)
 	if err != nil {
-		return fmt.Errorf("listing IPAM blocks: %w", err)
+		return fmt.Errorf("failed to list IPAM blocks: %w", err)
 	}
-	rep.Blocks = len(blocks)
 	fmt.Fprintf(out, "Found %d IPAM blocks.\n", len(blocks))
+	numAllocs := 0
 	for _, b := range blocks {
 		aff := "<none>"
 		if b.Host != "" {
 			aff = "host:" + b.Host
 		}
 		fmt.Fprintf(out, " IPAM block %s affinity=%s:\n", b.CIDR, aff)
-		rep.Allocations += len(b.Allocations)
-	}
-	fmt.Fprintf(out, "IPAM blocks record %d allocations.\n\n", rep.Allocations)
-
-	fmt.Fprintln(out, "Loading all IPAM pools...")
-	pools, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
-	if err != nil {
-		return fmt.Errorf("listing IP pools: %w", err)
-	}
-	for _, r := range pools {
-		p := r.(*v3.IPPool)
-		if !p.Spec.Disabled {
-			rep.Pools++
-			fmt.Fprintf(out, "  %s\n", p.Spec.CIDR)
+		for _, al := range b.Allocations {
+			numAllocs++
+			c.recordAllocation(b, al)
 		}
 	}
-	fmt.Fprintf(out, "Found %d active IP pools.\n\n", rep.Pools)
+	fmt.Fprintf(out, "IPAM blocks record %d allocations.\n", numAllocs)
+	fmt.Fprintln(out)
+
+	fmt.Fprintln(out, "Loading all IPAM pools...")
+	poolList, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
+	if err != nil {
+		return fmt.Errorf("failed to load IP pools: %w", err)
+	}
+	var active []netip.Prefix
+	for _, r := range poolList {
+		p := r.(*v3.IPPool)
+		if p.Spec.Disabled {
+			continue
+		}
+		fmt.Fprintf(out, "  %s\n", p.Spec.CIDR)
+		cidr, err := netip.ParsePrefix(p.Spec.CIDR)
+		if err != nil {
+			fmt.Fprintf(out, "  (IP pool %s: CIDR %q does not parse; skipped)\n", p.Name, p.Spec.CIDR)
+			continue
+		}
+		active = append(active, cidr.Masked())
+	}
+	fmt.Fprintf(out, "Found %d active IP pools.\n", len(active))
+	fmt.Fprintln(out)
 
 	fmt.Fprintln(out, "Loading all nodes.")
-	nodeList, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindNode})
+	nodes, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindNode})
 	if err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
+		return fmt.Errorf("failed to list nodes: %w", err)
 	}
-	nodes := map[string]bool{}
-	used := map[netip.Addr]bool{}
-	tunnels := 0
-	for _, r := range nodeList {
+	numNodeIPs := 0
+	for _, r := range nodes {
 		n := r.(*v3.Node)
-		nodes[n.Name] = true
 		addrs := []string{n.Spec.IPv4VXLANTunnelAddr, n.Spec.IPv6VXLANTunnelAddr}
 		if n.Spec.BGP != nil {
 			addrs = append(addrs, n.Spec.BGP.IPv4IPIPTunnelAddr)
 		}
-		for _, s := range addrs {
-			if ip, err := netip.ParseAddr(s); err == nil {
-				used[ip.Unmap()] = true
-				tunnels++
+		for _, a := range addrs {
+			if a == "" {
+				continue
 			}
+			ip, err := normaliseIP(a)
+			if err != nil {
+				return fmt.Errorf("failed to parse tunnel address (%s) of node %s: %w", a, n.Name, err)
+			}
+			c.recordInUse(ip, fmt.Sprintf("Node(%s)", n.Name))
+			numNodeIPs++
 		}
 	}
-	rep.Nodes = len(nodes)
-	fmt.Fprintf(out, "Found %d nodes and %d node tunnel IPs.\n\n", len(nodes), tunnels)
+	fmt.Fprintf(out, "Found %d node tunnel IPs.\n", numNodeIPs)
+	fmt.Fprintln(out)
 
 	fmt.Fprintln(out, "Loading all workload endpoints.")
 	weps, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindWorkloadEndpoint})
 	if err != nil {
-		return fmt.Errorf("listing workload endpoints: %w", err)
+		return fmt.Errorf("failed to list workload endpoints: %w", err)
 	}
+	numWEPIPs := 0
 	for _, r := range weps {
-		for _, n := range r.(*v3.WorkloadEndpoint).Spec.IPNetworks {
-			if p, err := netip.ParsePrefix(n); err == nil {
-				used[p.Addr().Unmap()] = true
-				rep.WorkloadIPs++
-			} else if ip, err := netip.ParseAddr(n); err == nil {
-				used[ip.Unmap()] = true
-				rep.WorkloadIPs++
+		w := r.(*v3.WorkloadEndpoint)
+		for _, a := range w.Spec.IPNetworks {
+			ip, err := normaliseIP(a)
+			if err != nil {
+				return fmt.Errorf("failed to parse IP (%s) of workload %s/%s: %w", a, w.Namespace, w.Name, err)
 			}
+			c.recordInUse(ip, fmt.Sprintf("Workload(%s/%s)", w.Namespace, w.Name))
+			numWEPIPs++
 		}
 	}
-	fmt.Fprintf(out, "Found %d workload IPs.\n\n", rep.WorkloadIPs)
+	fmt.Fprintf(out, "Found %d workload IPs.\n", numWEPIPs)
+	fmt.Fprintf(out, "Workloads and nodes are using %d IPs.\n", len(c.inUse))
+	fmt.Fprintln(out)
 
-	for _, b := range blocks {
-		if b.Host != "" && !nodes[b.Host] {
-			rep.MissingNodeBlocks = append(rep.MissingNodeBlocks, checkedBlock{CIDR: b.CIDR.String(), Node: b.Host})
-		}
-		for _, al := range b.Allocations {
-			c := checkedIP{IP: al.IP.String(), Block: b.CIDR.String(), Handle: al.HandleID, Attrs: al.Attrs, NodeName: al.Attrs["node"]}
-			if !used[al.IP] {
-				rep.Leaked = append(rep.Leaked, c)
-			}
-			if c.NodeName != "" && !nodes[c.NodeName] {
-				rep.MissingNodeIPs = append(rep.MissingNodeIPs, c)
-			}
-		}
+	fmt.Fprintln(out, "Loading all handles")
+	handles, err := s.alloc.ListHandles(ctx)
+	if err != nil {
+		return fmt.Errorf("failed to list handles: %w", err)
 	}
-	rep.Problems = len(rep.Leaked) + len(rep.MissingNodeBlocks) + len(rep.MissingNodeIPs)
 
-	fmt.Fprintln(out, "Scanning for IPs that are allocated but have no matching WorkloadEndpoint or node...")
-	fmt.Fprintf(out, "Found %d IPs with no matching WorkloadEndpoint.\n", len(rep.Leaked))
-	if o.showProblemIPs {
-		writeProblemIPs(out, rep.Leaked)
-	}
-	fmt.Fprintln(out, "Scanning for blocks affine to nodes that do not exist...")
-	fmt.Fprintf(out, "Found %d blocks affine to missing nodes.\n", len(rep.MissingNodeBlocks))
-	if o.showProblemIPs {
-		for _, b := range rep.MissingNodeBlocks {
-			fmt.Fprintf(out, "  %s affine to missing node %s\n", b.CIDR, b.Node)
+	c.printTopNodes()
+
+	numProblems := 0
+	fmt.Fprintln(out, "Scanning for IPs that are allocated but not actually in use...")
+	leaked := 0
+	for _, ip := range slices.SortedFunc(maps.Keys(c.allocations), netip.Addr.Compare) {
+		if len(c.inUse[ip]) > 0 {
+			continue
 		}
+		if c.showProblemIPs {
+			for _, al := range c.allocations[ip] {
+				fmt.Fprintf(out, "  %s leaked; attrs %s\n", ip, al.attrString())
+			}
+		}
+		leaked++
 	}
-	fmt.Fprintln(out, "Scanning for IPs allocated to nodes that do not exist...")
-	fmt.Fprintf(out, "Found %d IPs allocated to missing nodes.\n", len(rep.MissingNodeIPs))
-	if o.showProblemIPs {
-		writeProblemIPs(out, rep.MissingNodeIPs)
+	numProblems += leaked
+	fmt.Fprintf(out, "Found %d IPs that are allocated in IPAM but not actually in use.\n", leaked)
+
+	fmt.Fprintln(out, "Scanning for IPs that are in use by a workload or node but not allocated in IPAM...")
+	nonCalico, notAllocated, shared := 0, 0, 0
+	for _, ip := range slices.SortedFunc(maps.Keys(c.inUse), netip.Addr.Compare) {
+		owners := c.inUse[ip]
+		if len(owners) > 1 {
+			shared++
+			if c.showProblemIPs {
+				fmt.Fprintf(out, "  %s has multiple owners.\n", ip)
+			}
+		}
+		if _, ok := c.allocations[ip]; ok {
+			continue
+		}
+		if !slices.ContainsFunc(active, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			if c.showProblemIPs {
+				for _, o := range owners {
+					fmt.Fprintf(out, "  %s in use by %s is not in any active IP pool.\n", ip, o)
+				}
+			}
+			nonCalico++
+			continue
+		}
+		if c.showProblemIPs {
+			for _, o := range owners {
+				fmt.Fprintf(out, "  %s in use by %s and in active IPAM pool but has no IPAM allocation.\n", ip, o)
+			}
+		}
+		notAllocated++
 	}
-	fmt.Fprintf(out, "\nCheck complete; found %d problems.\n", rep.Problems)
+	numProblems += nonCalico + notAllocated + shared
+	fmt.Fprintf(out, "Found %d in-use IPs that are not in active IP pools.\n", nonCalico)
+	fmt.Fprintf(out, "Found %d in-use IPs that are in active IP pools but have no corresponding IPAM allocation.\n", notAllocated)
+	fmt.Fprintf(out, "Found %d in-use IPs that have more than one owner.\n", shared)
+	fmt.Fprintln(out)
+
+	fmt.Fprintln(out, "Scanning for IPAM handles with no matching IPs...")
+	good := 0
+	stored := map[string]bool{}
+	for _, h := range handles {
+		stored[h.ID] = true
+		if c.inUseHandles[h.ID] {
+			good++
+			continue
+		}
+		if c.showAllIPs {
+			fmt.Fprintf(out, "  %s doesn't have any active IPs.\n", h.ID)
+		}
+		rep.LeakedHandles = append(rep.LeakedHandles, checkHandle{ID: h.ID, Revision: strconv.FormatInt(h.Revision, 10)})
+	}
+	numProblems += len(rep.LeakedHandles)
+	fmt.Fprintf(out, "Found %d handles with no matching IPs (and %d handles with matches).\n", len(rep.LeakedHandles), good)
+
+	fmt.Fprintln(out, "Scanning for IPs with missing handle...")
+	missing := 0
+	for _, h := range slices.Sorted(maps.Keys(c.inUseHandles)) {
+		if stored[h] {
+			continue
+		}
+		if c.showProblemIPs {
+			fmt.Fprintf(out, "  %s is in use in a block but doesn't exist.\n", h)
+		}
+		missing++
+	}
+	fmt.Fprintf(out, "Found %d handles mentioned in blocks with no matching handle resource.\n", missing)
+	fmt.Fprintf(out, "Check complete; found %d problems.\n", numProblems)
 
 	if o.output != "" {
+		rep.Allocations = map[string][]*checkAllocation{}
+		for ip, als := range c.allocations {
+			rep.Allocations[ip.String()] = als
+		}
 		data, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.output, append(data, '\n'), 0o644); err != nil {
-			return fmt.Errorf("writing report: %w", err)
+		if err := os.WriteFile(o.output, data, 0o644); err != nil {
+			return fmt.Errorf("writing report %s: %w", o.output, err)
 		}
-		fmt.Fprintf(out, "Report written to %s\n", o.output)
 	}
 	return nil
 }
 
-// writeProblemIPs lists addresses with their handle and attributes.
-func writeProblemIPs(out io.Writer, ips []checkedIP) {
-	for _, c := range ips {
-		var attrs []string
-		for _, k := range slices.Sorted(maps.Keys(c.Attrs)) {
-			attrs = append(attrs, k+"="+c.Attrs[k])
-		}
-		fmt.Fprintf(out, "  %s handle=%q %s\n", c.IP, c.Handle, strings.Join(attrs, " "))
+// recordAllocation notes one allocated address of block b.
+func (c *ipamChecker) recordAllocation(b ipam.Block, al ipam.Allocation) {
+	seq := al.SequenceNumber
+	ca := &checkAllocation{IP: al.IP.String(), Handle: al.HandleID, SequenceNumber: &seq, Node: b.Host,
+		Pod: al.Attrs["pod"], Namespace: al.Attrs["namespace"], Type: al.Attrs["type"],
+		CreationTimestamp: al.Attrs["timestamp"], attrs: al.Attrs}
+	if n := al.Attrs["node"]; n != "" {
+		ca.Node = n
 	}
+	ca.Borrowed = ca.Node != b.Host
+	if al.HandleID != "" {
+		c.inUseHandles[al.HandleID] = true
+	}
+	c.allocations[al.IP] = append(c.allocations[al.IP], ca)
+	c.byNode[ca.Node]++
+	if c.showAllIPs {
+		fmt.Fprintf(c.out, "  %s allocated; attrs %s\n", al.IP, ca.attrString())
+	}
+}
+
+// recordInUse notes that owner uses ip.
+func (c *ipamChecker) recordInUse(ip netip.Addr, owner string) {
+	if c.showAllIPs {
+		fmt.Fprintf(c.out, "  %s belongs to %s\n", ip, owner)
+	}
+	c.inUse[ip] = append(c.inUse[ip], owner)
+	for _, a := range c.allocations[ip] {
+		a.InUse = true
+		a.Owners = append(a.Owners, owner)
+	}
+}
+
+// printTopNodes prints the nodes with the most allocations, as Calico.
+func (c *ipamChecker) printTopNodes() {
+	const numNodesToPrint = 20
+	fmt.Fprintf(c.out, "Looking for top (up to %d) nodes by allocations...\n", numNodesToPrint)
+	nodes := slices.SortedFunc(maps.Keys(c.byNode), func(x, y string) int {
+		return cmp.Or(cmp.Compare(c.byNode[y], c.byNode[x]), cmp.Compare(x, y))
+	})
+	for i, n := range nodes {
+		if i >= numNodesToPrint {
+			break
+		}
+		fmt.Fprintf(c.out, "  %s has %d allocations\n", n, c.byNode[n])
+	}
+	if len(nodes) > 0 {
+		fmt.Fprintf(c.out, "Node with most allocations has %d; median is %d\n", c.byNode[nodes[0]], c.byNode[nodes[len(nodes)/2]])
+	}
+	fmt.Fprintln(c.out)
+}
+
+// normaliseIP reads an address or a CIDR's address.
+func normaliseIP(s string) (netip.Addr, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr().Unmap(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return a.Unmap(), nil
 }

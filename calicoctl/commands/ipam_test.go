@@ -6,9 +6,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 )
@@ -49,16 +51,44 @@ apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
 metadata: {name: node--gone-k8s-db--1-eth0, namespace: default}
 spec: {node: node-gone, orchestrator: k8s, pod: db-1, endpoint: eth0, containerID: c3, interfaceName: cali3333, ipNetworks: [10.10.0.130/32]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--a-k8s-twin-eth0, namespace: default}
+spec: {node: node-a, orchestrator: k8s, pod: twin, endpoint: eth0, containerID: c5, interfaceName: cali5555, ipNetworks: [10.10.0.1/32]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--a-k8s-ghost-eth0, namespace: default}
+spec: {node: node-a, orchestrator: k8s, pod: ghost, endpoint: eth0, containerID: c6, interfaceName: cali6666, ipNetworks: [10.10.0.7/32]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--a-k8s-outside-eth0, namespace: default}
+spec: {node: node-a, orchestrator: k8s, pod: outside, endpoint: eth0, containerID: c7, interfaceName: cali7777, ipNetworks: [192.0.2.9/32]}
 `
 
+// ipamClusterInfo is the ClusterInformation of the IPAM tests, written
+// straight into etcd as calico-node writes it.
+const ipamClusterInfo = `{"kind":"ClusterInformation","apiVersion":"projectcalico.org/v3","metadata":{"name":"default"},` +
+	`"spec":{"clusterGUID":"0123456789abcdef0123456789abcdef","clusterType":"palisade","datastoreReady":true}}`
+
 // newIPAMCluster loads ipamResources and makes the allocations:
-// 10.10.0.1 (web-1, in use), 10.10.0.2 (web-2, no endpoint: leaked),
-// 10.10.0.5 (api-1 on node-b, borrowed from node-a's block) and
-// 10.10.0.130 (db-1 on node-gone, whose block is affine to it).
+// 10.10.0.1 (web-1, in use, and claimed by endpoint twin as well),
+// 10.10.0.2 (web-2, no endpoint: leaked), 10.10.0.5 (api-1 on node-b,
+// borrowed from node-a's block) and 10.10.0.130 (db-1 on node-gone, whose
+// block is affine to it). Endpoint ghost uses 10.10.0.7, which is not
+// allocated, and endpoint outside 192.0.2.9, in no pool. Handle
+// k8s-pod-network.stale holds no address; the record of api-1's handle is
+// missing.
 func newIPAMCluster(t *testing.T) (*cluster, *ipam.Allocator) {
 	t.Helper()
 	c := newCluster(t)
 	c.mustRun(t, ipamResources, "apply", "-f", "-")
+	ctx := context.Background()
+	if _, err := c.raw.Put(ctx, datastore.ResourcePrefix+"clusterinformations/default", ipamClusterInfo); err != nil {
+		t.Fatal(err)
+	}
 	s, err := etcdv3.New(context.Background(), etcdv3.Config{Endpoints: c.endpoints})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +109,13 @@ func newIPAMCluster(t *testing.T) (*cluster, *ipam.Allocator) {
 			t.Fatalf("assigning %s: %v", al.ip, err)
 		}
 	}
+	if _, err := c.raw.Put(ctx, datastore.IPAMPrefix+"handle/k8s-pod-network.stale",
+		`{"handleID":"k8s-pod-network.stale","block":{"10.10.0.0/26":1},"deleted":false}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.raw.Delete(ctx, datastore.IPAMPrefix+"handle/k8s-pod-network.c4"); err != nil {
+		t.Fatal(err)
+	}
 	return c, alloc
 }
 
@@ -96,6 +133,7 @@ func TestIPAMShowGolden(t *testing.T) {
 		{"ipam-show-ip-free.txt", []string{"ipam", "show", "--ip=10.10.0.9"}},
 		{"ipam-check.txt", []string{"ipam", "check"}},
 		{"ipam-check-problem-ips.txt", []string{"ipam", "check", "--show-problem-ips"}},
+		{"ipam-check-all-ips.txt", []string{"ipam", "check", "--show-all-ips"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -120,6 +158,8 @@ func TestIPAMBadInput(t *testing.T) {
 		{"configure nothing", []string{"ipam", "configure"}, "nothing to configure"},
 		{"configure bad bool", []string{"ipam", "configure", "--strictaffinity=maybe"}, `--strictaffinity="maybe": must be true or false`},
 		{"configure negative max", []string{"ipam", "configure", "--max-blocks-per-host=-1"}, "must not be negative"},
+		{"release from a missing report", []string{"ipam", "release", "--from-report=/nonexistent/report.json"}, "reading report: open /nonexistent/report.json"},
+		{"release by IP and report", []string{"ipam", "release", "--ip=10.10.0.2", "--from-report=/nonexistent/report.json"}, "give either --ip or --from-report, not both"},
 	}
 	before := c.dump(t)
 	for _, tc := range tests {
@@ -135,61 +175,115 @@ func TestIPAMBadInput(t *testing.T) {
 	}
 }
 
-func TestIPAMReleaseThenCheck(t *testing.T) {
+// TestIPAMCheckAndReleaseFromReport: the report says what Calico's does
+// (golden), and release --from-report frees what it calls leaked after
+// Calico's checks: the datastore must be locked unless --force, the
+// report of this cluster (never overridden) and calicoctl version, one
+// report current; with several reports only what all call leaked goes;
+// an address reassigned since the report is left alone.
+func TestIPAMCheckAndReleaseFromReport(t *testing.T) {
 	c, alloc := newIPAMCluster(t)
+	ctx := context.Background()
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
 	c.mustRun(t, "", "ipam", "check", "-o", report)
-	rep := readReport(t, report)
-	if len(rep.Leaked) != 1 || rep.Leaked[0].IP != "10.10.0.2" || rep.Leaked[0].Handle != "k8s-pod-network.c2" {
-		t.Errorf("leaked IPs %+v, want only 10.10.0.2 (handle k8s-pod-network.c2)", rep.Leaked)
-	}
-	if len(rep.MissingNodeBlocks) != 1 || rep.MissingNodeBlocks[0].CIDR != "10.10.0.128/26" || rep.MissingNodeBlocks[0].Node != "node-gone" {
-		t.Errorf("blocks of missing nodes %+v, want 10.10.0.128/26 of node-gone", rep.MissingNodeBlocks)
-	}
-	if len(rep.MissingNodeIPs) != 1 || rep.MissingNodeIPs[0].IP != "10.10.0.130" {
-		t.Errorf("IPs of missing nodes %+v, want 10.10.0.130", rep.MissingNodeIPs)
-	}
-	if rep.Problems != 3 || rep.Allocations != 4 || rep.Blocks != 2 {
-		t.Errorf("report counts %d problems, %d allocations, %d blocks; want 3, 4, 2", rep.Problems, rep.Allocations, rep.Blocks)
-	}
-
-	if out := c.mustRun(t, "", "ipam", "release", "--ip=10.10.0.2"); out != "Successfully released IP address 10.10.0.2\n" {
-		t.Errorf("release printed %q", out)
-	}
-	if _, err := alloc.GetAssignmentAttributes(context.Background(), netip.MustParseAddr("10.10.0.2")); err == nil {
-		t.Error("10.10.0.2 still assigned after release")
-	}
-	if _, err := alloc.IPsByHandle(context.Background(), "k8s-pod-network.c2"); err == nil {
-		t.Error("handle k8s-pod-network.c2 still stored after its only address was released")
-	}
-	if out := c.mustRun(t, "", "ipam", "show", "--ip=10.10.0.2"); out != "IP 10.10.0.2 is not currently assigned\n" {
-		t.Errorf("show after release printed %q", out)
-	}
-	c.mustRun(t, "", "ipam", "check", "-o", report)
-	if rep := readReport(t, report); len(rep.Leaked) != 0 || rep.Problems != 2 {
-		t.Errorf("after releasing the leak: leaked %+v, %d problems; want none leaked, 2 problems", rep.Leaked, rep.Problems)
-	}
-}
-
-type ipamReport struct {
-	Blocks, Allocations, Problems int
-	Leaked                        []struct{ IP, Handle string } `json:"leakedIPs"`
-	MissingNodeBlocks             []struct{ CIDR, Node string } `json:"blocksOfMissingNodes"`
-	MissingNodeIPs                []struct{ IP string }         `json:"ipsOfMissingNodes"`
-}
-
-func readReport(t *testing.T, path string) ipamReport {
-	t.Helper()
-	data, err := os.ReadFile(path)
+	raw, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep ipamReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("report %s: %v\n%s", path, err, data)
+	golden(t, "ipam-check-report.json", reportMask(string(raw)))
+
+	edited := func(name string, edit func(map[string]any)) string {
+		var doc map[string]any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		edit(doc)
+		data, _ := json.Marshal(doc)
+		return writeFile(t, dir, name, string(data))
 	}
-	return rep
+	for _, tc := range []struct {
+		name, file string
+		force      bool
+		wantErr    string
+	}{
+		{"not locked", report, false, "data store is not locked. Either lock the data store, or re-run with --force"},
+		{"other cluster", edited("guid.json", func(d map[string]any) { d["clusterGUID"] = "ffff" }), true,
+			"mismatched cluster GUID. Refusing to release"},
+		{"other version", edited("version.json", func(d map[string]any) { d["version"] = "v0.0.1" }), false,
+			"was produced using a different version (v0.0.1) of calicoctl. Refusing to release"},
+		{"stale", edited("stale.json", func(d map[string]any) { d["clusterInformationRevision"] = "1" }), true,
+			"the provided reports are all stale"},
+	} {
+		args := []string{"ipam", "release", "--from-report=" + tc.file}
+		if tc.force {
+			args = append(args, "--force")
+		}
+		if r := c.run(t, "", nil, args...); r.code == 0 || !strings.Contains(r.stderr, tc.wantErr) {
+			t.Errorf("%s: exit %d, stderr %q; want a non-zero exit and %q", tc.name, r.code, r.stderr, tc.wantErr)
+		}
+	}
+	if _, err := alloc.GetAssignmentAttributes(ctx, netip.MustParseAddr("10.10.0.2")); err != nil {
+		t.Fatalf("a refused release freed 10.10.0.2: %v", err)
+	}
+
+	// A second leak after the first report, in the second only.
+	if err := alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: netip.MustParseAddr("10.10.0.3"), HandleID: "k8s-pod-network.c8",
+		Hostname: "node-a", Attrs: map[string]string{"namespace": "default", "pod": "late", "node": "node-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	report2 := filepath.Join(dir, "report2.json")
+	c.mustRun(t, "", "ipam", "check", "-o", report2)
+	out := c.mustRun(t, "", "ipam", "release", "--from-report="+report, "--from-report="+report2, "--force")
+	golden(t, "ipam-release-from-report.txt", out)
+	for ip, wantHeld := range map[string]bool{"10.10.0.2": false, "10.10.0.3": true, "10.10.0.1": true} {
+		_, err := alloc.GetAssignmentAttributes(ctx, netip.MustParseAddr(ip))
+		if held := err == nil; held != wantHeld {
+			t.Errorf("after release from two reports: %s held %t, want %t", ip, held, wantHeld)
+		}
+	}
+	hs, _ := alloc.ListHandles(ctx)
+	for _, h := range hs {
+		if h.ID == "k8s-pod-network.stale" {
+			t.Errorf("the leaked handle is still stored")
+		}
+	}
+
+	// 10.10.0.3 released and handed to someone else since report2: its
+	// release from report2 leaves the new holder alone, and so does one
+	// from report2 and a newer report that sees the new holder.
+	if _, err := alloc.ReleaseIPs(ctx, netip.MustParseAddr("10.10.0.3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: netip.MustParseAddr("10.10.0.3"), HandleID: "k8s-pod-network.c9",
+		Hostname: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	out = c.mustRun(t, "", "ipam", "release", "--from-report="+report2, "--force")
+	if !strings.Contains(out, "2 addresses marked as leaked in the report had already been cleaned up") {
+		t.Errorf("release of a reassigned address printed:\n%s", out)
+	}
+	report3 := filepath.Join(dir, "report3.json")
+	c.mustRun(t, "", "ipam", "check", "-o", report3)
+	out = c.mustRun(t, "", "ipam", "release", "--from-report="+report2, "--from-report="+report3, "--force")
+	if !strings.Contains(out, "Report didn't contain any leaked IPs to clean up.") {
+		t.Errorf("release from reports that saw two holders of 10.10.0.3 printed:\n%s", out)
+	}
+	if a, err := alloc.GetAssignmentAttributes(ctx, netip.MustParseAddr("10.10.0.3")); err != nil || a.HandleID != "k8s-pod-network.c9" {
+		t.Errorf("release from an old report freed 10.10.0.3 of its new holder: %+v, %v", a, err)
+	}
+}
+
+// reportMask hides what changes from run to run in a check report.
+func reportMask(s string) string {
+	for _, m := range []struct{ re, with string }{
+		{`("version": )"[^"]*"`, `$1"<version>"`},
+		{`("clusterInformationRevision": )"[0-9]+"`, `$1"<rev>"`},
+		{`("Revision": )"[0-9]+"`, `$1"<rev>"`},
+	} {
+		s = regexp.MustCompile(m.re).ReplaceAllString(s, m.with)
+	}
+	return s
 }
 
 func TestIPAMConfigure(t *testing.T) {

@@ -45,6 +45,10 @@ sessions (IPv4 and IPv6), read from the agent's status socket. Exits 1 with
 func writeNodeStatus(w io.Writer, rep status.Report) error {
 	var b strings.Builder
 	b.WriteString("Calico process is running.\n\n")
+	if d := rep.Datastore; d != nil && !d.Reachable {
+		fmt.Fprintf(&b, "The datastore (%s) has not answered since %s: %s\nForwarding and policy stay as they are; changes wait until it answers.\n\n",
+			strings.Join(d.Endpoints, ","), status.FormatSince(d.Since, time.Now()), d.Error)
+	}
 	if !rep.BGPRunning {
 		b.WriteString("None of the BGP backend processes (BIRD or GoBGP) are running.\n")
 		_, err := io.WriteString(w, b.String())

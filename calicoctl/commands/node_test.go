@@ -100,6 +100,10 @@ func TestNodeStatusGolden(t *testing.T) {
 		}}},
 		{"node-status-no-peers.txt", status.Report{BGPRunning: true}},
 		{"node-status-no-bgp.txt", status.Report{Backend: "vxlan"}},
+		{"node-status-datastore-down.txt", status.Report{BGPRunning: true,
+			Datastore: &status.DatastoreStatus{Endpoints: []string{"https://198.18.0.11:2379"}, Since: time.Date(2024, 5, 1, 9, 0, 0, 0, time.Local),
+				Error: "key \"/calico/resources/v3/projectcalico.org/clusterinformations/default\": context deadline exceeded"},
+			Peers: []status.PeerStatus{{Address: "198.18.0.12", Type: status.PeerTypeMesh, State: "up", Since: "09:00:00", Info: "Established"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -245,9 +249,10 @@ func TestNodeRunLifecycle(t *testing.T) {
 		t.Errorf("second node run: exit %d, stderr %q; want a clear refusal", r.code, r.stderr)
 	}
 
-	// The embedded etcd serves the other namespace on node-a's address.
-	remote := "ETCD_ENDPOINTS=http://198.18.0.1:2379"
-	r = runCtl(t, l.ns[1], b.env(remote), "node", "run", "--name", "node-b", "--node-binary", bin, "--log-dir", b.log, "--backend", "bird")
+	// The embedded etcd serves the other namespace on node-a's address,
+	// over TLS to those who hold its join file.
+	join := filepath.Join(a.etcd, "join.cfg")
+	r = runCtl(t, l.ns[1], b.env(), "node", "run", "--config", join, "--name", "node-b", "--node-binary", bin, "--log-dir", b.log, "--backend", "bird")
 	if r.code != 0 {
 		log, _ := os.ReadFile(filepath.Join(b.log, "calico-node.log"))
 		t.Fatalf("node run (node-b): exit %d\nstdout: %s\nstderr: %s\nlog: %s", r.code, r.stdout, r.stderr, log)
@@ -269,7 +274,7 @@ func TestNodeRunLifecycle(t *testing.T) {
 	if !strings.Contains(r.stdout, "IPv6 BGP status\nNo IPv6 peers found.\n") {
 		t.Errorf("node status lacks the IPv6 section:\n%s", r.stdout)
 	}
-	r = runCtl(t, l.ns[1], []string{remote}, "get", "nodes", "-o", "wide")
+	r = runCtl(t, l.ns[1], nil, "--config", join, "get", "nodes", "-o", "wide")
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`node-a\s+\S+\s+198\.18\.0\.1/24`),
 		regexp.MustCompile(`node-b\s+\S+\s+198\.18\.0\.2/24`),
@@ -278,14 +283,19 @@ func TestNodeRunLifecycle(t *testing.T) {
 			t.Errorf("calicoctl get nodes from the other namespace lacks %s:\n%s%s", want, r.stdout, r.stderr)
 		}
 	}
-	r = runCtl(t, l.ns[0], []string{"ETCD_ENDPOINTS=http://127.0.0.1:2379"}, "get", "ippools")
+	r = runCtl(t, l.ns[0], nil, "--config", join, "get", "ippools")
 	if !strings.Contains(r.stdout, "default-ipv4-ippool   192.168.0.0/16") {
-		t.Errorf("default pool missing on the node's loopback etcd:\n%s%s", r.stdout, r.stderr)
+		t.Errorf("default pool missing on the node's etcd:\n%s%s", r.stdout, r.stderr)
+	}
+	// Without the join file's certificate the embedded etcd is closed.
+	r = runCtl(t, l.ns[1], []string{"ETCD_ENDPOINTS=https://198.18.0.1:2379"}, "get", "ippools")
+	if r.code == 0 || strings.Contains(r.stdout, "default-ipv4-ippool") {
+		t.Errorf("calicoctl without the join file read the embedded etcd: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
 	// Diags from node-a.
 	out := t.TempDir()
-	r = runCtl(t, l.ns[0], a.env("ETCD_ENDPOINTS=http://127.0.0.1:2379"), "node", "diags", "--log-dir", a.log, "--output-dir", out, "--nodename-file", a.nodename)
+	r = runCtl(t, l.ns[0], a.env(), "--config", join, "node", "diags", "--log-dir", a.log, "--output-dir", out, "--nodename-file", a.nodename)
 	m := regexp.MustCompile(`Diags saved to (\S+\.tar\.gz)`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || m == nil {
 		t.Fatalf("node diags: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"text/template"
 
 	"sigs.k8s.io/yaml"
 
@@ -33,6 +34,8 @@ type printer struct {
 	columns []string
 	// namespace adds a NAMESPACE column to namespaced kinds' tables.
 	namespace bool
+	// tmpl is the template of go-template and go-template-file.
+	tmpl *template.Template
 }
 
 // parsePrinter reads the -o value.
@@ -48,6 +51,13 @@ func parsePrinter(output string, printNamespace bool) (printer, error) {
 		return printer{format: output}, nil
 	}
 	key, value, _ := strings.Cut(output, "=")
+	if key == formatTemplate || key == formatTemplateFile {
+		t, err := parseTemplate(key, value)
+		if err != nil {
+			return printer{}, err
+		}
+		return printer{format: formatTemplate, tmpl: t}, nil
+	}
 	if key == formatColumns {
 		if value == "" {
 			return printer{}, fmt.Errorf("need to specify at least one column")
@@ -117,7 +127,8 @@ func listOf(info v3.KindInfo, rs []v3.Resource, revision string) (v3.List, error
 
 // print writes rs (all of kind info). single says the user named exactly
 // one resource, which YAML and JSON then print alone rather than in a
-// List; revision is the list's resourceVersion.
+// List; revision is the list's resourceVersion. A template prints a listed
+// kind this way; named resources go to execute directly.
 func (p printer) print(out io.Writer, lk *lookups, info v3.KindInfo, rs []v3.Resource, single bool, revision string) error {
 	switch p.format {
 	case formatYAML, formatJSON:
@@ -145,6 +156,12 @@ func (p printer) print(out io.Writer, lk *lookups, info v3.KindInfo, rs []v3.Res
 		}
 		_, err = out.Write(b)
 		return err
+	case formatTemplate:
+		l, err := listOf(info, rs, revision)
+		if err != nil {
+			return err
+		}
+		return p.execute(out, lk, []any{l})
 	case formatName:
 		for _, r := range rs {
 			fmt.Fprintf(out, "%s.%s/%s\n", strings.ToLower(info.Kind), v3.Group, r.GetObjectMeta().Name)

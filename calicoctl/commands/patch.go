@@ -19,16 +19,27 @@ func newPatchCommand(a *app) *cobra.Command {
 	o := &patchOptions{}
 	cmd := &cobra.Command{
 		Use:   "patch KIND NAME -p PATCH",
-		Short: "Patch a resource with a JSON merge patch",
-		Long: `Patch one resource in place with a JSON merge patch (RFC 7386): objects
-merge key by key, null removes a key, any other value replaces. The patched
-resource is validated like any other write, and the write fails if the
-resource changed since it was read.`,
-		Example: `  calicoctl patch ippool pool-a -p '{"spec":{"disabled":true}}'`,
-		Args:    cobra.ExactArgs(2),
+		Short: "Patch a resource in place",
+		Long: `Patch one resource in place. --type says what the patch is:
+
+  strategic  a strategic merge patch (the default, as in Calico's calicoctl):
+             objects merge key by key, null removes a key, lists are
+             replaced; metadata finalizers and ownerReferences are merged,
+             and the $patch directives are honoured
+  merge      a JSON merge patch (RFC 7386)
+  json       a JSON patch (RFC 6902): a list of add, remove, replace, move,
+             copy and test operations
+
+The patched resource is validated like any other write, and the write fails
+if the resource changed since it was read.`,
+		Example: `  calicoctl patch ippool pool-a -p '{"spec":{"disabled":true}}'
+  calicoctl patch ippool pool-a --type json -p '[{"op":"add","path":"/spec/natOutgoing","value":true}]'`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.patchType != "merge" {
-				return fmt.Errorf("patch type %q is not supported: only merge (a JSON merge patch) is", o.patchType)
+			switch o.patchType {
+			case patchStrategic, patchMerge, patchJSON:
+			default:
+				return fmt.Errorf("patch type %q is not supported: use strategic (the default), merge or json", o.patchType)
 			}
 			if o.patch == "" {
 				return fmt.Errorf("a patch is required: -p '{\"spec\":{...}}'")
@@ -37,8 +48,11 @@ resource changed since it was read.`,
 			if err := json.Unmarshal([]byte(o.patch), &patch); err != nil {
 				return fmt.Errorf("patch is not valid JSON: %w", err)
 			}
-			if _, ok := patch.(map[string]any); !ok {
-				return fmt.Errorf("patch must be a JSON object, got %s", o.patch)
+			if _, ok := patch.([]any); o.patchType == patchJSON && !ok {
+				return fmt.Errorf("a JSON patch must be a JSON list of operations, got %s", o.patch)
+			}
+			if _, ok := patch.(map[string]any); o.patchType != patchJSON && !ok {
+				return fmt.Errorf("a %s patch must be a JSON object, got %s", o.patchType, o.patch)
 			}
 			info, err := kindArg(args[0])
 			if err != nil {
@@ -58,13 +72,13 @@ resource changed since it was read.`,
 			if err != nil {
 				return fmt.Errorf("Failed to patch '%s' resource: %s", info.Kind, describe(err))
 			}
-			orig, err := toMap(cur)
+			orig, err := json.Marshal(cur)
 			if err != nil {
 				return err
 			}
-			merged, err := json.Marshal(mergePatch(orig, patch))
+			merged, err := applyPatch(o.patchType, orig, []byte(o.patch), info.New())
 			if err != nil {
-				return err
+				return fmt.Errorf("Failed to patch '%s' resource: %w", info.Kind, err)
 			}
 			decoded, err := v3.Decode(merged)
 			if err != nil {
@@ -88,7 +102,7 @@ resource changed since it was read.`,
 		},
 	}
 	o.ns.register(cmd, false)
-	cmd.Flags().StringVarP(&o.patch, "patch", "p", "", "The JSON merge patch to apply to the resource.")
-	cmd.Flags().StringVarP(&o.patchType, "type", "t", "merge", "Format of the patch: merge (JSON merge patch).")
+	cmd.Flags().StringVarP(&o.patch, "patch", "p", "", "The patch to apply to the resource, in JSON.")
+	cmd.Flags().StringVarP(&o.patchType, "type", "t", patchStrategic, "Format of the patch: strategic (strategic merge patch), merge (JSON merge patch, RFC 7386) or json (JSON patch, RFC 6902).")
 	return cmd
 }

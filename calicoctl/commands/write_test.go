@@ -42,7 +42,7 @@ func TestWriteCommands(t *testing.T) {
 		{"patch", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"disabled":false}}`}, 0, "Successfully patched 1 'IPPool' resource\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"patch immutable", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"cidr":"10.4.0.0/16"}}`}, 1, "", "spec.cidr is immutable", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"patch unknown field", "", []string{"patch", "ippool", "pool-c", "-p", `{"spec":{"colour":"red"}}`}, 1, "", "colour", "pool-c", "pool-c   10.2.0.0/16   false"},
-		{"patch type", "", []string{"patch", "ippool", "pool-c", "-t", "json", "-p", `[]`}, 1, "", `patch type "json" is not supported`, "pool-c", "pool-c   10.2.0.0/16   false"},
+		{"patch type", "", []string{"patch", "ippool", "pool-c", "-t", "yaml", "-p", `{}`}, 1, "", `patch type "yaml" is not supported`, "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"label", "", []string{"label", "ippool", "pool-c", "rack=r1"}, 0, "Successfully set label rack on ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"label present", "", []string{"label", "ippool", "pool-c", "rack=r2"}, 1, "", "key rack is already present. please use '--overwrite'", "pool-c", "pool-c   10.2.0.0/16   false"},
 		{"label overwrite", "", []string{"label", "ippool", "pool-c", "rack=r2", "--overwrite"}, 0, "Successfully updated label rack on ippool pool-c\n", "", "pool-c", "pool-c   10.2.0.0/16   false"},
@@ -150,14 +150,14 @@ func slices(m map[string]string) []string {
 // acted on field once per kind on stderr, and still applies.
 func TestApplyWarnsNotActedOn(t *testing.T) {
 	c := newCluster(t)
-	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2}\n" +
+	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2, logSeverityScreen: Info}\n" +
 		"---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {bpfEnabled: true}\n"
 	r := c.run(t, doc, nil, "apply", "-f", "-", "--allow-version-mismatch")
 	if r.code != 0 {
 		t.Fatalf("apply: exit %d: %s", r.code, r.stderr)
 	}
 	want := "Warning: FelixConfiguration field metadata.generation is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
-		"Warning: FelixConfiguration field spec.bpf* is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
+		"Warning: FelixConfiguration field spec.bpfLogLevel is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
 		"Warning: FelixConfiguration field spec.goMaxProcs is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
 	if r.stderr != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
@@ -230,5 +230,46 @@ func (c *cluster) writeDirect(t *testing.T, r v3.Resource) {
 	defer func() { _ = store.Close() }()
 	if _, err := client.New(store).Apply(ctx, r); err != nil {
 		t.Fatalf("writing %s: %v", r.GetTypeMeta().Kind, err)
+	}
+}
+
+// TestTiers checks Calico's tier rules through calicoctl: a policy is
+// created only in a tier that exists (or in the same file before it), and
+// a tier that still holds policies, or a built-in one, is not deleted.
+func TestTiers(t *testing.T) {
+	c := newCluster(t)
+	policy := "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: web, namespace: prod}\nspec: {tier: security, selector: all()}\n"
+	tierDoc := "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: security}\nspec: {order: 100}\n"
+	steps := []struct {
+		name, stdin string
+		args        []string
+		code        int
+		out         string // stdout (code 0) or stderr substring
+	}{
+		{"policy without its tier", policy, []string{"apply", "-f", "-"}, 1,
+			`Failed to apply 'NetworkPolicy' resource: [resource does not exist: Tier(security) with error: `},
+		{"policy before its tier", policy + "---\n" + tierDoc, []string{"create", "-f", "-"}, 1,
+			`resource does not exist: Tier(security)`},
+		{"tier then policy", tierDoc + "---\n" + policy, []string{"apply", "-f", "-"}, 0, "Successfully applied 2 resource(s)\n"},
+		{"delete non-empty tier", "", []string{"delete", "tier", "security"}, 1,
+			"Failed to delete 'Tier' resource: operation delete is not supported on security: Cannot delete a non-empty tier"},
+		{"delete default tier", "", []string{"delete", "tier", "default"}, 1,
+			"Failed to delete 'Tier' resource: operation Delete is not supported on default: Cannot delete default tier"},
+		{"delete the policy", "", []string{"delete", "networkpolicy", "web", "-n", "prod"}, 0, "Successfully deleted 1 'NetworkPolicy' resource(s)\n"},
+		{"delete emptied tier", "", []string{"delete", "tier", "security"}, 0, "Successfully deleted 1 'Tier' resource(s)\n"},
+	}
+	for _, s := range steps {
+		r := c.run(t, s.stdin, nil, s.args...)
+		switch {
+		case r.code != s.code:
+			t.Fatalf("%s: exit %d, want %d\nstdout: %s\nstderr: %s", s.name, r.code, s.code, r.stdout, r.stderr)
+		case s.code == 0 && r.stdout != s.out:
+			t.Errorf("%s: stdout %q, want %q", s.name, r.stdout, s.out)
+		case s.code != 0 && !strings.Contains(r.stderr, s.out):
+			t.Errorf("%s: stderr %q does not contain %q", s.name, r.stderr, s.out)
+		}
+	}
+	if got := c.dump(t); len(got) != 0 {
+		t.Errorf("store holds %v, want nothing", slices(got))
 	}
 }

@@ -4,7 +4,6 @@
 package cmdline
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -40,22 +39,12 @@ func (b Binary) HandleHuman(args []string, out, errOut io.Writer) (handled bool,
 			"network configuration on standard input.\n\nUsage:\n  %s version    print the version\n  %s --help     print this help\n", b.Name, b.Name)
 		return true, 0
 	default:
+		// A runtime that forgot CNI_COMMAND reads the error document on
+		// standard output (code 4: a missing or invalid CNI_* variable);
+		// a person reads the hint on standard error.
+		fmt.Fprintf(out, "{\"cniVersion\":\"1.0.0\",\"code\":4,\"msg\":%q}\n",
+			b.Name+": the environment variable CNI_COMMAND is not set (want ADD, DEL, CHECK, GC, STATUS or VERSION)")
 		fmt.Fprintf(errOut, "%s: CNI_COMMAND is not set and %q is not a known argument; try `%s --help`\n", b.Name, arg, b.Name)
 		return true, 1
 	}
-}
-
-// cniError is the error document of the CNI specification.
-type cniError struct {
-	CNIVersion string `json:"cniVersion"`
-	Code       uint   `json:"code"`
-	Msg        string `json:"msg"`
-}
-
-// NotImplemented writes the CNI error document saying this build cannot yet
-// perform CNI operations, and returns the exit code.
-func (b Binary) NotImplemented(out io.Writer) int {
-	_ = json.NewEncoder(out).Encode(cniError{CNIVersion: "1.0.0", Code: 999,
-		Msg: fmt.Sprintf("%s: CNI operations are not implemented in this build", b.Name)})
-	return 1
 }

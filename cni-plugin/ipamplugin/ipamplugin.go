@@ -75,20 +75,22 @@ func (p Plugin) Prepare(ctx context.Context, containerID string) (Prepared, erro
 }
 
 // Add returns the addresses the container's handle already holds (a
-// repeated ADD) or assigns the configured families' addresses to it. A
+// repeated ADD) or assigns the configured families' addresses to it, and
+// the addresses it assigned now (none when it returned held ones). A
 // partial assignment is released before the error is returned.
-func (p Plugin) Add(ctx context.Context, containerID string) (*current.Result, error) {
+func (p Plugin) Add(ctx context.Context, containerID string) (*current.Result, []netip.Addr, error) {
 	prep, err := p.Prepare(ctx, containerID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return p.AddPrepared(ctx, prep)
 }
 
 // AddPrepared is Add after Prepare.
-func (p Plugin) AddPrepared(ctx context.Context, prep Prepared) (*current.Result, error) {
+func (p Plugin) AddPrepared(ctx context.Context, prep Prepared) (*current.Result, []netip.Addr, error) {
 	handle := prep.handle
 	var prefixes []netip.Prefix
+	var assigned []netip.Addr
 	if len(prep.held) > 0 {
 		p.Log.WithField("handle", handle).Info("Handle already holds addresses; returning them")
 		for _, a := range prep.held {
@@ -110,14 +112,19 @@ func (p Plugin) AddPrepared(ctx context.Context, prep Prepared) (*current.Result
 				prefixes = append(prefixes, got.IPs...)
 			}
 		}
+		for _, pfx := range prefixes {
+			assigned = append(assigned, pfx.Addr())
+		}
 		if err == nil && len(prefixes) != req.Num4+req.Num6 {
 			err = fmt.Errorf("asked for %d IPv4 and %d IPv6 addresses, got %v: %w", req.Num4, req.Num6, prefixes, ipam.ErrExhausted)
 		}
 		if err != nil {
-			if rerr := p.Alloc.ReleaseByHandle(ctx, handle); rerr != nil && !errors.Is(rerr, datastore.ErrNotFound) {
+			// Only what this call assigned: a concurrent ADD of the same
+			// container may hold addresses under the same handle.
+			if rerr := p.ReleaseAssigned(ctx, prep.handle, assigned); rerr != nil {
 				p.Log.WithError(rerr).Error("Could not release a partial assignment")
 			}
-			return nil, session.Retryable(fmt.Errorf("assigning addresses on node %q: %w", p.Workload.Node, err))
+			return nil, nil, session.Retryable(fmt.Errorf("assigning addresses on node %q: %w", p.Workload.Node, err))
 		}
 	}
 	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
@@ -125,7 +132,30 @@ func (p Plugin) AddPrepared(ctx context.Context, prep Prepared) (*current.Result
 		res.IPs = append(res.IPs, &current.IPConfig{Address: net.IPNet{IP: pfx.Addr().AsSlice(), Mask: net.CIDRMask(pfx.Bits(), pfx.Addr().BitLen())}})
 	}
 	p.Log.WithField("handle", handle).WithField("addresses", prefixes).Info("Assigned")
-	return res, nil
+	return res, assigned, nil
+}
+
+// ReleaseAssigned releases addrs while handle still holds them, and
+// nothing else: the undo of one assignment.
+func (p Plugin) ReleaseAssigned(ctx context.Context, handle string, addrs []netip.Addr) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	opts := make([]ipam.ReleaseOptions, len(addrs))
+	for i, a := range addrs {
+		opts[i] = ipam.ReleaseOptions{Address: a, Handle: handle}
+	}
+	if _, err := p.Alloc.Release(ctx, opts...); err != nil {
+		return session.Retryable(fmt.Errorf("releasing %v of handle %s: %w", addrs, handle, err))
+	}
+	p.Log.WithField("handle", handle).WithField("addresses", addrs).Info("Released the addresses this ADD assigned")
+	return nil
+}
+
+// HandleID is the handle of containerID's addresses on the plugin's
+// network.
+func (p Plugin) HandleID(containerID string) string {
+	return netconf.HandleID(p.Conf.Name, containerID)
 }
 
 // Del releases everything the container's handle holds; a handle that does

@@ -20,32 +20,35 @@ import (
 // handle; a repeated ADD gets what the handle already holds when that is
 // the same. An address IPAM cannot give (taken, outside every pool)
 // fails the ADD, with anything assigned so far released.
-func (p Plugin) AddRequested(ctx context.Context, prep Prepared, addrs []netip.Addr) (*current.Result, error) {
+func (p Plugin) AddRequested(ctx context.Context, prep Prepared, addrs []netip.Addr) (*current.Result, []netip.Addr, error) {
 	handle := prep.handle
 	want := slices.Clone(addrs)
 	slices.SortFunc(want, netip.Addr.Compare)
 	if len(prep.held) > 0 {
 		if slices.Equal(prep.held, want) {
 			p.Log.WithField("handle", handle).Info("Handle already holds the requested addresses; returning them")
-			return requestedResult(want), nil
+			return requestedResult(want), nil, nil
 		}
 		// The pod asks for other addresses than its handle holds: start
 		// over with what it asks for.
 		if err := p.Alloc.ReleaseByHandle(ctx, handle); err != nil && !errors.Is(err, datastore.ErrNotFound) {
-			return nil, session.Retryable(fmt.Errorf("releasing handle %s: %w", handle, err))
+			return nil, nil, session.Retryable(fmt.Errorf("releasing handle %s: %w", handle, err))
 		}
 	}
+	var assigned []netip.Addr
 	for _, a := range want {
 		err := p.Alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: a, HandleID: handle, Attrs: attributes(p.Workload), Hostname: p.Workload.Node})
 		if err != nil {
-			if rerr := p.Alloc.ReleaseByHandle(ctx, handle); rerr != nil && !errors.Is(rerr, datastore.ErrNotFound) {
+			// Only what this call assigned.
+			if rerr := p.ReleaseAssigned(ctx, handle, assigned); rerr != nil {
 				p.Log.WithError(rerr).Error("Could not release a partial assignment")
 			}
-			return nil, session.Retryable(fmt.Errorf("assigning the requested address %s on node %q: %w", a, p.Workload.Node, err))
+			return nil, nil, session.Retryable(fmt.Errorf("assigning the requested address %s on node %q: %w", a, p.Workload.Node, err))
 		}
+		assigned = append(assigned, a)
 	}
 	p.Log.WithField("handle", handle).WithField("addresses", want).Info("Assigned the requested addresses")
-	return requestedResult(want), nil
+	return requestedResult(want), assigned, nil
 }
 
 func requestedResult(addrs []netip.Addr) *current.Result {

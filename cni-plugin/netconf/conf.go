@@ -122,6 +122,12 @@ func Load(stdin []byte) (*NetConf, error) {
 	if conf.Name == "" {
 		return nil, bad("name is required")
 	}
+	if conf.Type == "" {
+		return nil, bad("type is required (the plugin to run, \"calico\")")
+	}
+	if conf.IPAM.Type == "" {
+		return nil, bad("ipam.type is required (the IPAM plugin, \"calico-ipam\" or another such as \"host-local\")")
+	}
 	switch conf.DatastoreType {
 	case "", "etcdv3":
 	default:

@@ -1,6 +1,7 @@
 package netconf
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/palisade-net/palisade/libcalico/names"
@@ -26,13 +27,19 @@ type Workload struct {
 }
 
 // IdentifyWorkload reads K8S_POD_NAMESPACE and K8S_POD_NAME from CNI_ARGS
-// ("K=V;K=V"; unknown keys are ignored, as runtimes add their own). The
+// ("K=V;K=V"; unknown keys are ignored, as runtimes add their own). Each
+// pair must be one key, "=" and one value, as the CNI library reads them
+// (types.LoadArgs); anything else is an error naming the pair. The
 // container ID is CNI_CONTAINERID, which under Kubernetes equals
 // K8S_POD_INFRA_CONTAINER_ID.
-func IdentifyWorkload(cniArgs, containerID, ifName, node string) Workload {
+func IdentifyWorkload(cniArgs, containerID, ifName, node string) (Workload, error) {
 	kv := map[string]string{}
-	for _, pair := range strings.Split(cniArgs, ";") {
-		if k, v, ok := strings.Cut(pair, "="); ok {
+	if cniArgs != "" {
+		for _, pair := range strings.Split(cniArgs, ";") {
+			k, v, ok := strings.Cut(pair, "=")
+			if !ok || strings.TrimSpace(k) == "" || strings.Contains(v, "=") {
+				return Workload{}, fmt.Errorf("CNI_ARGS %q: pair %q is not KEY=VALUE", cniArgs, pair)
+			}
 			kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
@@ -41,7 +48,7 @@ func IdentifyWorkload(cniArgs, containerID, ifName, node string) Workload {
 	if ns, pod := kv["K8S_POD_NAMESPACE"], kv["K8S_POD_NAME"]; ns != "" && pod != "" {
 		w.Orchestrator, w.Namespace, w.Name = names.OrchestratorKubernetes, ns, pod
 	}
-	return w
+	return w, nil
 }
 
 // IsKubernetes reports whether the workload is a pod.

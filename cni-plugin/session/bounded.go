@@ -56,6 +56,21 @@ func (b bounded) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Res
 	return b.Interface.List(ctx, opts)
 }
 
+// ListWithBadValues is List that also returns the values it skipped,
+// when the store can say (see datastore.BadValueLister).
+func (b bounded) ListWithBadValues(ctx context.Context, opts datastore.ListOptions) ([]v3.Resource, []*datastore.BadValueError, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	if l, ok := b.Interface.(datastore.BadValueLister); ok {
+		return l.ListWithBadValues(ctx, opts)
+	}
+	items, rev, err := b.Interface.List(ctx, opts)
+	return items, nil, rev, err
+}
+
+// BadValues is the store's, when it keeps one.
+func (b bounded) BadValues() *datastore.BadValues { return datastore.BadValuesOf(b.Interface) }
+
 // BoundKV is Bound for the raw key-value view the IPAM allocator works on.
 func BoundKV(kv datastore.KV, timeout time.Duration) datastore.KV {
 	return boundedKV{kv, timeout}

@@ -6,11 +6,13 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 	log "github.com/sirupsen/logrus"
 
 	"github.com/palisade-net/palisade/cni-plugin/logging"
@@ -50,7 +52,19 @@ func Start(args *skel.CmdArgs) (*Session, error) {
 		logFile.Close()
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
-	w := netconf.IdentifyWorkload(args.Args, args.ContainerID, args.IfName, node)
+	w, err := netconf.IdentifyWorkload(args.Args, args.ContainerID, args.IfName, node)
+	if err != nil {
+		logFile.Close()
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	// A malformed prevResult is refused, except by DEL, which must clean
+	// up whatever it is given.
+	if command := os.Getenv("CNI_COMMAND"); conf.RawPrevResult != nil && command != "DEL" {
+		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+			logFile.Close()
+			return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("network %q: prevResult: %v", conf.Name, err), "")
+		}
+	}
 	entry := logger.WithFields(log.Fields{"command": os.Getenv("CNI_COMMAND"), "containerID": w.ContainerID,
 		"node": node, "workload": w.Namespace + "/" + w.Name, "iface": w.Endpoint})
 	ctx, cancel := context.WithTimeout(context.Background(), invocationTimeouts*conf.Timeout())

@@ -1,9 +1,15 @@
 package calc
 
 import (
+	"fmt"
+	"math/bits"
+	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
+
+	log "github.com/sirupsen/logrus"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
@@ -12,6 +18,9 @@ import (
 type ProtoPort struct {
 	Protocol string // "tcp", "udp" or "sctp"
 	Port     uint16
+	// Net, when valid, limits the port to that remote range: the source
+	// of inbound traffic, the destination of outbound.
+	Net netip.Prefix
 }
 
 // Config is the FelixConfiguration that applies to this node: the fields of
@@ -28,15 +37,20 @@ type Config struct {
 	// DefaultEndpointToHostAction is "Drop", "Return" or "Accept": what
 	// happens to workload traffic to the host itself after policy.
 	DefaultEndpointToHostAction string
-	// IptablesFilterAllowAction / MangleAllowAction: "Accept" or "Return".
+	// IptablesFilterAllowAction / MangleAllowAction: "Accept" or "Return",
+	// what felix's filter (mangle) rules do with a packet they allow:
+	// accept it, or return it to the kernel chain for the rules after
+	// felix's jump.
 	IptablesFilterAllowAction string
 	IptablesMangleAllowAction string
-	// IptablesFilterDenyAction: "Drop" or "Reject".
+	// IptablesFilterDenyAction: "Drop" or "Reject", what felix's filter
+	// rules do with a packet they deny.
 	IptablesFilterDenyAction string
 	// IptablesBackend is "Auto", "NFT" or "Legacy".
 	IptablesBackend string
 	IPv6Support     bool
-	// IptablesMarkMask is the mark bits felix may use (0xffff0000).
+	// IptablesMarkMask is the mark bits felix may use (DefaultMarkMask);
+	// felix uses its four lowest set bits.
 	IptablesMarkMask uint32
 	FailsafeInbound  []ProtoPort
 	FailsafeOutbound []ProtoPort
@@ -45,19 +59,26 @@ type Config struct {
 	IpsetsRefreshInterval   time.Duration
 	RouteRefreshInterval    time.Duration
 	LogSeverityScreen       string
+	// WorkloadSourceSpoofing is "Disabled" or "Any": whether workloads'
+	// allowSpoofedSourcePrefixes are honoured.
+	WorkloadSourceSpoofing string
 	// Spec is the merged FelixConfiguration spec before defaults.
 	Spec v3.FelixConfigurationSpec
 }
 
-// DefaultFailsafeInbound and DefaultFailsafeOutbound are the seed's
-// failsafe ports (SSH, DHCP, BGP, etcd, typha). Current Calico releases
-// add tcp 5473 and 6443 to both lists.
+// defaultFailsafeInbound and defaultFailsafeOutbound are Calico's
+// current failsafe ports: SSH, DHCP, DNS, BGP, etcd, Typha (5473), the
+// Kubernetes API server (6443) and etcd's legacy ports (6666, 6667).
 var (
 	defaultFailsafeInbound = []ProtoPort{
-		{"tcp", 22}, {"udp", 68}, {"tcp", 179}, {"tcp", 2379}, {"tcp", 2380}, {"tcp", 6666}, {"tcp", 6667},
+		{"tcp", 22, netip.Prefix{}}, {"udp", 68, netip.Prefix{}}, {"tcp", 179, netip.Prefix{}},
+		{"tcp", 2379, netip.Prefix{}}, {"tcp", 2380, netip.Prefix{}}, {"tcp", 5473, netip.Prefix{}},
+		{"tcp", 6443, netip.Prefix{}}, {"tcp", 6666, netip.Prefix{}}, {"tcp", 6667, netip.Prefix{}},
 	}
 	defaultFailsafeOutbound = []ProtoPort{
-		{"udp", 53}, {"udp", 67}, {"tcp", 179}, {"tcp", 2379}, {"tcp", 2380}, {"tcp", 6666}, {"tcp", 6667},
+		{"udp", 53, netip.Prefix{}}, {"udp", 67, netip.Prefix{}}, {"tcp", 179, netip.Prefix{}},
+		{"tcp", 2379, netip.Prefix{}}, {"tcp", 2380, netip.Prefix{}}, {"tcp", 5473, netip.Prefix{}},
+		{"tcp", 6443, netip.Prefix{}}, {"tcp", 6666, netip.Prefix{}}, {"tcp", 6667, netip.Prefix{}},
 	}
 )
 
@@ -90,18 +111,19 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		InterfaceExclude:            splitList(orDefault(spec.InterfaceExclude, "kube-ipvs0")),
 		ChainInsertMode:             orDefault(spec.ChainInsertMode, "Insert"),
 		DefaultEndpointToHostAction: orDefault(spec.DefaultEndpointToHostAction, "Drop"),
-		IptablesFilterAllowAction:   orDefault(spec.IptablesFilterAllowAction, "Accept"),
-		IptablesMangleAllowAction:   orDefault(spec.IptablesMangleAllowAction, "Accept"),
-		IptablesFilterDenyAction:    orDefault(spec.IptablesFilterDenyAction, "Drop"),
+		IptablesFilterAllowAction:   oneOf("iptablesFilterAllowAction", spec.IptablesFilterAllowAction, "Accept", "Return"),
+		IptablesMangleAllowAction:   oneOf("iptablesMangleAllowAction", spec.IptablesMangleAllowAction, "Accept", "Return"),
+		IptablesFilterDenyAction:    oneOf("iptablesFilterDenyAction", spec.IptablesFilterDenyAction, "Drop", "Reject"),
 		IptablesBackend:             "Auto",
 		IPv6Support:                 true,
-		IptablesMarkMask:            0xffff0000,
+		IptablesMarkMask:            DefaultMarkMask,
 		FailsafeInbound:             DefaultFailsafeInbound(),
 		FailsafeOutbound:            DefaultFailsafeOutbound(),
 		IptablesRefreshInterval:     90 * time.Second,
 		IpsetsRefreshInterval:       90 * time.Second,
 		RouteRefreshInterval:        90 * time.Second,
 		LogSeverityScreen:           orDefault(spec.LogSeverityScreen, "Info"),
+		WorkloadSourceSpoofing:      orDefault(spec.WorkloadSourceSpoofing, "Disabled"),
 		Spec:                        spec,
 	}
 	if spec.IptablesBackend != nil && *spec.IptablesBackend != "" {
@@ -110,14 +132,18 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 	if spec.IPv6Support != nil {
 		c.IPv6Support = *spec.IPv6Support
 	}
-	if spec.IptablesMarkMask != nil && *spec.IptablesMarkMask != 0 {
-		c.IptablesMarkMask = *spec.IptablesMarkMask
+	if m := spec.IptablesMarkMask; m != nil && *m != 0 {
+		if bits.OnesCount32(*m) >= 4 {
+			c.IptablesMarkMask = *m
+		} else {
+			log.WithField("iptablesMarkMask", fmt.Sprintf("%#x", *m)).Warnf("iptablesMarkMask has fewer than the 4 bits felix needs: using %#x", DefaultMarkMask)
+		}
 	}
 	if spec.FailsafeInboundHostPorts != nil {
-		c.FailsafeInbound = protoPorts(*spec.FailsafeInboundHostPorts)
+		c.FailsafeInbound = protoPorts("failsafeInboundHostPorts", *spec.FailsafeInboundHostPorts)
 	}
 	if spec.FailsafeOutboundHostPorts != nil {
-		c.FailsafeOutbound = protoPorts(*spec.FailsafeOutboundHostPorts)
+		c.FailsafeOutbound = protoPorts("failsafeOutboundHostPorts", *spec.FailsafeOutboundHostPorts)
 	}
 	if spec.IptablesRefreshInterval != nil {
 		c.IptablesRefreshInterval = spec.IptablesRefreshInterval.Duration
@@ -131,12 +157,41 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 	return c
 }
 
-func protoPorts(in []v3.ProtoPort) []ProtoPort {
+// protoPorts reads failsafe ports. One whose net does not parse is left
+// out (a failsafe port only ever opens, so fewer is the safe side).
+func protoPorts(field string, in []v3.ProtoPort) []ProtoPort {
 	out := make([]ProtoPort, 0, len(in))
 	for _, p := range in {
-		out = append(out, ProtoPort{Protocol: strings.ToLower(orDefault(p.Protocol, "tcp")), Port: p.Port})
+		pp := ProtoPort{Protocol: strings.ToLower(orDefault(p.Protocol, "tcp")), Port: p.Port}
+		if p.Net != "" {
+			n, err := ParseNet(p.Net)
+			if err != nil {
+				log.WithError(err).WithFields(log.Fields{"field": field, "net": p.Net, "port": p.Port}).Warn("Failsafe port left out: its net does not parse")
+				continue
+			}
+			pp.Net = n
+		}
+		out = append(out, pp)
 	}
 	return out
+}
+
+// DefaultMarkMask is Calico's default iptablesMarkMask.
+const DefaultMarkMask = 0xffff0000
+
+// oneOf is s spelled as the one of values it names (any case), values[0]
+// when empty; an unknown value is warned about and gives values[0].
+func oneOf(field, s string, values ...string) string {
+	if s == "" {
+		return values[0]
+	}
+	for _, v := range values {
+		if strings.EqualFold(s, v) {
+			return v
+		}
+	}
+	log.WithField(field, s).Warnf("Unknown %s: using %s", field, values[0])
+	return values[0]
 }
 
 func orDefault(s, def string) string {
@@ -153,5 +208,21 @@ func splitList(s string) []string {
 			out = append(out, f)
 		}
 	}
+	return out
+}
+
+// NotActedOn lists, sorted by JSON name, the fields set in the merged
+// FelixConfiguration that felix accepts but does not act on (those not in
+// v3.FelixConfigurationActedOn, the one list calicoctl and the docs share).
+func (c *Config) NotActedOn() []string {
+	var out []string
+	v := reflect.ValueOf(c.Spec)
+	for i := 0; i < v.NumField(); i++ {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && !v3.FelixConfigurationActedOn[name] && !v.Field(i).IsZero() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }

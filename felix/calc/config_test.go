@@ -1,7 +1,9 @@
 package calc
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -33,5 +35,70 @@ func TestMergeConfigLogAndExclude(t *testing.T) {
 				t.Errorf("LogSeverityScreen = %q, want %q", c.LogSeverityScreen, tc.wantSeverity)
 			}
 		})
+	}
+}
+
+// TestFailsafeDefaultsAndNets: the default failsafe ports are Calico's
+// current ones, and a configured port keeps its net.
+func TestFailsafeDefaultsAndNets(t *testing.T) {
+	str := func(ps []ProtoPort) string {
+		var out []string
+		for _, p := range ps {
+			s := fmt.Sprintf("%s:%d", p.Protocol, p.Port)
+			if p.Net.IsValid() {
+				s += "@" + p.Net.String()
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, ",")
+	}
+	c := MergeConfig(nil, nil)
+	// Calico's FailsafeInboundHostPorts / FailsafeOutboundHostPorts defaults.
+	if got, want := str(c.FailsafeInbound), "tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"; got != want {
+		t.Errorf("inbound %s, want %s", got, want)
+	}
+	if got, want := str(c.FailsafeOutbound), "udp:53,udp:67,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"; got != want {
+		t.Errorf("outbound %s, want %s", got, want)
+	}
+	c = MergeConfig(&v3.FelixConfigurationSpec{
+		FailsafeInboundHostPorts:  &[]v3.ProtoPort{{Protocol: "TCP", Port: 22, Net: "198.18.0.0/24"}, {Port: 80, Net: "not-a-net"}, {Protocol: "UDP", Port: 68}},
+		FailsafeOutboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 2379, Net: "198.18.0.10"}},
+	}, nil)
+	if got, want := str(c.FailsafeInbound), "tcp:22@198.18.0.0/24,udp:68"; got != want {
+		t.Errorf("inbound %s, want %s (a bad net leaves its port out)", got, want)
+	}
+	if got, want := str(c.FailsafeOutbound), "tcp:2379@198.18.0.10/32"; got != want {
+		t.Errorf("outbound %s, want %s", got, want)
+	}
+}
+
+// TestNotActedOn: every set field felix does not act on is named, and
+// none it does act on.
+func TestNotActedOn(t *testing.T) {
+	yes, mask := true, uint32(0xff000000)
+	c := MergeConfig(&v3.FelixConfigurationSpec{
+		BPFEnabled: &yes, VXLANEnabled: &yes, HealthPort: func() *int { p := 9099; return &p }(), NFTablesMode: "Enabled",
+		IptablesFilterDenyAction: "Reject", IptablesMarkMask: &mask, WorkloadSourceSpoofing: "Any", LogSeverityScreen: "Debug",
+	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
+	if got, want := strings.Join(c.NotActedOn(), ","), "healthPort,nftablesMode,prometheusMetricsEnabled,vxlanEnabled"; got != want {
+		t.Errorf("NotActedOn = %s, want %s", got, want)
+	}
+	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {
+		t.Errorf("defaults: NotActedOn = %v, want none", got)
+	}
+}
+
+// TestIptablesActionsAndMask: Calico's values in any case; an unknown
+// value or a mask of fewer than four bits keeps the default.
+func TestIptablesActionsAndMask(t *testing.T) {
+	m := func(v uint32) *uint32 { return &v }
+	c := MergeConfig(&v3.FelixConfigurationSpec{IptablesFilterAllowAction: "return", IptablesMangleAllowAction: "RETURN",
+		IptablesFilterDenyAction: "reject", IptablesMarkMask: m(0xff000000)}, nil)
+	if c.IptablesFilterAllowAction != "Return" || c.IptablesMangleAllowAction != "Return" || c.IptablesFilterDenyAction != "Reject" || c.IptablesMarkMask != 0xff000000 {
+		t.Errorf("got %s %s %s %#x", c.IptablesFilterAllowAction, c.IptablesMangleAllowAction, c.IptablesFilterDenyAction, c.IptablesMarkMask)
+	}
+	c = MergeConfig(&v3.FelixConfigurationSpec{IptablesFilterDenyAction: "Explode", IptablesMarkMask: m(0x7)}, nil)
+	if c.IptablesFilterDenyAction != "Drop" || c.IptablesMarkMask != DefaultMarkMask {
+		t.Errorf("got %s %#x, want Drop and the default mask", c.IptablesFilterDenyAction, c.IptablesMarkMask)
 	}
 }

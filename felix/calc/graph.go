@@ -124,6 +124,7 @@ func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
 	}
 	g.policies.setEndpoint(id, &localEndpoint{
 		id: id, it: it, iface: wep.Spec.InterfaceName, mac: wep.Spec.MAC, profiles: wep.Spec.Profiles,
+		spoof: spoofPrefixes(id, wep.Spec.AllowSpoofedSourcePrefixes), ipNATs: wep.Spec.IPNATs,
 	})
 }
 
@@ -277,7 +278,9 @@ func (g *Graph) onFelixConfiguration(name string, r v3.Resource) {
 func (g *Graph) Flush() {
 	g.labels.scanPending()
 	if g.configDirty {
-		g.dp.OnConfigUpdate(MergeConfig(g.felixGlobal, g.felixNode))
+		cfg := MergeConfig(g.felixGlobal, g.felixNode)
+		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")
+		g.dp.OnConfigUpdate(cfg)
 		g.configDirty = false
 	}
 	g.out.flushSets(g.dp)
@@ -287,6 +290,21 @@ func (g *Graph) Flush() {
 		g.out.sentInSync = true
 		g.dp.OnInSync()
 	}
+}
+
+// spoofPrefixes reads allowSpoofedSourcePrefixes; one that does not parse
+// is left out (it would only widen what the workload may send).
+func spoofPrefixes(id EndpointID, in []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range in {
+		p, err := ParseNet(s)
+		if err != nil {
+			log.WithError(err).WithFields(log.Fields{"endpoint": id.String(), "prefix": s}).Warn("allowSpoofedSourcePrefixes entry left out: it does not parse")
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func prefixes(in []string) []netip.Prefix {

@@ -208,6 +208,10 @@ type Endpoint struct {
 	IPv4Nets      []netip.Prefix
 	IPv6Nets      []netip.Prefix
 	MAC           string
+	// AllowSpoofedSourcePrefixes (workloads only) are the sources the
+	// workload may send from besides its own addresses; set only when
+	// FelixConfiguration workloadSourceSpoofing is Any.
+	AllowSpoofedSourcePrefixes []netip.Prefix
 	// Tiers are the normal policies (for a host endpoint: those for
 	// traffic to and from the host itself).
 	Tiers []TierPolicies

@@ -3,7 +3,11 @@ package calc
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
+	"strings"
+
+	log "github.com/sirupsen/logrus"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -22,6 +26,10 @@ type localEndpoint struct {
 	mac      string
 	profiles []string
 	host     bool
+	// spoof are the workload's allowSpoofedSourcePrefixes.
+	spoof []netip.Prefix
+	// ipNATs is the workload's ipNATs (floating IPs), not acted on.
+	ipNATs   []v3.IPNAT
 	policies map[datastore.Key]*policyInfo
 }
 
@@ -73,6 +81,16 @@ type policyResolver struct {
 	policyRemovals   map[PolicyID]struct{}
 	profileRemovals  map[string]struct{}
 	endpointRemovals map[EndpointID]struct{}
+	// gapsLogged is, per policy or profile, the unenforceable rules last
+	// logged (warnGaps).
+	gapsLogged map[string]string
+	// spoofAllowed is FelixConfiguration workloadSourceSpoofing: Any;
+	// without it allowSpoofedSourcePrefixes are left out and each
+	// endpoint that has some is named in a warning, once (spoofWarned).
+	spoofAllowed bool
+	spoofWarned  map[EndpointID]bool
+	// natWarned are the endpoints whose ipNATs were named in a warning.
+	natWarned map[EndpointID]bool
 }
 
 func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequencer) *policyResolver {
@@ -88,6 +106,9 @@ func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequence
 		policyRemovals:   map[PolicyID]struct{}{},
 		profileRemovals:  map[string]struct{}{},
 		endpointRemovals: map[EndpointID]struct{}{},
+		gapsLogged:       map[string]string{},
+		spoofWarned:      map[EndpointID]bool{},
+		natWarned:        map[EndpointID]bool{},
 	}
 }
 
@@ -170,6 +191,9 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 	if res != nil {
 		np = r.newPolicyInfo(k, res)
 	}
+	if np == nil && old != nil && len(r.gapsLogged) > 0 {
+		delete(r.gapsLogged, "policy "+old.id.Tier+"/"+old.id.String())
+	}
 	if old != nil {
 		for id, ep := range old.matches {
 			delete(ep.policies, k)
@@ -197,8 +221,11 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 
 // activate compiles a policy and takes references on its IP sets.
 func (r *policyResolver) activate(p *policyInfo) {
-	in, inSpecs := r.compiler.compile(p.inRules, p.namespace)
-	outRules, outSpecs := r.compiler.compile(p.outRules, p.namespace)
+	in, inSpecs, inNotes := r.compiler.compile(p.inRules, p.namespace, "ingress")
+	outRules, outSpecs, outNotes := r.compiler.compile(p.outRules, p.namespace, "egress")
+	if len(inNotes)+len(outNotes) > 0 || len(r.gapsLogged) > 0 {
+		r.warnGaps(log.Fields{"policy": p.id.String(), "tier": p.id.Tier}, "policy "+p.id.Tier+"/"+p.id.String(), append(inNotes, outNotes...))
+	}
 	p.compiled = &Policy{
 		ID: p.id, Order: p.order, Inbound: in, Outbound: outRules, Ingress: p.ingress, Egress: p.egress,
 		DoNotTrack: p.doNotTrack, PreDNAT: p.preDNAT, ApplyOnForward: p.applyOnFwd,
@@ -268,6 +295,8 @@ func (r *policyResolver) setEndpoint(id EndpointID, ep *localEndpoint) {
 	}
 	if ep == nil {
 		delete(r.dirtyEndpoints, id)
+		delete(r.spoofWarned, id)
+		delete(r.natWarned, id)
 		if r.out.sentEndpoints[id] {
 			r.endpointRemovals[id] = struct{}{}
 		}
@@ -302,7 +331,7 @@ func (r *policyResolver) labelsChanged(affects func(*item) bool) {
 	for _, id := range slices.Collect(maps.Keys(r.endpoints)) {
 		ep := r.endpoints[id]
 		if affects(ep.it) {
-			r.setEndpoint(id, &localEndpoint{id: id, it: ep.it, iface: ep.iface, mac: ep.mac, profiles: ep.profiles, host: ep.host})
+			r.setEndpoint(id, &localEndpoint{id: id, it: ep.it, iface: ep.iface, mac: ep.mac, profiles: ep.profiles, host: ep.host, spoof: ep.spoof, ipNATs: ep.ipNATs})
 		}
 	}
 }
@@ -348,8 +377,11 @@ func (r *policyResolver) onProfile(name string, p *v3.Profile) {
 func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed bool) {
 	want := pi.profile != nil && len(pi.users) > 0
 	if want && (pi.compiled == nil || changed) {
-		in, inSpecs := r.compiler.compile(pi.profile.Spec.Ingress, "")
-		out, outSpecs := r.compiler.compile(pi.profile.Spec.Egress, "")
+		in, inSpecs, inNotes := r.compiler.compile(pi.profile.Spec.Ingress, "", "ingress")
+		out, outSpecs, outNotes := r.compiler.compile(pi.profile.Spec.Egress, "", "egress")
+		if len(inNotes)+len(outNotes) > 0 || len(r.gapsLogged) > 0 {
+			r.warnGaps(log.Fields{"profile": name}, "profile "+name, append(inNotes, outNotes...))
+		}
 		oldSets := pi.setIDs
 		pi.setIDs = nil
 		for _, s := range append(inSpecs, outSpecs...) {
@@ -375,6 +407,26 @@ func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed b
 	}
 	if pi.profile == nil && len(pi.users) == 0 {
 		delete(r.profiles, name)
+	}
+	if pi.profile == nil && len(r.gapsLogged) > 0 {
+		delete(r.gapsLogged, "profile "+name)
+	}
+}
+
+// warnGaps logs, once per policy or profile (key) and again only when
+// they change, the rules with fields felix cannot enforce.
+func (r *policyResolver) warnGaps(fields log.Fields, key string, notes []string) {
+	text := strings.Join(notes, "; ")
+	if r.gapsLogged[key] == text {
+		return
+	}
+	if text == "" {
+		delete(r.gapsLogged, key)
+		return
+	}
+	r.gapsLogged[key] = text
+	for _, n := range notes {
+		log.WithFields(fields).Warn("Rule not enforced as written: " + n)
 	}
 }
 
@@ -435,8 +487,39 @@ func (r *policyResolver) flush(dp Dataplane) {
 	clear(r.profileRemovals)
 }
 
+// setSpoofAllowed follows workloadSourceSpoofing: the endpoints with
+// allowSpoofedSourcePrefixes are sent again when it changes.
+func (r *policyResolver) setSpoofAllowed(allowed bool) {
+	if allowed == r.spoofAllowed {
+		return
+	}
+	r.spoofAllowed = allowed
+	clear(r.spoofWarned)
+	for id, ep := range r.endpoints {
+		if len(ep.spoof) > 0 {
+			r.dirtyEndpoints[id] = struct{}{}
+		}
+	}
+}
+
 func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 	e := &Endpoint{ID: ep.id, InterfaceName: ep.iface, MAC: ep.mac}
+	switch {
+	case len(ep.spoof) == 0:
+		delete(r.spoofWarned, ep.id)
+	case r.spoofAllowed:
+		e.AllowSpoofedSourcePrefixes = slices.Clone(ep.spoof)
+	case !r.spoofWarned[ep.id]:
+		r.spoofWarned[ep.id] = true
+		log.WithFields(log.Fields{"endpoint": ep.id.String(), "allowSpoofedSourcePrefixes": ep.spoof}).
+			Warn("allowSpoofedSourcePrefixes ignored: FelixConfiguration workloadSourceSpoofing is not Any, so the workload may send from its own addresses only")
+	}
+	if len(ep.ipNATs) > 0 != r.natWarned[ep.id] {
+		r.natWarned[ep.id] = len(ep.ipNATs) > 0
+		if len(ep.ipNATs) > 0 {
+			log.WithField("endpoint", ep.id.String()).Warn("WorkloadEndpoint ipNATs (floating IPs) accepted but not acted on")
+		}
+	}
 	for _, n := range ep.it.nets {
 		if n.Addr().Is4() {
 			e.IPv4Nets = append(e.IPv4Nets, n)

@@ -3,8 +3,10 @@ package calc
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	log "github.com/sirupsen/logrus"
@@ -36,7 +38,7 @@ func (c *ruleCompiler) parse(s string) (*selector.Selector, bool) {
 	}
 	sel, err := selector.Parse(s)
 	if err != nil {
-		log.WithError(err).WithField("selector", s).Warn("Ignoring a selector that does not parse")
+		log.WithError(err).WithField("selector", s).Warn("A selector does not parse")
 	}
 	if len(c.parsed) > 100_000 {
 		clear(c.parsed)
@@ -47,12 +49,23 @@ func (c *ruleCompiler) parse(s string) (*selector.Selector, bool) {
 
 // compile converts the rules of a policy or profile. namespace is the
 // NetworkPolicy's namespace ("" for global policies and profiles). It
-// returns the rules and the specs of every IP set they refer to.
-func (c *ruleCompiler) compile(rules []v3.Rule, namespace string) ([]Rule, []*ipSetSpec) {
+// returns the rules, the specs of every IP set they refer to, and a note
+// for each rule with a field felix cannot enforce (dir names the rules'
+// direction in the notes).
+func (c *ruleCompiler) compile(rules []v3.Rule, namespace, dir string) ([]Rule, []*ipSetSpec, []string) {
 	var out []Rule
 	var specs []*ipSetSpec
+	var notes []string
 	for i, r := range rules {
-		cr, ss, ok := c.compileRule(r, namespace)
+		cr, ss, gaps, ok := c.compileRule(r, namespace)
+		if len(gaps) > 0 {
+			verdict := "it matches nothing"
+			if ok {
+				verdict = "it denies what the rest of the rule matches"
+			}
+			notes = append(notes, fmt.Sprintf("%s rule %d (%s): %s cannot be enforced, so %s",
+				dir, i, r.Action, strings.Join(gaps, ", "), verdict))
+		}
 		if !ok {
 			continue
 		}
@@ -60,84 +73,106 @@ func (c *ruleCompiler) compile(rules []v3.Rule, namespace string) ([]Rule, []*ip
 		out = append(out, cr)
 		specs = append(specs, ss...)
 	}
-	return out, specs
+	return out, specs, notes
 }
 
-func (c *ruleCompiler) compileRule(r v3.Rule, namespace string) (Rule, []*ipSetSpec, bool) {
-	cr := Rule{Action: Action(r.Action)}
-	if r.IPVersion != nil {
-		cr.IPVersion = *r.IPVersion
+// compileRule converts one rule. A field felix cannot enforce (services,
+// http, or a value that does not parse) is never just left out, which
+// would widen the rule: gaps names each such field, and the rule then
+// fails closed. An Allow or Log rule matches nothing (ok false). A Deny
+// rule denies what the rest of it matches (more than written, never
+// less), and so does a Pass rule: passing more or fewer packets to the
+// next tier could each let through what the policy would not.
+func (c *ruleCompiler) compileRule(r v3.Rule, namespace string) (cr Rule, specs []*ipSetSpec, gaps []string, ok bool) {
+	gap := func(field string) { gaps = append(gaps, field) }
+	switch {
+	case strings.EqualFold(string(r.Action), string(Allow)):
+		cr.Action = Allow
+	case strings.EqualFold(string(r.Action), string(Deny)):
+		cr.Action = Deny
+	case strings.EqualFold(string(r.Action), string(Log)):
+		cr.Action = Log
+	case strings.EqualFold(string(r.Action), string(Pass)):
+		cr.Action = Pass
+	default:
+		gap("action " + strconv.Quote(string(r.Action)))
+		cr.Action = Deny
 	}
-	proto := ""
-	if r.Protocol != nil {
-		n, err := r.Protocol.NumValue()
-		if err != nil {
-			return cr, nil, false
+	if r.IPVersion != nil {
+		switch *r.IPVersion {
+		case 4, 6:
+			cr.IPVersion = *r.IPVersion
+		default:
+			gap("ipVersion")
 		}
-		cr.Protocol = n
-		switch n {
-		case 1:
-			cr.IPVersion = 4
-		case 58:
-			cr.IPVersion = 6
-		case 6:
-			proto = "tcp"
-		case 17:
-			proto = "udp"
-		case 132:
-			proto = "sctp"
+	}
+	proto, portsOK := "", false
+	if r.Protocol != nil {
+		if n, err := r.Protocol.NumValue(); err != nil {
+			gap("protocol")
+		} else {
+			cr.Protocol = n
+			family := 0
+			switch n {
+			case 1:
+				family = 4
+			case 58:
+				family = 6
+			case 6:
+				proto, portsOK = "tcp", true
+			case 17:
+				proto, portsOK = "udp", true
+			case 132:
+				proto, portsOK = "sctp", true
+			case 136:
+				proto, portsOK = "udplite", true
+			}
+			if family != 0 {
+				if cr.IPVersion != 0 && cr.IPVersion != family {
+					// ICMP in IPv6 (or ICMPv6 in IPv4): no packet is both.
+					return cr, nil, nil, false
+				}
+				cr.IPVersion = family
+			}
 		}
 	}
 	if r.NotProtocol != nil {
-		n, err := r.NotProtocol.NumValue()
-		if err != nil {
-			return cr, nil, false
+		if n, err := r.NotProtocol.NumValue(); err != nil {
+			gap("notProtocol")
+		} else {
+			cr.NotProtocol = n
 		}
-		cr.NotProtocol = n
 	}
-	if r.ICMP != nil {
-		cr.ICMPType, cr.ICMPCode = u8(r.ICMP.Type), u8(r.ICMP.Code)
+	icmpOK := cr.Protocol == 1 || cr.Protocol == 58
+	cr.ICMPType, cr.ICMPCode = c.icmp(r.ICMP, icmpOK, "icmp", gap)
+	cr.NotICMPType, cr.NotICMPCode = c.icmp(r.NotICMP, icmpOK, "notICMP", gap)
+	if h := r.HTTP; h != nil && (len(h.Methods) > 0 || len(h.Paths) > 0) {
+		gap("http")
 	}
-	if r.NotICMP != nil {
-		cr.NotICMPType, cr.NotICMPCode = u8(r.NotICMP.Type), u8(r.NotICMP.Code)
-	}
-	var specs []*ipSetSpec
-	src, ok := c.entity(r.Source, namespace, proto)
-	if !ok {
-		return cr, nil, false
-	}
-	dst, ok := c.entity(r.Destination, namespace, proto)
-	if !ok {
-		return cr, nil, false
+	pp := portProto{name: proto, set: r.Protocol != nil, ports: portsOK}
+	src := c.entity(r.Source, namespace, pp, "source", gap)
+	dst := c.entity(r.Destination, namespace, pp, "destination", gap)
+	if len(gaps) > 0 {
+		if cr.Action == Allow || cr.Action == Log {
+			return cr, nil, gaps, false
+		}
+		cr.Action = Deny
 	}
 	cr.SrcNets, cr.NotSrcNets = src.nets, src.notNets
 	cr.DstNets, cr.NotDstNets = dst.nets, dst.notNets
 	cr.SrcPorts, cr.NotSrcPorts = src.ports, src.notPorts
 	cr.DstPorts, cr.NotDstPorts = dst.ports, dst.notPorts
-	for _, s := range src.sets {
-		cr.SrcIPSets = append(cr.SrcIPSets, s.id)
+	ids := func(ss []*ipSetSpec) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.id)
+		}
+		return out
 	}
-	for _, s := range src.notSets {
-		cr.NotSrcIPSets = append(cr.NotSrcIPSets, s.id)
-	}
-	for _, s := range dst.sets {
-		cr.DstIPSets = append(cr.DstIPSets, s.id)
-	}
-	for _, s := range dst.notSets {
-		cr.NotDstIPSets = append(cr.NotDstIPSets, s.id)
-	}
-	for _, s := range src.namedPorts {
-		cr.SrcNamedPortIPSets = append(cr.SrcNamedPortIPSets, s.id)
-	}
-	for _, s := range src.notNamedPorts {
-		cr.NotSrcNamedPortIPSets = append(cr.NotSrcNamedPortIPSets, s.id)
-	}
-	for _, s := range dst.namedPorts {
-		cr.DstNamedPortIPSets = append(cr.DstNamedPortIPSets, s.id)
-	}
-	for _, s := range dst.notNamedPorts {
-		cr.NotDstNamedPortIPSets = append(cr.NotDstNamedPortIPSets, s.id)
-	}
+	cr.SrcIPSets, cr.NotSrcIPSets = ids(src.sets), ids(src.notSets)
+	cr.DstIPSets, cr.NotDstIPSets = ids(dst.sets), ids(dst.notSets)
+	cr.SrcNamedPortIPSets, cr.NotSrcNamedPortIPSets = ids(src.namedPorts), ids(src.notNamedPorts)
+	cr.DstNamedPortIPSets, cr.NotDstNamedPortIPSets = ids(dst.namedPorts), ids(dst.notNamedPorts)
 	for _, e := range []*entity{src, dst} {
 		specs = append(specs, e.sets...)
 		specs = append(specs, e.notSets...)
@@ -148,7 +183,29 @@ func (c *ruleCompiler) compileRule(r v3.Rule, namespace string) (Rule, []*ipSetS
 	if cr.IPVersion == 0 {
 		cr.IPVersion = netsFamily(cr.SrcNets, cr.DstNets)
 	}
-	return cr, specs, true
+	return cr, specs, gaps, true
+}
+
+// icmp converts an icmp or notICMP match. It is enforceable only on an
+// ICMP or ICMPv6 rule, with a type of 0-254 (iptables reads 255 as any
+// type) and a code of 0-255 that comes with a type.
+func (c *ruleCompiler) icmp(f *v3.ICMPFields, protoOK bool, field string, gap func(string)) (typ, code *uint8) {
+	if f == nil || f.Type == nil && f.Code == nil {
+		return nil, nil
+	}
+	switch {
+	case !protoOK:
+		gap(field + " (without protocol ICMP or ICMPv6)")
+	case f.Type == nil:
+		gap(field + ".code (without a type)")
+	case *f.Type < 0 || *f.Type > 254:
+		gap(field + ".type")
+	case f.Code != nil && (*f.Code < 0 || *f.Code > 255):
+		gap(field + ".code")
+	default:
+		return u8(f.Type), u8(f.Code)
+	}
+	return nil, nil
 }
 
 func netsFamily(lists ...[]netip.Prefix) int {
@@ -184,21 +241,42 @@ type entity struct {
 	namedPorts, notNamedPorts []*ipSetSpec
 }
 
-func (c *ruleCompiler) entity(e v3.EntityRule, namespace, proto string) (*entity, bool) {
+// portProto is what a rule's protocol allows of port matches: name is the
+// protocol of named-port sets ("" for TCP and UDP), set says the rule has
+// a protocol, ports that it is one with ports.
+type portProto struct {
+	name       string
+	set, ports bool
+}
+
+// entity compiles a source or destination. A field it cannot enforce is
+// reported to gap (prefixed with side) and left out of the result.
+func (c *ruleCompiler) entity(e v3.EntityRule, namespace string, proto portProto, side string, gap func(string)) *entity {
 	out := &entity{}
 	var ok bool
 	if out.nets, ok = parseNets(e.Nets); !ok {
-		return nil, false
+		gap(side + ".nets")
 	}
 	if out.notNets, ok = parseNets(e.NotNets); !ok {
-		return nil, false
+		gap(side + ".notNets")
+	}
+	if e.Services != nil {
+		// Service matching (the endpoints of a Kubernetes Service) is not
+		// implemented.
+		gap(side + ".services")
 	}
 	base := &ipSetSpec{}
-	sel, ok1 := c.parse(e.Selector)
-	notSel, ok2 := c.parse(e.NotSelector)
-	nsSel, ok3 := c.parse(e.NamespaceSelector)
-	if (!ok1 && e.Selector != "") || (!ok2 && e.NotSelector != "") || (!ok3 && e.NamespaceSelector != "") {
-		return nil, false
+	sel, ok := c.parse(e.Selector)
+	if !ok {
+		gap(side + ".selector")
+	}
+	notSel, ok := c.parse(e.NotSelector)
+	if !ok {
+		gap(side + ".notSelector")
+	}
+	nsSel, ok := c.parse(e.NamespaceSelector)
+	if !ok {
+		gap(side + ".namespaceSelector")
 	}
 	base.sel = sel
 	switch {
@@ -210,11 +288,12 @@ func (c *ruleCompiler) entity(e v3.EntityRule, namespace, proto string) (*entity
 		base.namespace = namespace
 	}
 	if sa := e.ServiceAccounts; sa != nil && (len(sa.Names) > 0 || sa.Selector != "") {
-		base.hasSA = true
-		base.saNames = slices.Sorted(slices.Values(sa.Names))
-		var ok bool
-		if base.saSel, ok = c.parse(sa.Selector); !ok && sa.Selector != "" {
-			return nil, false
+		if saSel, ok := c.parse(sa.Selector); !ok {
+			gap(side + ".serviceAccounts.selector")
+		} else {
+			base.hasSA = true
+			base.saNames = slices.Sorted(slices.Values(sa.Names))
+			base.saSel = saSel
 		}
 	}
 	// The positive set exists when anything selects endpoints: in a
@@ -236,21 +315,26 @@ func (c *ruleCompiler) entity(e v3.EntityRule, namespace, proto string) (*entity
 		unscoped.namespace = ""
 		portBase = &unscoped
 	}
-	for _, p := range e.Ports {
-		if p.PortName != "" {
-			out.namedPorts = append(out.namedPorts, namedPortSpecs(portBase, p.PortName, proto)...)
-			continue
+	ports := func(in []numorstring.Port, field string) (numeric []PortRange, named []*ipSetSpec) {
+		for _, p := range in {
+			switch {
+			case p.PortName != "" && (proto.ports || !proto.set):
+				// A named port of a rule with no protocol is TCP or UDP.
+				named = append(named, namedPortSpecs(portBase, p.PortName, proto.name)...)
+			case p.PortName == "" && proto.ports && p.MinPort <= p.MaxPort:
+				numeric = append(numeric, PortRange{p.MinPort, p.MaxPort})
+			default:
+				// A port needs a protocol with ports (iptables has no
+				// portless match for one).
+				gap(side + "." + field)
+				return nil, nil
+			}
 		}
-		out.ports = append(out.ports, PortRange{p.MinPort, p.MaxPort})
+		return numeric, named
 	}
-	for _, p := range e.NotPorts {
-		if p.PortName != "" {
-			out.notNamedPorts = append(out.notNamedPorts, namedPortSpecs(portBase, p.PortName, proto)...)
-			continue
-		}
-		out.notPorts = append(out.notPorts, PortRange{p.MinPort, p.MaxPort})
-	}
-	return out, true
+	out.ports, out.namedPorts = ports(e.Ports, "ports")
+	out.notPorts, out.notNamedPorts = ports(e.NotPorts, "notPorts")
+	return out
 }
 
 // namedPortSpecs makes the ip,port sets of a named port: one for the
@@ -314,7 +398,7 @@ func parseNets(in []string) ([]netip.Prefix, bool) {
 	for _, s := range in {
 		p, err := ParseNet(s)
 		if err != nil {
-			log.WithError(err).WithField("net", s).Warn("Ignoring a rule with a bad net")
+			log.WithError(err).WithField("net", s).Warn("A net does not parse")
 			return nil, false
 		}
 		out = append(out, p)

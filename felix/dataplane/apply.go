@@ -68,6 +68,7 @@ func (d *Driver) refresh(now time.Time) {
 	}
 	if due(&d.lastRefresh.routes, d.cfg.RouteRefreshInterval) {
 		d.routes.Resync()
+		d.rpf.resync()
 	}
 }
 
@@ -176,6 +177,12 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 	}
 	tTables = time.Since(start) - tSets - tRender - tRoutes
+	// rp_filter after the tables: the raw table's rpfilter rule already
+	// drops spoofed packets of a new interface, so its sysctl (~40 µs in
+	// the node namespace) need not delay the pod's first packet.
+	if err := d.rpf.apply(d.run); err != nil {
+		errs = append(errs, err)
+	}
 	if rulesOK {
 		for _, f := range d.families {
 			if err := f.sets.ApplyDeletions(ctx); err != nil {

@@ -45,6 +45,7 @@ type Driver struct {
 	log    *log.Entry
 	routes *routes.Manager
 	hosts  *hostIfaces
+	rpf    *rpFilter
 	status statusFiles
 
 	cfg       *calc.Config
@@ -86,7 +87,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	return &Driver{
-		run: run, log: logger, routes: rm, hosts: hosts,
+		run: run, log: logger, routes: rm, hosts: hosts, rpf: newRPFilter(),
 		sets:     [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)},
 		status:   statusFiles{dir: cfg.StatusDir, written: map[calc.EndpointID]string{}},
 		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{},
@@ -164,6 +165,7 @@ func (d *Driver) OnProfileRemoved(name string) { delete(d.profiles, name); d.rul
 // OnEndpointUpdate implements calc.Dataplane.
 func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
 	d.endpoints[ep.ID] = ep
+	d.rpf.update(ep.ID, ep)
 	d.epDirty[ep.ID] = struct{}{}
 	delete(d.epRemoved, ep.ID)
 	d.rulesDirty = true
@@ -172,6 +174,7 @@ func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
 // OnEndpointRemoved implements calc.Dataplane.
 func (d *Driver) OnEndpointRemoved(id calc.EndpointID) {
 	delete(d.endpoints, id)
+	d.rpf.update(id, nil)
 	delete(d.epDirty, id)
 	d.epRemoved[id] = struct{}{}
 	d.rulesDirty = true
@@ -189,6 +192,6 @@ func (d *Driver) OnInSync() { d.inSync = true }
 // InSync reports whether the datastore was read completely.
 func (d *Driver) InSync() bool { return d.inSync }
 
-// Pending reports whether work is waiting for a retry (a route whose
-// interface is not up yet).
-func (d *Driver) Pending() bool { return d.routes.Pending() > 0 }
+// Pending reports whether work is waiting for a retry (a route or an
+// rp_filter setting whose interface is not there yet).
+func (d *Driver) Pending() bool { return d.routes.Pending() > 0 || d.rpf.pending() > 0 }

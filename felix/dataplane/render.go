@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -33,9 +34,14 @@ type renderer struct {
 	dispatch      []rules.Chain
 	dispatchDirty bool
 	dispatchCache rules.DispatchCache // emptied with the configuration
-	endpoints     map[calc.EndpointID]*epRender
-	policies      map[calc.PolicyID]*itemRender[*calc.Policy]
-	profiles      map[string]*itemRender[*calc.Profile]
+	// rpfSkip is cali-rpf-skip (raw), rendered apart from the base from
+	// the workloads with allowSpoofedSourcePrefixes (spoofers).
+	rpfSkip      rules.Chain
+	rpfSkipDirty bool
+	spoofers     map[calc.EndpointID]*calc.Endpoint
+	endpoints    map[calc.EndpointID]*epRender
+	policies     map[calc.PolicyID]*itemRender[*calc.Policy]
+	profiles     map[string]*itemRender[*calc.Profile]
 	// The endpoints rendered with each policy and profile (present or
 	// not): rendered again when it changes.
 	policyUsers  map[calc.PolicyID]map[calc.EndpointID]struct{}
@@ -57,7 +63,7 @@ type itemRender[T comparable] struct {
 }
 
 func newRenderer(version int) *renderer {
-	return &renderer{version: version, baseDirty: true, endpoints: map[calc.EndpointID]*epRender{},
+	return &renderer{version: version, baseDirty: true, rpfSkipDirty: true, spoofers: map[calc.EndpointID]*calc.Endpoint{}, endpoints: map[calc.EndpointID]*epRender{},
 		policies: map[calc.PolicyID]*itemRender[*calc.Policy]{}, profiles: map[string]*itemRender[*calc.Profile]{},
 		policyUsers: map[calc.PolicyID]map[calc.EndpointID]struct{}{}, profileUsers: map[string]map[calc.EndpointID]struct{}{}, sizes: map[string]int{}}
 }
@@ -148,6 +154,8 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		clear(r.profiles)
 		clear(r.policyUsers)
 		clear(r.profileUsers)
+		clear(r.spoofers)
+		r.rpfSkipDirty = true
 	}
 	// Policies and profiles first: the endpoints that refer to one that
 	// changed are rendered again below.
@@ -203,11 +211,28 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			r.baseDirty = true
 		}
 	}
+	// spoofer keeps the workloads with allowSpoofedSourcePrefixes (nil:
+	// gone); cali-rpf-skip is rendered again when one changes.
+	spoofer := func(id calc.EndpointID, ep *calc.Endpoint) {
+		old := r.spoofers[id]
+		if ep == nil || id.Kind != calc.WorkloadEndpoint || len(ep.AllowSpoofedSourcePrefixes) == 0 || ep.InterfaceName == "" {
+			if old != nil {
+				delete(r.spoofers, id)
+				r.rpfSkipDirty = true
+			}
+			return
+		}
+		if old == nil || old.InterfaceName != ep.InterfaceName || !slices.Equal(old.AllowSpoofedSourcePrefixes, ep.AllowSpoofedSourcePrefixes) {
+			r.rpfSkipDirty = true
+		}
+		r.spoofers[id] = ep
+	}
 	for id, er := range r.endpoints {
 		if eps[id] == nil {
 			r.forget(id, er)
 			delete(r.endpoints, id)
 			touch(id)
+			spoofer(id, nil)
 		}
 	}
 	for id, ep := range eps {
@@ -220,6 +245,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		if er == nil || !sameShape(er.ep, ep) {
 			touch(id)
 		}
+		spoofer(id, ep)
 		if er != nil {
 			r.forget(id, er)
 		}
@@ -254,7 +280,9 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		full := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Endpoints: shapes,
 			Policies: map[calc.PolicyID]*calc.Policy{}, Profiles: map[string]*calc.Profile{}})
 		r.base = &rules.Ruleset{IPVersion: r.version, Jumps: full.Jumps,
-			Tables: pick(full, func(n string) bool { return !isEndpointChain(n) && !isPolicyChain(n) && !rules.IsDispatchChain(n) })}
+			Tables: pick(full, func(n string) bool {
+				return !isEndpointChain(n) && !isPolicyChain(n) && !rules.IsDispatchChain(n) && n != rules.ChainRPFSkip
+			})}
 		r.baseDirty, r.dispatchDirty = false, true
 		r.dispatchCache = rules.DispatchCache{}
 	}
@@ -270,12 +298,18 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		r.dispatchDirty = false
 	}
 
+	if r.rpfSkipDirty {
+		r.rpfSkip = rules.RPFSkipChain(rules.Input{Config: cfg, IPVersion: r.version}, slices.Collect(maps.Values(r.spoofers)))
+		r.rpfSkipDirty = false
+	}
+
 	out := &rules.Ruleset{IPVersion: r.version, Jumps: r.base.Jumps, Tables: map[string][]rules.Chain{}}
 	for t, cs := range r.base.Tables {
 		// Sized as the last result, so appending rarely grows it.
 		out.Tables[t] = append(make([]rules.Chain, 0, max(r.sizes[t], len(cs))), cs...)
 	}
 	out.Tables["filter"] = append(out.Tables["filter"], r.dispatch...)
+	out.Tables["raw"] = append(out.Tables["raw"], r.rpfSkip)
 	add := func(m map[string][]rules.Chain) {
 		for t, cs := range m {
 			out.Tables[t] = append(out.Tables[t], cs...)

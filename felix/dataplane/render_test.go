@@ -78,6 +78,18 @@ func (w *world) setWorkload(i int, pols []string) {
 		Tiers:    []calc.TierPolicies{{Name: "default", DefaultAction: calc.Deny, Ingress: ids, Egress: ids}}}
 }
 
+// spoof gives workload i allowSpoofedSourcePrefixes (a new value, as the
+// graph sends).
+func (w *world) spoof(i int, prefixes ...string) {
+	id := calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: fmt.Sprint("w", i)}
+	e := *w.eps[id]
+	e.AllowSpoofedSourcePrefixes = nil
+	for _, p := range prefixes {
+		e.AllowSpoofedSourcePrefixes = append(e.AllowSpoofedSourcePrefixes, netip.MustParsePrefix(p))
+	}
+	w.eps[id] = &e
+}
+
 // TestRendererMatchesRender checks that the incremental renderer gives
 // exactly rules.Render's chains, through a series of changes.
 func TestRendererMatchesRender(t *testing.T) {
@@ -104,6 +116,16 @@ func TestRendererMatchesRender(t *testing.T) {
 			w.cfg = &c
 		}},
 		{"untracked policy changed", func() { w.setPolicy("untracked", 23, func(p *calc.Policy) { p.DoNotTrack = true }) }},
+		{"spoofed prefixes allowed", func() { w.spoof(2, "192.0.2.0/24", "198.51.100.7/32") }},
+		{"second spoofer", func() { w.spoof(0, "203.0.113.0/24") }},
+		{"spoofed prefixes changed", func() { w.spoof(2, "192.0.2.0/25") }},
+		{"spoofer's prefixes cleared", func() { w.spoof(0) }},
+		{"config changed with a spoofer", func() {
+			c := *w.cfg
+			c.DefaultEndpointToHostAction = "Return"
+			w.cfg = &c
+		}},
+		{"spoofer removed", func() { delete(w.eps, calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: "w2"}) }},
 	}
 	for _, s := range steps {
 		s.change()

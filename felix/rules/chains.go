@@ -9,17 +9,57 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+
+	"github.com/palisade-net/palisade/felix/calc"
 )
 
-// Mark bits, as Calico's defaults within the mark mask 0xffff0000.
-const (
-	MarkAccept = 0x10000
-	MarkPass   = 0x20000
-	// MarkScratch is a scratch bit used within one rule.
-	MarkScratch = 0x40000
-	// markAll is every bit felix clears at the start of a pass.
-	markAll = 0xf0000
-)
+// marks are the packet mark bits felix uses, taken as Calico takes them
+// from iptablesMarkMask: the lowest set bit of the mask is accept, the
+// next pass, the next scratch (used within one rule), and all four lowest
+// bits are cleared at the start of each pass. With the default mask
+// 0xffff0000: 0x10000, 0x20000, 0x40000, all 0xf0000. The match and
+// target texts are made once per mask: rendering uses them on every rule.
+type marks struct {
+	accept, pass, scratch, all int
+
+	isAccept, isPass, isScratch       string // -m mark --mark X/X
+	notAccept, notPass, notAcceptPass string // -m mark --mark 0x0/X
+	setAccept, setPass, setScratch    string // MARK --set-xmark X/X
+	clearAll, clearAcceptPass         string // MARK --set-xmark 0x0/X
+	clearPass, clearScratch           string
+}
+
+// defaultMarks are the marks of calc.DefaultMarkMask, made once.
+var defaultMarks = newMarks(calc.DefaultMarkMask)
+
+// marksFor returns the marks of a mask.
+func marksFor(mask uint32) *marks {
+	if mask == calc.DefaultMarkMask {
+		return defaultMarks
+	}
+	return newMarks(mask)
+}
+
+func newMarks(mask uint32) *marks {
+	var bits [4]int
+	n := 0
+	for i := 0; i < 32 && n < 4; i++ {
+		if mask&(1<<i) != 0 {
+			bits[n] = 1 << i
+			n++
+		}
+	}
+	if n < 4 {
+		// calc.MergeConfig never hands out such a mask.
+		return newMarks(calc.DefaultMarkMask)
+	}
+	m := &marks{accept: bits[0], pass: bits[1], scratch: bits[2], all: bits[0] | bits[1] | bits[2] | bits[3]}
+	m.isAccept, m.isPass, m.isScratch = markMatch(m.accept), markMatch(m.pass), markMatch(m.scratch)
+	m.notAccept, m.notPass, m.notAcceptPass = notMarkMatch(m.accept), notMarkMatch(m.pass), notMarkMatch(m.accept|m.pass)
+	m.setAccept, m.setPass, m.setScratch = setMark(m.accept), setMark(m.pass), setMark(m.scratch)
+	m.clearAll, m.clearAcceptPass, m.clearPass, m.clearScratch = clearMark(m.all), clearMark(m.accept|m.pass), clearMark(m.pass), clearMark(m.scratch)
+	return m
+}
 
 // ChainPrefix starts the name of every chain felix owns.
 const ChainPrefix = "cali-"

@@ -31,7 +31,7 @@ func protoName(p uint8) string {
 // ruleMatches renders the match part of a calc rule for a family. A rule
 // can need several iptables rules (several positive nets, or numeric and
 // named ports, are ORs); none when it cannot match in this family.
-func ruleMatches(r calc.Rule, family int) []string {
+func ruleMatches(r calc.Rule, family int, m *marks) []string {
 	if r.IPVersion != 0 && r.IPVersion != family {
 		return nil
 	}
@@ -50,8 +50,8 @@ func ruleMatches(r calc.Rule, family int) []string {
 	if !ok {
 		return nil
 	}
-	if len(notNetRules(r, family)) > 0 {
-		fixed = append(fixed, markMatch(MarkScratch))
+	if len(notNetRules(r, family, m)) > 0 {
+		fixed = append(fixed, m.isScratch)
 	}
 	for _, id := range r.SrcIPSets {
 		fixed = append(fixed, "-m set --match-set "+IPSetName(id, family)+" src")
@@ -181,20 +181,20 @@ func icmpMatches(r calc.Rule, family int) []string {
 // a rule's notNets. iptables allows one -s and one -d per rule, so a rule
 // with notNets first sets the scratch bit, clears it for each excluded
 // net, and its main rules then require the bit.
-func notNetRules(r calc.Rule, family int) []Rule {
+func notNetRules(r calc.Rule, family int, m *marks) []Rule {
 	var out []Rule
 	for _, n := range r.NotSrcNets {
 		if is6(n) == (family == 6) {
-			out = append(out, Rule{Match: "-s " + n.String(), Action: clearMark(MarkScratch)})
+			out = append(out, Rule{Match: "-s " + n.String(), Action: m.clearScratch})
 		}
 	}
 	for _, n := range r.NotDstNets {
 		if is6(n) == (family == 6) {
-			out = append(out, Rule{Match: "-d " + n.String(), Action: clearMark(MarkScratch)})
+			out = append(out, Rule{Match: "-d " + n.String(), Action: m.clearScratch})
 		}
 	}
 	if len(out) == 0 {
 		return nil
 	}
-	return append([]Rule{{Action: setMark(MarkScratch)}}, out...)
+	return append([]Rule{{Action: m.setScratch}}, out...)
 }

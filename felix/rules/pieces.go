@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 
 	"github.com/palisade-net/palisade/felix/calc"
@@ -18,7 +20,7 @@ func WorkloadChains(in Input, e *calc.Endpoint) []Chain {
 	if e.InterfaceName == "" {
 		return nil
 	}
-	b := &builder{in: in, tables: map[string][]Chain{}}
+	b := newBuilder(in)
 	b.add("filter", ChainName(PrefixToWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, true, "", true))
 	b.add("filter", ChainName(PrefixFromWorkload, e.InterfaceName), b.endpointChain(e.Tiers, e.Profiles, false, "", true))
 	return b.tables["filter"]
@@ -27,7 +29,7 @@ func WorkloadChains(in Input, e *calc.Endpoint) []Chain {
 // FilterPolicyChains renders the filter chains (cali-pi-, cali-po-) of a
 // policy that is neither doNotTrack nor preDNAT.
 func FilterPolicyChains(in Input, p *calc.Policy) []Chain {
-	b := &builder{in: in, tables: map[string][]Chain{}}
+	b := newBuilder(in)
 	if p.Ingress {
 		b.add("filter", PolicyChain(p.ID, true), b.ruleChain(p.Inbound, "ALLOW"))
 	}
@@ -39,7 +41,7 @@ func FilterPolicyChains(in Input, p *calc.Policy) []Chain {
 
 // ProfileChains renders a profile's filter chains (cali-pri-, cali-pro-).
 func ProfileChains(in Input, p *calc.Profile) []Chain {
-	b := &builder{in: in, tables: map[string][]Chain{}}
+	b := newBuilder(in)
 	b.add("filter", ProfileChain(p.Name, true), b.ruleChain(p.Inbound, "ALLOW"))
 	b.add("filter", ProfileChain(p.Name, false), b.ruleChain(p.Outbound, "ALLOW"))
 	return b.tables["filter"]
@@ -51,7 +53,7 @@ func ProfileChains(in Input, p *calc.Profile) []Chain {
 // cache's last render is taken from it, not built and hashed again: a new
 // pod changes one branch of each tree.
 func DispatchChains(in Input, ifaces []string, cache *DispatchCache) []Chain {
-	b := &builder{in: in, tables: map[string][]Chain{}}
+	b := newBuilder(in)
 	if cache != nil {
 		b.dispatchSeen, b.dispatchNext = cache.trees, map[string]dispatchTree{}
 	}
@@ -81,4 +83,13 @@ type dispatchTree struct {
 // chains.
 func IsDispatchChain(name string) bool {
 	return strings.HasPrefix(name, ChainFromWlDispatch) || strings.HasPrefix(name, ChainToWlDispatch)
+}
+
+// RPFSkipChain renders cali-rpf-skip (raw table) from the workload
+// endpoints that have allowSpoofedSourcePrefixes (others add nothing).
+func RPFSkipChain(in Input, workloads []*calc.Endpoint) Chain {
+	sorted := slices.SortedFunc(slices.Values(workloads), func(a, b *calc.Endpoint) int { return cmp.Compare(a.InterfaceName, b.InterfaceName) })
+	rules := rpfSkipRules(sorted, in.IPVersion)
+	hashRules(ChainRPFSkip, rules)
+	return Chain{Name: ChainRPFSkip, Rules: rules}
 }

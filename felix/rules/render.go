@@ -27,6 +27,7 @@ const (
 	ChainToHEPForward   = "cali-to-hep-forward"
 	ChainFailsafeIn     = "cali-failsafe-in"
 	ChainFailsafeOut    = "cali-failsafe-out"
+	ChainRPFSkip        = "cali-rpf-skip"
 
 	PrefixToWorkload    = "cali-tw-"
 	PrefixFromWorkload  = "cali-fw-"
@@ -75,26 +76,54 @@ func setMark(bits int) string      { return fmt.Sprintf("MARK --set-xmark %#x/%#
 func clearMark(bits int) string    { return fmt.Sprintf("MARK --set-xmark 0x0/%#x", bits) }
 
 type builder struct {
-	in     Input
-	tables map[string][]Chain
+	in Input
+	m  *marks
+	// filterReturn, mangleReturn and filterReject are the iptables action
+	// settings (see add).
+	filterReturn, mangleReturn, filterReject bool
+	tables                                   map[string][]Chain
 	// dispatchSeen is the dispatch trees of the last render and
 	// dispatchNext those of this one (DispatchChains with a cache).
 	dispatchSeen, dispatchNext map[string]dispatchTree
 }
 
+// newBuilder starts a rendering; in.Config must be set.
+func newBuilder(in Input) *builder {
+	cfg := in.Config
+	return &builder{in: in, m: marksFor(cfg.IptablesMarkMask), tables: map[string][]Chain{},
+		filterReturn: strings.EqualFold(cfg.IptablesFilterAllowAction, "Return"),
+		mangleReturn: strings.EqualFold(cfg.IptablesMangleAllowAction, "Return"),
+		filterReject: strings.EqualFold(cfg.IptablesFilterDenyAction, "Reject")}
+}
+
+// add files a chain. Rules are written with ACCEPT and DROP as verdicts;
+// here they become the configured ones, as Calico's
+// iptablesFilterAllowAction (ACCEPT or RETURN in filter),
+// iptablesMangleAllowAction (the same in mangle) and
+// iptablesFilterDenyAction (DROP or REJECT in filter).
 func (b *builder) add(table, name string, rules []Rule) {
+	ret := table == "filter" && b.filterReturn || table == "mangle" && b.mangleReturn
+	reject := table == "filter" && b.filterReject
+	for i := 0; (ret || reject) && i < len(rules); i++ {
+		switch {
+		case ret && rules[i].Action == "ACCEPT":
+			rules[i].Action = "RETURN"
+		case reject && rules[i].Action == "DROP":
+			rules[i].Action = "REJECT"
+		}
+	}
 	hashRules(name, rules)
 	b.tables[table] = append(b.tables[table], Chain{Name: name, Rules: rules})
 }
 
 // Render builds the ruleset of one family.
 func Render(in Input) *Ruleset {
-	b := &builder{in: in, tables: map[string][]Chain{}}
 	cfg := in.Config
 	if cfg == nil {
 		cfg = calc.MergeConfig(nil, nil)
-		b.in.Config = cfg
+		in.Config = cfg
 	}
+	b := newBuilder(in)
 	var workloads, hosts []*calc.Endpoint
 	for _, e := range in.Endpoints {
 		if e.ID.Kind == calc.HostEndpoint {
@@ -125,10 +154,10 @@ func Render(in Input) *Ruleset {
 		input = append(input, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: "goto " + ChainWorkloadToHost})
 	}
 	input = append(input,
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT"},
-		Rule{Action: clearMark(markAll)},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT"},
+		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainFromHEP},
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
 	)
 	b.add("filter", ChainFilterInput, fixGoto(input))
 	toHost := strings.ToUpper(cfg.DefaultEndpointToHostAction)
@@ -151,7 +180,7 @@ func Render(in Input) *Ruleset {
 	b.add("filter", ChainWorkloadToHost, toHostRules)
 	var forward []Rule
 	forward = append(forward,
-		Rule{Action: clearMark(markAll)},
+		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainFromHEPForward},
 	)
 	for _, p := range cfg.InterfacePrefixes {
@@ -162,17 +191,17 @@ func Render(in Input) *Ruleset {
 	}
 	forward = append(forward,
 		Rule{Action: ChainToHEPForward},
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
 	)
 	b.add("filter", ChainFilterForward, forward)
-	output := []Rule{{Match: markMatch(MarkAccept), Action: "ACCEPT"}}
+	output := []Rule{{Match: b.m.isAccept, Action: "ACCEPT"}}
 	for _, p := range cfg.InterfacePrefixes {
 		output = append(output, Rule{Match: "-o " + p + workloadIfaceSuffix, Action: "RETURN"})
 	}
 	output = append(output,
-		Rule{Action: clearMark(markAll)},
+		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainToHEP},
-		Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
+		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Host endpoint policy accepted packet."},
 	)
 	b.add("filter", ChainFilterOutput, output)
 
@@ -219,7 +248,9 @@ func Render(in Input) *Ruleset {
 	}
 	b.policyChains("filter", false)
 
-	// raw: untracked policy; mangle: preDNAT policy (host endpoints).
+	// raw: anti-spoofing of workloads, untracked policy; mangle: preDNAT
+	// policy (host endpoints).
+	b.add("raw", ChainRPFSkip, rpfSkipRules(workloads, in.IPVersion))
 	b.untracked(hosts)
 	b.preDNAT(hosts)
 
@@ -388,7 +419,7 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			Rule{Match: "-m conntrack --ctstate INVALID", Action: "DROP"},
 		)
 	}
-	rules = append(rules, Rule{Action: clearMark(MarkAccept | MarkPass)})
+	rules = append(rules, Rule{Action: b.m.clearAcceptPass})
 	if failsafe != "" {
 		rules = append(rules, Rule{Action: failsafe})
 	}
@@ -400,7 +431,7 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 		if len(ids) == 0 {
 			continue
 		}
-		rules = append(rules, Rule{Action: clearMark(MarkPass), Comment: "Start of tier " + t.Name})
+		rules = append(rules, Rule{Action: b.m.clearPass, Comment: "Start of tier " + t.Name})
 		// Each policy is entered only while no earlier one accepted or
 		// passed the packet; one RETURN after the tier ends an accepted
 		// packet's walk. (One rule per policy instead of a jump and a
@@ -411,11 +442,11 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 			if _, ok := b.in.Policies[id]; !ok {
 				continue
 			}
-			rules = append(rules, Rule{Match: notMarkMatch(MarkAccept | MarkPass), Action: PolicyChain(id, ingress)})
+			rules = append(rules, Rule{Match: b.m.notAcceptPass, Action: PolicyChain(id, ingress)})
 		}
-		rules = append(rules, Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if policy accepted"})
+		rules = append(rules, Rule{Match: b.m.isAccept, Action: "RETURN", Comment: "Return if policy accepted"})
 		if t.DefaultAction != calc.Pass && final {
-			rules = append(rules, Rule{Match: notMarkMatch(MarkPass), Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
+			rules = append(rules, Rule{Match: b.m.notPass, Action: "DROP", Comment: "End of tier " + t.Name + ". Drop if no policies passed packet"})
 		}
 	}
 	if !final {
@@ -428,13 +459,13 @@ func (b *builder) endpointChain(tiers []calc.TierPolicies, profiles []string, in
 		}
 		match := ""
 		if profileJumps > 0 {
-			match = notMarkMatch(MarkAccept)
+			match = b.m.notAccept
 		}
 		rules = append(rules, Rule{Match: match, Action: ProfileChain(p, ingress)})
 		profileJumps++
 	}
 	if profileJumps > 0 {
-		rules = append(rules, Rule{Match: markMatch(MarkAccept), Action: "RETURN", Comment: "Return if profile accepted"})
+		rules = append(rules, Rule{Match: b.m.isAccept, Action: "RETURN", Comment: "Return if profile accepted"})
 	}
 	return append(rules, Rule{Action: "DROP", Comment: "Drop if no profiles matched"})
 }
@@ -497,25 +528,25 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 		}
 	}
 	for i, r := range rules {
-		matches := ruleMatches(r, b.in.IPVersion)
+		matches := ruleMatches(r, b.in.IPVersion, b.m)
 		if len(matches) > 0 {
-			out = append(out, notNetRules(r, b.in.IPVersion)...)
+			out = append(out, notNetRules(r, b.in.IPVersion, b.m)...)
 		}
 		for k, m := range matches {
 			last := i == len(rules)-1 && k == len(matches)-1
 			switch r.Action {
 			case calc.Allow:
-				out = append(out, Rule{Match: m, Action: setMark(MarkAccept)})
+				out = append(out, Rule{Match: m, Action: b.m.setAccept})
 				if allow == "NOTRACK" {
-					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "CT --notrack"})
+					out = append(out, Rule{Match: b.m.isAccept, Action: "CT --notrack"})
 				}
 				if i < lastActing {
-					out = append(out, Rule{Match: markMatch(MarkAccept), Action: "RETURN"})
+					out = append(out, Rule{Match: b.m.isAccept, Action: "RETURN"})
 				}
 			case calc.Pass:
-				out = append(out, Rule{Match: m, Action: setMark(MarkPass)})
+				out = append(out, Rule{Match: m, Action: b.m.setPass})
 				if !last {
-					out = append(out, Rule{Match: markMatch(MarkPass), Action: "RETURN"})
+					out = append(out, Rule{Match: b.m.isPass, Action: "RETURN"})
 				}
 			case calc.Deny:
 				out = append(out, Rule{Match: m, Action: "DROP"})
@@ -529,22 +560,39 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 
 // failsafe renders the failsafe chains of a table.
 func (b *builder) failsafe(table string) {
-	fs := func(ports []calc.ProtoPort) []Rule {
+	// A port with a net is open only to that range (the source inbound,
+	// the destination outbound), and only in the net's family.
+	fs := func(ports []calc.ProtoPort, netFlag string) []Rule {
 		var out []Rule
 		for _, p := range ports {
-			out = append(out, Rule{Match: fmt.Sprintf("-p %s -m %s --dport %d", p.Protocol, p.Protocol, p.Port), Action: "ACCEPT"})
+			net := ""
+			if p.Net.IsValid() {
+				if is6(p.Net) != (b.in.IPVersion == 6) {
+					continue
+				}
+				net = " " + netFlag + " " + p.Net.String()
+			}
+			out = append(out, Rule{Match: fmt.Sprintf("-p %s%s -m %s --dport %d", p.Protocol, net, p.Protocol, p.Port), Action: "ACCEPT"})
 		}
 		return out
 	}
-	b.add(table, ChainFailsafeIn, fs(b.in.Config.FailsafeInbound))
-	b.add(table, ChainFailsafeOut, fs(b.in.Config.FailsafeOutbound))
+	b.add(table, ChainFailsafeIn, fs(b.in.Config.FailsafeInbound, "-s"))
+	b.add(table, ChainFailsafeOut, fs(b.in.Config.FailsafeOutbound, "-d"))
 }
 
 // untracked renders the raw table: doNotTrack policy of host endpoints;
 // a packet it allows is not tracked and accepted.
 func (b *builder) untracked(hosts []*calc.Endpoint) {
-	pre := []Rule{{Action: clearMark(markAll)}}
-	out := []Rule{{Action: clearMark(markAll)}}
+	pre := []Rule{{Action: b.m.clearAll}}
+	// Anti-spoofing: a packet from a workload whose source would not be
+	// routed back out of the interface it came in by (strict reverse
+	// path: not one of the workload's addresses, whose routes felix
+	// writes) goes to cali-rpf-skip, which lets through only the
+	// workload's allowSpoofedSourcePrefixes.
+	for _, p := range b.in.Config.InterfacePrefixes {
+		pre = append(pre, Rule{Match: "-i " + p + workloadIfaceSuffix + " -m rpfilter --invert", Action: "goto " + ChainRPFSkip})
+	}
+	out := []Rule{{Action: b.m.clearAll}}
 	var chains [][2]any
 	for _, e := range hosts {
 		if len(e.UntrackedTiers) == 0 {
@@ -579,8 +627,8 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	pre := []Rule{
 		{Match: "-m conntrack --ctstate RELATED,ESTABLISHED", Action: "ACCEPT"},
 		// Accepted by untracked policy in raw: the mark must reach filter.
-		{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
-		{Action: clearMark(markAll)},
+		{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Untracked policy accepted packet."},
+		{Action: b.m.clearAll},
 	}
 	// The dispatch is a chain of its own so each packet meets one
 	// endpoint chain (goto) and the accept-mark rule after it still runs.
@@ -599,7 +647,7 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 	if len(chains) > 0 {
 		pre = append(pre, Rule{Action: ChainFromHEP})
 	}
-	pre = append(pre, Rule{Match: markMatch(MarkAccept), Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
+	pre = append(pre, Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "PreDNAT policy accepted packet."})
 	b.add("mangle", ChainPrerouting, pre)
 	if len(chains) == 0 {
 		return
@@ -610,4 +658,21 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 		b.add("mangle", ChainName(PrefixFromHost, hostSuffix(e.InterfaceName)), b.endpointChain(e.PreDNATTiers, nil, true, ChainFailsafeIn, false))
 	}
 	b.policyChains("mangle", true)
+}
+
+// rpfSkipRules is cali-rpf-skip: the packets of a workload that failed
+// the reverse-path check, RETURNed (past the rest of cali-PREROUTING,
+// which has nothing for workloads) when their source is one of the
+// workload's allowSpoofedSourcePrefixes of this family; the rest are
+// dropped. workloads are sorted by interface.
+func rpfSkipRules(workloads []*calc.Endpoint, family int) []Rule {
+	var out []Rule
+	for _, e := range workloads {
+		for _, p := range e.AllowSpoofedSourcePrefixes {
+			if is6(p) == (family == 6) {
+				out = append(out, Rule{Match: "-i " + e.InterfaceName + " -s " + p.String(), Action: "RETURN"})
+			}
+		}
+	}
+	return append(out, Rule{Action: "DROP", Comment: "Workload source address spoofed"})
 }

@@ -82,6 +82,15 @@ func pod(ns, name, ip string, labels map[string]string, node string) *v3.Workloa
 	}
 }
 
+// spoofer is a local pod that may send from 192.0.2.0/24 and
+// 2001:db8:1::/48 besides its own addresses.
+func spoofer(ips ...string) *v3.WorkloadEndpoint {
+	w := pod("prod", "spoofer", ips[0], map[string]string{"app": "spoofer"}, node)
+	w.Spec.IPNetworks = ips
+	w.Spec.AllowSpoofedSourcePrefixes = []string{"192.0.2.0/24", "2001:db8:1::/48"}
+	return w
+}
+
 func nsProfile(ns string, labels map[string]string) *v3.Profile {
 	return &v3.Profile{TypeMeta: v3.TypeMeta{Kind: v3.KindProfile}, ObjectMeta: v3.ObjectMeta{Name: "kns." + ns, Labels: labels},
 		Spec: v3.ProfileSpec{Ingress: []v3.Rule{{Action: v3.Allow}}, Egress: []v3.Rule{{Action: v3.Allow}}}}
@@ -185,6 +194,51 @@ func catalogue() []catalogueCase {
 			gnp("host-ssh", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(22))}}}}),
 			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
 			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
+		}, []int{4}},
+		// Fields felix cannot enforce: the Allow and Log rules that have one
+		// are left out (they match nothing), the Deny and Pass rules deny
+		// what the rest of them matches; only the last Allow is written.
+		{"unenforceable-fields", []v3.Resource{gnp("to-api", nil, v3.GlobalNetworkPolicySpec{Types: []v3.PolicyType{v3.PolicyTypeEgress}, Egress: []v3.Rule{
+			{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "kubernetes", Namespace: "default"}}},
+			{Action: v3.Allow, Source: v3.EntityRule{Services: &v3.ServiceMatch{Name: "web", Namespace: "prod"}}},
+			{Action: v3.Allow, Protocol: &tcp, HTTP: &v3.HTTPMatch{Methods: []string{"GET"}, Paths: []v3.HTTPPath{{Prefix: "/api"}}}},
+			{Action: v3.Log, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "kubernetes", Namespace: "default"}}},
+			{Action: v3.Allow, Protocol: &icmp, ICMP: &v3.ICMPFields{Code: intp(0)}},
+			{Action: v3.Deny, Protocol: &udp, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "dns", Namespace: "kube-system"}}},
+			{Action: v3.Pass, Protocol: &tcp, Destination: v3.EntityRule{Services: &v3.ServiceMatch{Name: "kubernetes", Namespace: "default"}, Ports: ports(numorstring.SinglePort(443))}},
+			{Action: v3.Allow, Protocol: &icmp, IPVersion: intp(6)},
+			{Action: v3.Allow, Protocol: &tcp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(8443))}},
+		}})}, []int{4, 6}},
+		// Failsafe ports limited to a net: only that source (inbound) or
+		// destination (outbound), only in the net's family.
+		{"failsafe-nets", []v3.Resource{
+			hep("eth0", "eth0", map[string]string{"host": "a"}),
+			felixConfig(v3.FelixConfigurationSpec{
+				FailsafeInboundHostPorts:  &[]v3.ProtoPort{{Protocol: "TCP", Port: 22, Net: "198.18.0.0/24"}, {Protocol: "TCP", Port: 22, Net: "fd00:18::/64"}, {Protocol: "UDP", Port: 68}},
+				FailsafeOutboundHostPorts: &[]v3.ProtoPort{{Protocol: "TCP", Port: 2379, Net: "198.18.0.10"}, {Port: 6443}},
+			}),
+		}, []int{4, 6}},
+		// Anti-spoofing: strict reverse path for every workload interface
+		// in raw; allowSpoofedSourcePrefixes only with workloadSourceSpoofing
+		// Any (without it the same pod adds nothing).
+		{"anti-spoofing", []v3.Resource{
+			felixConfig(v3.FelixConfigurationSpec{WorkloadSourceSpoofing: "Any"}),
+			spoofer("10.65.0.9/32", "fd00:65::9/128"),
+		}, []int{4, 6}},
+		{"anti-spoofing-disabled", []v3.Resource{spoofer("10.65.0.9/32", "fd00:65::9/128")}, []int{4}},
+		// Calico's iptables action settings and a mark mask of other
+		// bits: filter ACCEPTs become RETURNs, filter DROPs REJECTs, mangle
+		// ACCEPTs RETURNs (raw stays), and the marks move to 0x1000000….
+		{"iptables-actions-mark-mask", []v3.Resource{
+			felixConfig(v3.FelixConfigurationSpec{IptablesFilterAllowAction: "Return", IptablesMangleAllowAction: "Return",
+				IptablesFilterDenyAction: "Reject", IptablesMarkMask: func() *uint32 { m := uint32(0xff000000); return &m }()}),
+			hep("eth0", "eth0", map[string]string{"host": "a"}),
+			gnp("allow-db", ord(10), in(
+				v3.Rule{Action: v3.Allow, Protocol: &tcp, Source: v3.EntityRule{Selector: "app == 'db'", NotNets: []string{"10.65.9.0/24"}}},
+				v3.Rule{Action: v3.Pass, Protocol: &udp},
+				v3.Rule{Action: v3.Deny})),
+			gnp("host-prednat", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", PreDNAT: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Deny, Source: v3.EntityRule{Nets: []string{"203.0.113.0/24"}}}}}),
+			gnp("host-untracked", nil, v3.GlobalNetworkPolicySpec{Selector: "host == 'a'", DoNotTrack: true, ApplyOnForward: true, Ingress: []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: v3.EntityRule{Ports: ports(numorstring.SinglePort(4789))}}}}),
 		}, []int{4}},
 		{"endpoint-to-host-return", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"})}, []int{4}},
 		{"endpoint-to-host-accept", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept"})}, []int{4}},

@@ -1,8 +1,9 @@
 // Package apiconfig reads the datastore settings the way calicoctl and
 // calico-node share them: a CalicoAPIConfig file, overridden by the
 // environment (DATASTORE_TYPE, ETCD_ENDPOINTS, ETCD_USERNAME,
-// ETCD_PASSWORD, ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE, each
-// also read with a CALICO_ prefix).
+// ETCD_PASSWORD, ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE and the
+// inline ETCD_KEY, ETCD_CERT, ETCD_CA_CERT, each also read with a CALICO_
+// prefix).
 package apiconfig
 
 import (
@@ -35,6 +36,9 @@ var envOverrides = []struct {
 	{"ETCD_KEY_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdKeyFile = v }},
 	{"ETCD_CERT_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCertFile = v }},
 	{"ETCD_CA_CERT_FILE", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCACertFile = v }},
+	{"ETCD_KEY", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdKey = v }},
+	{"ETCD_CERT", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCert = v }},
+	{"ETCD_CA_CERT", func(s *v3.CalicoAPIConfigSpec, v string) { s.EtcdCACert = v }},
 }
 
 // Load reads the CalicoAPIConfig at path (absent at DefaultPath is fine),
@@ -73,15 +77,15 @@ func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
 	default:
 		return etcdv3.Config{}, fmt.Errorf("datastore type %q is not supported: Palisade stores its state in etcd, set datastoreType (or DATASTORE_TYPE) to %s", spec.DatastoreType, v3.DatastoreEtcdV3)
 	}
-	if spec.EtcdKey != "" || spec.EtcdCert != "" || spec.EtcdCACert != "" {
-		return etcdv3.Config{}, errors.New("inline etcdKey/etcdCert/etcdCACert are not supported: use etcdKeyFile, etcdCertFile and etcdCACertFile")
-	}
 	cfg := etcdv3.Config{
 		Username:   spec.EtcdUsername,
 		Password:   spec.EtcdPassword,
 		KeyFile:    spec.EtcdKeyFile,
 		CertFile:   spec.EtcdCertFile,
 		CACertFile: spec.EtcdCACertFile,
+		Key:        spec.EtcdKey,
+		Cert:       spec.EtcdCert,
+		CACert:     spec.EtcdCACert,
 	}
 	for _, ep := range strings.Split(spec.EtcdEndpoints, ",") {
 		if ep = strings.TrimSpace(ep); ep != "" {
@@ -89,4 +93,23 @@ func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// DefaultJoinPath is where calico-node writes the join file of the
+// embedded etcd it serves (join.cfg in its default etcd data directory).
+const DefaultJoinPath = "/var/lib/calico/etcd/join.cfg"
+
+// LoadClient is Load for clients such as calicoctl: when neither the
+// default file nor the environment names an endpoint, the join file at
+// joinPath is read instead if it exists, so calicoctl on a node serving
+// the embedded etcd reaches it with its certificate.
+func LoadClient(path, joinPath string, getenv func(string) string) (etcdv3.Config, error) {
+	cfg, err := Load(path, getenv)
+	if err != nil || len(cfg.Endpoints) > 0 || path != DefaultPath {
+		return cfg, err
+	}
+	if _, err := os.Stat(joinPath); err != nil {
+		return cfg, nil
+	}
+	return Load(joinPath, getenv)
 }

@@ -20,6 +20,8 @@ func TestLoad(t *testing.T) {
 	}
 	seed := write("seed.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nmetadata:\nspec:\n  datastoreType: \"etcdv3\"\n  etcdEndpoints: \"http://10.96.232.136:6666\"\n")
 	tls := write("tls.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  etcdEndpoints: \"https://a:2379, https://b:2379\"\n  etcdCACertFile: /ca.pem\n  etcdCertFile: /c.pem\n  etcdKeyFile: /k.pem\n  etcdUsername: u\n  etcdPassword: p\n")
+	inline := write("join.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  datastoreType: etcdv3\n  etcdEndpoints: https://198.18.0.11:2379\n"+
+		"  etcdCACert: |\n    CA PEM\n  etcdCert: |\n    CERT PEM\n  etcdKey: |\n    KEY PEM\n")
 	cases := []struct {
 		name    string
 		path    string
@@ -30,6 +32,10 @@ func TestLoad(t *testing.T) {
 		{name: "seed example", path: seed, want: etcdv3.Config{Endpoints: []string{"http://10.96.232.136:6666"}}},
 		{name: "tls and auth, endpoints trimmed", path: tls, want: etcdv3.Config{Endpoints: []string{"https://a:2379", "https://b:2379"},
 			Username: "u", Password: "p", KeyFile: "/k.pem", CertFile: "/c.pem", CACertFile: "/ca.pem"}},
+		{name: "inline PEM, as in a join file", path: inline, want: etcdv3.Config{Endpoints: []string{"https://198.18.0.11:2379"},
+			CACert: "CA PEM\n", Cert: "CERT PEM\n", Key: "KEY PEM\n"}},
+		{name: "inline PEM from the environment", path: seed, env: map[string]string{"ETCD_CA_CERT": "ca", "CALICO_ETCD_CERT": "c", "ETCD_KEY": "k"},
+			want: etcdv3.Config{Endpoints: []string{"http://10.96.232.136:6666"}, CACert: "ca", Cert: "c", Key: "k"}},
 		{name: "environment overrides the file", path: seed, env: map[string]string{"ETCD_ENDPOINTS": "http://e:1", "CALICO_ETCD_USERNAME": "cu"},
 			want: etcdv3.Config{Endpoints: []string{"http://e:1"}, Username: "cu"}},
 		{name: "absent named file is an error", path: filepath.Join(dir, "absent"),
@@ -61,6 +67,48 @@ func TestLoad(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("Load = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestLoadClient: with no file and no endpoint in the environment, a
+// client falls back to the join file; a named file, or an endpoint in the
+// environment, wins over it; no join file leaves the endpoints empty.
+func TestLoadClient(t *testing.T) {
+	if _, err := os.Stat(DefaultPath); err == nil {
+		t.Skip(DefaultPath + " exists on this machine")
+	}
+	dir := t.TempDir()
+	join := filepath.Join(dir, "join.cfg")
+	if err := os.WriteFile(join, []byte("kind: CalicoAPIConfig\nspec:\n  etcdEndpoints: https://198.18.0.11:2379\n  etcdCACert: CA\n  etcdCert: C\n  etcdKey: K\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	named := filepath.Join(dir, "named.cfg")
+	if err := os.WriteFile(named, []byte("kind: CalicoAPIConfig\nspec:\n  etcdEndpoints: http://10.0.0.1:2379\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	none := func(string) string { return "" }
+	for _, c := range []struct {
+		name       string
+		path, join string
+		env        func(string) string
+		want       etcdv3.Config
+	}{
+		{"the join file", DefaultPath, join, none, etcdv3.Config{Endpoints: []string{"https://198.18.0.11:2379"}, CACert: "CA", Cert: "C", Key: "K"}},
+		{"a named file wins", named, join, none, etcdv3.Config{Endpoints: []string{"http://10.0.0.1:2379"}}},
+		{"the environment wins", DefaultPath, join, func(k string) string {
+			if k == "ETCD_ENDPOINTS" {
+				return "http://e:1"
+			}
+			return ""
+		}, etcdv3.Config{Endpoints: []string{"http://e:1"}}},
+		{"no join file", DefaultPath, filepath.Join(dir, "absent"), none, etcdv3.Config{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := LoadClient(c.path, c.join, c.env)
+			if err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("LoadClient = %+v, %v; want %+v", got, err, c.want)
 			}
 		})
 	}

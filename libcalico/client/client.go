@@ -55,12 +55,41 @@ func (c *Client) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Res
 	return c.store.List(ctx, opts)
 }
 
+// ListWithBadValues is List that also returns the stored values that are
+// not valid resources, which List skips. A store that cannot say returns
+// none.
+func (c *Client) ListWithBadValues(ctx context.Context, opts datastore.ListOptions) ([]v3.Resource, []*datastore.BadValueError, string, error) {
+	l, ok := c.store.(datastore.BadValueLister)
+	if !ok {
+		items, rev, err := c.List(ctx, opts)
+		return items, nil, rev, err
+	}
+	if opts.Kind != "" {
+		info, err := kindInfo(opts.Kind)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if !info.Namespaced && opts.Namespace != "" {
+			return nil, nil, "", ruleErrorf(ErrScope, "namespace %q given, but %s is not namespaced", opts.Namespace, info.Kind)
+		}
+		opts.Kind = info.Kind
+	}
+	return l.ListWithBadValues(ctx, opts)
+}
+
 // Delete removes a resource and returns its last state. A non-empty
-// resourceVersion must match the stored one.
+// resourceVersion must match the stored one. The default, kube-admin and
+// kube-baseline tiers, and tiers that policies still belong to, are not
+// deleted (ErrNotSupported), as in Calico.
 func (c *Client) Delete(ctx context.Context, k datastore.Key, resourceVersion string) (v3.Resource, error) {
 	k, err := scopeKey(k)
 	if err != nil {
 		return nil, err
+	}
+	if k.Kind == v3.KindTier {
+		if err := c.checkTierDelete(ctx, k.Name); err != nil {
+			return nil, err
+		}
 	}
 	return c.store.Delete(ctx, k, resourceVersion)
 }

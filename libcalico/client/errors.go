@@ -17,6 +17,9 @@ var (
 	ErrImmutable = errors.New("field is immutable")
 	// ErrOverlap: an IP pool overlaps another.
 	ErrOverlap = errors.New("IP pools overlap")
+	// ErrNotSupported: an operation Calico does not allow on this resource
+	// (deleting a built-in or non-empty tier).
+	ErrNotSupported = errors.New("operation not supported")
 )
 
 // ruleError carries a readable message and the sentinel it matches.

@@ -140,7 +140,8 @@ func (c *Client) write(ctx context.Context, op Op, rs, already []v3.Resource, re
 			results[i].Err = err
 			continue
 		}
-		ordered = ordered || hasCrossRules(r.GetTypeMeta().Kind)
+		// Tiers are written before the policies checked against them.
+		ordered = ordered || hasCrossRules(r.GetTypeMeta().Kind) || r.GetTypeMeta().Kind == v3.KindTier
 		todo = append(todo, p)
 	}
 

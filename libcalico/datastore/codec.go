@@ -121,14 +121,18 @@ func (c *Codec) ParseKey(path string) (Key, v3.KindInfo, error) {
 }
 
 // Decode turns a stored value into a typed resource whose
-// metadata.resourceVersion is modRevision. Kind, apiVersion, namespace and
-// name come from the key, which is the truth.
+// metadata.resourceVersion is modRevision. The value must be the resource
+// the key names: JSON of the kind's type whose kind, apiVersion, name and
+// namespace are the key's; anything else fails with a *BadValueError (so
+// that, say, an IPPool stored under a GlobalNetworkPolicy key is refused
+// rather than read as an empty policy). A key of no stored kind fails with
+// a plain error.
 func (c *Codec) Decode(path string, value []byte, modRevision int64) (v3.Resource, error) {
 	k, info, err := c.ParseKey(path)
 	if err != nil {
 		return nil, err
 	}
-	return c.decodeKind(info, k, value, modRevision)
+	return c.decodeKind(info, k, path, value, modRevision)
 }
 
 // DecodeKind is Decode for callers that already know the kind of every
@@ -142,22 +146,34 @@ func (c *Codec) DecodeKind(info v3.KindInfo, path string, value []byte, modRevis
 	if err != nil {
 		return nil, err
 	}
-	return c.decodeKind(info, k, value, modRevision)
+	return c.decodeKind(info, k, path, value, modRevision)
 }
 
-func (c *Codec) decodeKind(info v3.KindInfo, k Key, value []byte, modRevision int64) (v3.Resource, error) {
+func (c *Codec) decodeKind(info v3.KindInfo, k Key, path string, value []byte, modRevision int64) (v3.Resource, error) {
+	bad := func(format string, args ...any) error {
+		return &BadValueError{Key: k, Path: path, Revision: modRevision, Reason: fmt.Errorf(format, args...)}
+	}
 	obj := info.New()
+	tm := obj.GetTypeMeta()
+	tm.Kind, tm.APIVersion = "", ""
 	// Stored values are decoded with goccy/go-json: it reads the same
 	// JSON into the same types about three times faster than
 	// encoding/json, and decoding is most of the cost of a large List.
 	// Writes keep encoding/json, whose omitzero support shapes the output.
 	if err := gojson.Unmarshal(value, obj); err != nil {
-		return nil, fmt.Errorf("%s: decoding stored value: %w", k, err)
+		return nil, bad("decoding: %w", err)
 	}
-	tm := obj.GetTypeMeta()
-	tm.Kind, tm.APIVersion = info.Kind, v3.APIVersion
 	m := obj.GetObjectMeta()
-	m.Namespace, m.Name = k.Namespace, k.Name
+	switch {
+	case tm.Kind != info.Kind:
+		return nil, bad("it says kind %q, not %s", tm.Kind, info.Kind)
+	case tm.APIVersion != v3.APIVersion:
+		return nil, bad("it says apiVersion %q, not %s", tm.APIVersion, v3.APIVersion)
+	case m.Name != k.Name:
+		return nil, bad("its metadata.name %q is not the key's %q", m.Name, k.Name)
+	case m.Namespace != k.Namespace:
+		return nil, bad("its metadata.namespace %q is not the key's %q", m.Namespace, k.Namespace)
+	}
 	m.ResourceVersion = strconv.FormatInt(modRevision, 10)
 	return obj, nil
 }

@@ -23,10 +23,10 @@ var (
 	ErrUnavailable = errors.New("datastore unavailable")
 )
 
-// subject names what an error is about: a resource key when Key.Kind is
-// set, otherwise a raw path.
+// subject names what an error is about: a resource key when Key names
+// one, otherwise a raw path.
 func subject(k Key, path string) string {
-	if k.Kind != "" {
+	if k.Kind != "" && (k.Name != "" || path == "") {
 		return k.String()
 	}
 	return fmt.Sprintf("key %q", path)
@@ -126,3 +126,36 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrUnavailable) true.
 func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// ErrBadValue is matched (errors.Is) by *BadValueError.
+var ErrBadValue = errors.New("stored value is not a valid resource")
+
+// BadValueError says the value stored under a resource key is not the
+// resource the key names: it is not JSON of the kind's type, or its kind,
+// apiVersion, name or namespace differ from the key's. Readers skip such a
+// value (List, Watch) or fail with this error (Get); Delete removes it and
+// says so with Deleted set.
+type BadValueError struct {
+	Key  Key
+	Path string
+	// Revision is the mod revision of the bad value.
+	Revision int64
+	// Reason says what is wrong with it.
+	Reason error
+	// Deleted is set when a Delete removed the value.
+	Deleted bool
+}
+
+func (e *BadValueError) Error() string {
+	what := "stored value"
+	if e.Deleted {
+		what = "deleted value"
+	}
+	return fmt.Sprintf("%s: %s (revision %d) is not a valid resource: %v", subject(e.Key, e.Path), what, e.Revision, e.Reason)
+}
+
+// Unwrap exposes the reason.
+func (e *BadValueError) Unwrap() error { return e.Reason }
+
+// Is makes errors.Is(err, ErrBadValue) true.
+func (e *BadValueError) Is(target error) bool { return target == ErrBadValue }

@@ -13,7 +13,8 @@ type Interface interface {
 	// Create stores a new resource, setting its uid and creationTimestamp.
 	// It fails with *AlreadyExistsError when the key is taken.
 	Create(ctx context.Context, r v3.Resource) (v3.Resource, error)
-	// Update replaces an existing resource. When metadata.resourceVersion
+	// Update replaces an existing resource (or a stored value that is
+	// not a valid resource). When metadata.resourceVersion
 	// is set it is a compare-and-swap (a stale one fails with
 	// *ConflictError); when empty the write is unconditional. uid and
 	// creationTimestamp are kept from the stored resource. A missing
@@ -25,14 +26,22 @@ type Interface interface {
 	Apply(ctx context.Context, r v3.Resource) (v3.Resource, error)
 	// Delete removes a resource and returns its last state. A non-empty
 	// resourceVersion must match the stored one (else *ConflictError).
+	// When the stored value was not a valid resource it is deleted all
+	// the same and the error is a *BadValueError with Deleted set.
 	Delete(ctx context.Context, k Key, resourceVersion string) (v3.Resource, error)
-	// Get reads one resource (*NotFoundError when absent).
+	// Get reads one resource (*NotFoundError when absent,
+	// *BadValueError when the stored value is not a valid resource).
 	Get(ctx context.Context, k Key) (v3.Resource, error)
 	// List reads what opts selects, sorted by key, with the revision the
-	// list is consistent at (the revision to Watch from).
+	// list is consistent at (the revision to Watch from). Stored values
+	// that are not valid resources are skipped (logged once and counted;
+	// see BadValues and BadValueLister).
 	List(ctx context.Context, opts ListOptions) (items []v3.Resource, revision string, err error)
 	// Watch reports every change after revision (or after "now" when it
 	// is empty) of what opts selects, until ctx ends or Stop is called.
+	// It agrees with List about values that are not valid resources:
+	// they are skipped, and one that replaces a valid value the consumer
+	// has is reported as the deletion of that value.
 	// When the history it needs was compacted while it ran, it lists again
 	// and reports exactly the changes the consumer has not seen. A
 	// revision already compacted when Watch is called fails with

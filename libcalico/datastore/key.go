@@ -49,12 +49,14 @@ func (k Key) String() string {
 
 // ListOptions selects resources of one kind. An empty Namespace on a
 // namespaced kind means every namespace; an empty Name means every name.
-// An empty Kind selects every resource of every kind (Namespace and Name
-// must then be empty too).
+// NamePrefix, instead of Name, selects the names that start with it (in
+// one namespace for a namespaced kind). An empty Kind selects every
+// resource of every kind (the other fields must then be empty too).
 type ListOptions struct {
-	Kind      string
-	Namespace string
-	Name      string
+	Kind       string
+	Namespace  string
+	Name       string
+	NamePrefix string
 }
 
 // kindInfo finds a stored kind by its canonical name.
@@ -106,7 +108,7 @@ func KeyPath(k Key) (string, error) {
 // it is a prefix (true) or one exact key (false).
 func ListPath(opts ListOptions) (path string, prefix bool, err error) {
 	if opts.Kind == "" {
-		if opts.Namespace != "" || opts.Name != "" {
+		if opts.Namespace != "" || opts.Name != "" || opts.NamePrefix != "" {
 			return "", false, fmt.Errorf("listing by namespace or name needs a kind")
 		}
 		return ResourcePrefix, true, nil
@@ -117,6 +119,21 @@ func ListPath(opts ListOptions) (path string, prefix bool, err error) {
 	}
 	if !info.Namespaced && opts.Namespace != "" {
 		return "", false, fmt.Errorf("kind %s is cluster-scoped and takes no namespace", info.Kind)
+	}
+	if opts.NamePrefix != "" {
+		if opts.Name != "" {
+			return "", false, fmt.Errorf("%s: give a name or a name prefix, not both", strings.ToLower(info.Kind))
+		}
+		if strings.Contains(opts.NamePrefix, "/") {
+			return "", false, fmt.Errorf("name prefix %q must not contain '/'", opts.NamePrefix)
+		}
+		if !info.Namespaced {
+			return ResourcePrefix + info.Plural + "/" + opts.NamePrefix, true, nil
+		}
+		if err := checkSegment("namespace", opts.Namespace); err != nil {
+			return "", false, fmt.Errorf("%s names starting %q: listing by name prefix needs a namespace", strings.ToLower(info.Kind), opts.NamePrefix)
+		}
+		return ResourcePrefix + info.Plural + "/" + opts.Namespace + "/" + opts.NamePrefix, true, nil
 	}
 	if opts.Name != "" && (!info.Namespaced || opts.Namespace != "") {
 		p, err := KeyPath(Key{Kind: info.Kind, Namespace: opts.Namespace, Name: opts.Name})

@@ -90,6 +90,15 @@ func TestListPath(t *testing.T) {
 		{"name without kind", datastore.ListOptions{Name: "p"}, "", false, "listing by namespace or name needs a kind"},
 		{"namespace on cluster kind", datastore.ListOptions{Kind: "IPPool", Namespace: "ns"}, "", false,
 			"kind IPPool is cluster-scoped and takes no namespace"},
+		{"name prefix in a namespace", datastore.ListOptions{Kind: "WorkloadEndpoint", Namespace: "ns", NamePrefix: "node1-k8s-web-"},
+			"/calico/resources/v3/projectcalico.org/workloadendpoints/ns/node1-k8s-web-", true, ""},
+		{"cluster name prefix", datastore.ListOptions{Kind: "IPPool", NamePrefix: "pool-"}, "/calico/resources/v3/projectcalico.org/ippools/pool-", true, ""},
+		{"name prefix without namespace", datastore.ListOptions{Kind: "WorkloadEndpoint", NamePrefix: "n"}, "", false,
+			`workloadendpoint names starting "n": listing by name prefix needs a namespace`},
+		{"name and name prefix", datastore.ListOptions{Kind: "IPPool", Name: "a", NamePrefix: "a"}, "", false,
+			"ippool: give a name or a name prefix, not both"},
+		{"name prefix with a slash", datastore.ListOptions{Kind: "IPPool", NamePrefix: "a/b"}, "", false,
+			`name prefix "a/b" must not contain '/'`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 
@@ -54,7 +56,10 @@ func (a *Allocator) listAffinities(ctx context.Context, prefix string) ([]Affini
 	for _, p := range kvs {
 		aff, err := decodeAffinity(p)
 		if err != nil {
-			return nil, err
+			// Logged and counted; the node cannot use the block through
+			// it (a claim of the block finds the key taken).
+			a.skip(p.Key, badAffinity, p.Revision, err)
+			continue
 		}
 		out = append(out, aff)
 	}
@@ -118,8 +123,12 @@ func (a *Allocator) claimBlock(ctx context.Context, host string, cidr netip.Pref
 	if errors.Is(err, datastore.ErrAlreadyExists) {
 		var existing *block
 		existing, rev, err = a.getBlock(ctx, key)
-		if err == nil && existing.host() != host {
-			logCtx.WithField("owner", existing.host()).Debug("Block already claimed by another node")
+		if errors.Is(err, errBadValue) || (err == nil && existing.host() != host) {
+			// Another node's block, or one that does not decode (of no
+			// use to anyone, and never overwritten).
+			if err == nil {
+				logCtx.WithField("owner", existing.host()).Debug("Block already claimed by another node")
+			}
 			if createdAffinity {
 				if derr := a.kv.Delete(ctx, affKey, aff.Revision); derr != nil && !errors.Is(derr, datastore.ErrNotFound) {
 					logCtx.WithError(derr).Warn("Could not remove pending affinity of a lost claim")
@@ -246,8 +255,8 @@ func (a *Allocator) releaseAffinity(ctx context.Context, aff Affinity, onlyEmpty
 			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, ErrTooManyRetries)
 		}
 		b, brev, err := a.getBlock(ctx, key)
-		if errors.Is(err, datastore.ErrNotFound) {
-			break
+		if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
+			break // no block, or one that does not decode: only the affinity goes
 		}
 		if err != nil {
 			return fmt.Errorf("releasing block %s of node %q: %w", aff.CIDR, aff.Host, err)
@@ -339,6 +348,90 @@ func (a *Allocator) FreeEmptyBlocks(ctx context.Context, host string) ([]netip.P
 		switch {
 		case err == nil:
 			freed = append(freed, aff.CIDR)
+		case !errors.Is(err, errBlockNotEmpty):
+			errs = append(errs, err)
+		}
+	}
+	return freed, errors.Join(errs...)
+}
+
+// EmptyBlocks remembers since when each block ReleaseUnusedBlocks saw was
+// empty, across its calls. The zero value is ready; it is safe for
+// concurrent use.
+type EmptyBlocks struct {
+	mu    sync.Mutex
+	since map[netip.Prefix]time.Time
+}
+
+// observe records which blocks are empty at now and returns, of those,
+// the ones empty since at least grace ago.
+func (e *EmptyBlocks) observe(empty []netip.Prefix, now time.Time, grace time.Duration) map[netip.Prefix]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := make(map[netip.Prefix]time.Time, len(empty))
+	out := map[netip.Prefix]bool{}
+	for _, c := range empty {
+		t, ok := e.since[c]
+		if !ok {
+			t = now
+		}
+		seen[c] = t
+		if now.Sub(t) >= grace {
+			out[c] = true
+		}
+	}
+	e.since = seen
+	return out
+}
+
+// ReleaseUnusedBlocks is Calico's release of unused blocks for one node:
+// the affinity of each of host's blocks that holds no address, and has
+// held none for at least grace as e has seen it, is released (the block
+// deleted), as long as host keeps at least one other block. A block claimed
+// in a race between concurrent first assignments, or left when a node's
+// pods went, so goes back to the pools. Calico's IPAM garbage collection
+// waits 15 minutes. It returns the blocks released.
+func (a *Allocator) ReleaseUnusedBlocks(ctx context.Context, host string, e *EmptyBlocks, grace time.Duration, now time.Time) ([]netip.Prefix, error) {
+	if err := checkName("host name", host); err != nil {
+		return nil, err
+	}
+	affs, err := a.listAffinities(ctx, affinitiesPrefix+host+"/")
+	if err != nil {
+		return nil, err
+	}
+	owned := 0
+	var empty []Affinity
+	var emptyCIDRs []netip.Prefix
+	for _, aff := range affs {
+		if aff.State != AffinityConfirmed {
+			continue // a claim or release in flight
+		}
+		b, _, err := a.getBlock(ctx, blockKey(aff.CIDR))
+		if err != nil || b.host() != host {
+			continue
+		}
+		owned++
+		if b.empty() {
+			empty = append(empty, aff)
+			emptyCIDRs = append(emptyCIDRs, aff.CIDR)
+		}
+	}
+	old := e.observe(emptyCIDRs, now, grace)
+	var freed []netip.Prefix
+	var errs []error
+	for _, aff := range empty {
+		if owned <= 1 {
+			break
+		}
+		if !old[aff.CIDR] {
+			continue
+		}
+		err := a.releaseAffinity(ctx, aff, true)
+		switch {
+		case err == nil:
+			freed = append(freed, aff.CIDR)
+			owned--
+			log.WithFields(log.Fields{"node": host, "block": aff.CIDR}).Info("Released an unused block")
 		case !errors.Is(err, errBlockNotEmpty):
 			errs = append(errs, err)
 		}

@@ -31,13 +31,36 @@ type Allocator struct {
 	kv    datastore.KV
 	store datastore.Interface
 	cache cache
+	// bad logs and counts the stored values IPAM skips: pools it cannot
+	// use, and blocks, affinities and handles that do not decode.
+	bad *datastore.BadValues
 }
 
 // New returns an Allocator that keeps IPAM state in kv and reads pools,
 // reservations, nodes and the IPAM configuration from store (for etcd,
-// both are the same *etcdv3.Store: New(s, s.KV())).
+// both are the same *etcdv3.Store: New(s, s.KV())). Values it skips are
+// counted in the store's BadValues when it keeps one.
 func New(store datastore.Interface, kv datastore.KV) *Allocator {
-	return &Allocator{kv: kv, store: store}
+	return &Allocator{kv: kv, store: store, bad: datastore.BadValuesOf(store)}
+}
+
+// BadValues logs and counts the stored values the allocator skipped.
+func (a *Allocator) BadValues() *datastore.BadValues { return a.bad }
+
+// Kinds under which BadValues counts IPAM's own values.
+const (
+	badBlock    = "ipam/block"
+	badAffinity = "ipam/affinity"
+	badHandle   = "ipam/handle"
+)
+
+// errBadValue marks an IPAM value that does not decode; the error wrapping
+// it names the key.
+var errBadValue = errors.New("stored IPAM value does not decode")
+
+// skip logs and counts a stored value IPAM cannot use.
+func (a *Allocator) skip(key, kind string, rev int64, reason error) {
+	a.bad.Skip(key, kind, rev, reason)
 }
 
 // backoff sleeps before retry attempt (1-based) of a compare-and-swap: a
@@ -97,11 +120,22 @@ func (a *Allocator) listPoolsAt(ctx context.Context) ([]pool, []datastore.KVCond
 		}
 		p, err := parsePool(ip)
 		if err != nil {
-			return nil, nil, err
+			// A pool IPAM cannot use is never allocated from, and does
+			// not stop the others from being used.
+			a.skipResource(v3.KindIPPool, ip, err)
+			continue
 		}
 		out = append(out, p)
 	}
 	return out, conds, nil
+}
+
+// skipResource logs and counts a stored resource IPAM cannot use.
+func (a *Allocator) skipResource(kind string, r v3.Resource, reason error) {
+	m := r.GetObjectMeta()
+	path, _ := datastore.KeyPath(datastore.Key{Kind: kind, Namespace: m.Namespace, Name: m.Name})
+	rev, _ := datastore.ParseRevision(m.ResourceVersion)
+	a.skip(path, kind, rev, reason)
 }
 
 // listReservationsAt reads every IPReservation's CIDRs, with the
@@ -119,8 +153,8 @@ func (a *Allocator) listReservationsAt(ctx context.Context) (reservations, []dat
 		}
 		rs = append(rs, ir)
 	}
-	res, err := parseReservations(rs)
-	return res, conds, err
+	res := parseReservations(rs, func(r *v3.IPReservation, err error) { a.skipResource(v3.KindIPReservation, r, err) })
+	return res, conds, nil
 }
 
 // listWithConds lists every resource of kind together with conditions
@@ -178,6 +212,12 @@ func (a *Allocator) nodeLabels(ctx context.Context, host string) (map[string]str
 		log.WithField("node", host).Debug("No Node resource: pool node selectors see no labels")
 		return nil, datastore.KVCond{Key: path}, nil
 	}
+	var bv *datastore.BadValueError
+	if errors.As(err, &bv) {
+		// Logged and counted by the store: a node that cannot be read
+		// has no labels, until it is written again.
+		return nil, datastore.KVCond{Key: path, Revision: bv.Revision}, nil
+	}
 	if err != nil {
 		return nil, datastore.KVCond{}, fmt.Errorf("reading node %q for pool selection: %w", host, err)
 	}
@@ -191,11 +231,28 @@ func (a *Allocator) getBlock(ctx context.Context, key string) (*block, int64, er
 	if err != nil {
 		return nil, 0, err
 	}
-	b, err := decodeBlock(p.Value)
+	b, err := a.decodeBlockAt(key, p.Value, p.Revision)
 	if err != nil {
-		return nil, 0, fmt.Errorf("key %q: %w", key, err)
+		return nil, 0, err
 	}
 	return b, p.Revision, nil
+}
+
+// decodeBlockAt decodes the block stored at key; one that does not decode
+// (or is stored under the key of another CIDR) is logged and counted, and
+// the error wraps errBadValue: the block is of no use to anyone.
+func (a *Allocator) decodeBlockAt(key string, value []byte, rev int64) (*block, error) {
+	b, err := decodeBlock(value)
+	if err == nil {
+		if want, kerr := parseBlockKey(key); kerr == nil && want != b.prefix {
+			err = fmt.Errorf("block %s stored under the key of %s", b.prefix, want)
+		}
+	}
+	if err != nil {
+		a.skip(key, badBlock, rev, err)
+		return nil, fmt.Errorf("key %q: %w: %w", key, errBadValue, err)
+	}
+	return b, nil
 }
 
 // putBlock writes b over revision rev; a block that became empty and has
@@ -224,9 +281,9 @@ func (a *Allocator) listBlocks(ctx context.Context, version int) ([]storedBlock,
 	}
 	out := make([]storedBlock, 0, len(kvs))
 	for _, p := range kvs {
-		b, err := decodeBlock(p.Value)
+		b, err := a.decodeBlockAt(p.Key, p.Value, p.Revision)
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %w", p.Key, err)
+			continue // logged and counted; no address is handed out from it
 		}
 		out = append(out, storedBlock{block: b, key: p.Key, rev: p.Revision})
 	}

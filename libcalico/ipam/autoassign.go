@@ -326,6 +326,19 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 			}
 		}
 		for claimed := 0; need() > 0 && owned < r.maxBlocks && claimed < max; {
+			// A concurrent assignment for this node may have claimed a
+			// block since this pass read the node's affinities: use it
+			// rather than claim one more. (Its affinity is written
+			// before its block, so this read, after the blocks', sees
+			// every claim whose block the blocks' read saw.)
+			adopted, err := a.adoptConcurrentClaims(ctx, r, take)
+			if err != nil {
+				return err
+			}
+			owned += adopted
+			if need() == 0 || owned >= r.maxBlocks {
+				return nil
+			}
 			cidr, ok := findFreeBlock(r.pools, r.host, taken, r.reserved)
 			if !ok {
 				r.log.WithField("version", r.version).Info("No unclaimed block left in the usable pools")
@@ -436,6 +449,48 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 	return nil
 }
 
+// adoptConcurrentClaims reads the node's affinities again and assigns
+// from the blocks of the usable pools that it finds claimed for the node
+// since the pass read them (finishing a claim still pending, as
+// claimBlock does for the node's own claims). It returns how many blocks
+// it adopted.
+func (a *Allocator) adoptConcurrentClaims(ctx context.Context, r *request, take func(netip.Prefix, *storedBlock, bool, *Affinity) error) (int, error) {
+	now, err := a.listAffinities(ctx, hostAffinitiesPrefix(r.host, r.version))
+	if err != nil {
+		return 0, err
+	}
+	known := make(map[netip.Prefix]bool, len(r.affs))
+	for _, aff := range r.affs {
+		known[aff.CIDR] = true
+	}
+	adopted := 0
+	for _, aff := range now {
+		if known[aff.CIDR] || aff.State == AffinityPendingDeletion || r.reserved.covers(aff.CIDR) ||
+			!slices.ContainsFunc(r.pools, func(p pool) bool { return p.cidr.Contains(aff.CIDR.Addr()) }) {
+			continue
+		}
+		r.log.WithField("block", aff.CIDR).Debug("Using a block claimed for the node by a concurrent assignment")
+		var first *storedBlock
+		if aff.State != AffinityConfirmed {
+			b, rev, confirmed, err := a.claimBlock(ctx, r.host, aff.CIDR)
+			if errors.Is(err, errBlockTaken) {
+				continue
+			}
+			if err != nil {
+				return adopted, err
+			}
+			aff, first = confirmed, &storedBlock{block: b, key: blockKey(aff.CIDR), rev: rev}
+		}
+		adopted++
+		r.affs = append(slices.Clip(r.affs), aff)
+		a.cache.setAffinities(r.host, r.version, r.affs)
+		if err := take(aff.CIDR, first, true, &aff); err != nil && !errors.Is(err, errContended) {
+			return adopted, err
+		}
+	}
+	return adopted, nil
+}
+
 // findFreeBlock returns the first block, in pool order and then in the
 // node's claim order, that no one has and that is not wholly reserved.
 func findFreeBlock(pools []pool, host string, taken map[netip.Prefix]bool, reserved reservations) (netip.Prefix, bool) {
@@ -481,8 +536,8 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		if cur == nil {
 			var err error
 			cur, rev, err = a.getBlock(ctx, key)
-			if errors.Is(err, datastore.ErrNotFound) {
-				return nil, nil
+			if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
+				return nil, nil // gone, or of no use (logged and counted)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("block %s: %w", cidr, err)
@@ -508,7 +563,7 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 		ops := []datastore.KVOp{{Key: key, Value: value}}
 		var handleValue []byte
 		if r.handle != "" {
-			if handleValue, err = countHandle(*r.handleKV, r.handle, cidr, len(addrs)); err != nil {
+			if handleValue, err = a.countHandle(*r.handleKV, r.handle, cidr, len(addrs)); err != nil {
 				return nil, err
 			}
 			conds = append(conds, datastore.KVCond{Key: r.handleKV.Key, Revision: r.handleKV.Revision})
@@ -544,8 +599,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 				a.cache.setBlock(cidr, nil, 0)
 				return nil, nil // the block was deleted
 			}
-			if cur, err = decodeBlock(now.Value); err != nil {
-				return nil, fmt.Errorf("key %q: %w", key, err)
+			if cur, err = a.decodeBlockAt(key, now.Value, now.Revision); err != nil {
+				a.cache.setBlock(cidr, nil, 0)
+				return nil, nil // of no use (logged and counted)
 			}
 			rev = now.Revision
 			a.cache.setBlock(cidr, cur, rev)

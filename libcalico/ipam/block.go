@@ -270,21 +270,49 @@ func (b *block) assignAddr(addr netip.Addr, handle string, attrs map[string]stri
 // release frees the given addresses of the block. It returns, per handle,
 // how many addresses it freed, and the addresses that were not allocated.
 func (b *block) release(addrs []netip.Addr) (freed map[string]int, notAllocated []netip.Addr) {
+	opts := make([]ReleaseOptions, len(addrs))
+	for i, a := range addrs {
+		opts[i].Address = a
+	}
+	return b.releaseIf(opts)
+}
+
+// releaseIf frees each address whose allocation still matches its
+// options (handle and sequence number, when set). It returns, per handle,
+// how many addresses it freed, and the addresses it left: not allocated,
+// or allocated otherwise than the options say.
+func (b *block) releaseIf(opts []ReleaseOptions) (freed map[string]int, notAllocated []netip.Addr) {
 	freed = map[string]int{}
-	for _, a := range addrs {
+	for _, opt := range opts {
+		a := opt.Address
 		o, ok := b.ordinal(a)
-		if !ok || b.Allocations[o] == nil {
+		if !ok || b.Allocations[o] == nil || !b.matches(o, opt) {
 			notAllocated = append(notAllocated, a)
 			continue
 		}
 		freed[b.Attributes[*b.Allocations[o]].handle()]++
 		b.free(o)
 	}
-	if len(addrs) > len(notAllocated) {
+	if len(opts) > len(notAllocated) {
 		b.SequenceNumber++
 		b.compactAttributes()
 	}
 	return freed, notAllocated
+}
+
+// matches reports whether the allocation at ordinal o is the one opt
+// names: held by opt.Handle and made at opt.SequenceNumber, when set.
+func (b *block) matches(o int, opt ReleaseOptions) bool {
+	if opt.Handle != "" && b.Attributes[*b.Allocations[o]].handle() != opt.Handle {
+		return false
+	}
+	return opt.SequenceNumber == nil || b.sequenceNumberOf(o) == *opt.SequenceNumber
+}
+
+// sequenceNumberOf is the block's sequence number when ordinal o was
+// allocated, as Calico records it (0 when not recorded).
+func (b *block) sequenceNumberOf(o int) uint64 {
+	return b.SequenceNumberForAllocation[strconv.Itoa(o)]
 }
 
 // releaseHandle frees every address held by handle and returns how many.
@@ -357,9 +385,10 @@ func (b *block) allocations() []Allocation {
 		}
 		a := b.Attributes[*idx]
 		out = append(out, Allocation{
-			IP:       b.addr(o),
-			HandleID: a.handle(),
-			Attrs:    maps.Clone(a.Secondary),
+			IP:             b.addr(o),
+			HandleID:       a.handle(),
+			Attrs:          maps.Clone(a.Secondary),
+			SequenceNumber: b.sequenceNumberOf(o),
 		})
 	}
 	return out

@@ -35,6 +35,12 @@ func (a *Allocator) getConfigAt(ctx context.Context) (Config, datastore.KVCond, 
 	if errors.Is(err, datastore.ErrNotFound) {
 		return Config{AutoAllocateBlocks: true}, datastore.KVCond{Key: path}, nil
 	}
+	var bv *datastore.BadValueError
+	if errors.As(err, &bv) {
+		// Logged and counted by the store: Calico's defaults apply
+		// until the configuration is written again.
+		return Config{AutoAllocateBlocks: true}, datastore.KVCond{Key: path, Revision: bv.Revision}, nil
+	}
 	if err != nil {
 		return Config{}, datastore.KVCond{}, fmt.Errorf("reading IPAM configuration: %w", err)
 	}

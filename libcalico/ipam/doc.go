@@ -27,6 +27,13 @@
 // crash leaves a handle over-counted (found and cleaned by release by
 // handle), never an allocation without its handle.
 //
+// Stored values IPAM cannot use — pools whose CIDR, block size or node
+// selector do not parse, and blocks, affinities and handles that do not
+// decode — are skipped, each logged once and counted (BadValues): no
+// address is handed out of them, none is overwritten, and they never stop
+// the rest from being used. A handle whose record does not decode is
+// released through its blocks' allocations.
+//
 // The package imports only the datastore interfaces, the v3 API types and
 // the selector language, so the calico-ipam CNI plugin stays lean.
 package ipam

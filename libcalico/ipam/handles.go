@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
@@ -86,7 +87,9 @@ func (a *Allocator) updateHandle(ctx context.Context, key, id, blockCIDR string,
 	}
 	h, err := decodeHandle(p)
 	if err != nil {
-		return err
+		// A record that does not decode counts nothing: start afresh.
+		a.skip(p.Key, badHandle, p.Revision, err)
+		h = &handleRecord{HandleID: id, Block: map[string]int{}}
 	}
 	n := h.Block[blockCIDR] + delta
 	if n <= 0 {
@@ -105,13 +108,42 @@ func (a *Allocator) updateHandle(ctx context.Context, key, id, blockCIDR string,
 	return err
 }
 
-// getHandle reads a handle.
-func (a *Allocator) getHandle(ctx context.Context, id string) (*handleRecord, error) {
+// handleBlocks returns, in address order, the blocks handle id holds
+// addresses in, with its record as stored. A record that does not decode
+// is logged and counted, and the blocks are then found by their
+// allocations; the pair returned then has a nil Value. A handle that does
+// not exist fails with an error matching datastore.ErrNotFound.
+func (a *Allocator) handleBlocks(ctx context.Context, id string) ([]netip.Prefix, datastore.KVPair, error) {
 	p, err := a.kv.Get(ctx, handleKey(id))
 	if err != nil {
-		return nil, fmt.Errorf("handle %q: %w", id, err)
+		return nil, datastore.KVPair{}, fmt.Errorf("handle %q: %w", id, err)
 	}
-	return decodeHandle(p)
+	var out []netip.Prefix
+	h, err := decodeHandle(p)
+	if err == nil {
+		for c := range h.Block {
+			cidr, err := netip.ParsePrefix(c)
+			if err != nil {
+				a.skip(p.Key, badHandle, p.Revision, fmt.Errorf("handle %q: block %q: %w", id, c, err))
+				continue
+			}
+			out = append(out, cidr)
+		}
+	} else {
+		a.skip(p.Key, badHandle, p.Revision, err)
+		p.Value = nil
+		blocks, err := a.listBlocks(ctx, 0)
+		if err != nil {
+			return nil, datastore.KVPair{}, err
+		}
+		for _, sb := range blocks {
+			if sb.block.handleCounts()[id] > 0 {
+				out = append(out, sb.block.prefix)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
+	return out, p, nil
 }
 
 // ListHandles returns every handle with its per-block counts, sorted by
@@ -123,15 +155,20 @@ func (a *Allocator) ListHandles(ctx context.Context) ([]Handle, error) {
 	}
 	out := make([]Handle, 0, len(kvs))
 	for _, p := range kvs {
+		hd := Handle{ID: p.Key[len(handlesPrefix):], Blocks: map[netip.Prefix]int{}, Revision: p.Revision}
 		h, err := decodeHandle(p)
 		if err != nil {
-			return nil, err
+			// Listed without counts: releasing it by handle finds its
+			// addresses in the blocks.
+			a.skip(p.Key, badHandle, p.Revision, err)
+			out = append(out, hd)
+			continue
 		}
-		hd := Handle{ID: p.Key[len(handlesPrefix):], Blocks: map[netip.Prefix]int{}, Revision: p.Revision}
 		for c, n := range h.Block {
 			pfx, err := netip.ParsePrefix(c)
 			if err != nil {
-				return nil, fmt.Errorf("handle %q: block %q: %w", hd.ID, c, err)
+				a.skip(p.Key, badHandle, p.Revision, fmt.Errorf("handle %q: block %q: %w", hd.ID, c, err))
+				continue
 			}
 			hd.Blocks[pfx] = n
 		}
@@ -142,12 +179,16 @@ func (a *Allocator) ListHandles(ctx context.Context) ([]Handle, error) {
 
 // countHandle returns the value of handle id (whose stored pair is p,
 // Revision 0 when absent) holding n more addresses in block cidr.
-func countHandle(p datastore.KVPair, id string, cidr netip.Prefix, n int) ([]byte, error) {
+// A stored record that does not decode is logged and counted, and
+// replaced by one counting only these addresses.
+func (a *Allocator) countHandle(p datastore.KVPair, id string, cidr netip.Prefix, n int) ([]byte, error) {
 	h := &handleRecord{HandleID: id, Block: map[string]int{}}
 	if p.Revision != 0 {
-		var err error
-		if h, err = decodeHandle(p); err != nil {
-			return nil, err
+		stored, err := decodeHandle(p)
+		if err != nil {
+			a.skip(p.Key, badHandle, p.Revision, err)
+		} else {
+			h = stored
 		}
 	}
 	h.Block[cidr.String()] += n
@@ -161,4 +202,22 @@ func (h *handleRecord) encode() ([]byte, error) {
 		return nil, fmt.Errorf("encoding handle %q: %w", h.HandleID, err)
 	}
 	return v, nil
+}
+
+// DeleteHandle deletes the record of handle id, only while it is still at
+// revision (as ListHandles returned it): the release of a handle that
+// holds no address, which ipam check reports as leaked. A handle that
+// changed or is gone fails with an error matching datastore.ErrConflict or
+// datastore.ErrNotFound. Its addresses, if it holds any, are not released.
+func (a *Allocator) DeleteHandle(ctx context.Context, id string, revision int64) error {
+	if err := checkName("handle ID", id); err != nil {
+		return err
+	}
+	if revision == 0 {
+		return fmt.Errorf("handle %q: deleting needs its revision: %w", id, ErrInvalid)
+	}
+	if err := a.kv.Delete(ctx, handleKey(id), revision); err != nil {
+		return fmt.Errorf("handle %q: %w", id, err)
+	}
+	return nil
 }

@@ -189,8 +189,9 @@ func poolFor(all []pool, addr netip.Addr) (pool, bool) {
 type reservations []netip.Prefix
 
 // parseReservations collects the reserved CIDRs; a bare address counts as
-// a /32 or /128.
-func parseReservations(rs []*v3.IPReservation) (reservations, error) {
+// a /32 or /128. An entry that is neither is passed to bad and left out
+// (the reservation's other entries still count).
+func parseReservations(rs []*v3.IPReservation, bad func(*v3.IPReservation, error)) reservations {
 	var out reservations
 	for _, r := range rs {
 		for _, c := range r.Spec.ReservedCIDRs {
@@ -198,14 +199,15 @@ func parseReservations(rs []*v3.IPReservation) (reservations, error) {
 			if err != nil {
 				a, aerr := netip.ParseAddr(c)
 				if aerr != nil {
-					return nil, fmt.Errorf("ipreservation %q: spec.reservedCIDRs %q: %w", r.Name, c, err)
+					bad(r, fmt.Errorf("ipreservation %q: spec.reservedCIDRs %q: %w", r.Name, c, err))
+					continue
 				}
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
 			out = append(out, p.Masked())
 		}
 	}
-	return out, nil
+	return out
 }
 
 // contains reports whether addr is reserved.

@@ -131,12 +131,14 @@ func TestCandidateBlocksCoverPoolOnce(t *testing.T) {
 }
 
 func TestReservations(t *testing.T) {
-	rs, err := parseReservations([]*v3.IPReservation{{
+	var bad []error
+	onBad := func(_ *v3.IPReservation, err error) { bad = append(bad, err) }
+	rs := parseReservations([]*v3.IPReservation{{
 		ObjectMeta: v3.ObjectMeta{Name: "r"},
 		Spec:       v3.IPReservationSpec{ReservedCIDRs: []string{"10.0.0.0/28", "10.0.1.7", "fd00::1"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
+	}}, onBad)
+	if len(bad) != 0 {
+		t.Fatal(bad)
 	}
 	for ip, want := range map[string]bool{"10.0.0.15": true, "10.0.0.16": false, "10.0.1.7": true, "fd00::1": true, "fd00::2": false} {
 		if got := rs.contains(netip.MustParseAddr(ip)); got != want {
@@ -146,8 +148,11 @@ func TestReservations(t *testing.T) {
 	if !rs.covers(netip.MustParsePrefix("10.0.0.0/29")) || rs.covers(netip.MustParsePrefix("10.0.0.0/27")) {
 		t.Errorf("covers is wrong")
 	}
-	_, err = parseReservations([]*v3.IPReservation{{ObjectMeta: v3.ObjectMeta{Name: "bad"}, Spec: v3.IPReservationSpec{ReservedCIDRs: []string{"nope"}}}})
-	if err == nil || !strings.Contains(err.Error(), `ipreservation "bad": spec.reservedCIDRs "nope"`) {
-		t.Errorf("bad reservation error %v", err)
+	rs = parseReservations([]*v3.IPReservation{{ObjectMeta: v3.ObjectMeta{Name: "bad"}, Spec: v3.IPReservationSpec{ReservedCIDRs: []string{"nope", "10.0.2.0/24"}}}}, onBad)
+	if len(bad) != 1 || !strings.Contains(bad[0].Error(), `ipreservation "bad": spec.reservedCIDRs "nope"`) {
+		t.Errorf("bad reservation entry reported as %v", bad)
+	}
+	if !rs.contains(netip.MustParseAddr("10.0.2.9")) {
+		t.Errorf("a bad entry dropped the reservation's good ones")
 	}
 }

@@ -19,9 +19,10 @@ func TestPrefetchedAssign(t *testing.T) {
 		wantKV, wantStore int64
 	}{
 		{name: "node owns a block", warm: true, wantKV: 1, wantStore: 0},
-		// Listing blocks, pending affinity, block, confirmed affinity,
-		// assignment.
-		{name: "node's first block", warm: false, wantKV: 5, wantStore: 0},
+		// Listing blocks, the node's affinities again (for a block a
+		// concurrent assignment claimed meanwhile), pending affinity,
+		// block, confirmed affinity, assignment.
+		{name: "node's first block", warm: false, wantKV: 6, wantStore: 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

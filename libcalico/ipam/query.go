@@ -18,18 +18,14 @@ func (a *Allocator) IPsByHandle(ctx context.Context, handleID string) ([]netip.A
 	if err := checkName("handle ID", handleID); err != nil {
 		return nil, err
 	}
-	h, err := a.getHandle(ctx, handleID)
+	cidrs, _, err := a.handleBlocks(ctx, handleID)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Addr
-	for _, c := range slices.Sorted(maps.Keys(h.Block)) {
-		cidr, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, fmt.Errorf("handle %q: block %q: %w", handleID, c, err)
-		}
+	for _, cidr := range cidrs {
 		b, _, err := a.getBlock(ctx, blockKey(cidr))
-		if errors.Is(err, datastore.ErrNotFound) {
+		if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
 			continue
 		}
 		if err != nil {

@@ -18,22 +18,34 @@ import (
 // Handles are decremented after their block is written. A block left
 // empty and without affinity is deleted.
 func (a *Allocator) ReleaseIPs(ctx context.Context, ips ...netip.Addr) (unallocated []netip.Addr, err error) {
-	if len(ips) == 0 {
+	opts := make([]ReleaseOptions, len(ips))
+	for i, ip := range ips {
+		opts[i].Address = ip
+	}
+	return a.Release(ctx, opts...)
+}
+
+// Release frees each address whose allocation still matches its options
+// (see ReleaseOptions), as ReleaseIPs does; an address not allocated, or
+// allocated otherwise than its options say, is returned as unallocated and
+// left alone.
+func (a *Allocator) Release(ctx context.Context, opts ...ReleaseOptions) (unallocated []netip.Addr, err error) {
+	if len(opts) == 0 {
 		return nil, nil
 	}
 	pools, err := a.listPools(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("release IPs: %w", err)
 	}
-	byBlock := map[netip.Prefix][]netip.Addr{}
-	var unknown []netip.Addr
-	for _, ip := range ips {
-		ip = ip.Unmap()
-		if p, ok := poolFor(pools, ip); ok {
-			c := p.blockFor(ip)
-			byBlock[c] = append(byBlock[c], ip)
+	byBlock := map[netip.Prefix][]ReleaseOptions{}
+	var unknown []ReleaseOptions
+	for _, opt := range opts {
+		opt.Address = opt.Address.Unmap()
+		if p, ok := poolFor(pools, opt.Address); ok {
+			c := p.blockFor(opt.Address)
+			byBlock[c] = append(byBlock[c], opt)
 		} else {
-			unknown = append(unknown, ip)
+			unknown = append(unknown, opt)
 		}
 	}
 	if len(unknown) > 0 {
@@ -59,46 +71,50 @@ func (a *Allocator) ReleaseIPs(ctx context.Context, ips ...netip.Addr) (unalloca
 	return unallocated, errors.Join(errs...)
 }
 
-// blocksHolding finds the existing blocks holding addrs, returning the
-// addresses no block holds.
-func (a *Allocator) blocksHolding(ctx context.Context, addrs []netip.Addr) (map[netip.Prefix][]netip.Addr, []netip.Addr, error) {
+// blocksHolding finds the existing blocks holding the addresses of opts,
+// returning the addresses no block holds.
+func (a *Allocator) blocksHolding(ctx context.Context, opts []ReleaseOptions) (map[netip.Prefix][]ReleaseOptions, []netip.Addr, error) {
 	blocks, err := a.listBlocks(ctx, 0)
 	if err != nil {
 		return nil, nil, err
 	}
-	found := map[netip.Prefix][]netip.Addr{}
+	found := map[netip.Prefix][]ReleaseOptions{}
 	var rest []netip.Addr
-	for _, ip := range addrs {
-		i := slices.IndexFunc(blocks, func(sb storedBlock) bool { return sb.block.prefix.Contains(ip) })
+	for _, opt := range opts {
+		i := slices.IndexFunc(blocks, func(sb storedBlock) bool { return sb.block.prefix.Contains(opt.Address) })
 		if i < 0 {
-			rest = append(rest, ip)
+			rest = append(rest, opt.Address)
 			continue
 		}
 		c := blocks[i].block.prefix
-		found[c] = append(found[c], ip)
+		found[c] = append(found[c], opt)
 	}
 	return found, rest, nil
 }
 
-// releaseFromBlock frees addrs in block cidr with compare-and-swap, then
-// decrements their handles.
-func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, addrs []netip.Addr) ([]netip.Addr, error) {
+// releaseFromBlock frees addresses of block cidr with compare-and-swap,
+// then decrements their handles.
+func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, opts []ReleaseOptions) ([]netip.Addr, error) {
 	key := blockKey(cidr)
 	for attempt := 1; attempt <= maxRetries; attempt++ {
 		b, rev, err := a.getBlock(ctx, key)
 		if errors.Is(err, datastore.ErrNotFound) {
+			addrs := make([]netip.Addr, len(opts))
+			for i, o := range opts {
+				addrs[i] = o.Address
+			}
 			return addrs, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("releasing from block %s: %w", cidr, err)
 		}
-		freed, notAllocated := b.release(addrs)
+		freed, notAllocated := b.releaseIf(opts)
 		if len(freed) == 0 {
 			return notAllocated, nil
 		}
 		err = a.putBlock(ctx, key, b, rev)
 		if err == nil {
-			log.WithFields(log.Fields{"block": cidr, "ips": addrs}).Debug("Released addresses")
+			log.WithFields(log.Fields{"block": cidr, "released": len(opts) - len(notAllocated)}).Debug("Released addresses")
 			var errs []error
 			for h, n := range freed {
 				if err := a.adjustHandle(ctx, h, cidr, -n); err != nil && !errors.Is(err, datastore.ErrNotFound) {
@@ -125,23 +141,25 @@ func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error 
 	if err := checkName("handle ID", handleID); err != nil {
 		return fmt.Errorf("release by handle: %w", err)
 	}
-	hkv, err := a.kv.Get(ctx, handleKey(handleID))
-	if err != nil {
-		return fmt.Errorf("release by handle: handle %q: %w", handleID, err)
-	}
-	h, err := decodeHandle(hkv)
+	cidrs, hkv, err := a.handleBlocks(ctx, handleID)
 	if err != nil {
 		return fmt.Errorf("release by handle: %w", err)
 	}
+	badRecord := hkv.Revision != 0 && hkv.Value == nil
+	if badRecord {
+		// Its blocks were found by their allocations: release them
+		// there, then delete the record.
+		hkv = datastore.KVPair{Key: hkv.Key}
+	}
 	var errs []error
-	for _, c := range slices.Sorted(maps.Keys(h.Block)) {
-		cidr, err := netip.ParsePrefix(c)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("handle %q: block %q: %w", handleID, c, err))
-			continue
-		}
+	for _, cidr := range cidrs {
 		if err := a.releaseHandleInBlock(ctx, handleID, cidr, &hkv); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if badRecord && len(errs) == 0 {
+		if err := a.kv.Delete(ctx, handleKey(handleID), 0); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("handle %q: deleting its record: %w", handleID, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -154,7 +172,9 @@ func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error 
 func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, cidr netip.Prefix, hkv *datastore.KVPair) error {
 	key := blockKey(cidr)
 	b, rev, err := a.getBlock(ctx, key)
-	if errors.Is(err, datastore.ErrNotFound) {
+	if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
+		// Gone, or of no use (logged and counted): the handle only
+		// loses its count for it.
 		b = nil
 	} else if err != nil {
 		return fmt.Errorf("handle %q: block %s: %w", handleID, cidr, err)
@@ -227,8 +247,8 @@ func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, c
 			if now.Revision == 0 {
 				b = nil
 			} else if now.Revision != rev {
-				if b, err = decodeBlock(now.Value); err != nil {
-					return fmt.Errorf("key %q: %w", key, err)
+				if b, err = a.decodeBlockAt(key, now.Value, now.Revision); err != nil {
+					b = nil // of no use (logged and counted)
 				}
 				rev = now.Revision
 			}

@@ -57,6 +57,19 @@ type Allocation struct {
 	IP       netip.Addr
 	HandleID string
 	Attrs    map[string]string
+	// SequenceNumber is the block's sequence number when the address was
+	// allocated: a release given it frees only this allocation.
+	SequenceNumber uint64
+}
+
+// ReleaseOptions names an address to release and, optionally, what must
+// still hold for it to be released: that Handle holds it, and that it was
+// allocated at SequenceNumber. A release with them never frees an address
+// that was released and handed out again meanwhile.
+type ReleaseOptions struct {
+	Address        netip.Addr
+	Handle         string
+	SequenceNumber *uint64
 }
 
 // Block is a read-only view of an allocation block.

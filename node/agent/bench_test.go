@@ -49,12 +49,11 @@ func BenchmarkIdleRSS(b *testing.B) {
 		mustRun(b, "ip", "-n", ns, "link", "set", "eth0", "up")
 	}
 
-	start := func(ns, name string, env ...string) int {
-		dir := b.TempDir()
-		cmd := exec.Command("ip", "netns", "exec", ns, bin, "--log-level", "warning")
-		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NODENAME=" + name,
+	start := func(ns, name, dir string, args ...string) int {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns, bin, "--log-level", "warning"}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NODENAME=" + name,
 			"CALICO_RUN_DIR=" + filepath.Join(dir, "run"), "CALICO_ETCD_DATA_DIR=" + filepath.Join(dir, "etcd"),
-			"CALICO_NODENAME_FILE=" + filepath.Join(dir, "nodename")}, env...)
+			"CALICO_NODENAME_FILE=" + filepath.Join(dir, "nodename")}
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
@@ -75,8 +74,10 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	var withEtcd, without float64
 	for i := 0; i < b.N; i++ {
-		pa := start(nss[0], "node-a")
-		pb := start(nss[1], "node-b", "ETCD_ENDPOINTS=http://198.18.0.1:2379")
+		da, db := b.TempDir(), b.TempDir()
+		pa := start(nss[0], "node-a", da)
+		// node-b joins node-a's embedded etcd with the join file it wrote.
+		pb := start(nss[1], "node-b", db, "--config", filepath.Join(da, "etcd", "join.cfg"))
 		time.Sleep(3 * time.Second) // idle
 		withEtcd, without = rss(b, pa), rss(b, pb)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,6 +39,8 @@ func NewRootEnv(out, errOut io.Writer, getenv func(string) string) *cobra.Comman
 		clientURL string
 		peerURL   string
 		grpc      string
+		plaintext bool
+		joinFile  string
 	)
 	startCfg, envErr = startup.FromEnv(getenv)
 	def := func(name, fallback string) string {
@@ -55,7 +58,11 @@ creates the default IP pools and ClusterInformation, turns on IP forwarding,
 writes the node name for the CNI plugin, and serves its status on a unix
 socket for "calicoctl node status". With no etcd endpoint configured
 (ETCD_ENDPOINTS or the config file) it serves an embedded etcd on the node
-address and 127.0.0.1:2379 for the other nodes and calicoctl.
+address and 127.0.0.1:2379 for the other nodes and calicoctl: TLS, with
+client certificates from a CA it makes in the etcd data directory, and a
+join file there (join.cfg, a calicoctl configuration with the endpoints and
+a client certificate) that other nodes and calicoctl use. Plain HTTP only
+with CALICO_ETCD_PLAINTEXT=true.
 
 It is configured like Calico's calico-node by environment (NODENAME, IP, IP6,
 IP_AUTODETECTION_METHOD, IP6_AUTODETECTION_METHOD, AS,
@@ -82,6 +89,11 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			log.SetLevel(lvl)
 			log.SetFormatter(&log.TextFormatter{FullTimestamp: true})
 			f.apply(cmd, &startCfg)
+			if !cmd.Flags().Changed("etcd-plaintext") {
+				if plaintext, err = envBool(getenv, "CALICO_ETCD_PLAINTEXT"); err != nil {
+					return err
+				}
+			}
 			if grpc == "none" {
 				grpc = ""
 			}
@@ -89,6 +101,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
 				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
 				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
+				EtcdPlaintext: plaintext, EtcdJoinFile: joinFile,
 				BGPGRPCListen: grpc,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -111,8 +124,10 @@ It stops cleanly on SIGTERM or SIGINT.`,
 	fl.StringVar(&f.runDir, "run-dir", def("CALICO_RUN_DIR", status.DefaultRunDir), "Directory of the pid file and status socket (CALICO_RUN_DIR)")
 	fl.StringVar(&f.nodenameFile, "nodename-file", "", "Where the node name is written for the CNI plugin (CALICO_NODENAME_FILE; default "+startup.DefaultNodenameFile+")")
 	fl.StringVar(&f.etcdDataDir, "etcd-data-dir", def("CALICO_ETCD_DATA_DIR", DefaultEtcdDataDir), "Data directory of the embedded etcd (CALICO_ETCD_DATA_DIR)")
-	fl.StringVar(&clientURL, "etcd-client-urls", getenv("CALICO_ETCD_CLIENT_URLS"), "Client URLs of the embedded etcd, comma-separated (CALICO_ETCD_CLIENT_URLS; default http://<node IPv4>:2379,http://127.0.0.1:2379)")
-	fl.StringVar(&peerURL, "etcd-peer-urls", def("CALICO_ETCD_PEER_URLS", DefaultEtcdPeerURL), "Peer URLs of the embedded etcd (CALICO_ETCD_PEER_URLS)")
+	fl.StringVar(&clientURL, "etcd-client-urls", getenv("CALICO_ETCD_CLIENT_URLS"), "Client URLs of the embedded etcd, comma-separated (CALICO_ETCD_CLIENT_URLS; default https://<node IPv4>:2379,https://127.0.0.1:2379)")
+	fl.StringVar(&peerURL, "etcd-peer-urls", getenv("CALICO_ETCD_PEER_URLS"), "Peer URLs of the embedded etcd (CALICO_ETCD_PEER_URLS; default https://127.0.0.1:2380)")
+	fl.StringVar(&joinFile, "etcd-join-file", getenv("CALICO_ETCD_JOIN_FILE"), "Where the embedded etcd's join file is written (CALICO_ETCD_JOIN_FILE; default join.cfg in the etcd data directory)")
+	fl.BoolVar(&plaintext, "etcd-plaintext", false, "Serve the embedded etcd over plain HTTP with no client authentication: anyone who reaches it can change everything (CALICO_ETCD_PLAINTEXT=true)")
 	fl.StringVar(&grpc, "bgp-grpc-listen", def("CALICO_BGP_GRPC_LISTEN", bgp.DefaultGRPCListen), "Address of GoBGP's gRPC API, for the gobgp CLI; \"none\" serves none (CALICO_BGP_GRPC_LISTEN)")
 	fl.StringVar(&logLevel, "log-level", def("CALICO_LOG_LEVEL", "info"), "Log level: debug, info, warning, error (CALICO_LOG_LEVEL)")
 	root.AddCommand(&cobra.Command{
@@ -124,6 +139,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			return nil
 		},
 	})
+	root.AddCommand(newBPFCommand())
 	root.SetContext(context.Background())
 	return root
 }
@@ -164,4 +180,17 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// envBool reads a true/false environment variable (false when unset).
+func envBool(getenv func(string) string, name string) (bool, error) {
+	v := getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(strings.ToLower(v))
+	if err != nil {
+		return false, fmt.Errorf("%s %q: want true or false", name, v)
+	}
+	return b, nil
 }

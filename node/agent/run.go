@@ -3,10 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -14,8 +12,8 @@ import (
 
 	"github.com/palisade-net/palisade/felix"
 	"github.com/palisade-net/palisade/libcalico/client"
-	"github.com/palisade-net/palisade/libcalico/datastore/embedded"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
@@ -24,8 +22,8 @@ import (
 // Defaults of the agent's own settings.
 const (
 	DefaultEtcdDataDir = "/var/lib/calico/etcd"
-	DefaultEtcdPeerURL = "http://127.0.0.1:2380"
-	EtcdClientPort     = "2379"
+	EtcdClientPort     = 2379
+	EtcdPeerPort       = 2380
 )
 
 // Options configure one agent run.
@@ -38,10 +36,17 @@ type Options struct {
 	RunDir string
 	// EtcdDataDir, EtcdClientURLs and EtcdPeerURLs configure the embedded
 	// etcd served when no endpoint is configured. Empty client URLs mean
-	// http://<node IPv4>:2379 and http://127.0.0.1:2379.
+	// https://<node IPv4>:2379 and https://127.0.0.1:2379, empty peer
+	// URLs https://127.0.0.1:2380 (http:// with EtcdPlaintext).
 	EtcdDataDir    string
 	EtcdClientURLs []string
 	EtcdPeerURLs   []string
+	// EtcdPlaintext serves the embedded etcd over plain HTTP, to anyone
+	// who reaches it; by default it is TLS with client certificates.
+	EtcdPlaintext bool
+	// EtcdJoinFile is where the join file is written (default join.cfg in
+	// EtcdDataDir).
+	EtcdJoinFile string
 	// Getenv reads the environment (for the datastore settings).
 	Getenv func(string) string
 	// BGPGRPCListen is where GoBGP's gRPC API is served ("" for none).
@@ -86,17 +91,13 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	if len(dsCfg.Endpoints) == 0 {
-		srv, err := startEmbedded(ctx, o, &cfg, host)
+		srv, local, err := startEmbedded(ctx, o, &cfg, host)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
-		dsCfg.Endpoints = []string{srv.Endpoints()[0]}
-		for _, ep := range srv.Endpoints() {
-			if containsLoopback(ep) {
-				dsCfg.Endpoints = []string{ep}
-			}
-		}
+		local.DialTimeout = dsCfg.DialTimeout
+		dsCfg = local
 	}
 	store, err := etcdv3.New(ctx, dsCfg)
 	if err != nil {
@@ -104,12 +105,16 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer store.Close()
 	c := client.New(store)
+	ds := newHealth(logger.WithField("part", "datastore"), dsCfg.Endpoints, time.Now())
 
 	res, err := startup.Run(ctx, cfg, c, host, startup.ProcSysctl{})
 	if err != nil {
 		return fmt.Errorf("startup: %w", err)
 	}
 	logger.WithFields(log.Fields{"ipv4": addrString(res.IPv4), "ipv6": addrString(res.IPv6)}).Info("Node registered")
+	ipamCtx, stopIPAM := context.WithCancel(ctx)
+	defer stopIPAM()
+	go releaseUnusedBlocks(ipamCtx, ipam.New(store, store.KV()), cfg.NodeName, logger.WithField("part", "ipam"))
 
 	// bgpPeers lists the BGP peer table of the running speaker.
 	var bgpPeers peerLister
@@ -117,6 +122,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	bgpRunning := false
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go ds.run(ctx, kvProbe(store.KV()))
 	bgpDone := make(chan error, 1)
 	if cfg.BGPEnabled() {
 		bgpRunning = true
@@ -146,6 +152,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	src := func(ctx context.Context) (status.Report, error) {
 		rep := status.Report{NodeName: cfg.NodeName, PID: os.Getpid(), Started: started, Backend: cfg.Backend}
 		rep.BGPRunning = bgpRunning
+		rep.Datastore = ds.status()
 		switch {
 		case bgpPeers != nil:
 			peers, err := bgpPeers.ListPeers(ctx)
@@ -184,40 +191,6 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		return fmt.Errorf("bgp: stopped unexpectedly")
 	}
-}
-
-// startEmbedded serves the embedded etcd on the node's IPv4 address and
-// loopback (or the configured URLs).
-func startEmbedded(ctx context.Context, o Options, cfg *startup.Config, host startup.Host) (*embedded.Server, error) {
-	clientURLs := o.EtcdClientURLs
-	if len(clientURLs) == 0 {
-		clientURLs = []string{"http://127.0.0.1:" + EtcdClientPort}
-		addr, err := startup.ResolveAddress(ctx, host, cfg.IP, cfg.IPMethod, false, "")
-		if err != nil {
-			return nil, fmt.Errorf("choosing the embedded etcd's address: %w", err)
-		}
-		if a := addr.Prefix.Addr(); addr.Prefix.IsValid() && !a.IsLoopback() {
-			clientURLs = append([]string{"http://" + netip.AddrPortFrom(a, 2379).String()}, clientURLs...)
-		}
-	}
-	peerURLs := o.EtcdPeerURLs
-	if len(peerURLs) == 0 {
-		peerURLs = []string{DefaultEtcdPeerURL}
-	}
-	dataDir := o.EtcdDataDir
-	if dataDir == "" {
-		dataDir = DefaultEtcdDataDir
-	}
-	log.WithFields(log.Fields{"clientURLs": clientURLs, "dataDir": dataDir}).Info("No etcd endpoint configured: serving the embedded etcd")
-	srv, err := embedded.Start(ctx, embedded.Config{Name: cfg.NodeName, DataDir: dataDir, ClientURLs: clientURLs, PeerURLs: peerURLs})
-	if err != nil {
-		return nil, fmt.Errorf("starting the embedded etcd in %s on %v: %w", dataDir, clientURLs, err)
-	}
-	return srv, nil
-}
-
-func containsLoopback(u string) bool {
-	return strings.Contains(u, "//127.") || strings.Contains(u, "//[::1]") || strings.Contains(u, "//localhost")
 }
 
 func addrString(a startup.Address) string {

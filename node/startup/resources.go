@@ -24,6 +24,10 @@ func getNode(ctx context.Context, c *client.Client, name string) (*v3.Node, erro
 	if errors.Is(err, datastore.ErrNotFound) {
 		return nil, nil
 	}
+	if errors.Is(err, datastore.ErrBadValue) {
+		// Logged by the store; writeNode replaces it.
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading node %q: %w", name, err)
 	}
@@ -84,7 +88,9 @@ func writeNode(ctx context.Context, c *client.Client, stored *v3.Node, name stri
 		err error
 	)
 	if stored == nil {
-		out, err = c.Create(ctx, n)
+		// An apply, so that a stored value that is not a valid Node is
+		// replaced rather than blocking the node's start.
+		out, err = c.Apply(ctx, n)
 	} else {
 		out, err = c.Update(ctx, n)
 	}
@@ -177,8 +183,9 @@ func ensurePools(ctx context.Context, c *client.Client, cfg *Config) ([]string, 
 func ensureClusterInfo(ctx context.Context, c *client.Client, clusterType string) error {
 	key := datastore.Key{Kind: v3.KindClusterInformation, Name: "default"}
 	r, err := c.Get(ctx, key)
+	replace := errors.Is(err, datastore.ErrBadValue) // logged by the store
 	switch {
-	case errors.Is(err, datastore.ErrNotFound):
+	case errors.Is(err, datastore.ErrNotFound) || replace:
 		guid := make([]byte, 16)
 		if _, err := rand.Read(guid); err != nil {
 			return fmt.Errorf("making a cluster GUID: %w", err)
@@ -191,7 +198,11 @@ func ensureClusterInfo(ctx context.Context, c *client.Client, clusterType string
 				CalicoVersion: buildinfo.Get().Version, DatastoreReady: &ready,
 			},
 		}
-		if _, err := c.Create(ctx, ci); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
+		write := c.Create
+		if replace {
+			write = c.Apply
+		}
+		if _, err := write(ctx, ci); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
 			return fmt.Errorf("creating %s: %w", key, err)
 		}
 		return nil

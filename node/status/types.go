@@ -54,6 +54,21 @@ type Report struct {
 	// PeersUnavailable, when set, says why the peer table is not known
 	// although BGP runs.
 	PeersUnavailable string `json:"peersUnavailable,omitempty"`
+	// Datastore says whether the datastore answers the agent (nil from an
+	// agent that does not report it).
+	Datastore *DatastoreStatus `json:"datastore,omitempty"`
+}
+
+// DatastoreStatus is whether the agent's datastore answers.
+type DatastoreStatus struct {
+	// Endpoints are the etcd endpoints the agent uses.
+	Endpoints []string `json:"endpoints"`
+	// Reachable is false while etcd does not answer the agent's reads.
+	Reachable bool `json:"reachable"`
+	// Since is when Reachable last changed (or the agent connected).
+	Since time.Time `json:"since"`
+	// Error is the last failed read's error while unreachable.
+	Error string `json:"error,omitempty"`
 }
 
 // SplitPeers returns the IPv4 and IPv6 peers of peers, in their order.

@@ -28,7 +28,9 @@ func collectGarbage(s *session.Session, alloc *ipam.Allocator) error {
 		if err != nil {
 			return session.Retryable(fmt.Errorf("reading handle %s: %w", h.ID, err))
 		}
-		mine := len(ips) > 0
+		// A handle of a stale attachment that holds no address (a count
+		// an interrupted ADD left) is removed too.
+		mine := true
 		for _, ip := range ips {
 			a, err := alloc.GetAssignmentAttributes(s.Ctx, ip)
 			if err != nil || a.Attrs["node"] != s.Workload.Node {

@@ -39,7 +39,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	defer s.Close()
-	res, err := plugin.Add(s.Ctx, args.ContainerID)
+	res, _, err := plugin.Add(s.Ctx, args.ContainerID)
 	if err != nil {
 		return err
 	}
@@ -65,11 +65,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	defer s.Close()
 	conf := s.Conf
-	if conf.RawPrevResult == nil {
+	// session.Start parsed prevResult (and refused a malformed one).
+	if conf.PrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
-	}
-	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
 	prev, err := current.NewResultFromResult(conf.PrevResult)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	log "github.com/sirupsen/logrus"
 
 	"github.com/palisade-net/palisade/cni-plugin/ipamplugin"
 	"github.com/palisade-net/palisade/cni-plugin/session"
@@ -21,6 +23,11 @@ type addressSource interface {
 	Prepare(ctx context.Context) error
 	// Add assigns the invocation's container its addresses.
 	Add(ctx context.Context) (types.Result, error)
+	// UndoAdd releases what Add assigned and nothing else; live is set
+	// when a live endpoint of the container may hold addresses of its
+	// handle, which an IPAM plugin that can only release by container
+	// must then leave alone.
+	UndoAdd(ctx context.Context, live bool) error
 	// Del releases the addresses of the container containerID.
 	Del(ctx context.Context, containerID string) error
 }
@@ -42,6 +49,9 @@ type inProcessIPAM struct {
 	plugin      ipamplugin.Plugin
 	containerID string
 	prepared    *ipamplugin.Prepared
+	// assigned are the addresses Add assigned (none when it returned
+	// addresses the handle already held).
+	assigned []netip.Addr
 	// requested, when set, are the exact addresses to assign (a pod's
 	// ipAddrs annotation).
 	requested []netip.Addr
@@ -57,6 +67,8 @@ func (i *inProcessIPAM) Prepare(ctx context.Context) error {
 }
 
 func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
+	var res *current.Result
+	var err error
 	if i.prepared == nil {
 		if err := i.Prepare(ctx); err != nil {
 			return nil, err
@@ -65,9 +77,20 @@ func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
 	prep := *i.prepared
 	i.prepared = nil // read once
 	if len(i.requested) > 0 {
-		return i.plugin.AddRequested(ctx, prep, i.requested)
+		res, i.assigned, err = i.plugin.AddRequested(ctx, prep, i.requested)
+	} else {
+		res, i.assigned, err = i.plugin.AddPrepared(ctx, prep)
 	}
-	return i.plugin.AddPrepared(ctx, prep)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// UndoAdd releases the addresses Add assigned, while the container's
+// handle holds them; addresses it found held are left to DEL.
+func (i *inProcessIPAM) UndoAdd(ctx context.Context, _ bool) error {
+	return i.plugin.ReleaseAssigned(ctx, i.plugin.HandleID(i.containerID), i.assigned)
 }
 
 func (i *inProcessIPAM) Del(ctx context.Context, containerID string) error {
@@ -86,6 +109,16 @@ func (d delegatedIPAM) Prepare(context.Context) error { return nil }
 
 func (d delegatedIPAM) Add(ctx context.Context) (types.Result, error) {
 	return invoke.DelegateAdd(ctx, d.ipamType, d.stdin, nil)
+}
+
+// UndoAdd runs the plugin's DEL, which releases by container: unless a
+// live endpoint of the container may hold what it would release.
+func (d delegatedIPAM) UndoAdd(ctx context.Context, live bool) error {
+	if live {
+		log.WithField("ipam", d.ipamType).Warn("Not releasing through the IPAM plugin: a live endpoint of this container may hold its addresses; the container's DEL releases them")
+		return nil
+	}
+	return d.Del(ctx, d.containerID)
 }
 
 // Del runs the plugin's DEL; for another container than the invocation's,

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/palisade-net/palisade/cni-plugin/dataplane"
 	"github.com/palisade-net/palisade/cni-plugin/session"
@@ -27,11 +26,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	defer inv.Close()
 	conf, w, ctx := inv.Conf, inv.Workload, inv.Ctx
 
-	if conf.RawPrevResult == nil {
+	// session.Start parsed prevResult (and refused a malformed one).
+	if conf.PrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
-	}
-	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
 	prevResult, err := current.NewResultFromResult(conf.PrevResult)
 	if err != nil {

@@ -63,4 +63,6 @@ func (f fixedAddresses) Add(context.Context) (types.Result, error) {
 	return res, nil
 }
 
+func (f fixedAddresses) UndoAdd(context.Context, bool) error { return nil }
+
 func (f fixedAddresses) Del(context.Context, string) error { return nil }

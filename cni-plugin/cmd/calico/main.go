@@ -36,9 +36,10 @@ func main() {
 
 // cmdAdd: IPAM → veth, addresses and routes → WorkloadEndpoint → profile.
 // Each step that succeeds pushes its undo; any later failure runs them
-// newest first, leaving nothing in the kernel, the datastore or IPAM.
-// Datastore reads and writes that do not depend on each other go out
-// together, so an ADD waits for as few round trips as it can.
+// newest first, leaving nothing in the kernel, the datastore or IPAM that
+// this ADD made, and nothing of a live endpoint's undone. Datastore reads
+// and writes that do not depend on each other go out together, so an ADD
+// waits for as few round trips as it can.
 func cmdAdd(args *skel.CmdArgs) (err error) {
 	inv, err := session.Start(args)
 	if err != nil {
@@ -57,18 +58,26 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	ipam := addressSourceFor(inv, store, args.StdinData, args.ContainerID)
 
-	// 0. The endpoint as it stands, read while IPAM reads what it will
-	// assign from (reads only: the endpoint decides whether to assign),
-	// and in Kubernetes mode the pod and its namespace.
-	var prev *v3.WorkloadEndpoint
+	// 0. The workload's endpoints as they stand, read while IPAM reads
+	// what it will assign from (reads only: the endpoints decide whether
+	// to assign), and in Kubernetes mode the pod and its namespace.
+	var pod workload.Pod
 	var prepErr error
 	if err := together(
-		func() (err error) { prev, err = workload.Get(ctx, store, w); return session.Retryable(err) },
+		func() (err error) { pod, err = workload.ReadPod(ctx, store, w); return session.Retryable(err) },
 		func() error { prepErr = ipam.Prepare(ctx); return nil },
 		func() error { return kube.Read(ctx) },
 	); err != nil {
 		return err
 	}
+	// One interface per workload, as Calico: a second interface of the
+	// same container would share its veth and its handle's addresses.
+	if other := pod.OtherInterface(w.ContainerID); other != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("container %s already has interface %q on network %q (workloadendpoint %q); "+
+			"Palisade, like Calico, gives a pod one interface per network, so CNI_IFNAME %q is refused", w.ContainerID,
+			other.Spec.Endpoint, conf.Name, other.Name, w.Endpoint), "")
+	}
+	prev := pod.Mine
 	if prev != nil && prev.Spec.ContainerID == w.ContainerID && dataplane.HostVethExists(prev.Spec.InterfaceName) {
 		log.Info("Endpoint already set up for this container; returning it")
 		res, err := workload.Result(prev, args.Netns)
@@ -91,16 +100,25 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		}
 	}()
 
-	// 1. Addresses.
+	// 1. Addresses. Their undo releases only what this ADD assigned, and
+	// nothing while an endpoint that claims them may be stored (a write
+	// whose answer was lost, or whose undo failed): DEL releases them
+	// with the endpoint.
 	ipamResult, err := ipam.Add(ctx)
 	if err != nil {
 		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
 	}
+	endpointMayBeStored := false
+	liveEndpoint := prev != nil && prev.Spec.ContainerID == w.ContainerID
 	undo.Push("release addresses", func() error {
+		if endpointMayBeStored {
+			log.Warn("Keeping the addresses: an endpoint claiming them may be stored; DEL releases them")
+			return nil
+		}
 		// The invocation's context may have run out: give the release its own.
 		ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout())
 		defer cancel()
-		return ipam.Del(ctx, args.ContainerID)
+		return ipam.UndoAdd(ctx, liveEndpoint)
 	})
 	addrs, dns, err := addresses(ipamResult)
 	if err != nil {
@@ -126,6 +144,8 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		defer undoMu.Unlock()
 		undo.Push(what, fn)
 	}
+	want := workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, mac)
+	kube.Decorate(want)
 	err = together(
 		func() (err error) {
 			if made, err = dataplane.Setup(veth); err != nil {
@@ -135,14 +155,18 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			return nil
 		},
 		func() (err error) {
-			want := workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, mac)
-			kube.Decorate(want)
-			if ep, err = workload.Write(ctx, store, want, prev); err != nil {
-				return session.Retryable(err)
+			ep, err = workload.Write(ctx, store, want, prev, pod.BadMine)
+			switch {
+			case err == nil:
+				written := ep
+				pushUndo("restore endpoint "+ep.Name, func() error { return restoreEndpoint(store, written, prev, &endpointMayBeStored) })
+			case workload.MayHaveBeenWritten(err):
+				// The answer was lost: the endpoint may be stored.
+				pushUndo("restore endpoint "+want.Name+" if it was written", func() error {
+					return restoreIfWritten(store, w, want.Spec.IPNetworks, prev, &endpointMayBeStored)
+				})
 			}
-			written := ep
-			pushUndo("delete endpoint "+ep.Name, func() error { return deleteEndpoint(store, written) })
-			return nil
+			return session.Retryable(err)
 		},
 		func() error {
 			if conf.Policy.Type != "" {
@@ -167,9 +191,14 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		return err
 	}
 
-	// The previous container of this pod lost its veth in step 2: free its addresses.
+	// The previous containers of this pod lost their veth in step 2: free
+	// their addresses, and remove the endpoints of those that had another
+	// interface name (one under this interface's name was replaced).
 	if prev != nil && prev.Spec.ContainerID != w.ContainerID {
 		releaseReplaced(ctx, log, ipam, prev.Spec.ContainerID)
+	}
+	for _, old := range pod.Others {
+		replaceOther(ctx, log, store, ipam, old)
 	}
 	// 5. Optionally, felix's word that the endpoint's policy is in place.
 	if conf.PolicySetupTimeoutSeconds > 0 {
@@ -189,11 +218,13 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 // cmdDel removes the workload's interface (if its namespace still exists),
 // its endpoint (only if it still belongs to this container) and its
 // addresses. Everything already gone is fine: DEL may come twice or late.
-// The three go at once: removing a veth waits on the kernel (RCU grace
-// periods) for about as long as the datastore round trips take. Freeing
-// the addresses before the interface is gone is what Calico does too: an
-// address handed to a new workload meanwhile gets its own host route,
-// which deleting the old veth leaves alone.
+// The interface goes while the datastore is read and written: removing a
+// veth waits on the kernel (RCU grace periods) for about as long as the
+// datastore round trips take. Freeing the addresses before the interface
+// is gone is what Calico does too: an address handed to a new workload
+// meanwhile gets its own host route, which deleting the old veth leaves
+// alone. A DEL for an interface its ADD refused (the container has
+// another) releases nothing: the addresses are the other interface's.
 func cmdDel(args *skel.CmdArgs) error {
 	inv, err := session.Start(args)
 	if err != nil {
@@ -215,19 +246,31 @@ func cmdDel(args *skel.CmdArgs) error {
 	var deleted bool
 	err = together(
 		func() error { return dataplane.RemoveContainerSide(args.Netns, args.IfName) },
-		func() (err error) {
-			deleted, err = workload.DeleteIfOwned(ctx, store, w)
-			return session.Retryable(err)
-		},
 		func() error {
-			src, err := kubeAddresses(ctx, kube, addressSourceFor(inv, store, args.StdinData, args.ContainerID), args.StdinData)
-			if err == nil {
-				err = src.Del(ctx, args.ContainerID)
-			}
+			pod, err := workload.ReadPod(ctx, store, w)
 			if err != nil {
-				return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
+				return session.Retryable(err)
 			}
-			return nil
+			if other := pod.OtherInterface(w.ContainerID); other != nil && pod.Mine == nil && pod.BadMine == nil {
+				log.WithField("endpoint", other.Name).Info("Container's interface is another one; nothing of this interface to release")
+				return nil
+			}
+			return together(
+				func() (err error) {
+					deleted, err = workload.DeleteIfOwned(ctx, store, w, pod)
+					return session.Retryable(err)
+				},
+				func() error {
+					src, err := kubeAddresses(ctx, kube, addressSourceFor(inv, store, args.StdinData, args.ContainerID), args.StdinData)
+					if err == nil {
+						err = src.Del(ctx, args.ContainerID)
+					}
+					if err != nil {
+						return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
+					}
+					return nil
+				},
+			)
 		},
 		func() error {
 			if err := kube.Unannotate(ctx, args.ContainerID); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/palisade-net/palisade/cni-plugin/dataplane"
 	"github.com/palisade-net/palisade/cni-plugin/netconf"
+	"github.com/palisade-net/palisade/cni-plugin/workload"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
@@ -72,14 +73,40 @@ func profiles(conf *netconf.NetConf, w netconf.Workload) []string {
 	return []string{conf.Name}
 }
 
-// deleteEndpoint is the undo of writing ep: it deletes ep only as written
-// (the store bounds the call; the invocation's context may have expired).
-func deleteEndpoint(store datastore.Interface, ep *v3.WorkloadEndpoint) error {
-	_, err := store.Delete(context.Background(), datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: ep.Namespace, Name: ep.Name}, ep.ResourceVersion)
-	if errors.Is(err, datastore.ErrNotFound) {
-		return nil
+// restoreEndpoint is the undo of writing ep over prev: prev is put back,
+// or ep deleted (the store bounds the call; the invocation's context may
+// have expired). When it cannot, the endpoint stays and *left says so.
+func restoreEndpoint(store datastore.Interface, ep, prev *v3.WorkloadEndpoint, left *bool) error {
+	if err := workload.Restore(context.Background(), store, ep, prev); err != nil {
+		*left = true
+		return err
 	}
-	return err
+	return nil
+}
+
+// restoreIfWritten is the undo of a write whose answer was lost: w's
+// endpoint is restored if the write stored it. When it cannot tell, *left
+// says the endpoint may be stored.
+func restoreIfWritten(store datastore.Interface, w netconf.Workload, addrs []string, prev *v3.WorkloadEndpoint, left *bool) error {
+	if err := workload.RestoreIfWritten(context.Background(), store, w, addrs, prev); err != nil {
+		*left = true
+		return err
+	}
+	return nil
+}
+
+// replaceOther removes the endpoint of an earlier container of this pod
+// that had another interface name (its veth is now this container's) and
+// frees its addresses. Failure only logs: that container's own DEL will
+// try again.
+func replaceOther(ctx context.Context, logger *log.Entry, store datastore.Interface, ipam addressSource, old *v3.WorkloadEndpoint) {
+	logger = logger.WithFields(log.Fields{"oldContainerID": old.Spec.ContainerID, "oldEndpoint": old.Name})
+	_, err := store.Delete(ctx, datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: old.Namespace, Name: old.Name}, old.ResourceVersion)
+	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
+		logger.WithError(err).Warn("Could not remove the endpoint of the pod's replaced container")
+		return
+	}
+	releaseReplaced(ctx, logger, ipam, old.Spec.ContainerID)
 }
 
 // releaseReplaced frees the addresses of a container this ADD replaced,

@@ -41,7 +41,8 @@ func TestManager(t *testing.T) {
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	routes := func() string { return ns.MustRun(t, "ip", "route", "show") }
+	// -N: protocol numbers as numbers (Debian's frr names 196 "static").
+	routes := func() string { return ns.MustRun(t, "ip", "-N", "route", "show") }
 	got := routes()
 	for _, want := range []string{"10.65.0.1 dev cali1", "10.70.0.0/26 dev cali1 proto 196", "10.71.0.1 dev eth1"} {
 		if !strings.Contains(got, want) {

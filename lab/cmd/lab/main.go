@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/palisade-net/palisade/lab"
+	"github.com/palisade-net/palisade/libcalico/buildinfo"
 )
 
 func main() {
@@ -60,7 +61,7 @@ so "lab down" removes it all. Needs root.`,
 	pf.StringVar(&g.name, "name", "", "Lab name (default: random for up, the only lab for other commands)")
 	pf.StringVar(&g.stateDir, "state-dir", "", "Directory of the labs' state (PALISADE_LAB_DIR; default "+lab.DefaultStateRoot+")")
 	pf.StringVar(&g.binDir, "bin-dir", "", "Directory of calico-node, calicoctl, calico, calico-ipam (PALISADE_BIN; default beside lab)")
-	root.AddCommand(newUp(g), newDown(g), newStatus(g), newExec(g), newPod(g), newList(g), newDemo(g), newPing(g),
+	root.AddCommand(newUp(g), newDown(g), newStatus(g), newExec(g), newPod(g), newList(g), newDemo(g), newPing(g), newVersion(),
 		newProbe(g), newKubectl(g))
 	return root
 }
@@ -97,7 +98,8 @@ func newUp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\nlab status --name %[1]s | lab exec --name %[1]s node1 -- calicoctl get nodes | lab pod add --name %[1]s node1 default/web | lab down --name %[1]s\n", l.Name())
+			fmt.Fprintln(cmd.OutOrStdout())
+			l.PrintHints(cmd.OutOrStdout(), selfCommand())
 			return l.Close()
 		},
 	}
@@ -106,9 +108,10 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.RR, "rr", lab.RRNone, "Route reflector: bird2, bird1 (BIRD 1.6) or none")
 	f.StringVar(&o.Peering, "peering", "", "Initial topology: rr (default with --rr) or mesh")
 	f.BoolVar(&o.Border, "border", false, "Add a BIRD border router in AS 65001 peering eBGP with every node")
-	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1) or external (/usr/bin/etcd in its own namespace)")
+	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1), external (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
+	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
 	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager and kubectl (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
 	return c
@@ -359,19 +362,38 @@ func newDemo(g *globals) *cobra.Command {
 			if os.Getenv("KEEP") == "1" {
 				keep = true
 			}
-			self := "lab"
-			if exe, err := os.Executable(); err == nil {
-				self = exe
-				if wd, err := os.Getwd(); err == nil && strings.HasPrefix(exe, wd+"/") {
-					self = strings.TrimPrefix(exe, wd+"/")
-				}
-			}
 			return lab.Demo(cmd.Context(), lab.DemoOptions{Name: g.name, Keep: keep, BinDir: g.binDir, StateRoot: g.stateDir,
-				Out: cmd.OutOrStdout(), LabCommand: self})
+				Out: cmd.OutOrStdout(), LabCommand: selfCommand()})
 		},
 	}
 	c.Flags().BoolVar(&keep, "keep", false, "Leave the lab running (also KEEP=1)")
 	return c
+}
+
+// selfCommand is how the user ran this binary, for the hints it prints:
+// relative to the working directory when below it ("bin/lab"), else its
+// absolute path.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "lab"
+	}
+	if wd, err := os.Getwd(); err == nil && strings.HasPrefix(exe, wd+"/") {
+		return strings.TrimPrefix(exe, wd+"/")
+	}
+	return exe
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Display the version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprint(cmd.OutOrStdout(), buildinfo.Get().Lines("Version"))
+			return nil
+		},
+	}
 }
 
 func newPing(g *globals) *cobra.Command {

@@ -36,14 +36,16 @@ type ObjectMeta struct {
 	// The fields below are Kubernetes object metadata that exports from
 	// Calico (`kubectl get -o yaml`, `calicoctl get -o yaml`) carry. They
 	// are accepted so such an export applies unchanged, and kept as given;
-	// Palisade does not act on them (see docs/not-acted-on.md).
+	// Palisade does not act on them (see docs/not-acted-on.md). The patch
+	// tags are Kubernetes' own, so a strategic merge patch merges
+	// ownerReferences and finalizers as it does on Calico's resources.
 	GenerateName               string              `json:"generateName,omitempty"`
 	SelfLink                   string              `json:"selfLink,omitempty"`
 	Generation                 int64               `json:"generation,omitempty"`
 	DeletionTimestamp          *Time               `json:"deletionTimestamp,omitempty"`
 	DeletionGracePeriodSeconds *int64              `json:"deletionGracePeriodSeconds,omitempty"`
-	OwnerReferences            []OwnerReference    `json:"ownerReferences,omitempty"`
-	Finalizers                 []string            `json:"finalizers,omitempty"`
+	OwnerReferences            []OwnerReference    `json:"ownerReferences,omitempty" patchStrategy:"merge" patchMergeKey:"uid"`
+	Finalizers                 []string            `json:"finalizers,omitempty" patchStrategy:"merge"`
 	ManagedFields              []ManagedFieldEntry `json:"managedFields,omitempty"`
 }
 

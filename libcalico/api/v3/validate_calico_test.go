@@ -134,6 +134,14 @@ func TestValidateAsCalico(t *testing.T) {
 			`Tier "` + strings.Repeat("t", 64) + `": metadata.name "` + strings.Repeat("t", 64) + `": name is too long by 1 bytes`},
 		{"reserved namespace label on a network set", h + "kind: GlobalNetworkSet\nmetadata: {name: s, labels: {projectcalico.org/namespace: x}}",
 			`GlobalNetworkSet "s": metadata.labels "projectcalico.org/namespace": projectcalico.org/namespace is not a valid label name`},
+		{"reserved namespace label on a namespaced network set", h + "kind: NetworkSet\nmetadata: {name: s, namespace: a, labels: {projectcalico.org/namespace: a}}",
+			`NetworkSet "a/s": metadata.labels "projectcalico.org/namespace": projectcalico.org/namespace is not a valid label name`},
+		// Calico refuses no other projectcalico.org/ label, and this one
+		// only on network sets.
+		{"other calico labels on a network set", h + "kind: GlobalNetworkSet\nmetadata: {name: s, labels: {projectcalico.org/orchestrator: k8s, projectcalico.org/tier: t}}", ""},
+		{"namespace label on a host endpoint", h + "kind: HostEndpoint\nmetadata: {name: h, labels: {projectcalico.org/namespace: x}}\nspec: {node: node-1, interfaceName: eth0}", ""},
+		{"namespace label on a profile", h + "kind: Profile\nmetadata: {name: p, labels: {projectcalico.org/namespace: x}}", ""},
+		{"namespace label on a global policy", h + "kind: GlobalNetworkPolicy\nmetadata: {name: g, labels: {projectcalico.org/namespace: x}}", ""},
 		// References within one resource.
 		{"endpoint name not matching", h + "kind: WorkloadEndpoint\nmetadata: {name: wrong, namespace: a}\nspec: {orchestrator: k8s, node: node-1, pod: web-0, endpoint: eth0}",
 			`WorkloadEndpoint "a/wrong": metadata.name "wrong": the WorkloadEndpoint name does not match the primary identifiers assigned in the Spec: expected name node--1-k8s-web--0-eth0`},

@@ -36,6 +36,10 @@ type Config struct {
 	// URLs; with ClientCAFile set, clients must present a certificate
 	// signed by that CA.
 	CertFile, KeyFile, ClientCAFile string
+	// PeerCertFile and PeerKeyFile are the certificate for https peer
+	// URLs; with PeerCAFile set, peers must present a certificate signed
+	// by that CA.
+	PeerCertFile, PeerKeyFile, PeerCAFile string
 	// TickMs and ElectionMs are raft's heartbeat interval and election
 	// timeout (etcd's defaults, 100 and 1000, when zero).
 	TickMs, ElectionMs uint
@@ -110,6 +114,12 @@ func (c Config) etcdConfig() (*embed.Config, error) {
 	if c.ClientCAFile != "" {
 		ec.ClientTLSInfo.TrustedCAFile = c.ClientCAFile
 		ec.ClientTLSInfo.ClientCertAuth = true
+	}
+	ec.PeerTLSInfo.CertFile = c.PeerCertFile
+	ec.PeerTLSInfo.KeyFile = c.PeerKeyFile
+	if c.PeerCAFile != "" {
+		ec.PeerTLSInfo.TrustedCAFile = c.PeerCAFile
+		ec.PeerTLSInfo.ClientCertAuth = true
 	}
 	// The JSON gateway (POST /v3/kv/...) is what the CNI plugins' lean
 	// client speaks; it is etcd's default, set here so it stays on.

@@ -3,6 +3,7 @@ package etcdcore
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -22,6 +23,9 @@ type Config struct {
 	// KeyFile and CertFile are the client certificate for mutual TLS;
 	// CACertFile the CA that signed the server's certificate.
 	KeyFile, CertFile, CACertFile string
+	// Key, Cert and CACert are the same as PEM data (calicoctl's inline
+	// etcdKey, etcdCert and etcdCACert); each excludes its file.
+	Key, Cert, CACert string
 	// DialTimeout bounds New in total (connect, authenticate, first
 	// read); DefaultDialTimeout when zero.
 	DialTimeout time.Duration
@@ -40,8 +44,8 @@ func (c Config) EndpointList() string {
 	return strings.Join(c.Endpoints, ",")
 }
 
-// TLSConfig builds the client TLS settings from the files, or returns nil
-// when no file is set and no endpoint is https.
+// TLSConfig builds the client TLS settings from the files or inline PEM,
+// or returns nil when none is set and no endpoint is https.
 func (c Config) TLSConfig() (*tls.Config, error) {
 	https := false
 	for _, ep := range c.Endpoints {
@@ -49,30 +53,65 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 			https = true
 		}
 	}
-	if c.CACertFile == "" && c.CertFile == "" && c.KeyFile == "" && !https {
+	if c.CACertFile == "" && c.CertFile == "" && c.KeyFile == "" && c.CACert == "" && c.Cert == "" && c.Key == "" && !https {
 		return nil, nil
 	}
+	ca, err := pemOf("etcd CA certificate", c.CACertFile, c.CACert)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := pemOf("etcd client certificate", c.CertFile, c.Cert)
+	if err != nil {
+		return nil, err
+	}
+	key, err := pemOf("etcd client key", c.KeyFile, c.Key)
+	if err != nil {
+		return nil, err
+	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.CACertFile != "" {
-		pem, err := os.ReadFile(c.CACertFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading etcd CA certificate: %w", err)
-		}
+	if ca != nil {
 		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd CA certificate %q holds no PEM certificate", c.CACertFile)
+		if !pool.AppendCertsFromPEM(ca) {
+			if c.CACertFile != "" {
+				return nil, fmt.Errorf("etcd CA certificate %q holds no PEM certificate", c.CACertFile)
+			}
+			return nil, errors.New("inline etcd CA certificate holds no PEM certificate")
 		}
 		tc.RootCAs = pool
 	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
+	if (cert == nil) != (key == nil) {
 		return nil, fmt.Errorf("etcd client certificate needs both a cert file and a key file (cert %q, key %q)", c.CertFile, c.KeyFile)
 	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if cert != nil {
+		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("loading etcd client certificate %q with key %q: %w", c.CertFile, c.KeyFile, err)
+			return nil, fmt.Errorf("loading etcd client certificate %q with key %q: %w", or(c.CertFile, "inline"), or(c.KeyFile, "inline"), err)
 		}
-		tc.Certificates = []tls.Certificate{cert}
+		tc.Certificates = []tls.Certificate{pair}
 	}
 	return tc, nil
+}
+
+// pemOf reads file, or returns inline; nil when neither is set.
+func pemOf(what, file, inline string) ([]byte, error) {
+	switch {
+	case file != "" && inline != "":
+		return nil, fmt.Errorf("%s is given both as file %q and inline: give one", what, file)
+	case inline != "":
+		return []byte(inline), nil
+	case file == "":
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", what, err)
+	}
+	return b, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

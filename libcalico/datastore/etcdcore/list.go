@@ -2,9 +2,11 @@ package etcdcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	log "github.com/sirupsen/logrus"
@@ -18,24 +20,31 @@ import (
 const minPerDecoder = 256
 
 // List reads what opts selects in one range request, so the result is
-// one consistent snapshot, and decodes it.
+// one consistent snapshot, and decodes it. Values that are not valid
+// resources are skipped, each logged once and counted in BadValues.
 func (s *Store) List(ctx context.Context, opts datastore.ListOptions) ([]v3.Resource, string, error) {
+	items, _, rev, err := s.ListWithBadValues(ctx, opts)
+	return items, rev, err
+}
+
+// ListWithBadValues is List that also returns the values it skipped.
+func (s *Store) ListWithBadValues(ctx context.Context, opts datastore.ListOptions) ([]v3.Resource, []*datastore.BadValueError, string, error) {
 	path, prefix, err := datastore.ListPath(opts)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	if pr, ok := s.tr.(PagedRanger); ok && prefix {
 		return s.listPaged(ctx, pr, opts.Kind, path)
 	}
 	resp, err := s.tr.Range(ctx, path, prefix)
 	if err != nil {
-		return nil, "", fmt.Errorf("listing %s: %w", path, err)
+		return nil, nil, "", fmt.Errorf("listing %s: %w", path, err)
 	}
-	items, err := s.decodeAll(opts.Kind, resp.KVs)
+	items, bad, err := s.decodeAll(opts.Kind, resp.KVs)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	return items, revString(resp.Revision), nil
+	return items, bad, revString(resp.Revision), nil
 }
 
 // listPage is how many keys one page of a paged List reads.
@@ -51,11 +60,11 @@ type page struct {
 // (one consistent snapshot) and decodes each page while the next one is
 // being read, so a large List costs little more than the read itself. A
 // list that fits in one page is one request, as before.
-func (s *Store) listPaged(ctx context.Context, pr PagedRanger, kind, prefix string) ([]v3.Resource, string, error) {
+func (s *Store) listPaged(ctx context.Context, pr PagedRanger, kind, prefix string) ([]v3.Resource, []*datastore.BadValueError, string, error) {
 	end := PrefixEnd(prefix)
 	first, more, err := pr.RangePage(ctx, prefix, end, 0, listPage)
 	if err != nil {
-		return nil, "", fmt.Errorf("listing %s: %w", prefix, err)
+		return nil, nil, "", fmt.Errorf("listing %s: %w", prefix, err)
 	}
 	rev := first.Revision
 	pages := make(chan page, 4)
@@ -79,37 +88,43 @@ func (s *Store) listPaged(ctx context.Context, pr PagedRanger, kind, prefix stri
 			}
 		}
 	}()
-	items, err := s.decodeAll(kind, first.KVs)
+	items, bad, err := s.decodeAll(kind, first.KVs)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	for p := range pages {
 		if p.err != nil {
-			return nil, "", p.err
+			return nil, nil, "", p.err
 		}
-		decoded, err := s.decodeAll(kind, p.kvs)
+		decoded, b, err := s.decodeAll(kind, p.kvs)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		items = append(items, decoded...)
+		bad = append(bad, b...)
 	}
-	return items, revString(rev), nil
+	return items, bad, revString(rev), nil
 }
 
-// decodeAll decodes a range result. With a kind, every key must be of that
-// kind; without one (a list of everything), keys of kinds this build does
-// not know are skipped. Large results are decoded on every CPU at once:
-// JSON decoding, not etcd, is most of the cost of a big List.
-func (s *Store) decodeAll(kind string, kvs []KeyValue) ([]v3.Resource, error) {
+// decodeAll decodes a range result. With a kind, every key is read as
+// that kind; without one (a list of everything), keys of kinds this build
+// does not know are skipped. A value that is not a valid resource (or a
+// key of the kind with the wrong number of segments) is left out of the
+// items, recorded in BadValues and returned in bad. Large results are
+// decoded on every CPU at once: JSON decoding, not etcd, is most of the
+// cost of a big List.
+func (s *Store) decodeAll(kind string, kvs []KeyValue) ([]v3.Resource, []*datastore.BadValueError, error) {
 	var info v3.KindInfo
 	if kind != "" {
 		var ok bool
 		if info, ok = v3.KindByName(kind); !ok {
-			return nil, fmt.Errorf("kind %q is not a known resource kind", kind)
+			return nil, nil, fmt.Errorf("kind %q is not a known resource kind", kind)
 		}
 	}
 	items := make([]v3.Resource, len(kvs))
-	decodeRange := func(lo, hi int) error {
+	var badMu sync.Mutex
+	var bad []*datastore.BadValueError
+	decodeRange := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			kv := &kvs[i]
 			var err error
@@ -120,34 +135,40 @@ func (s *Store) decodeAll(kind string, kvs []KeyValue) ([]v3.Resource, error) {
 			} else {
 				items[i], err = s.codec.Decode(kv.Key, kv.Value, kv.ModRevision)
 			}
-			if err != nil {
-				return err
+			if err == nil {
+				continue
 			}
+			var bv *datastore.BadValueError
+			if !errors.As(err, &bv) {
+				// A key of the kind that is not a resource key.
+				bv = &datastore.BadValueError{Key: datastore.Key{Kind: info.Kind}, Path: kv.Key, Revision: kv.ModRevision, Reason: err}
+			}
+			items[i] = nil
+			badMu.Lock()
+			bad = append(bad, bv)
+			badMu.Unlock()
 		}
-		return nil
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(kvs)/minPerDecoder)
 	if workers <= 1 {
-		if err := decodeRange(0, len(kvs)); err != nil {
-			return nil, err
-		}
+		decodeRange(0, len(kvs))
 	} else {
-		errs := make([]error, workers)
 		var wg sync.WaitGroup
 		per := (len(kvs) + workers - 1) / workers
 		for w := range workers {
 			lo, hi := w*per, min((w+1)*per, len(kvs))
-			wg.Go(func() { errs[w] = decodeRange(lo, hi) })
+			wg.Go(func() { decodeRange(lo, hi) })
 		}
 		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return nil, err
-			}
-		}
 	}
-	if kind == "" {
+	if kind == "" || len(bad) > 0 {
 		items = slices.DeleteFunc(items, func(r v3.Resource) bool { return r == nil })
 	}
-	return items, nil
+	if len(bad) > 0 {
+		slices.SortFunc(bad, func(a, b *datastore.BadValueError) int { return strings.Compare(a.Path, b.Path) })
+		for _, bv := range bad {
+			s.bad.Record(bv)
+		}
+	}
+	return items, bad, nil
 }

@@ -86,12 +86,20 @@ func (s *Store) replace(ctx context.Context, r v3.Resource, upsert bool) (v3.Res
 		if want != 0 && kv.ModRevision != want {
 			return nil, &datastore.ConflictError{Key: k, Op: "update", Revision: revString(want), Current: revString(kv.ModRevision)}
 		}
+		// A stored value that is not a valid resource is replaced like
+		// any other, with a fresh uid and creation time.
+		var uid string
+		var created v3.Time
 		old, err := s.codec.Decode(path, kv.Value, kv.ModRevision)
-		if err != nil {
+		switch {
+		case err == nil:
+			om := old.GetObjectMeta()
+			uid, created = om.UID, om.CreationTimestamp
+		case errors.Is(err, datastore.ErrBadValue):
+			s.bad.Record(err)
+		default:
 			return nil, err
 		}
-		om := old.GetObjectMeta()
-		uid, created := om.UID, om.CreationTimestamp
 		if uid == "" {
 			uid = uuid.NewString()
 		}
@@ -151,7 +159,13 @@ func (s *Store) Delete(ctx context.Context, k datastore.Key, resourceVersion str
 	if !ok {
 		return nil, &datastore.NotFoundError{Key: k}
 	}
-	return s.codec.Decode(path, prev.Value, prev.ModRevision)
+	r, err := s.codec.Decode(path, prev.Value, prev.ModRevision)
+	var bv *datastore.BadValueError
+	if errors.As(err, &bv) {
+		s.bad.Record(bv)
+		bv.Deleted = true
+	}
+	return r, err
 }
 
 // Get reads one resource.
@@ -167,5 +181,9 @@ func (s *Store) Get(ctx context.Context, k datastore.Key) (v3.Resource, error) {
 	if len(resp.KVs) == 0 {
 		return nil, &datastore.NotFoundError{Key: k}
 	}
-	return s.codec.Decode(path, resp.KVs[0].Value, resp.KVs[0].ModRevision)
+	r, err := s.codec.Decode(path, resp.KVs[0].Value, resp.KVs[0].ModRevision)
+	if errors.Is(err, datastore.ErrBadValue) {
+		s.bad.Record(err)
+	}
+	return r, err
 }

@@ -16,6 +16,7 @@ import (
 type Store struct {
 	tr        Transport
 	codec     *datastore.Codec
+	bad       *datastore.BadValues
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -23,11 +24,15 @@ type Store struct {
 // NewStore serves resources and raw keys over tr, which it closes on
 // Close.
 func NewStore(tr Transport) *Store {
-	return &Store{tr: tr, codec: datastore.NewCodec()}
+	return &Store{tr: tr, codec: datastore.NewCodec(), bad: &datastore.BadValues{}}
 }
 
 // Codec is the resource codec the store encodes and decodes with.
 func (s *Store) Codec() *datastore.Codec { return s.codec }
+
+// BadValues logs and counts the stored values that are not valid
+// resources, as the store's readers skip them.
+func (s *Store) BadValues() *datastore.BadValues { return s.bad }
 
 // Close closes the transport; calling it again is harmless.
 func (s *Store) Close() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -44,6 +45,13 @@ func testTLS(t *testing.T, start func(testing.TB) ([]string, etcdtest.TLSFiles))
 		t.Fatalf("TLS server endpoint %q is not https", endpoints[0])
 	}
 	other := etcdtest.GenerateTLS(t, t.TempDir()) // a CA the server does not trust
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
 	cases := []struct {
 		name string
 		cfg  etcdv3.Config
@@ -53,6 +61,8 @@ func testTLS(t *testing.T, start func(testing.TB) ([]string, etcdtest.TLSFiles))
 		wantErr []string
 	}{
 		{"CA and client certificate", etcdv3.Config{CACertFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}, nil},
+		{"inline CA and client certificate (a join file's)", etcdv3.Config{CACert: read(files.CA), Cert: read(files.ClientCert), Key: read(files.ClientKey)}, nil},
+		{"CA as a file and inline", etcdv3.Config{CACertFile: files.CA, CACert: read(files.CA)}, []string{"etcd CA certificate is given both as file"}},
 		{"no client certificate", etcdv3.Config{CACertFile: files.CA}, []string{"tls: certificate required", "tls: bad certificate"}},
 		{"client certificate from an unknown CA", etcdv3.Config{CACertFile: files.CA, CertFile: other.ClientCert, KeyFile: other.ClientKey}, []string{"tls: unknown certificate authority", "tls: bad certificate"}},
 		{"server not signed by the given CA", etcdv3.Config{CACertFile: other.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}, []string{"certificate signed by unknown authority"}},

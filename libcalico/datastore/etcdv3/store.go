@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdcore"
@@ -28,6 +30,18 @@ const MaxBatch = etcdcore.MaxBatch
 
 // KV is the raw key-value view of a Store (Store.KV), for IPAM.
 type KV = etcdcore.KV
+
+// reconnect is how the client dials etcd again after losing it: quickly at
+// first, then at most every second however long etcd has been away
+// (gRPC's default grows to two minutes, so after an outage of a minute or
+// two watches came back only tens of seconds after etcd did). An attempt
+// gives up after two seconds, so a connection that etcd accepted but
+// never answered (a frozen process, lost packets) is retried rather than
+// waited on.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 2 * time.Second,
+}
 
 // core is embedded unexported so that its methods, not the field, are
 // part of Store's API.
@@ -68,6 +82,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		Logger:               zap.NewNop(),
+		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(reconnect)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: connecting: %w", cfg.EndpointList(), err)

@@ -45,7 +45,9 @@ func runSuite(t *testing.T, endpoints []string) {
 		{"List", testList},
 		{"ListManyPages", testListManyPages},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
-		{"GetUndecodable", testGetUndecodable},
+		{"BadValuesSkipped", testBadValuesSkipped},
+		{"BadValuesReplacedAndDeleted", testBadValuesReplacedAndDeleted},
+		{"BadValuesInLargeList", testBadValuesInLargeList},
 		{"KV", testKV},
 		{"WriteBatch", testWriteBatch},
 	}
@@ -57,7 +59,7 @@ func runSuite(t *testing.T, endpoints []string) {
 		{"WatchOrder", testWatchOrder},
 		{"WatchFromCompactedRevision", testWatchFromCompactedRevision},
 		{"WatchResumesAfterCompaction", testWatchResumesAfterCompaction},
-		{"WatchReportsUndecodableValues", testWatchUndecodable},
+		{"WatchSkipsBadValues", testWatchBadValues},
 	}
 	for _, c := range clients() {
 		t.Run(c.name, func(t *testing.T) {
@@ -496,41 +498,4 @@ func testConcurrentCAS(t *testing.T, s store, raw *etcdv3.Store) {
 		lost += <-conflicts
 	}
 	t.Logf("%d conflicts retried", lost)
-}
-
-// testGetUndecodable: a stored value that is not valid JSON fails a Get
-// with an error naming the resource.
-func testGetUndecodable(t *testing.T, s store, raw *etcdv3.Store) {
-	ctx := testCtx(t)
-	const path = datastore.ResourcePrefix + "ippools/broken"
-	if _, err := raw.Client().Put(ctx, path, "{not json"); err != nil {
-		t.Fatal(err)
-	}
-	_, err := s.Get(ctx, datastore.Key{Kind: "IPPool", Name: "broken"})
-	if err == nil || !strings.Contains(err.Error(), `ippool "broken": decoding stored value`) {
-		t.Fatalf("Get of undecodable value: %v", err)
-	}
-}
-
-// testWatchUndecodable: a value that is not valid JSON is reported as an
-// Error event naming its key, and the watch goes on.
-func testWatchUndecodable(t *testing.T, s *etcdv3.Store, _ []string) {
-	ctx := testCtx(t)
-	w, err := s.Watch(ctx, datastore.ListOptions{Kind: "IPPool"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	const path = datastore.ResourcePrefix + "ippools/broken"
-	if _, err := s.Client().Put(ctx, path, "{not json"); err != nil {
-		t.Fatal(err)
-	}
-	e := next(t, w)
-	if e.Type != datastore.Error || e.Err == nil || !strings.Contains(e.Err.Error(), `ippool "broken": decoding stored value`) {
-		t.Fatalf("got %s, want an Error event naming ippool \"broken\"", summarize(e))
-	}
-	created := mustCreate(t, s, pool("fine", "10.1.0.0/16"))
-	if e := summarize(next(t, w)); e.Type != datastore.Added || e.Name != "fine" || e.Revision != created.GetObjectMeta().ResourceVersion {
-		t.Fatalf("after the error got %s, want Added fine", e)
-	}
 }

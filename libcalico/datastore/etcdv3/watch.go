@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
@@ -23,10 +25,31 @@ const watchBuffer = 64
 // retryDelay is the pause before watching or listing again after an error.
 const retryDelay = 200 * time.Millisecond
 
+// logLevelFor is the level of a watcher's retry message: debug when etcd
+// is unreachable or has no leader (the agent logs that once), warning for
+// anything else.
+func logLevelFor(err error) log.Level {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return log.DebugLevel
+	}
+	return log.WarnLevel
+}
+
 // delivered is what the consumer last saw of one key.
 type delivered struct {
 	modRev int64
 	value  []byte
+	// bad: the value is not a valid resource, so the consumer does not
+	// have it (List skips such values, and so does the watcher).
+	bad bool
+	// unchecked: seeded from the start revision and not decoded yet.
+	unchecked bool
 }
 
 // watcher follows one key or prefix. It remembers what it delivered for
@@ -87,7 +110,7 @@ func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision 
 	}
 	for _, kv := range resp.Kvs {
 		if _, _, err := s.Codec().ParseKey(string(kv.Key)); err == nil {
-			w.known[string(kv.Key)] = delivered{modRev: kv.ModRevision, value: kv.Value}
+			w.known[string(kv.Key)] = delivered{modRev: kv.ModRevision, value: kv.Value, unchecked: true}
 		}
 	}
 	w.ctx, w.cancel = context.WithCancel(ctx)
@@ -143,7 +166,9 @@ func (w *watcher) follow() (resync, ok bool) {
 			return true, w.ctx.Err() == nil
 		}
 		if err := resp.Err(); err != nil {
-			w.log.WithError(err).Warn("Watch stream failed; watching again")
+			// Losing etcd is the agent's to report, once; a watcher
+			// only says so at debug level and carries on.
+			w.log.WithError(err).Log(logLevelFor(err), "Watch stream failed; watching again")
 			return false, w.ctx.Err() == nil
 		}
 		for _, ev := range resp.Events {
@@ -205,22 +230,61 @@ func (w *watcher) deliver(ev *clientv3.Event) bool {
 	if _, _, err := w.store.Codec().ParseKey(key); err != nil {
 		return true // a kind this build does not know
 	}
-	w.known[key] = delivered{modRev: rev, value: ev.Kv.Value}
-	typ := datastore.Added
-	if had {
-		typ = datastore.Modified
-	}
-	return w.emit(typ, key, ev.Kv.Value, rev, rev)
+	return w.emitPut(key, ev.Kv.Value, rev, prev, had)
 }
 
-// emit decodes a value and sends the event, or an Error event when the
-// value does not decode.
+// emit decodes a deleted value and sends the event; a value the consumer
+// never had (it was not a valid resource) is not reported. An Error event
+// reports any other decoding failure.
 func (w *watcher) emit(typ datastore.EventType, key string, value []byte, modRev, eventRev int64) bool {
 	obj, err := w.store.Codec().Decode(key, value, modRev)
+	if errors.Is(err, datastore.ErrBadValue) {
+		return true
+	}
 	if err != nil {
 		return w.send(datastore.Event{Type: datastore.Error, Revision: strconv.FormatInt(eventRev, 10), Err: err})
 	}
 	return w.send(datastore.Event{Type: typ, Object: obj, Revision: strconv.FormatInt(eventRev, 10)})
+}
+
+// emitPut reports the new value of key (prev, when had, is what the
+// watcher last recorded for it): Added or Modified; or, when the value is
+// not a valid resource, nothing (it is logged once and counted), or the
+// deletion of the valid value the consumer had, so that Watch agrees with
+// List, which skips such values.
+func (w *watcher) emitPut(key string, value []byte, rev int64, prev delivered, had bool) bool {
+	codec := w.store.Codec()
+	eventRev := strconv.FormatInt(rev, 10)
+	// gone is the deletion of the previous value, should it be reported.
+	gone := datastore.Event{Type: datastore.Deleted, Revision: eventRev}
+	if had && prev.unchecked {
+		gone.Object, _ = codec.Decode(key, prev.value, prev.modRev)
+	}
+	// had: the consumer has the previous value.
+	had = had && !prev.bad && (!prev.unchecked || gone.Object != nil)
+	obj, err := codec.Decode(key, value, rev)
+	if errors.Is(err, datastore.ErrBadValue) {
+		w.store.BadValues().Record(err)
+		w.known[key] = delivered{modRev: rev, value: value, bad: true}
+		if !had {
+			return true
+		}
+		if gone.Object == nil {
+			if gone.Object, err = codec.Decode(key, prev.value, prev.modRev); err != nil {
+				return true
+			}
+		}
+		return w.send(gone)
+	}
+	w.known[key] = delivered{modRev: rev, value: value}
+	if err != nil {
+		return w.send(datastore.Event{Type: datastore.Error, Revision: eventRev, Err: err})
+	}
+	typ := datastore.Added
+	if had {
+		typ = datastore.Modified
+	}
+	return w.send(datastore.Event{Type: typ, Object: obj, Revision: eventRev})
 }
 
 // resync lists the current state and reports what differs from what the
@@ -241,7 +305,7 @@ func (w *watcher) resync() bool {
 		if w.ctx.Err() != nil {
 			return false
 		}
-		w.log.WithError(err).Warn("Listing again after compaction failed; retrying")
+		w.log.WithError(err).Log(logLevelFor(err), "Listing again after compaction failed; retrying")
 		if !w.pause() {
 			return false
 		}
@@ -276,13 +340,8 @@ func (w *watcher) resync() bool {
 	sort.Slice(changed, func(i, j int) bool { return changed[i].ModRevision < changed[j].ModRevision })
 	for _, kv := range changed {
 		key := string(kv.Key)
-		_, had := w.known[key]
-		w.known[key] = delivered{modRev: kv.ModRevision, value: kv.Value}
-		typ := datastore.Added
-		if had {
-			typ = datastore.Modified
-		}
-		if !w.emit(typ, key, kv.Value, kv.ModRevision, kv.ModRevision) {
+		prev, had := w.known[key]
+		if !w.emitPut(key, kv.Value, kv.ModRevision, prev, had) {
 			return false
 		}
 	}

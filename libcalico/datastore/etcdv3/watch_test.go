@@ -12,6 +12,7 @@ import (
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
@@ -203,7 +204,7 @@ func (c *consumer) apply(e datastore.Event) {
 
 func testWatchResumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoints []string) {
 	ctx := testCtx(t)
-	px := startProxy(t, endpoints[0])
+	px := etcdtest.StartRelay(t, endpoints[0])
 	proxied := connect(t, []string{px.Endpoint()})
 
 	for _, p := range []v3.Resource{pool("keep", "10.1.0.0/16"), pool("change", "10.2.0.0/16"), pool("remove", "10.3.0.0/16")} {
@@ -227,7 +228,7 @@ func testWatchResumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoin
 
 	// Disconnect the watcher, change everything while it is away, and
 	// compact the history it would need to catch up.
-	px.Cut()
+	px.Refuse()
 	change := func(name, cidr string) {
 		t.Helper()
 		cur, err := direct.Get(ctx, datastore.Key{Kind: "IPPool", Name: name})
@@ -253,7 +254,9 @@ func testWatchResumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoin
 	if _, err := direct.Client().Compact(ctx, rev(t, now), clientv3.WithCompactPhysical()); err != nil {
 		t.Fatalf("compact at %s: %v", now, err)
 	}
-	px.Restore()
+	if err := px.Restore(); err != nil {
+		t.Fatal(err)
+	}
 
 	// The watcher must bring the consumer to the current state, with
 	// only the net changes (the history is gone).
