@@ -380,3 +380,42 @@ func TestUpFailureCleansUp(t *testing.T) {
 		t.Errorf("state directory left behind")
 	}
 }
+
+// TestBorrowedAddresses: the pool holds a single block, so the first
+// pod's node claims it and the pods of the other nodes borrow addresses
+// from it (Calico's IPAM does so once no block is free). Every pod still
+// reaches every other one: the borrowing nodes advertise a host route
+// for each borrowed address and the block's owner installs those
+// instead of blackholing them with the rest of its block.
+func TestBorrowedAddresses(t *testing.T) {
+	l := newLab(t, Options{Nodes: 3, PoolCIDR: "10.244.0.0/26"})
+	ctx := context.Background()
+	var pods []Pod
+	for _, n := range []string{"node1", "node2", "node3"} {
+		p, err := l.AddPod(ctx, n, "borrow", "p-"+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	block := netip.MustParsePrefix("10.244.0.0/26")
+	for _, p := range pods {
+		if !block.Contains(p.IP) {
+			t.Fatalf("pod %s got %s, outside the pool's one block %s", p.Key(), p.IP, block)
+		}
+	}
+	requireReachable(t, l, "addresses borrowed from node1's block")
+	rs, err := l.BGPRoutes(ctx, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasRoute(rs, block, nil) {
+		t.Errorf("node1 does not blackhole the rest of its block %s: %+v", block, rs)
+	}
+	for _, p := range pods[1:] {
+		n, _ := l.Node(p.Node)
+		if !hasRoute(rs, netip.PrefixFrom(p.IP, 32), []netip.Addr{n.IP}) {
+			t.Errorf("node1 has no host route for %s's borrowed %s via %s: %+v", p.Key(), p.IP, n.IP, rs)
+		}
+	}
+}

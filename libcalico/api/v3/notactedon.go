@@ -20,9 +20,12 @@ var NotActedOn = map[string][]string{
 		"spec.serviceLoadBalancerAggregation",
 		"spec.ipv4NormalRoutePriority",
 		"spec.ipv6NormalRoutePriority",
+		"spec.localWorkloadPeeringIPV4",
+		"spec.localWorkloadPeeringIPV6",
 	},
 	KindBGPPeer: {
-		"spec.localASNumber",
+		"spec.reachableBy",
+		"spec.localWorkloadSelector",
 	},
 	KindIPPool: {
 		"spec.namespaceSelector",
