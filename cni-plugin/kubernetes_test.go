@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -73,10 +74,15 @@ func (c *cluster) newKubeNode(t testing.TB, name string) *kubeNode {
 	kc := sharedKube(t)
 	n := c.newNode(name)
 	kn := &kubeNode{node: n, kc: kc}
-	if err := n.inNode(func() (err error) {
-		kn.api, err = startProxy(t, strings.TrimPrefix(kc.URL, "https://"))
-		return err
-	}); err != nil {
+	listen := func(addr string) (l net.Listener, err error) {
+		err = n.inNode(func() error {
+			l, err = net.Listen("tcp", addr)
+			return err
+		})
+		return l, err
+	}
+	var err error
+	if kn.api, err = startProxy(t, strings.TrimPrefix(kc.URL, "https://"), listen); err != nil {
 		t.Fatal(err)
 	}
 	kn.kubeconfig = filepath.Join(c.dir, name+".kubeconfig")
@@ -358,7 +364,7 @@ func TestKubernetesMode(t *testing.T) {
 		}
 		n.api.cut()
 		_, err = n.add(confWith(t, list, "datastore_timeout", "2s"), p.runtimeConf(true))
-		n.api.restore()
+		n.api.restore(t)
 		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "Kubernetes API server") {
 			t.Errorf("ADD with the API server unreachable: code %d: %v", cniCode(err), err)
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,7 +254,7 @@ func labStore(b *testing.B, l *Lab) *etcdv3.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ln.Close() })
-	target := l.etcdEndpoint()[len("http://"):]
+	target := strings.TrimPrefix(l.etcdEndpoints()[0], "https://")
 	dial := l.dialIn(l.Nodes()[0].NS)
 	go func() {
 		for {
@@ -273,7 +274,9 @@ func labStore(b *testing.B, l *Lab) *etcdv3.Store {
 			}()
 		}
 	}()
-	s, err := etcdv3.New(context.Background(), etcdv3.Config{Endpoints: []string{"http://" + ln.Addr().String()}})
+	tls := l.etcdClientFiles()
+	s, err := etcdv3.New(context.Background(), etcdv3.Config{Endpoints: []string{"https://" + ln.Addr().String()},
+		CACertFile: tls.CA, CertFile: tls.ClientCert, KeyFile: tls.ClientKey})
 	if err != nil {
 		b.Fatal(err)
 	}
