@@ -17,7 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/libcalico/k8s/kubeapi"
 )
 
 // bpfFelixConfig turns felix's eBPF dataplane on (Options.BPF).
@@ -128,6 +131,13 @@ type Options struct {
 	// IPv6 gives nodes IPv6 addresses and adds the IPv6 pool PoolCIDR6;
 	// pods get an address of each family.
 	IPv6 bool `json:"ipv6,omitempty"`
+	// Kubernetes adds a Kubernetes control plane (kube-apiserver with its
+	// etcd, kube-controller-manager, calico-kube-controllers): every pod
+	// is then a Pod object, wired by the CNI plugin in Kubernetes mode.
+	Kubernetes bool `json:"kubernetes"`
+	// KubeBinDir holds kube-apiserver, kube-controller-manager and kubectl
+	// (default $PALISADE_KUBE_BIN, else hack/kube-tools.sh's cache).
+	KubeBinDir string `json:"kubeBinDir"`
 	// Progress receives one line per step; nil prints nothing.
 	Progress io.Writer `json:"-"`
 }
@@ -205,6 +215,15 @@ func (o *Options) defaults() error {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
+	if o.Kubernetes {
+		o.KubeBinDir = o.kubeBinDir()
+		if err := kubeapi.CheckBinDir(o.KubeBinDir); err != nil {
+			return fmt.Errorf("lab %q: --kubernetes: %w", o.Name, err)
+		}
+		if _, err := os.Stat(filepath.Join(o.BinDir, "calico-kube-controllers")); err != nil {
+			return fmt.Errorf("lab %q: calico-kube-controllers not found in %s (make build, or set PALISADE_BIN)", o.Name, o.BinDir)
+		}
+	}
 	return o.overlayDefaults()
 }
 
@@ -252,6 +271,8 @@ type Lab struct {
 	lock *os.File
 	// times are Up's timings (zero for a lab opened with Open).
 	times UpTimes
+	// kube is the client of the lab's API server, made on first use.
+	kube kubernetes.Interface
 }
 
 // UpTimes says how long Up took to start the agents and establish the
@@ -451,7 +472,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		}
 	}()
 	began := time.Now()
-	l.say("lab %s: %d node(s), route reflector %s, etcd %s, border %v; state in %s", o.Name, o.Nodes, o.RR, o.Etcd, o.Border, dir)
+	l.say("lab %s: %d node(s), route reflector %s, etcd %s, border %v, kubernetes %v; state in %s", o.Name, o.Nodes, o.RR, o.Etcd, o.Border, o.Kubernetes, dir)
 	if err := l.makeFabric(ctx); err != nil {
 		return nil, err
 	}
@@ -483,6 +504,16 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if o.Border {
 		if err := l.startBird(ctx, "border"); err != nil {
 			return nil, err
+		}
+	}
+	if o.Kubernetes {
+		if err := l.startKube(ctx); err != nil {
+			return nil, err
+		}
+		for _, n := range append([]Node{first}, rest...) {
+			if err := l.registerKubeNode(ctx, n); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := l.startNode(ctx, first); err != nil {
@@ -535,6 +566,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	l.times.Agents = time.Since(began)
 	l.say("✓ %d calico-node(s) running after %s", o.Nodes, l.times.Agents.Round(10*time.Millisecond))
+	if o.Kubernetes {
+		if err := l.startKubeControllers(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if l.times.Sessions, err = l.WaitSessions(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}

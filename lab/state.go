@@ -41,6 +41,10 @@ type Pod struct {
 	IP netip.Addr `json:"ip"`
 	// IP6 is its IPv6 address (Options.IPv6).
 	IP6 netip.Addr `json:"ip6,omitzero"`
+	// Labels are the labels it was made with.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Serve are the ports its server answers on.
+	Serve []ServePort `json:"serve,omitempty"`
 }
 
 // Key is "namespace/name".
