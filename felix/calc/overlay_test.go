@@ -4,13 +4,13 @@ import (
 	"flag"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/golden"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files under felix/calc/testdata")
@@ -88,26 +88,6 @@ func overlayCluster() []Update {
 	}
 }
 
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *updateGolden {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Fatalf("overlay differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-	}
-}
-
 func runOverlay(updates []Update, flushEvery int) *overlayRecorder {
 	rec := &overlayRecorder{recorder: newRecorder()}
 	g := NewGraph("node1", rec)
@@ -133,7 +113,7 @@ func TestOverlayGolden(t *testing.T) {
 	if rec.overlay == nil {
 		t.Fatal("no overlay passed")
 	}
-	golden(t, "overlay.golden", rec.overlay.String())
+	golden.Check(t, filepath.Join("testdata", "overlay.golden"), rec.overlay.String(), *updateGolden)
 }
 
 // TestOverlayOrder feeds the same cluster in many orders, flushed after
@@ -187,7 +167,7 @@ func TestOverlayChanges(t *testing.T) {
 		g.Flush()
 		out.WriteString("## " + s.name + "\n" + rec.overlay.String())
 	}
-	golden(t, "overlay_changes.golden", out.String())
+	golden.Check(t, filepath.Join("testdata", "overlay_changes.golden"), out.String(), *updateGolden)
 }
 
 // TestVTEPMAC checks the MAC derived from a node name, as Calico's felix

@@ -3,12 +3,12 @@ package vxlan
 import (
 	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/libcalico/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -67,20 +67,7 @@ func TestDesiredGolden(t *testing.T) {
 		}
 		out.WriteString("## " + c.name + "\n" + Desired(c.o, p).String())
 	}
-	path := filepath.Join("testdata", "desired.golden")
-	if *update {
-		_ = os.MkdirAll("testdata", 0o755)
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if out.String() != string(want) {
-		t.Fatalf("desired state differs from %s:\n%s", path, out.String())
-	}
+	golden.Check(t, filepath.Join("testdata", "desired.golden"), out.String(), *update)
 }
 
 // TestDiff checks the minimal delta: nothing between equal states, every
