@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,11 +28,16 @@ type Server struct {
 	mu      sync.Mutex
 	sctp    map[string]time.Time // "srcIP:srcPort>dstPort"
 	sctpFd  int
+	// sctpDone is closed when readSCTP has returned: only then may the
+	// descriptor be closed, or the kernel hands its number to the next
+	// socket opened and the reader steals that socket's data.
+	sctpDone chan struct{}
+	closing  atomic.Bool
 }
 
 // Serve starts a server in run's namespace.
 func Serve(run *nsexec.Runner, ports ...int) (*Server, error) {
-	s := &Server{sctp: map[string]time.Time{}, sctpFd: -1}
+	s := &Server{sctp: map[string]time.Time{}, sctpFd: -1, sctpDone: make(chan struct{})}
 	err := run.Do(func() error {
 		for _, p := range ports {
 			if err := s.serve("tcp4", "udp4", p); err != nil {
@@ -45,7 +51,10 @@ func Serve(run *nsexec.Runner, ports ...int) (*Server, error) {
 			return fmt.Errorf("raw SCTP socket: %w", err)
 		}
 		s.sctpFd = fd
-		return nil
+		// Wake now and then, so Close never waits on a reader that a
+		// shutdown did not wake.
+		tv := syscall.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
+		return syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	})
 	if err != nil {
 		s.Close()
@@ -91,11 +100,15 @@ func (s *Server) serve(tcp, udp string, p int) error {
 }
 
 func (s *Server) readSCTP() {
+	defer close(s.sctpDone)
 	buf := make([]byte, 2048)
 	for {
 		n, _, err := syscall.Recvfrom(s.sctpFd, buf, 0)
-		if err != nil {
-			return
+		if (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR)) && !s.closing.Load() {
+			continue
+		}
+		if err != nil || n == 0 {
+			return // n == 0: Close shut the socket down
 		}
 		if n < 20+12 {
 			continue
@@ -115,8 +128,11 @@ func (s *Server) Close() {
 		_ = c.Close()
 	}
 	if s.sctpFd >= 0 {
+		s.closing.Store(true)
 		_ = syscall.Shutdown(s.sctpFd, syscall.SHUT_RDWR)
+		<-s.sctpDone
 		_ = syscall.Close(s.sctpFd)
+		s.sctpFd = -1
 	}
 }
 
