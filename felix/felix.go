@@ -15,6 +15,8 @@ import (
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 )
@@ -32,6 +34,16 @@ type Config struct {
 	NodeName string
 	// Store is the datastore.
 	Store datastore.Interface
+	// KV is the raw key-value view of Store: with it (and a Store that
+	// can watch raw keys) felix reads the IPAM blocks and programs the
+	// VXLAN overlay's routes to other nodes' blocks.
+	KV datastore.KV
+	// MTUFile receives the pod MTU for the CNI plugin ("" writes none;
+	// calico-node: /var/lib/calico/mtu).
+	MTUFile string
+	// OverlayBlackholes makes felix blackhole this node's blocks of VXLAN
+	// pools (protocol 80), for a node without a BGP speaker doing so.
+	OverlayBlackholes bool
 	// NetNS is the path of the network namespace to program ("" for the
 	// current one, as in calico-node).
 	NetNS string
@@ -111,15 +123,28 @@ func Run(ctx context.Context, cfg Config) error {
 func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger) (bool, error) {
 	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
 	defer dp.Close()
-	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger})
+	run, err := nsexec.New(cfg.NetNS)
+	if err != nil {
+		return false, fmt.Errorf("felix: %w", err)
+	}
+	defer run.Close()
+	ov, err := vxlan.New(run, logger, cfg.MTUFile)
+	if err != nil {
+		return false, fmt.Errorf("felix: %w", err)
+	}
+	defer ov.Close()
+	ov.Blackholes = cfg.OverlayBlackholes
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger, overlay: ov})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan event, 64)
 	syncDone := make(chan error, 1)
-	go func() {
-		syncDone <- calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events}).Run(ctx)
-	}()
+	syncer := calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events})
+	if w, ok := cfg.Store.(datastore.KVWatcher); ok && cfg.KV != nil {
+		syncer.Blocks = &calc.BlockSource{KV: cfg.KV, Watcher: w}
+	}
+	go func() { syncDone <- syncer.Run(ctx) }()
 	defer func() { cancel(); <-syncDone }()
 
 	timer := time.NewTimer(time.Hour)
@@ -174,7 +199,10 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 			continue
 		}
 		err := dp.Apply(ctx)
-		wait := dp.NextRefresh(time.Now())
+		if dp.InSync() {
+			err = errors.Join(err, ov.Apply(ctx))
+		}
+		wait := min(dp.NextRefresh(time.Now()), ov.NextRefresh(time.Now()))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			retry = min(max(retry*2, minRetry), maxRetry)
@@ -212,13 +240,18 @@ func ownLogger(base *log.Logger) *log.Logger {
 
 // levelSetter is the dataplane as the calculation graph sees it: every
 // configuration first sets felix's log level from logSeverityScreen and
-// names the fields felix does not act on.
+// names the fields felix does not act on; the overlay goes to the VXLAN
+// manager.
 type levelSetter struct {
 	*selector
-	logger *log.Logger
-	log    *log.Entry
-	unused unusedFields
+	logger  *log.Logger
+	log     *log.Entry
+	unused  unusedFields
+	overlay *vxlan.Manager
 }
+
+// OnOverlayUpdate implements calc.OverlayDataplane.
+func (l *levelSetter) OnOverlayUpdate(o *calc.Overlay) { l.overlay.SetOverlay(o) }
 
 // OnConfigUpdate implements calc.Dataplane.
 func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
@@ -230,6 +263,7 @@ func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
 	}
 	l.unused.warn(cfg, l.log)
+	l.overlay.SetConfig(cfg.Spec)
 	l.selector.OnConfigUpdate(cfg)
 }
 

@@ -17,6 +17,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
 	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/bgp/kernel"
@@ -191,6 +192,10 @@ func routeProtocol(s string) (uint8, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 5 || n > 255 {
 		return 0, fmt.Errorf("--bgp-route-protocol (CALICO_BGP_ROUTE_PROTOCOL) %q: want a number from 5 to 255 (0-4 are the kernel's and static routes)", s)
+	}
+	if n == vxlan.RouteProtocol {
+		// Both would own the same routes and remove each other's.
+		return 0, fmt.Errorf("--bgp-route-protocol (CALICO_BGP_ROUTE_PROTOCOL) %q: protocol %d is felix's VXLAN overlay routes; choose another", s, n)
 	}
 	return uint8(n), nil
 }

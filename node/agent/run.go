@@ -127,6 +127,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ds.run(ctx, kvProbe(store.KV()))
+	// The node's VXLAN tunnel addresses follow the IP pools, as Calico's
+	// tunnel address allocator does.
+	go startup.RunTunnelAddrs(ctx, c, store, ipam.New(store, store.KV()), cfg.NodeName)
 	bgpDone := make(chan error, 1)
 	if cfg.BGPEnabled() {
 		bgpRunning = true
@@ -146,8 +149,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	if !o.DisableFelix {
 		go func() {
 			felixDone <- felix.Run(ctx, felix.Config{
-				NodeName: cfg.NodeName, Store: store, StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
-				Log: logger,
+				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
+				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger,
 			})
 		}()
 		logger.Info("felix started")

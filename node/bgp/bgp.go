@@ -427,7 +427,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
-			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets})
+			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets, FelixOwned: st.paths.FelixOwned})
 		}
 		rec.apply(ctx, st)
 
