@@ -116,7 +116,11 @@ func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) 
 			return false
 		}
 	}
-	for ctx.Err() == nil {
+	resyncs, _ := s.cb.(ResyncObserver)
+	for first := true; ctx.Err() == nil; first = false {
+		if !first && resyncs != nil {
+			resyncs.OnResync(kind)
+		}
 		items, rev, err := s.ds.List(ctx, datastore.ListOptions{Kind: kind})
 		if err != nil {
 			logc.WithError(err).Warn("Listing failed; retrying")

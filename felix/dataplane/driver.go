@@ -16,6 +16,7 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/ipsets"
 	"github.com/palisade-net/palisade/felix/dataplane/iptables"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/felix/dataplane/routes"
 )
 
@@ -29,6 +30,9 @@ type Config struct {
 	StatusDir string
 	// Log is the logger (logrus' standard one when nil).
 	Log *log.Entry
+	// Metrics counts the driver's iptables, ipset and netlink calls (nil:
+	// metrics off).
+	Metrics *metrics.Felix
 }
 
 // family is the state of one IP family.
@@ -41,9 +45,10 @@ type family struct {
 
 // Driver is the dataplane of one node.
 type Driver struct {
-	run    *nsexec.Runner
-	log    *log.Entry
-	routes *routes.Manager
+	run     *nsexec.Runner
+	log     *log.Entry
+	metrics *metrics.Felix
+	routes  *routes.Manager
 	hosts  *hostIfaces
 	rpf    *rpFilter
 	status statusFiles
@@ -86,9 +91,13 @@ func New(cfg Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
+	sets := [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
+	for _, m := range sets {
+		m.SetMetrics(cfg.Metrics)
+	}
 	return &Driver{
-		run: run, log: logger, routes: rm, hosts: hosts, rpf: newRPFilter(),
-		sets:     [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)},
+		run: run, log: logger, metrics: cfg.Metrics, routes: rm, hosts: hosts, rpf: newRPFilter(),
+		sets:     sets,
 		status:   statusFiles{dir: cfg.StatusDir, written: map[calc.EndpointID]string{}},
 		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{},
 		endpoints: map[calc.EndpointID]*calc.Endpoint{},

@@ -1,6 +1,8 @@
 package bpf
 
 import (
+	"github.com/palisade-net/palisade/felix/metrics"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +48,8 @@ type programs struct {
 	dropSlot uint32
 	// loads counts programs loaded (tests, logs).
 	loads int
+	// metrics counts loads and load failures (nil: none).
+	metrics *metrics.Felix
 }
 
 type compiledEntry struct {
@@ -179,6 +183,7 @@ func (ps *programs) get(in *policy.Input) (*program, error) {
 		return nil, err
 	}
 	prog, err := ps.objs.LoadPolicy("pal_"+cp.Hash[:11], cp.Insns, info)
+	ps.metrics.ProgramLoaded(err)
 	if err != nil {
 		return nil, err
 	}
