@@ -16,8 +16,8 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/ipsets"
 	"github.com/palisade-net/palisade/felix/dataplane/iptables"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
-	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/felix/dataplane/routes"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // Config configures a Driver.
@@ -49,9 +49,9 @@ type Driver struct {
 	log     *log.Entry
 	metrics *metrics.Felix
 	routes  *routes.Manager
-	hosts  *hostIfaces
-	rpf    *rpFilter
-	status statusFiles
+	hosts   *hostIfaces
+	rpf     *rpFilter
+	status  statusFiles
 
 	cfg       *calc.Config
 	backend   iptables.Backend

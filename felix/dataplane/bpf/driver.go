@@ -22,8 +22,8 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/ipsets"
 	"github.com/palisade-net/palisade/felix/dataplane/iptables"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
-	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/felix/dataplane/routes"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // Config configures a Driver.

@@ -1,8 +1,6 @@
 package bpf
 
 import (
-	"github.com/palisade-net/palisade/felix/metrics"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/bpf/policy"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // program is a loaded policy program in its slot of pal_progs, shared by
