@@ -105,8 +105,13 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			if err != nil {
 				return err
 			}
+			bgpMetrics, err := bgpMetricsAddr(getenv)
+			if err != nil {
+				return err
+			}
 			o := Options{
-				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
+				BGPMetricsAddr: bgpMetrics,
+				Startup:        startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
 				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
 				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
 				EtcdPlaintext: plaintext, EtcdJoinFile: joinFile,
