@@ -8,17 +8,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	log "github.com/sirupsen/logrus"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
+	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
+	libmetrics "github.com/palisade-net/palisade/libcalico/metrics"
 )
 
 // EndpointStatusDir is the directory, under calico-node's run directory
@@ -58,6 +64,14 @@ type Config struct {
 	// Applied, when set, is called after every successful dataplane
 	// apply (for tests and benchmarks).
 	Applied func()
+	// Getenv reads the FELIX_* variables that override FelixConfiguration's
+	// health and metrics settings (FELIX_HEALTHENABLED, FELIX_HEALTHHOST,
+	// FELIX_HEALTHPORT, FELIX_PROMETHEUSMETRICSENABLED, …); nil reads none.
+	Getenv func(string) string
+	// DatastoreHealth, when set, says whether the datastore answers (nil
+	// when it does), for /readiness; when nil felix reads the datastore
+	// once a second itself.
+	DatastoreHealth func() error
 }
 
 // Retry bounds after a failed dataplane apply.
@@ -68,6 +82,62 @@ const (
 	// interface was not up.
 	routeRetry = 20 * time.Millisecond
 )
+
+// served is felix's state that outlives a restart of the main loop: the
+// health and metrics endpoints and the instruments.
+type served struct {
+	over    overrides
+	health  *health
+	healthE *libmetrics.Endpoint
+	metricE *libmetrics.Endpoint
+	extra   prometheus.Collector
+	// metrics is nil while prometheusMetricsEnabled was never on; read
+	// by the syncer's goroutines and the metrics endpoint.
+	metrics atomic.Pointer[felixMetrics]
+}
+
+// felixMetrics is one set of instruments and its /metrics handler.
+type felixMetrics struct {
+	m       *metrics.Felix
+	opts    serving
+	handler http.Handler
+}
+
+func (s *served) instruments() *metrics.Felix {
+	if fm := s.metrics.Load(); fm != nil {
+		return fm.m
+	}
+	return nil
+}
+
+// serveMetrics answers /metrics from the current instruments.
+func (s *served) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	fm := s.metrics.Load()
+	if fm == nil {
+		http.Error(w, "metrics are off", http.StatusServiceUnavailable)
+		return
+	}
+	fm.handler.ServeHTTP(w, r)
+}
+
+// configure follows the configuration's health and metrics settings. It
+// reports whether the dataplane must be made again (metrics were turned on,
+// or their collectors changed: the dataplane counts into the instruments
+// it was made with).
+func (s *served) configure(cfg *calc.Config) (remake bool) {
+	want := servingOf(cfg.Spec, s.over)
+	_ = s.healthE.Set(want.HealthAddr)
+	if want.MetricsAddr != "" {
+		fm := s.metrics.Load()
+		if fm == nil || fm.opts.GoMetrics != want.GoMetrics || fm.opts.ProcessMetrics != want.ProcessMetrics {
+			m := metrics.New(metrics.Options{Go: want.GoMetrics, Process: want.ProcessMetrics, Extra: []prometheus.Collector{s.extra}})
+			s.metrics.Store(&felixMetrics{m: m, opts: want, handler: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})})
+			remake = true
+		}
+	}
+	_ = s.metricE.Set(want.MetricsAddr)
+	return remake
+}
 
 // event is what the syncer hands the main loop.
 type event struct {
@@ -80,7 +150,11 @@ type event struct {
 type forwarder struct {
 	ctx context.Context
 	c   chan<- event
+	srv *served
 }
+
+// OnResync implements calc.ResyncObserver.
+func (f forwarder) OnResync(string) { f.srv.instruments().Resync() }
 
 func (f forwarder) OnUpdates(u []calc.Update) {
 	select {
@@ -108,19 +182,35 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	own := ownLogger(base.Logger)
 	logger := log.NewEntry(own).WithFields(base.Data).WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
+	over, err := readOverrides(cfg.Getenv)
+	if err != nil {
+		return fmt.Errorf("felix: %w", err)
+	}
+	dsHealth := cfg.DatastoreHealth
+	if dsHealth == nil {
+		p := &dsProbe{}
+		go p.run(ctx, cfg.Store)
+		dsHealth = p.result
+	}
+	srv := &served{over: over, health: newHealth(dsHealth),
+		extra: libmetrics.NewBadValues(datastore.BadValuesOf(cfg.Store))}
+	srv.healthE = libmetrics.NewEndpoint("health", srv.health.handler(), logger)
+	srv.metricE = libmetrics.NewEndpoint("metrics", http.HandlerFunc(srv.serveMetrics), logger)
+	defer srv.healthE.Close()
+	defer srv.metricE.Close()
 	for {
-		restart, err := runOnce(ctx, cfg, logger, own)
+		restart, err := runOnce(ctx, cfg, logger, own, srv)
 		if !restart || err != nil || ctx.Err() != nil {
 			return err
 		}
-		logger.Info("bpfEnabled changed: starting again with the other dataplane")
+		logger.Info("bpfEnabled or the metrics settings changed: starting again with a new dataplane")
 	}
 }
 
 // runOnce runs the syncer, the graph and one dataplane until ctx ends
 // (false) or FelixConfiguration bpfEnabled asks for the other dataplane
 // (true).
-func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger) (bool, error) {
+func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger, srv *served) (bool, error) {
 	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
 	defer dp.Close()
 	run, err := nsexec.New(cfg.NetNS)
@@ -134,13 +224,14 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	}
 	defer ov.Close()
 	ov.Blackholes = cfg.OverlayBlackholes
-	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger, overlay: ov})
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger, overlay: ov, srv: srv})
+	srv.health.restart()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan event, 64)
 	syncDone := make(chan error, 1)
-	syncer := calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events})
+	syncer := calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events, srv: srv})
 	if w, ok := cfg.Store.(datastore.KVWatcher); ok && cfg.KV != nil {
 		syncer.Blocks = &calc.BlockSource{KV: cfg.KV, Watcher: w}
 	}
@@ -154,6 +245,8 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	idle.Stop()
 	defer idle.Stop()
 	gc := newIdleCollector()
+	beat := time.NewTicker(heartbeat)
+	defer beat.Stop()
 	retry := time.Duration(0)
 	// The graph is flushed only once the datastore was read completely:
 	// the dataplane is chosen from the first configuration it is given.
@@ -162,6 +255,13 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 		if ev.inSync {
 			graph.OnInSync()
 			inSync = true
+			srv.health.syncDone()
+			return
+		}
+		if m := dp.conf.Metrics; m != nil {
+			start := time.Now()
+			graph.OnUpdates(ev.updates)
+			m.GraphUpdated(len(ev.updates), time.Since(start))
 			return
 		}
 		graph.OnUpdates(ev.updates)
@@ -197,10 +297,22 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 				logger.Debug("Collecting garbage while idle")
 			}
 			continue
+		case <-beat.C:
+			srv.health.alive()
+			continue
 		}
+		applyStart := time.Now()
 		err := dp.Apply(ctx)
 		if dp.InSync() {
 			err = errors.Join(err, ov.Apply(ctx))
+		}
+		if inSync && ctx.Err() == nil {
+			srv.health.applyDone(err, err == nil && dp.InSync())
+			if m := dp.conf.Metrics; m != nil {
+				m.Applied(time.Since(applyStart), err)
+				dp.report(m)
+				m.State(true, srv.health.ready(time.Now()) == nil)
+			}
 		}
 		wait := min(dp.NextRefresh(time.Now()), ov.NextRefresh(time.Now()))
 		switch {
@@ -248,6 +360,7 @@ type levelSetter struct {
 	log     *log.Entry
 	unused  unusedFields
 	overlay *vxlan.Manager
+	srv     *served
 }
 
 // OnOverlayUpdate implements calc.OverlayDataplane.
@@ -264,6 +377,10 @@ func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 	}
 	l.unused.warn(cfg, l.log)
 	l.overlay.SetConfig(cfg.Spec)
+	if l.srv.configure(cfg) && l.selector.d != nil {
+		l.selector.restart = true
+	}
+	l.selector.conf.Metrics = l.srv.instruments()
 	l.selector.OnConfigUpdate(cfg)
 }
 

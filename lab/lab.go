@@ -116,6 +116,12 @@ type Options struct {
 	// BPF turns on felix's eBPF dataplane (FelixConfiguration default
 	// bpfEnabled: true) on every node.
 	BPF bool `json:"bpf"`
+	// Metrics turns on felix's health endpoint and Prometheus metrics and
+	// the BGP metrics on every node, with Calico's variables
+	// (FELIX_HEALTHENABLED, FELIX_PROMETHEUSMETRICSENABLED,
+	// BGP_PROMETHEUSMETRICSENABLED): ports 9099, 9091 and 9900 of each
+	// node's namespace.
+	Metrics bool `json:"metrics"`
 	// LogLevel is calico-node's log level (default info).
 	LogLevel string `json:"logLevel"`
 	// Subnets is 1 (default: every node on br0) or 2: odd nodes in

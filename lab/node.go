@@ -81,6 +81,9 @@ func (l *Lab) nodeEnv(n Node) []string {
 	if o.Kubernetes {
 		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
 	}
+	if o.Metrics {
+		env = append(env, "FELIX_HEALTHENABLED=true", "FELIX_PROMETHEUSMETRICSENABLED=true", "BGP_PROMETHEUSMETRICSENABLED=true")
+	}
 	return append(env, l.overlayEnv(n)...)
 }
 

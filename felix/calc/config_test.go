@@ -79,8 +79,8 @@ func TestNotActedOn(t *testing.T) {
 	c := MergeConfig(&v3.FelixConfigurationSpec{
 		BPFEnabled: &yes, IPIPEnabled: &yes, VXLANEnabled: &yes, HealthPort: func() *int { p := 9099; return &p }(), NFTablesMode: "Enabled",
 		IptablesFilterDenyAction: "Reject", IptablesMarkMask: &mask, WorkloadSourceSpoofing: "Any", LogSeverityScreen: "Debug",
-	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
-	if got, want := strings.Join(c.NotActedOn(), ","), "healthPort,ipipEnabled,nftablesMode,prometheusMetricsEnabled"; got != want {
+	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, PrometheusWireGuardMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
+	if got, want := strings.Join(c.NotActedOn(), ","), "ipipEnabled,nftablesMode,prometheusWireGuardMetricsEnabled"; got != want {
 		t.Errorf("NotActedOn = %s, want %s", got, want)
 	}
 	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {

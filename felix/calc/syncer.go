@@ -117,7 +117,11 @@ func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) 
 	known := map[datastore.Key]bool{}
 	logc := log.WithField("kind", kind)
 	send := sender(ctx, ch)
-	for ctx.Err() == nil {
+	resyncs, _ := s.cb.(ResyncObserver)
+	for first := true; ctx.Err() == nil; first = false {
+		if !first && resyncs != nil {
+			resyncs.OnResync(kind)
+		}
 		items, rev, err := s.ds.List(ctx, datastore.ListOptions{Kind: kind})
 		if err != nil {
 			logc.WithError(err).Warn("Listing failed; retrying")

@@ -62,6 +62,10 @@ var FelixConfigurationActedOn = map[string]bool{
 	"vxlanEnabled": true, "vxlanMTU": true, "vxlanMTUV6": true, "vxlanPort": true, "vxlanVNI": true, "mtuIfacePattern": true,
 	// The eBPF dataplane's.
 	"bpfEnabled": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
+	// Health and Prometheus metrics (docs/metrics.md).
+	"healthEnabled": true, "healthHost": true, "healthPort": true,
+	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,
+	"prometheusGoMetricsEnabled": true, "prometheusProcessMetricsEnabled": true,
 }
 
 // felixConfigurationNotActedOn is every FelixConfiguration spec field not

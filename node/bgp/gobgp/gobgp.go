@@ -325,13 +325,23 @@ var sessionStates = map[api.PeerState_SessionState]string{
 
 // ListPeers implements router.Router.
 func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
+	return r.listPeers(ctx, false)
+}
+
+// ListPeersAdvertised implements router.Router.
+func (r *Router) ListPeersAdvertised(ctx context.Context) ([]router.PeerState, error) {
+	return r.listPeers(ctx, true)
+}
+
+func (r *Router) listPeers(ctx context.Context, advertised bool) ([]router.PeerState, error) {
 	var out []router.PeerState
-	err := r.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
+	err := r.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: advertised}, func(p *api.Peer) {
 		ps := router.PeerState{
-			Description: p.GetConf().GetDescription(),
-			AS:          p.GetConf().GetPeerAsn(),
-			State:       sessionStates[p.GetState().GetSessionState()],
-			Port:        uint16(p.GetTransport().GetRemotePort()),
+			Description:     p.GetConf().GetDescription(),
+			AS:              p.GetConf().GetPeerAsn(),
+			State:           sessionStates[p.GetState().GetSessionState()],
+			Port:            uint16(p.GetTransport().GetRemotePort()),
+			UpdatesReceived: p.GetState().GetMessages().GetReceived().GetUpdate(),
 		}
 		ps.Address, _ = netip.ParseAddr(p.GetConf().GetNeighborAddress())
 		if ps.State != "Established" {
@@ -355,6 +365,7 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 		for _, a := range p.GetAfiSafis() {
 			ps.Received += a.GetState().GetReceived()
 			ps.Accepted += a.GetState().GetAccepted()
+			ps.Advertised += a.GetState().GetAdvertised()
 			if grCap && a.GetConfig().GetEnabled() && !r.eor.has(p.GetConf().GetNeighborAddress(), familyKey(a.GetConfig().GetFamily())) {
 				ps.EndOfRIB = false
 			}
