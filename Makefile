@@ -14,11 +14,12 @@ LDFLAGS := -s -w \
 	-X $(PKG)/libcalico/buildinfo.GitCommit=$(GIT_COMMIT) \
 	-X $(PKG)/libcalico/buildinfo.BuildDate=$(BUILD_DATE)
 
-BINARIES := calicoctl calico-node calico calico-ipam calico-kube-controllers lab
+BINARIES := calicoctl calico-node calico calico-ipam install-cni calico-kube-controllers lab
 calicoctl_MAIN := ./calicoctl/cmd/calicoctl
 calico-node_MAIN := ./node/cmd/calico-node
 calico_MAIN := ./cni-plugin/cmd/calico
 calico-ipam_MAIN := ./cni-plugin/cmd/calico-ipam
+install-cni_MAIN := ./cni-plugin/cmd/install-cni
 calico-kube-controllers_MAIN := ./kube-controllers/cmd/calico-kube-controllers
 lab_MAIN := ./lab/cmd/lab
 
