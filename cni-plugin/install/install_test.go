@@ -2,16 +2,15 @@ package install
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/palisade-net/palisade/libcalico/golden"
+	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -32,7 +31,7 @@ func root(t *testing.T) (string, Config) {
 	for _, n := range []string{"etcd-ca", "etcd-cert", "etcd-key"} {
 		write(t, r+"/calico-secrets/"+n, n+" v1", 0o400)
 	}
-	Project(t, r+ServiceAccount, map[string]string{"token": "token-1", "ca.crt": "CA-1", "namespace": "kube-system"})
+	project(t, r+ServiceAccount, map[string]string{"token": "token-1", "ca.crt": "CA-1", "namespace": "kube-system"})
 	env := map[string]string{"KUBERNETES_NODE_NAME": "node1", "ETCD_ENDPOINTS": "https://198.18.0.1:2379",
 		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "SLEEP": "false"}
 	c, err := FromEnv(func(k string) string { return env[k] }, r)
@@ -49,32 +48,10 @@ func write(t *testing.T, path, data string, mode os.FileMode) {
 	}
 }
 
-// Project writes files as the kubelet writes a projected volume: into a
-// new timestamped directory, then "..data" swapped to it by a rename, with
-// each file a symlink through "..data". Calling it again rotates them.
-func Project(t testing.TB, dir string, files map[string]string) {
+// project rotates the files of a projected volume as the kubelet does.
+func project(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
-	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
-	if err := os.MkdirAll(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(ts, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		link := filepath.Join(dir, name)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+	if err := kubetest.Project(dir, files); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -155,7 +132,7 @@ func TestRefresh(t *testing.T) {
 	if after, _ := os.Stat(kc); !os.SameFile(before, after) {
 		t.Error("an unchanged kubeconfig was rewritten")
 	}
-	Project(t, r+ServiceAccount, map[string]string{"token": "token-2", "ca.crt": "CA-1", "namespace": "kube-system"})
+	project(t, r+ServiceAccount, map[string]string{"token": "token-2", "ca.crt": "CA-1", "namespace": "kube-system"})
 	write(t, r+"/calico-secrets/etcd-cert", "etcd-cert v2", 0o400)
 	if err := c.Refresh(); err != nil {
 		t.Fatal(err)

@@ -253,6 +253,8 @@ func (a APIServer) Argv() []string {
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file=" + a.Files.SAKey,
 		"--service-account-signing-key-file=" + a.Files.SAKey, "--token-auth-file=" + a.Files.TokenFile,
 		"--authorization-mode=" + authz, "--service-cluster-ip-range=" + svc,
+		// As kubeadm sets it: calico-node runs privileged.
+		"--allow-privileged=true",
 		"--profiling=false", "--enable-priority-and-fairness=false", "--event-ttl=5m",
 	}
 }
