@@ -177,27 +177,26 @@ func layer(data []byte) (v1.Layer, error) {
 // Image builds the image of a spec: the Debian layer (when it has
 // packages), then its files, with an OCI manifest and config.
 func Image(s Spec) (v1.Image, error) {
-	var layers []v1.Layer
+	var tars [][]byte
 	if len(s.Debs) > 0 {
 		data, err := debLayer(s.Debs, s.Links, s.Created)
 		if err != nil {
 			return nil, err
 		}
+		tars = append(tars, data)
+	}
+	data, err := fileLayer(s.Files, s.Created)
+	if err != nil {
+		return nil, err
+	}
+	var layers []v1.Layer
+	for _, data := range append(tars, data) {
 		l, err := layer(data)
 		if err != nil {
 			return nil, err
 		}
 		layers = append(layers, l)
 	}
-	data, err := fileLayer(s.Files, s.Created)
-	if err != nil {
-		return nil, err
-	}
-	l, err := layer(data)
-	if err != nil {
-		return nil, err
-	}
-	layers = append(layers, l)
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	if img, err = mutate.AppendLayers(img, layers...); err != nil {
 		return nil, err
