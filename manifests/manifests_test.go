@@ -237,7 +237,9 @@ func (p perm) String() string {
 //   - calico-kube-controllers (kube-controllers/run.go, controllers/):
 //     informers (list, watch) over pods and nodes (node.go,
 //     workloadendpoint.go), namespaces and service accounts (profiles.go)
-//     and NetworkPolicies (policy.go); a Get of a node (node.go) and of a
+//     and NetworkPolicies (policy.go), Services (loadbalancer.go); a merge
+//     patch of a Service's status and the create of an Event on it
+//     (loadbalancer.go); a Get of a node (node.go) and of a
 //     pod (node.go, workloadendpoint.go) to confirm it is gone; the
 //     leader election's LeaseLock: get, create, update (release is an
 //     update) of its Lease in kube-system; /readyz (every authenticated
@@ -252,6 +254,8 @@ var needs = map[string][]perm{
 		{"get", "", "nodes", "", ""}, {"list", "", "nodes", "", ""}, {"watch", "", "nodes", "", ""},
 		{"list", "", "namespaces", "", ""}, {"watch", "", "namespaces", "", ""},
 		{"list", "", "serviceaccounts", "", ""}, {"watch", "", "serviceaccounts", "", ""},
+		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
+		{"patch", "", "services/status", "", ""}, {"create", "", "events", "", ""},
 		{"list", "networking.k8s.io", "networkpolicies", "", ""}, {"watch", "networking.k8s.io", "networkpolicies", "", ""},
 		{"create", "coordination.k8s.io", "leases", "kube-system", ""},
 		{"get", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
@@ -268,7 +272,9 @@ var needs = map[string][]perm{
 var nearMisses = map[string][]perm{
 	"calico-kube-controllers": {
 		{"update", "", "pods", "default", ""}, {"patch", "", "nodes", "", ""}, {"delete", "", "nodes", "", ""},
-		{"get", "", "secrets", "kube-system", ""}, {"list", "", "services", "", ""}, {"get", "", "namespaces", "", "default"},
+		{"get", "", "secrets", "kube-system", ""}, {"get", "", "namespaces", "", "default"},
+		{"update", "", "services", "default", ""}, {"patch", "", "services", "default", ""}, {"update", "", "services/status", "default", ""},
+		{"patch", "", "events", "default", ""}, {"list", "", "endpoints", "", ""},
 		{"create", "networking.k8s.io", "networkpolicies", "default", ""},
 		{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager"},
 		{"delete", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
