@@ -53,6 +53,9 @@ type item struct {
 	ports      []namedPort
 	// sets are the IP sets the item is in (dead ones are skipped).
 	sets []*ipSetState
+	// node, pod and iface are an endpoint's node (interned), pod (a
+	// WorkloadEndpoint's spec.pod) and interface, for explanations.
+	node, pod, iface string
 }
 
 // Get implements selector.Labels.
