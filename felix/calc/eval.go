@@ -426,7 +426,7 @@ func EvalChain(tiers []TierPolicies, profiles []string, ingress bool, p Packet, 
 			c.Tiers = append(c.Tiers, tr)
 			c.Verdict = VerdictDeny
 			c.Decider = &Decider{What: "end-of-tier", Tier: t.Name,
-				Text: fmt.Sprintf("end of tier %s: its policies select the endpoint but none allowed or passed the packet, so the tier's default drops it", t.Name)}
+				Text: fmt.Sprintf("end of tier %q: its policies select the endpoint but none allowed or passed the packet, so the tier's default (Deny) drops it", t.Name)}
 			return c
 		}
 	}

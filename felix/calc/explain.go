@@ -466,11 +466,12 @@ func (x *explainer) starHostEndpoint(node string) *item {
 }
 
 // namedHostEndpoints lists a node's host endpoints that name one
-// interface (their interfaces are not known to be on the packet's path).
-func (x *explainer) namedHostEndpoints(node string, except *item) []string {
+// interface (their interfaces are not known to be on the packet's path)
+// and have policy that relevant says would matter.
+func (x *explainer) namedHostEndpoints(node string, except *item, relevant func(*Endpoint) bool) []string {
 	var out []string
 	for k, it := range x.g.labels.items {
-		if it.kind == itemHost && it.node == node && it.iface != "*" && it != except {
+		if it.kind == itemHost && it.node == node && it.iface != "*" && it != except && relevant(x.endpoint(it)) {
 			out = append(out, strings.TrimPrefix(k, v3.KindHostEndpoint+"//")+" ("+cmp.Or(it.iface, "named by expectedIPs")+")")
 		}
 	}
@@ -935,14 +936,17 @@ func (x *explainer) arriving(side *Side, node string, p Packet) {
 // forwardNote names the host endpoints of a node whose interface the
 // packet may cross but that the explanation cannot place on its path.
 func (x *explainer) forwardNote(node string) {
-	for _, name := range x.namedHostEndpoints(node, nil) {
+	special := func(e *Endpoint) bool {
+		return len(e.ForwardTiers)+len(e.PreDNATTiers)+len(e.UntrackedTiers) > 0
+	}
+	for _, name := range x.namedHostEndpoints(node, nil, special) {
 		x.note("node %s has host endpoint %s: a forwarded packet crossing its interface also meets its applyOnForward, preDNAT and doNotTrack policy, which is not evaluated here (the interface a packet takes is not in the datastore)", node, name)
 	}
 }
 
 // hostEndpointNote names the other host endpoints of a host end's node.
 func (x *explainer) hostEndpointNote(node string, used *item) {
-	for _, name := range x.namedHostEndpoints(node, used) {
+	for _, name := range x.namedHostEndpoints(node, used, func(*Endpoint) bool { return true }) {
 		x.note("node %s has host endpoint %s, not evaluated here: the interface a packet takes is not in the datastore", node, name)
 	}
 }

@@ -66,6 +66,9 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 	return g
 }
 
+// Hostname is the node whose graph it is ("" for an explaining graph).
+func (g *Graph) Hostname() string { return g.hostname }
+
 // OnInSync records that the datastore has been read completely.
 func (g *Graph) OnInSync() { g.inSync = true }
 
