@@ -45,6 +45,9 @@ type Config struct {
 	// Applied, when set, is called after every successful dataplane
 	// apply (for tests and benchmarks).
 	Applied func()
+	// Inspector, when set, is served by felix's main loop (explanations
+	// and rule counters).
+	Inspector *Inspector
 }
 
 // Retry bounds after a failed dataplane apply.
@@ -119,6 +122,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer idle.Stop()
 	gc := newIdleCollector()
 	retry := time.Duration(0)
+	var inspect chan func(*calc.Graph, *dataplane.Driver)
+	if cfg.Inspector != nil {
+		inspect = cfg.Inspector.reqs
+	}
 	handle := func(ev event) {
 		if ev.inSync {
 			graph.OnInSync()
@@ -145,6 +152,9 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			graph.Flush()
 		case <-timer.C:
+		case fn := <-inspect:
+			fn(graph, dp)
+			continue
 		case <-idle.C:
 			if gc.collectIfDue() {
 				logger.Debug("Collecting garbage while idle")
