@@ -415,6 +415,7 @@ func (c *cluster) expect(probes ...probe) {
 			}
 		}
 		if len(bad) == 0 {
+			c.agree(probes...)
 			return
 		}
 		if time.Now().After(deadline) {

@@ -266,6 +266,9 @@ func explanationText(x *calc.Explanation) string {
 	if len(x.Sides) == 0 {
 		verdict += " (no policy applies to this packet)"
 	}
+	if x.Incomplete {
+		verdict += " (the dataplane's may differ: see the notes)"
+	}
 	fmt.Fprintf(&b, "Verdict: %s\n", verdict)
 	for _, n := range x.Notes {
 		fmt.Fprintf(&b, "Note: %s\n", n)

@@ -161,6 +161,10 @@ type Explanation struct {
 	Verdict Verdict    `json:"verdict"`
 	// Notes name what the explanation could not see.
 	Notes []string `json:"notes,omitempty"`
+	// Incomplete says a host endpoint may be on the packet's path that
+	// the explanation could not place there (one named only by its
+	// interface): the dataplane's verdict may differ (see Notes).
+	Incomplete bool `json:"incomplete,omitempty"`
 	// Node is the node whose live state answered ("" for the datastore).
 	Node string `json:"node,omitempty"`
 }
@@ -940,6 +944,7 @@ func (x *explainer) forwardNote(node string) {
 		return len(e.ForwardTiers)+len(e.PreDNATTiers)+len(e.UntrackedTiers) > 0
 	}
 	for _, name := range x.namedHostEndpoints(node, nil, special) {
+		x.out.Incomplete = true
 		x.note("node %s has host endpoint %s: a forwarded packet crossing its interface also meets its applyOnForward, preDNAT and doNotTrack policy, which is not evaluated here (the interface a packet takes is not in the datastore)", node, name)
 	}
 }
@@ -947,6 +952,7 @@ func (x *explainer) forwardNote(node string) {
 // hostEndpointNote names the other host endpoints of a host end's node.
 func (x *explainer) hostEndpointNote(node string, used *item) {
 	for _, name := range x.namedHostEndpoints(node, used, func(*Endpoint) bool { return true }) {
+		x.out.Incomplete = true
 		x.note("node %s has host endpoint %s, not evaluated here: the interface a packet takes is not in the datastore", node, name)
 	}
 }
