@@ -328,6 +328,22 @@ func (pl *policyLab) checkDeciderCounters(t *testing.T, seen grid, xs map[cell]*
 		} else {
 			t.Logf("%s: %s rule %d of %s counted %d packets of the probe", seen.name(k), ref.Direction, ref.Index, ref.Name, n1-n0)
 		}
+		// policy stats says the same of the rule.
+		name := ref.Name
+		if ref.Namespace != "" {
+			name = ref.Namespace + "/" + ref.Name
+		}
+		out, err := pl.l.Calicoctl(ctx, side.Node, nil, "policy", "stats", "--node", side.Node, "-o", "json", name)
+		if err != nil {
+			t.Fatalf("policy stats: %v", err)
+		}
+		var cs []calc.RuleCounter
+		if err := json.Unmarshal([]byte(out), &cs); err != nil {
+			t.Fatalf("policy stats: %v\n%s", err, out)
+		}
+		if i := slices.IndexFunc(cs, func(c calc.RuleCounter) bool { return c.RuleRef == ref }); i < 0 || cs[i].Packets != n1 {
+			t.Errorf("%s: policy stats on %s gives %+v for the deciding rule, explain %d packets", seen.name(k), side.Node, cs, n1)
+		}
 		// The rules before it that did not match counted nothing.
 		for _, s := range before.Sides {
 			if s.Node != side.Node || s.Direction != side.Direction {
