@@ -211,7 +211,7 @@ func (e *endRef) onHost() bool {
 func (g *Graph) Explain(q Query) (*Explanation, error) {
 	x := &explainer{g: g, r: g.policies, compiled: map[datastore.Key]*Policy{}, specs: map[string]*ipSetSpec{},
 		notes: map[RuleRef][]RuleNote{}, profiles: map[string]*Profile{}, byID: map[PolicyID]*Policy{},
-		endpoints: map[*item]*Endpoint{}, names: map[*item]string{}}
+		endpoints: map[*item]*Endpoint{}}
 	return x.explain(q)
 }
 
@@ -226,9 +226,8 @@ type explainer struct {
 	notes    map[RuleRef][]RuleNote
 	holders  map[netip.Addr][]*item
 	out      *Explanation
-	// endpoints and names cache what endpoint and keyName found.
+	// endpoints caches what endpoint found.
 	endpoints map[*item]*Endpoint
-	names     map[*item]string
 }
 
 func (x *explainer) explain(q Query) (*Explanation, error) {
@@ -317,10 +316,8 @@ func (x *explainer) resolve(e End, other End, flag string) (*endRef, error) {
 		}
 		prefix := itemKey(datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: e.Namespace})
 		var keys []string
-		for k, it := range items {
-			if it.kind == itemWorkload && it.pod == e.Name && strings.HasPrefix(k, prefix) {
-				keys = append(keys, k)
-			}
+		for _, it := range x.g.labels.pods[e.Namespace+"/"+e.Name] {
+			keys = append(keys, it.key)
 		}
 		switch len(keys) {
 		case 0:
@@ -415,15 +412,9 @@ func (x *explainer) classify(e *endRef, q Query, flag string) error {
 		return nil
 	}
 	var keys []string
-	for k, it := range x.g.labels.items {
-		if it.kind == itemNetworkSet {
-			continue
-		}
-		for _, n := range it.nets {
-			if n.Contains(e.addr) {
-				keys = append(keys, k)
-				break
-			}
+	for _, it := range x.g.labels.holders(e.addr) {
+		if it.kind != itemNetworkSet {
+			keys = append(keys, it.key)
 		}
 	}
 	slices.Sort(keys)
@@ -437,7 +428,8 @@ func (x *explainer) classify(e *endRef, q Query, flag string) error {
 	default:
 		var names []string
 		for _, k := range keys {
-			names = append(names, strings.TrimPrefix(strings.ReplaceAll(k, "//", "/"), ""))
+			kind, rest, _ := strings.Cut(k, "/")
+			names = append(names, kind+" "+strings.TrimPrefix(rest, "/"))
 		}
 		return badQuery("%s %s: held by %d endpoints (%s): name one", flag, e.addr, len(keys), strings.Join(names, ", "))
 	}
@@ -447,7 +439,8 @@ func (x *explainer) classify(e *endRef, q Query, flag string) error {
 		e.hostEP = x.starHostEndpoint(node)
 		return nil
 	}
-	for name, pool := range x.g.pools {
+	for _, name := range slices.Sorted(maps.Keys(x.g.pools)) {
+		pool := x.g.pools[name]
 		if p, err := ParseNet(pool.CIDR); err == nil && p.Contains(e.addr) {
 			return badQuery("%s %s: in IP pool %s (%s), but no endpoint holds it", flag, e.addr, name, pool.CIDR)
 		}
@@ -460,10 +453,9 @@ func (x *explainer) classify(e *endRef, q Query, flag string) error {
 // node, or nil.
 func (x *explainer) starHostEndpoint(node string) *item {
 	var found *item
-	var foundKey string
-	for k, it := range x.g.labels.items {
-		if it.kind == itemHost && it.node == node && it.iface == "*" && (found == nil || k < foundKey) {
-			found, foundKey = it, k
+	for it := range x.g.labels.hosts {
+		if it.node == node && it.iface == "*" && (found == nil || it.key < found.key) {
+			found = it
 		}
 	}
 	return found
@@ -474,32 +466,20 @@ func (x *explainer) starHostEndpoint(node string) *item {
 // and have policy that relevant says would matter.
 func (x *explainer) namedHostEndpoints(node string, except *item, relevant func(*Endpoint) bool) []string {
 	var out []string
-	for k, it := range x.g.labels.items {
-		if it.kind == itemHost && it.node == node && it.iface != "*" && it != except && relevant(x.endpoint(it)) {
-			out = append(out, strings.TrimPrefix(k, v3.KindHostEndpoint+"//")+" ("+cmp.Or(it.iface, "named by expectedIPs")+")")
+	for it := range x.g.labels.hosts {
+		if it.node == node && it.iface != "*" && it != except && relevant(x.endpoint(it)) {
+			out = append(out, x.keyName(it)+" ("+cmp.Or(it.iface, "named by expectedIPs")+")")
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-// findHolders lists the items holding each address, once for both.
+// findHolders lists the items holding each address.
 func (x *explainer) findHolders(addrs ...netip.Addr) {
 	x.holders = map[netip.Addr][]*item{}
-	keys := map[*item]string{}
-	for k, it := range x.g.labels.items {
-		for _, a := range addrs {
-			for _, n := range it.nets {
-				if n.Contains(a) {
-					x.holders[a] = append(x.holders[a], it)
-					keys[it] = k
-					break
-				}
-			}
-		}
-	}
-	for a := range x.holders {
-		slices.SortFunc(x.holders[a], func(p, q *item) int { return cmp.Compare(keys[p], keys[q]) })
+	for _, a := range addrs {
+		x.holders[a] = x.g.labels.holders(a)
 	}
 }
 
@@ -577,11 +557,10 @@ func (x *explainer) endpoint(it *item) *Endpoint {
 	}
 	host := it.kind == itemHost
 	le := &localEndpoint{it: it, host: host}
+	// tierList orders what matched.
 	var matched []*policyInfo
-	for _, k := range slices.SortedFunc(maps.Keys(x.r.policies), func(a, b datastore.Key) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	}) {
-		if p := x.r.policies[k]; p.appliesTo(le) {
+	for _, p := range x.r.policies {
+		if p.appliesTo(le) {
 			matched = append(matched, p)
 			x.compile(p)
 		}
@@ -890,17 +869,7 @@ func (x *explainer) hostSide(side *Side, hep *item, ingress bool, p Packet) {
 
 // keyName is a host endpoint's name.
 func (x *explainer) keyName(it *item) string {
-	if n, ok := x.names[it]; ok {
-		return n
-	}
-	for k, v := range x.g.labels.items {
-		if v == it {
-			n := strings.TrimPrefix(k, v3.KindHostEndpoint+"//")
-			x.names[it] = n
-			return n
-		}
-	}
-	return ""
+	return strings.TrimPrefix(it.key, v3.KindHostEndpoint+"//")
 }
 
 // forward is the leaving (ingress false) or arriving host endpoint

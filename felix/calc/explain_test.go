@@ -364,3 +364,18 @@ func TestExplainBadQueries(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainSharedAddress: an address two endpoints hold is named as
+// ambiguous, with both endpoints, instead of picking one.
+func TestExplainSharedAddress(t *testing.T) {
+	g := explainGraph(t, `apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--b-k8s-twin-eth0, namespace: dev, labels: {app: twin}}
+spec: {node: node-b, orchestrator: k8s, pod: twin, endpoint: eth0, interfaceName: calitwin, ipNetworks: [10.0.0.1/32], profiles: [kns.dev]}
+`)
+	_, err := g.Explain(tcpTo(addr("10.0.0.1"), pod("prod", "client"), 80))
+	want := "--from 10.0.0.1: held by 2 endpoints (WorkloadEndpoint dev/node--b-k8s-twin-eth0, WorkloadEndpoint prod/node--a-k8s-web-eth0): name one"
+	if !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want a bad query saying %q", err, want)
+	}
+}
