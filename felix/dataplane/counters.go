@@ -78,8 +78,12 @@ func (d *Driver) CounterIndex(keep func(calc.RuleRef) bool) *CounterIndex {
 	return idx
 }
 
-// Read reads the kernel's counters of the indexed rules: one
-// iptables-save -c per table that has some. The counters of a rule's
+// maxChainReads is the most chains whose counters are read one by one;
+// more, and the whole table is read at once.
+const maxChainReads = 64
+
+// Read reads the kernel's counters of the indexed rules: chain by chain
+// for a few chains (an explanation's), or one iptables-save -c per table. The counters of a rule's
 // kernel rules (one per family, or several for several nets or ports) are
 // added up.
 func (x *CounterIndex) Read(ctx context.Context) ([]calc.RuleCounter, error) {
@@ -87,7 +91,19 @@ func (x *CounterIndex) Read(ctx context.Context) ([]calc.RuleCounter, error) {
 	var errs []error
 	for family, tables := range x.rules {
 		for table, rs := range tables {
-			cs, err := iptables.ReadCounters(ctx, x.run, x.backend, family, table)
+			var chains []string
+			for _, r := range rs {
+				if !slices.Contains(chains, r.key.Chain) {
+					chains = append(chains, r.key.Chain)
+				}
+			}
+			var cs map[iptables.RuleKey]iptables.Counter
+			var err error
+			if len(chains) <= maxChainReads {
+				cs, err = iptables.ReadChainCounters(ctx, x.run, x.backend, family, table, chains)
+			} else {
+				cs, err = iptables.ReadCounters(ctx, x.run, x.backend, family, table)
+			}
 			if err != nil {
 				errs = append(errs, err)
 				continue
