@@ -37,12 +37,22 @@ var counterRe = regexp.MustCompile(`^\[(\d+):\d+\]`)
 // host endpoints, the endpoint-to-host action, tamper repair, the fail
 // closed dispatch, routes and endpoint status.
 func TestDataplane(t *testing.T) {
-	c := newCluster(t, "NFT")
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { testDataplane(t, dp) })
+	}
+}
+
+func testDataplane(t *testing.T, dp string) {
+	c := newCluster(t, dp)
 	setupPods(c)
 	web := c.pods["web"]
 
 	t.Run("log", func(t *testing.T) {
 		c.t = t
+		var packets *packetLog
+		if c.bpf {
+			packets = capturePacketLog(t)
+		}
 		rs := c.apply(gnpHead + `metadata: {name: log}
 spec:
   selector: app == 'web'
@@ -51,6 +61,13 @@ spec:
 		defer func() { c.remove(rs); c.waitPolicies(rs, false) }()
 		c.waitPolicies(rs, true)
 		c.expect(allow("client", "web", "tcp", 8080))
+		if c.bpf {
+			if n := c.ruleCount(web.iface, "default/log", "Log"); n == 0 {
+				t.Errorf("the Log rule counted no packet")
+			}
+			c.waitFor("felix's calico-packet line for the Log rule", func() bool { return packets.has(web.iface, "log") })
+			return
+		}
 		out := c.node.MustRun(t, c.save, "-c", "-t", "filter")
 		logged := 0
 		for _, l := range strings.Split(out, "\n") {
@@ -103,11 +120,11 @@ kind: HostEndpoint
 metadata: {name: node-a-ext}
 spec: {node: node-a, interfaceName: eth-ext}
 `)
-		c.waitFor("the host endpoint chain", func() bool { return strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
+		c.waitHostEndpoint(true)
 		// No policy and no profile: only the failsafe ports are open.
 		c.expect(allow("ext", "node", "tcp", 22), deny("ext", "node", "tcp", 8080), deny("ext", "node", "udp", 8080))
 		c.remove(rs)
-		c.waitFor("the host endpoint chain removed", func() bool { return !strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
+		c.waitHostEndpoint(false)
 		c.expect(allow("ext", "node", "tcp", 8080))
 
 		// Named by its expected IP only: felix finds the interface.
@@ -116,17 +133,21 @@ kind: HostEndpoint
 metadata: {name: node-a-ext-by-ip}
 spec: {node: node-a, expectedIPs: [198.18.0.1]}
 `)
-		c.waitFor("the host endpoint chain of the interface holding 198.18.0.1", func() bool { return strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
+		c.waitHostEndpoint(true)
 		c.expect(allow("ext", "node", "tcp", 22), deny("ext", "node", "tcp", 8080))
 		c.remove(rs)
-		c.waitFor("the host endpoint chain removed", func() bool { return !strings.Contains(c.filter(), ":cali-fh-eth-ext ") })
+		c.waitHostEndpoint(false)
 		c.expect(allow("ext", "node", "tcp", 8080))
 	})
 
 	t.Run("defaultEndpointToHostAction", func(t *testing.T) {
 		c.t = t
 		setAction := func(action string) {
-			c.apply(felixConfigBase + "  defaultEndpointToHostAction: " + action + "\n")
+			c.apply(c.felixConfig() + "  defaultEndpointToHostAction: " + action + "\n")
+			if c.bpf {
+				c.waitFor("web's entry with the action", func() bool { return c.toHostOK(web.iface) == (action != "Drop") })
+				return
+			}
 			target := map[string]string{"Drop": "DROP", "Accept": "ACCEPT", "Return": "RETURN"}[action]
 			c.waitFor("cali-wl-to-host ends in "+target, func() bool {
 				return regexp.MustCompile(`-A cali-wl-to-host .*DefaultEndpointToHostAction.* -j ` + target + `\n`).MatchString(c.filter())
@@ -147,6 +168,16 @@ spec: {node: node-a, expectedIPs: [198.18.0.1]}
 		defer func() { c.remove(rs); c.waitPolicies(rs, false) }()
 		c.waitPolicies(rs, true)
 		c.expect(deny("client", "web", "tcp", 8081))
+		if c.bpf {
+			// Detach web's program by hand: its port 8081 opens.
+			c.detachByHand(web.iface)
+			if ok, _ := c.send(allow("client", "web", "tcp", 8081)); !ok {
+				t.Fatal("detaching the program by hand did not open port 8081: the tamper test proves nothing")
+			}
+			// iptablesRefreshInterval (1s) reads the eBPF dataplane back too.
+			c.expect(deny("client", "web", "tcp", 8081), allow("client", "web", "tcp", 8080))
+			return
+		}
 		chain := "cali-tw-" + web.iface
 		// Flush the endpoint's chain by hand: its DROPs are gone.
 		n := strings.Count(c.filter(), "-A "+chain+" ")
@@ -216,6 +247,10 @@ spec: {node: node-a, expectedIPs: [198.18.0.1]}
 		}
 		c.waitFor("route, chains and status gone", func() bool {
 			_, err := os.Stat(status)
+			if c.bpf {
+				// The veth stays: an interface no endpoint has is blocked.
+				return route() == "" && os.IsNotExist(err) && c.ifaceKind(names.VethNameForWorkload("ns-b", "other")) == "blocked"
+			}
 			return route() == "" && os.IsNotExist(err) && !strings.Contains(c.filter(), "cali-tw-"+names.VethNameForWorkload("ns-b", "other"))
 		})
 		delete(c.pods, "other")

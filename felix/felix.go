@@ -1,6 +1,7 @@
 // Package felix runs the policy engine of one node: the syncer reads the
 // datastore, the calculation graph works out what the node must enforce,
-// and the iptables dataplane writes it into the node's network namespace.
+// and the iptables or the eBPF dataplane (FelixConfiguration bpfEnabled)
+// writes it into the node's network namespace.
 package felix
 
 import (
@@ -98,12 +99,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	own := ownLogger(base.Logger)
 	logger := log.NewEntry(own).WithFields(base.Data).WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
-	dp, err := dataplane.New(dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger})
-	if err != nil {
-		return fmt.Errorf("felix: %w", err)
+	for {
+		restart, err := runOnce(ctx, cfg, logger, own)
+		if !restart || err != nil || ctx.Err() != nil {
+			return err
+		}
+		logger.Info("bpfEnabled changed: starting again with the other dataplane")
 	}
+}
+
+// runOnce runs the syncer, the graph and one dataplane until ctx ends
+// (false) or FelixConfiguration bpfEnabled asks for the other dataplane
+// (true).
+func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger) (bool, error) {
+	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
 	defer dp.Close()
-	graph := calc.NewGraph(cfg.NodeName, &levelSetter{Driver: dp, logger: own, log: logger})
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -112,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		syncDone <- calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events}).Run(ctx)
 	}()
-	defer func() { <-syncDone }()
+	defer func() { cancel(); <-syncDone }()
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -122,13 +133,17 @@ func Run(ctx context.Context, cfg Config) error {
 	defer idle.Stop()
 	gc := newIdleCollector()
 	retry := time.Duration(0)
-	var inspect chan func(*calc.Graph, *dataplane.Driver)
+	var inspect chan func(*calc.Graph, *selector)
 	if cfg.Inspector != nil {
 		inspect = cfg.Inspector.reqs
 	}
+	// The graph is flushed only once the datastore was read completely:
+	// the dataplane is chosen from the first configuration it is given.
+	inSync := false
 	handle := func(ev event) {
 		if ev.inSync {
 			graph.OnInSync()
+			inSync = true
 			return
 		}
 		graph.OnUpdates(ev.updates)
@@ -137,7 +152,7 @@ func Run(ctx context.Context, cfg Config) error {
 		select {
 		case <-ctx.Done():
 			logger.Info("felix stopping")
-			return nil
+			return false, nil
 		case ev := <-events:
 			handle(ev)
 			// Take whatever else is queued, so one apply covers it.
@@ -150,7 +165,14 @@ func Run(ctx context.Context, cfg Config) error {
 					break drain
 				}
 			}
+			if !inSync {
+				continue
+			}
 			graph.Flush()
+			if dp.switching() {
+				return true, nil
+			}
+		case <-dp.wake():
 		case <-timer.C:
 		case fn := <-inspect:
 			fn(graph, dp)
@@ -202,7 +224,7 @@ func ownLogger(base *log.Logger) *log.Logger {
 // configuration first sets felix's log level from logSeverityScreen and
 // names the fields felix does not act on.
 type levelSetter struct {
-	*dataplane.Driver
+	*selector
 	logger *log.Logger
 	log    *log.Entry
 	unused unusedFields
@@ -218,7 +240,7 @@ func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
 	}
 	l.unused.warn(cfg, l.log)
-	l.Driver.OnConfigUpdate(cfg)
+	l.selector.OnConfigUpdate(cfg)
 }
 
 // unusedFields warns about the FelixConfiguration fields that are set but

@@ -180,12 +180,16 @@ func setupPods(c *cluster) {
 }
 
 func TestPolicy(t *testing.T) {
-	for _, backend := range []string{"NFT", "Legacy"} {
+	for _, backend := range dataplanes {
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, backend)
 			setupPods(c)
 			runScenarios(t, c, core)
 			c.t = t
+			if c.bpf {
+				c.checkBPFEnforces()
+				return
+			}
 			// The backend actually used.
 			save := "iptables-nft-save"
 			if backend == "Legacy" {

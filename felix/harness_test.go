@@ -14,6 +14,8 @@ import (
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/inspect"
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -52,6 +54,12 @@ type cluster struct {
 	statusDir string
 	pods      map[string]*pod
 	save      string // iptables-save of the backend
+	// bpf: the eBPF dataplane (FelixConfiguration bpfEnabled) enforces
+	// policy, not iptables.
+	bpf bool
+	// endpoints are etcd's client URLs.
+	endpoints []string
+	cancel    context.CancelFunc
 }
 
 type pod struct {
@@ -75,22 +83,52 @@ func mustRunner(t testing.TB, ns nstest.NS) *nsexec.Runner {
 	return r
 }
 
+// Dataplanes every policy test runs against: the iptables dataplane on
+// each backend, and the eBPF one ("BPF": bpfEnabled, with the nft
+// backend for what it keeps in iptables).
+var dataplanes = []string{"NFT", "Legacy", "BPF"}
+
 // newCluster starts everything; backend is the FelixConfiguration
-// iptablesBackend.
+// iptablesBackend, or "BPF" for the eBPF dataplane.
 func newCluster(t *testing.T, backend string) *cluster { return newClusterIPv6(t, backend, false) }
 
 // newClusterIPv6 is newCluster with felix's ipv6Support set as given (the
 // node namespace then forwards IPv6 too).
 func newClusterIPv6(t *testing.T, backend string, ipv6 bool) *cluster {
+	c := newClusterNoFelix(t, backend, ipv6)
+	runFelix(t, c.ctx, c.cancel, c.felixConfigOf())
+	return c
+}
+
+// felixConfigOf is the felix.Config of the cluster's node.
+func (c *cluster) felixConfigOf() Config {
+	return Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
+		Log: log.WithField("test", c.t.Name())}
+}
+
+// newClusterNoFelix is newClusterIPv6 without starting felix.
+func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 	nstest.RequireRoot(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{t: t, ctx: ctx, prefix: nstest.Prefix(), pods: map[string]*pod{}, statusDir: t.TempDir(), save: "iptables-nft-save"}
 	if backend == "Legacy" {
 		c.save = "iptables-legacy-save"
 	}
-	c.store = etcdtest.NewStore(t, etcdtest.Start(t))
+	if backend == "BPF" {
+		c.bpf, backend = true, "NFT"
+	}
+	c.cancel = cancel
+	c.endpoints = etcdtest.Start(t)
+	c.store = etcdtest.NewStore(t, c.endpoints)
 	c.node = nstest.New(t, c.prefix, "node")
 	c.nodeRun = mustRunner(t, c.node)
+	// The eBPF dataplane's pins outlive the namespace: removed after felix
+	// stopped, before the namespace goes.
+	t.Cleanup(func() {
+		if err := palbpf.RemoveAll("", c.nodeRun); err != nil {
+			t.Error(err)
+		}
+	})
 	c.nodeH, _ = nstest.Handle(t, c.node)
 	if err := nstest.Sysctl(c.nodeRun, "net/ipv4/ip_forward", "1"); err != nil {
 		t.Fatal(err)
@@ -130,6 +168,7 @@ metadata: {name: default}
 spec:
   iptablesBackend: %s
   ipv6Support: %t
+  bpfEnabled: %t
   iptablesRefreshInterval: 1s
   routeRefreshInterval: 2s
 ---
@@ -137,7 +176,7 @@ apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pool-a}
 spec: {cidr: 10.65.0.0/16}
-`, backend, ipv6))
+`, backend, ipv6, c.bpf))
 	for _, ns := range []string{"ns-a", "ns-b"} {
 		c.apply(fmt.Sprintf(`
 apiVersion: projectcalico.org/v3
@@ -159,8 +198,6 @@ spec:
 `, sa, strings.Split(sa, ".")[1]))
 	}
 
-	runFelix(t, ctx, cancel, Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
-		Log: log.WithField("test", t.Name())})
 	return c
 }
 
@@ -234,6 +271,10 @@ func policyChains(rs []v3.Resource) []string {
 // transaction as the endpoint chains that use it, after its IP sets.
 func (c *cluster) waitPolicies(rs []v3.Resource, present bool) {
 	c.t.Helper()
+	if c.bpf {
+		c.waitPrograms(rs, present)
+		return
+	}
 	chains := policyChains(rs)
 	if len(chains) == 0 {
 		return
@@ -258,6 +299,57 @@ func (c *cluster) waitPolicies(rs []v3.Resource, present bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// policyKeys names the policies among rs as inspect.View.Policies does.
+func policyKeys(rs []v3.Resource) []string {
+	var out []string
+	for _, r := range rs {
+		var tier, name string
+		switch p := r.(type) {
+		case *v3.GlobalNetworkPolicy:
+			tier, name = p.Spec.Tier, p.Name
+		case *v3.NetworkPolicy:
+			tier, name = p.Spec.Tier, p.Namespace+"/"+p.Name
+		default:
+			continue
+		}
+		if tier == "" {
+			tier = "default"
+		}
+		out = append(out, tier+"/"+name)
+	}
+	return out
+}
+
+// bpfView opens the eBPF dataplane's maps of the node.
+func (c *cluster) bpfView() (*inspect.View, error) { return inspect.Open("", c.nodeRun) }
+
+// waitPrograms is waitPolicies for the eBPF dataplane: every policy among
+// rs is in (present) or out of every interface's programs.
+func (c *cluster) waitPrograms(rs []v3.Resource, present bool) {
+	c.t.Helper()
+	keys := policyKeys(rs)
+	if len(keys) == 0 {
+		return
+	}
+	c.waitFor(fmt.Sprintf("policies %v in programs: %v", keys, present), func() bool {
+		v, err := c.bpfView()
+		if err != nil {
+			return false
+		}
+		defer v.Close()
+		have, err := v.Policies()
+		if err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if have[k] != present {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // addPod plumbs a pod like the CNI plugin, writes its WorkloadEndpoint

@@ -53,20 +53,30 @@ func policyChain(name string, ingress bool) string {
 	return rules.PolicyChain(calc.PolicyID{Tier: "default", Name: name}, ingress)
 }
 
-// withHEP applies yaml, waits until table holds chain, runs body, then
-// removes everything and waits for the host endpoint to be gone.
+// withHEP applies yaml, waits until table holds chain (with the eBPF
+// dataplane: until the host endpoint and its policies are programmed),
+// runs body, then removes everything and waits for the host endpoint to
+// be gone.
 func (c *cluster) withHEP(t *testing.T, yaml, table, chain string, body func()) {
 	c.t = t
 	rs := c.apply(yaml)
 	defer func() {
 		c.t = t
 		c.remove(rs)
-		c.waitChain("filter", "cali-fh-eth-ext", false)
-		c.waitChain(table, chain, false)
+		c.waitHostEndpoint(false)
+		if c.bpf {
+			c.waitPolicies(rs, false)
+		} else {
+			c.waitChain(table, chain, false)
+		}
 		c.expect(allow("ext", "node", "tcp", 8080))
 	}()
-	c.waitChain("filter", "cali-fh-eth-ext", true)
-	c.waitChain(table, chain, true)
+	c.waitHostEndpoint(true)
+	if c.bpf {
+		c.waitPolicies(rs, true)
+	} else {
+		c.waitChain(table, chain, true)
+	}
 	body()
 }
 
@@ -85,7 +95,13 @@ spec:
 `
 
 func TestHostEndpointPolicy(t *testing.T) {
-	c := newCluster(t, "NFT")
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { testHostEndpointPolicy(t, dp) })
+	}
+}
+
+func testHostEndpointPolicy(t *testing.T, dp string) {
+	c := newCluster(t, dp)
 	setupPods(c)
 	// Before any host endpoint: the node and its pods are open to ext.
 	c.expect(allow("ext", "node", "tcp", 8080), allow("ext", "node", "udp", 8080), allow("ext", "web", "tcp", 8081),
@@ -118,7 +134,9 @@ spec:
   types: [Ingress]
   ingress: [{action: Allow, protocol: TCP, destination: {ports: [8080]}}]
 `, "filter", policyChain("host-fwd", true), func() {
-			if !strings.Contains(c.filter(), "-j "+policyChain("host-fwd", true)) || !strings.Contains(c.filter(), ":cali-fhfw-eth-ext ") {
+			if c.bpf {
+				// Checked by the packets below.
+			} else if !strings.Contains(c.filter(), "-j "+policyChain("host-fwd", true)) || !strings.Contains(c.filter(), ":cali-fhfw-eth-ext ") {
 				t.Fatalf("the policy is not in the forward chain of the host endpoint:\n%s", c.filter())
 			}
 			c.expect(
@@ -150,15 +168,18 @@ spec:
   egress: [{action: Allow}]
 `
 		c.withHEP(t, yaml, "mangle", policyChain("host-prednat", true), func() {
-			if c.hasChain("filter", policyChain("host-prednat", true)) {
+			if !c.bpf && c.hasChain("filter", policyChain("host-prednat", true)) {
 				t.Errorf("the preDNAT policy has a chain in filter")
 			}
 			drops := func() int { return c.counted("mangle", "-A "+policyChain("host-prednat", true)+" ", "-j DROP") }
+			if c.bpf {
+				drops = func() int { return int(c.ruleCount("eth-ext", "default/host-prednat", "Deny")) }
+			}
 			before := drops()
 			c.expect(deny("ext", "web", "tcp", 8081), allow("ext", "web", "tcp", 8080), allow("ext", "client", "tcp", 8081),
 				allow("ext", "node", "tcp", 8080))
 			if after := drops(); after <= before {
-				t.Errorf("the mangle DROP of the preDNAT policy counted no packet (%d then %d):\n%s", before, after,
+				t.Errorf("the DROP of the preDNAT policy counted no packet (%d then %d):\n%s", before, after,
 					c.node.MustRun(t, c.save, "-c", "-t", "mangle"))
 			}
 		})
@@ -175,29 +196,34 @@ spec:
   egress: [{action: Allow, protocol: UDP, source: {ports: [8080]}}]
 `
 		c.withHEP(t, yaml, "raw", policyChain("host-untracked", true), func() {
-			raw := c.node.MustRun(t, c.save, "-t", "raw")
-			for _, chain := range []string{policyChain("host-untracked", true), policyChain("host-untracked", false)} {
-				if !strings.Contains(raw, "-A "+chain+" ") || !regexpCT(raw, chain) {
-					t.Errorf("raw chain %s has no CT --notrack rule:\n%s", chain, raw)
+			untracked := func() int { return c.counted("raw", "--notrack") }
+			if c.bpf {
+				untracked = func() int { return int(c.ruleCount("eth-ext", "default/host-untracked", "Allow")) }
+			} else {
+				raw := c.node.MustRun(t, c.save, "-t", "raw")
+				for _, chain := range []string{policyChain("host-untracked", true), policyChain("host-untracked", false)} {
+					if !strings.Contains(raw, "-A "+chain+" ") || !regexpCT(raw, chain) {
+						t.Errorf("raw chain %s has no CT --notrack rule:\n%s", chain, raw)
+					}
+				}
+				if c.hasChain("filter", policyChain("host-untracked", true)) {
+					t.Errorf("the untracked policy has a chain in filter")
 				}
 			}
-			if c.hasChain("filter", policyChain("host-untracked", true)) {
-				t.Errorf("the untracked policy has a chain in filter")
-			}
-			before := c.counted("raw", "--notrack")
+			before := untracked()
 			c.send(allow("ext", "node", "udp", 8080))
-			if after := c.counted("raw", "--notrack"); after <= before {
-				t.Errorf("the raw NOTRACK rules counted no packet (%d then %d)", before, after)
+			if after := untracked(); after <= before {
+				t.Errorf("the untracked Allow rules counted no packet (%d then %d)", before, after)
 			}
 			// No tracked policy: only the untracked UDP gets in.
 			c.expect(allow("ext", "node", "udp", 8080), deny("ext", "node", "tcp", 8080), allow("ext", "node", "tcp", 22))
 		})
 		// Without the untracked policy the same UDP is denied.
 		rs := c.apply(hepExt)
-		c.waitChain("filter", "cali-fh-eth-ext", true)
+		c.waitHostEndpoint(true)
 		c.expect(deny("ext", "node", "udp", 8080))
 		c.remove(rs)
-		c.waitChain("filter", "cali-fh-eth-ext", false)
+		c.waitHostEndpoint(false)
 	})
 
 	allIfaces := `apiVersion: projectcalico.org/v3
@@ -218,10 +244,19 @@ spec:
 		defer func() {
 			c.t = t
 			c.remove(rs)
-			c.waitChain("filter", "cali-fh-any", false)
+			if c.bpf {
+				c.waitHostEndpoint(false)
+			} else {
+				c.waitChain("filter", "cali-fh-any", false)
+			}
 			c.expect(allow("ext", "node", "udp", 8080))
 		}()
-		c.waitChain("filter", "cali-fh-any", true)
+		if c.bpf {
+			c.waitHostEndpoint(true)
+			c.waitPolicies(rs, true)
+		} else {
+			c.waitChain("filter", "cali-fh-any", true)
+		}
 		body()
 	}
 	t.Run("all interfaces", func(t *testing.T) {
@@ -240,8 +275,19 @@ spec:
 	t.Run("named host endpoint wins over all interfaces", func(t *testing.T) {
 		withAll(t, func() {
 			named := c.apply(hepExt)
-			defer func() { c.remove(named); c.waitChain("filter", "cali-fh-eth-ext", false) }()
-			c.waitChain("filter", "cali-fh-eth-ext", true)
+			defer func() {
+				c.remove(named)
+				if !c.bpf {
+					c.waitChain("filter", "cali-fh-eth-ext", false)
+				}
+			}()
+			if c.bpf {
+				// eth-ext is a host endpoint through "*" already: wait
+				// for the named one's normal stage (no policy: deny).
+				c.waitFor("eth-ext's own host endpoint", func() bool { ok, _ := c.send(allow("ext", "node", "tcp", 8080)); return !ok })
+			} else {
+				c.waitChain("filter", "cali-fh-eth-ext", true)
+			}
 			c.expect(deny("ext", "node", "tcp", 8080), allow("ext", "node", "tcp", 22))
 		})
 	})
@@ -264,14 +310,23 @@ var _ = v3.KindHostEndpoint
 // (the source inbound, the destination outbound): closed to ext when the
 // net leaves ext out, open when it holds ext.
 func TestFailsafeNet(t *testing.T) {
-	c := newCluster(t, "NFT")
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { testFailsafeNet(t, dp) })
+	}
+}
+
+func testFailsafeNet(t *testing.T, dp string) {
+	c := newCluster(t, dp)
 	rs := c.apply(hepExt)
-	c.waitChain("filter", "cali-fh-eth-ext", true)
+	c.waitHostEndpoint(true)
 	// The default failsafe ports have no net: SSH is open to ext.
 	c.expect(allow("ext", "node", "tcp", 22), deny("ext", "node", "tcp", 8080), deny("node", "ext", "tcp", 8080))
 	withNet := func(net string) {
-		c.apply(felixConfigBase + "  failsafeInboundHostPorts: [{protocol: TCP, port: 22, net: " + net + "}]\n" +
+		c.apply(c.felixConfig() + "  failsafeInboundHostPorts: [{protocol: TCP, port: 22, net: " + net + "}]\n" +
 			"  failsafeOutboundHostPorts: [{protocol: TCP, port: 8080, net: " + net + "}]\n")
+		if c.bpf {
+			return // the probes below wait for the ports
+		}
 		c.waitFor("failsafe ports limited to "+net, func() bool {
 			f := c.filter()
 			return strings.Contains(f, "-A cali-failsafe-in -s "+net+" -p tcp") && strings.Contains(f, "-A cali-failsafe-out -d "+net+" -p tcp")
@@ -281,7 +336,7 @@ func TestFailsafeNet(t *testing.T) {
 	c.expect(deny("ext", "node", "tcp", 22), deny("node", "ext", "tcp", 8080))
 	withNet("198.18.0.0/24")
 	c.expect(allow("ext", "node", "tcp", 22), allow("node", "ext", "tcp", 8080))
-	c.apply(felixConfigBase)
+	c.apply(c.felixConfig())
 	c.remove(rs)
-	c.waitChain("filter", "cali-fh-eth-ext", false)
+	c.waitHostEndpoint(false)
 }

@@ -36,7 +36,13 @@ func (c *cluster) plainPod(name, iface, ip string) *pod {
 // cut off (its traffic dropped by the dispatch, and its hand-made route
 // swept by the route refresh) where before felix left it alone.
 func TestInterfacePrefix(t *testing.T) {
-	c := newCluster(t, "NFT")
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { testInterfacePrefix(t, dp) })
+	}
+}
+
+func testInterfacePrefix(t *testing.T, dp string) {
+	c := newCluster(t, dp)
 	setupPods(c)
 
 	// A pod on a tap interface felix knows nothing of, with a route to it
@@ -45,8 +51,12 @@ func TestInterfacePrefix(t *testing.T) {
 	c.node.MustRun(t, "ip", "route", "add", "10.65.0.9/32", "dev", rogue.iface, "scope", "link")
 	c.expect(allow("rogue", "web", "tcp", 8080))
 
-	c.apply(felixConfigBase + "  interfacePrefix: cali,tap\n")
-	c.waitFor("tap+ dispatched by felix", func() bool { return strings.Contains(c.filter(), "-i tap+ ") })
+	c.apply(c.felixConfig() + "  interfacePrefix: cali,tap\n")
+	if c.bpf {
+		c.waitIface(rogue.iface, "blocked")
+	} else {
+		c.waitFor("tap+ dispatched by felix", func() bool { return strings.Contains(c.filter(), "-i tap+ ") })
+	}
 	c.expect(deny("rogue", "web", "tcp", 8080), deny("web", "rogue", "tcp", 8080))
 
 	// A workload on a tap interface: policy applies to it as to cali ones.
@@ -62,7 +72,9 @@ func TestInterfacePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitProgrammed("ns-a", wep.Name)
-	if !strings.Contains(c.filter(), ":cali-fw-"+tp.iface+" ") {
+	if c.bpf {
+		c.waitIface(tp.iface, "workload")
+	} else if !strings.Contains(c.filter(), ":cali-fw-"+tp.iface+" ") {
 		t.Fatalf("no endpoint chain for %s", tp.iface)
 	}
 	rs := c.apply(core[1].yaml) // web: TCP 8080 from app == 'client' of ns-a

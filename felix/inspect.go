@@ -14,19 +14,31 @@ import (
 // rule. The caller makes it and hands it to Run (Config.Inspector); it
 // implements calc.CounterSource.
 type Inspector struct {
-	reqs chan func(*calc.Graph, *dataplane.Driver)
+	reqs chan func(*calc.Graph, *selector)
 }
 
 // NewInspector makes an Inspector for one felix.
 func NewInspector() *Inspector {
-	return &Inspector{reqs: make(chan func(*calc.Graph, *dataplane.Driver))}
+	return &Inspector{reqs: make(chan func(*calc.Graph, *selector))}
+}
+
+// counters is the iptables driver when it runs and knows its backend:
+// the dataplane whose per-rule counters are read; nil otherwise.
+func counters(s *selector) (*dataplane.Driver, error) {
+	switch d := s.d.(type) {
+	case *dataplane.Driver:
+		if d.Backend() != "" {
+			return d, nil
+		}
+	}
+	return nil, nil
 }
 
 // do runs fn on felix's main loop, between two batches of work.
-func (in *Inspector) do(ctx context.Context, fn func(*calc.Graph, *dataplane.Driver)) error {
+func (in *Inspector) do(ctx context.Context, fn func(*calc.Graph, *selector)) error {
 	done := make(chan struct{})
 	select {
-	case in.reqs <- func(g *calc.Graph, d *dataplane.Driver) { fn(g, d); close(done) }:
+	case in.reqs <- func(g *calc.Graph, s *selector) { fn(g, s); close(done) }:
 	case <-ctx.Done():
 		return fmt.Errorf("felix did not take the request: %w", ctx.Err())
 	}
@@ -46,12 +58,12 @@ func (in *Inspector) Explain(ctx context.Context, q calc.Query) (*calc.Explanati
 	var err error
 	var idx *dataplane.CounterIndex
 	var node string
-	if derr := in.do(ctx, func(g *calc.Graph, d *dataplane.Driver) {
+	if derr := in.do(ctx, func(g *calc.Graph, s *selector) {
 		node = g.Hostname()
 		if x, err = g.Explain(q); err != nil {
 			return
 		}
-		if !d.InSync() {
+		if !s.InSync() {
 			x.Notes = append(x.Notes, "felix on "+node+" has not read the whole datastore yet: this is its view so far")
 		}
 		refs := map[calc.RuleRef]bool{}
@@ -60,7 +72,11 @@ func (in *Inspector) Explain(ctx context.Context, q calc.Query) (*calc.Explanati
 				eachRule(&s, func(ref calc.RuleRef, _ *calc.RuleResult) { refs[ref] = true })
 			}
 		}
-		if len(refs) > 0 && d.Backend() != "" {
+		d, cerr := counters(s)
+		switch {
+		case cerr != nil && len(refs) > 0:
+			x.Notes = append(x.Notes, "no rule counters on "+node+": "+cerr.Error())
+		case d != nil && len(refs) > 0:
 			idx = d.CounterIndex(func(r calc.RuleRef) bool { return refs[r] })
 		}
 	}); derr != nil {
@@ -117,12 +133,17 @@ func eachRule(s *calc.Side, fn func(calc.RuleRef, *calc.RuleResult)) {
 // policy and profile rule felix has written.
 func (in *Inspector) RuleCounters(ctx context.Context) ([]calc.RuleCounter, error) {
 	var idx *dataplane.CounterIndex
-	if err := in.do(ctx, func(_ *calc.Graph, d *dataplane.Driver) {
-		if d.Backend() != "" {
+	var cerr error
+	if err := in.do(ctx, func(_ *calc.Graph, s *selector) {
+		var d *dataplane.Driver
+		if d, cerr = counters(s); d != nil {
 			idx = d.CounterIndex(nil)
 		}
 	}); err != nil {
 		return nil, err
+	}
+	if cerr != nil {
+		return nil, cerr
 	}
 	if idx == nil {
 		return []calc.RuleCounter{}, nil

@@ -17,7 +17,13 @@ func deny6(from, to, proto string, port int) probe {
 // writes the ip6tables chains, the IPv6 members of the sets and the /128
 // routes, and IPv6 packets obey the same policy as IPv4 ones.
 func TestIPv6(t *testing.T) {
-	c := newClusterIPv6(t, "NFT", true)
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { testIPv6(t, dp) })
+	}
+}
+
+func testIPv6(t *testing.T, dp string) {
+	c := newClusterIPv6(t, dp, true)
 	c.apply(`apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pool-v6}
@@ -41,14 +47,18 @@ spec: {cidr: "fd65::/64"}
 	)
 
 	// What made it so, in the kernel.
-	save := c.node.MustRun(t, "ip6tables-nft-save", "-t", "filter")
-	for _, want := range []string{":cali-tw-" + c.pods["web"].iface + " ", "-A " + policyChains(rs)[0] + " ", "cali60", "--icmpv6-type 135 "} {
-		if !strings.Contains(save, want) {
-			t.Errorf("ip6tables filter table lacks %q:\n%s", want, save)
+	if c.bpf {
+		c.checkBPFIPv6("web", "fd65::1/128", "fd65::2")
+	} else {
+		save := c.node.MustRun(t, "ip6tables-nft-save", "-t", "filter")
+		for _, want := range []string{":cali-tw-" + c.pods["web"].iface + " ", "-A " + policyChains(rs)[0] + " ", "cali60", "--icmpv6-type 135 "} {
+			if !strings.Contains(save, want) {
+				t.Errorf("ip6tables filter table lacks %q:\n%s", want, save)
+			}
 		}
-	}
-	if sets := c.node.MustRun(t, "ipset", "list"); !strings.Contains(sets, "fd65::2") {
-		t.Errorf("no IPv6 set holds client's fd65::2:\n%s", sets)
+		if sets := c.node.MustRun(t, "ipset", "list"); !strings.Contains(sets, "fd65::2") {
+			t.Errorf("no IPv6 set holds client's fd65::2:\n%s", sets)
+		}
 	}
 	if r := c.node.MustRun(t, "ip", "-6", "route", "show", "fd65::1/128"); !strings.Contains(r, "dev "+c.pods["web"].iface) {
 		t.Errorf("route to web's IPv6 address = %q", r)

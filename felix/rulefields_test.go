@@ -77,7 +77,11 @@ spec:
 }
 
 func TestRuleFields(t *testing.T) {
-	c := newCluster(t, "NFT")
-	setupPods(c)
-	runScenarios(t, c, ruleFields)
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) {
+			c := newCluster(t, dp)
+			setupPods(c)
+			runScenarios(t, c, ruleFields)
+		})
+	}
 }

@@ -19,14 +19,14 @@ func TestUnusedFieldsWarnedOnce(t *testing.T) {
 	entry := log.NewEntry(logger)
 	yes := true
 	var u unusedFields
-	u.warn(calc.MergeConfig(&v3.FelixConfigurationSpec{BPFEnabled: &yes, ChainInsertMode: "Append"}, nil), entry)
-	u.warn(calc.MergeConfig(&v3.FelixConfigurationSpec{BPFEnabled: &yes, ChainInsertMode: "Insert"}, nil), entry)
-	if n := strings.Count(out.since(0), "not acted on"); n != 1 || !strings.Contains(out.since(0), "fields=bpfEnabled") {
-		t.Fatalf("want one warning naming bpfEnabled:\n%s", out.since(0))
+	u.warn(calc.MergeConfig(&v3.FelixConfigurationSpec{XDPEnabled: &yes, ChainInsertMode: "Append"}, nil), entry)
+	u.warn(calc.MergeConfig(&v3.FelixConfigurationSpec{XDPEnabled: &yes, ChainInsertMode: "Insert"}, nil), entry)
+	if n := strings.Count(out.since(0), "not acted on"); n != 1 || !strings.Contains(out.since(0), "fields=xdpEnabled") {
+		t.Fatalf("want one warning naming xdpEnabled:\n%s", out.since(0))
 	}
 	mark := out.len()
-	u.warn(calc.MergeConfig(&v3.FelixConfigurationSpec{BPFEnabled: &yes, XDPEnabled: &yes}, nil), entry)
-	if got := out.since(mark); !strings.Contains(got, `fields="bpfEnabled, xdpEnabled"`) {
+	u.warn(calc.MergeConfig(&v3.FelixConfigurationSpec{BPFLogLevel: "Debug", XDPEnabled: &yes}, nil), entry)
+	if got := out.since(mark); !strings.Contains(got, `fields="bpfLogLevel, xdpEnabled"`) {
 		t.Errorf("want a new warning naming both:\n%s", got)
 	}
 	mark = out.len()

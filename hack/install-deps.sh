@@ -15,10 +15,13 @@ TOOLS_DIR="${TOOLS_DIR:-$PWD/.tools}"
 #     chained after ours in tests and measured against in benchmarks.
 #   bird2, gobgpd: real BGP peers and route reflectors for the BGP tests
 #     (gobgpd brings the stock `gobgp` CLI that inspects our nodes).
+#   frr: FRRouting, the other peer of the BGP tests (its daemons run in
+#     the tests' namespaces; the system service is left off).
 DEBIAN_PACKAGES=(
 	bird2
 	containernetworking-plugins
 	etcd-server
+	frr
 	gobgpd
 	iproute2
 	iptables
@@ -32,6 +35,12 @@ GO_TOOLS=(
 )
 WANT_GO_TOOLS=false
 [ "${1:-}" = "--lint" ] && WANT_GO_TOOLS=true
+
+# --bpf: the compiler of bpf/c/palisade.c, only to regenerate the committed
+# object (go generate ./bpf); a build needs neither.
+if [ "${1:-}" = "--bpf" ]; then
+	DEBIAN_PACKAGES+=(clang-14 llvm-14 libbpf-dev)
+fi
 
 die() { echo "install-deps: $*" >&2; exit 1; }
 
@@ -49,9 +58,13 @@ if ((${#missing[@]})); then
 	fi
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
 		|| die "apt-get install ${missing[*]} failed"
-	# Debian starts etcd as a service on install; our tests start their own.
+	# Debian starts etcd and FRR as services on install; our tests start
+	# their own.
 	if [[ " ${missing[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null; then
 		systemctl disable --now etcd >/dev/null 2>&1 || true
+	fi
+	if [[ " ${missing[*]} " == *" frr "* ]] && command -v systemctl >/dev/null; then
+		systemctl disable --now frr >/dev/null 2>&1 || true
 	fi
 fi
 

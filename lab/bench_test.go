@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
+	"sort"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -50,6 +52,128 @@ func BenchmarkUpToReachable(b *testing.B) {
 func upForBench(b *testing.B, nodes int) *Lab {
 	b.Helper()
 	l, err := Up(context.Background(), Options{Name: fmt.Sprintf("bench%d", nodes), Nodes: nodes, RR: RRBird2, BinDir: binDir, StateRoot: testRoot})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if o, err := Open(testRoot, l.Name(), nil); err == nil {
+			_ = o.Down(context.Background())
+		}
+	})
+	return l
+}
+
+// BenchmarkMeshConvergence measures how long the BGP sessions of a fresh
+// lab take to be all Established once every calico-node runs (s-bgp), and
+// the whole of Up (s-up), for 10, 30 and 50 nodes in a full mesh and
+// behind a BIRD 2 route reflector (external etcd in both). x/ref is the
+// mesh's s-bgp against the reflector's, same node count, same run.
+func BenchmarkMeshConvergence(b *testing.B) {
+	for _, nodes := range []int{10, 30, 50} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			requireLab(b)
+			var mesh, rr, meshUp, rrUp time.Duration
+			for i := 0; i < b.N; i++ {
+				for _, peering := range []string{PeeringMesh, PeeringRR} {
+					o := Options{Name: fmt.Sprintf("conv%d%s", nodes, peering), Nodes: nodes, Peering: peering, Etcd: EtcdExternal,
+						BinDir: binDir, StateRoot: testRoot}
+					if peering == PeeringRR {
+						o.RR = RRBird2
+					}
+					l := upNamed(b, o)
+					t := l.UpTimes()
+					if peering == PeeringMesh {
+						mesh, meshUp = mesh+t.Sessions, meshUp+t.Total
+					} else {
+						rr, rrUp = rr+t.Sessions, rrUp+t.Total
+					}
+					b.StopTimer()
+					if err := l.Down(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(mesh.Seconds()/n, "mesh-s-bgp")
+			b.ReportMetric(meshUp.Seconds()/n, "mesh-s-up")
+			b.ReportMetric(rr.Seconds()/n, "rr-s-bgp")
+			b.ReportMetric(rrUp.Seconds()/n, "rr-s-up")
+			b.ReportMetric(mesh.Seconds()/rr.Seconds(), "x/ref")
+		})
+	}
+}
+
+// BenchmarkAgentRestart restarts calico-node 50 times (SIGKILL and SIGTERM
+// in turn, on two nodes in turn) in a 3-node full mesh and in a 4-node lab
+// with two calico-node route reflectors, and measures each time from the
+// signal until every session of the lab is Established again; the
+// reference is the same on 3 nodes behind a BIRD 2 route reflector (20
+// restarts). It reports p50 and p99 of each, x/ref (the worse p99 of ours
+// against BIRD's) and goal-x/ref (that p99 against the 5 s goal).
+func BenchmarkAgentRestart(b *testing.B) {
+	requireLab(b)
+	restarts := func(o Options, n int, nodes [2]string) []time.Duration {
+		o.BinDir, o.StateRoot, o.Etcd = binDir, testRoot, EtcdExternal
+		l := upNamed(b, o)
+		defer func() { _ = l.Down(context.Background()) }()
+		var ds []time.Duration
+		for i := 0; i < n; i++ {
+			sig := syscall.SIGKILL
+			if i%2 == 1 {
+				sig = syscall.SIGTERM
+			}
+			d, err := l.RestartAgent(context.Background(), nodes[(i/2)%2], sig, 2*time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, d)
+			time.Sleep(time.Second)
+		}
+		return ds
+	}
+	var p50, p99 [3]float64
+	for i := 0; i < b.N; i++ {
+		for j, run := range []struct {
+			o     Options
+			n     int
+			nodes [2]string
+		}{
+			{Options{Name: "rsmesh", Nodes: 3, Peering: PeeringMesh}, 50, [2]string{"node2", "node1"}},
+			{Options{Name: "rsnoderr", Nodes: 4, Peering: PeeringNodeRR}, 50, [2]string{"node1", "node3"}},
+			{Options{Name: "rsbird", Nodes: 3, RR: RRBird2}, 20, [2]string{"node2", "node1"}},
+		} {
+			ds := restarts(run.o, run.n, run.nodes)
+			p50[j] += percentile(ds, 50).Seconds()
+			p99[j] += percentile(ds, 99).Seconds()
+		}
+	}
+	n := float64(b.N)
+	for j, name := range []string{"mesh", "node-rr", "bird"} {
+		b.ReportMetric(p50[j]/n, name+"-p50-s")
+		b.ReportMetric(p99[j]/n, name+"-p99-s")
+	}
+	worst := max(p99[0], p99[1]) / n
+	b.ReportMetric(worst/(p99[2]/n), "x/ref")
+	b.ReportMetric(worst/5, "goal-x/ref")
+}
+
+// percentile is the nearest-rank p-th percentile of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	k := (p*len(s) + 99) / 100
+	if k < 1 {
+		k = 1
+	}
+	return s[k-1]
+}
+
+// upNamed brings up a lab the benchmark removes itself (the cleanup
+// removes it if the benchmark fails first).
+func upNamed(b *testing.B, o Options) *Lab {
+	b.Helper()
+	l, err := Up(context.Background(), o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestCLI(t *testing.T) {
 	}
 	lab(true, "ping", "border", "default/db")
 	out = lab(true, "status")
-	for _, want := range []string{"=== node1", "=== node2", "calicoctl node status", "Calico process is running", "proto 196", "=== rr", "=== border", "default/web"} {
+	for _, want := range []string{"=== node1", "=== node2", "calicoctl node status", "Calico process is running", BorderPrefix().String() + " via", "=== rr", "=== border", "default/web"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status: no %q in\n%s", want, out)
 		}

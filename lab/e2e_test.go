@@ -296,8 +296,17 @@ func (s stream) lost() []uint32 {
 // while a cross-node UDP stream runs both ways at 200 packets a second;
 // no packet is lost, the supervisor restarts the agent and it comes back
 // in sync (sessions, routes, the reflector's routes no longer stale).
-func TestKillAgent(t *testing.T) {
-	l := newLab(t, Options{Nodes: 3, RR: RRBird2})
+func TestKillAgent(t *testing.T) { testKillAgent(t, Options{Nodes: 3, RR: RRBird2}) }
+
+// TestKillAgentBPF is TestKillAgent with felix's eBPF dataplane: its
+// programs and maps, pinned, go on forwarding while no felix runs, and
+// the restarted one takes them over.
+func TestKillAgentBPF(t *testing.T) {
+	testKillAgent(t, Options{Nodes: 3, RR: RRBird2, BPF: true})
+}
+
+func testKillAgent(t *testing.T, o Options) {
+	l := newLab(t, o)
 	ctx := context.Background()
 	a, err := l.AddPod(ctx, "node1", "kill", "sender")
 	if err != nil {
@@ -369,5 +378,44 @@ func TestUpFailureCleansUp(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(testRoot, "tfail")); err == nil {
 		t.Errorf("state directory left behind")
+	}
+}
+
+// TestBorrowedAddresses: the pool holds a single block, so the first
+// pod's node claims it and the pods of the other nodes borrow addresses
+// from it (Calico's IPAM does so once no block is free). Every pod still
+// reaches every other one: the borrowing nodes advertise a host route
+// for each borrowed address and the block's owner installs those
+// instead of blackholing them with the rest of its block.
+func TestBorrowedAddresses(t *testing.T) {
+	l := newLab(t, Options{Nodes: 3, PoolCIDR: "10.244.0.0/26"})
+	ctx := context.Background()
+	var pods []Pod
+	for _, n := range []string{"node1", "node2", "node3"} {
+		p, err := l.AddPod(ctx, n, "borrow", "p-"+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	block := netip.MustParsePrefix("10.244.0.0/26")
+	for _, p := range pods {
+		if !block.Contains(p.IP) {
+			t.Fatalf("pod %s got %s, outside the pool's one block %s", p.Key(), p.IP, block)
+		}
+	}
+	requireReachable(t, l, "addresses borrowed from node1's block")
+	rs, err := l.BGPRoutes(ctx, "node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasRoute(rs, block, nil) {
+		t.Errorf("node1 does not blackhole the rest of its block %s: %+v", block, rs)
+	}
+	for _, p := range pods[1:] {
+		n, _ := l.Node(p.Node)
+		if !hasRoute(rs, netip.PrefixFrom(p.IP, 32), []netip.Addr{n.IP}) {
+			t.Errorf("node1 has no host route for %s's borrowed %s via %s: %+v", p.Key(), p.IP, n.IP, rs)
+		}
 	}
 }

@@ -16,7 +16,21 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
 )
+
+// bpfFelixConfig turns felix's eBPF dataplane on (Options.BPF).
+const bpfFelixConfig = `apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {bpfEnabled: true}
+`
+
+// labNS runs work in one of the lab's namespaces (palbpf.NetNS).
+type labNS string
+
+func (n labNS) Do(f func() error) error { return inNS(string(n), f) }
 
 // Route reflector kinds (Options.RR).
 const (
@@ -40,6 +54,11 @@ const (
 const (
 	PeeringMesh = "mesh"
 	PeeringRR   = "rr"
+	// PeeringNodeRR makes node1 and node2 (node1 alone in a lab of two)
+	// in-cluster route reflectors of one cluster (a cluster ID and the
+	// label route-reflector=true) that every node peers with, mesh off:
+	// Calico's route-reflector guide with calico-nodes as the reflectors.
+	PeeringNodeRR = "node-rr"
 )
 
 // Fixed addresses on the fabric (198.18.0.0/24).
@@ -72,7 +91,7 @@ type Options struct {
 	// RR is the route reflector: RRBird2, RRBird1 or RRNone (default).
 	RR string `json:"rr"`
 	// Peering is the initial topology: PeeringRR (the default with a
-	// route reflector) or PeeringMesh.
+	// route reflector), PeeringMesh or PeeringNodeRR.
 	Peering string `json:"peering"`
 	// Border adds a BIRD border router in AS 65001 peering eBGP with
 	// every node.
@@ -91,6 +110,9 @@ type Options struct {
 	// Bird1 is BIRD 1.6's binary directory (default .tools/bird1/usr/sbin
 	// found upward from the working directory and BinDir).
 	Bird1 string `json:"bird1"`
+	// BPF turns on felix's eBPF dataplane (FelixConfiguration default
+	// bpfEnabled: true) on every node.
+	BPF bool `json:"bpf"`
 	// LogLevel is calico-node's log level (default info).
 	LogLevel string `json:"logLevel"`
 	// Progress receives one line per step; nil prints nothing.
@@ -129,12 +151,16 @@ func (o *Options) defaults() error {
 			o.Peering = PeeringRR
 		}
 	case PeeringMesh:
+	case PeeringNodeRR:
+		if o.Nodes < 2 {
+			return fmt.Errorf("lab %q: peering %q needs at least 2 nodes", o.Name, o.Peering)
+		}
 	case PeeringRR:
 		if o.RR == RRNone {
 			return fmt.Errorf("lab %q: peering %q needs a route reflector (--rr bird2 or bird1)", o.Name, o.Peering)
 		}
 	default:
-		return fmt.Errorf("lab %q: peering %q: want mesh or rr", o.Name, o.Peering)
+		return fmt.Errorf("lab %q: peering %q: want mesh, rr or node-rr", o.Name, o.Peering)
 	}
 	switch o.Etcd {
 	case "":
@@ -433,6 +459,9 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		}
 		rest = append(rest, n)
 	}
+	if err := l.pinNeighbors(ctx, l.Nodes(), l.Nodes()); err != nil {
+		return nil, err
+	}
 	if o.RR != RRNone {
 		if err := l.startBird(ctx, "rr"); err != nil {
 			return nil, err
@@ -454,9 +483,35 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if err := l.applyTopology(ctx, o.Peering); err != nil {
 		return nil, err
 	}
+	// In-cluster reflectors get their cluster ID once their Node exists.
+	reflector := map[string]bool{}
+	if o.Peering == PeeringNodeRR {
+		for _, n := range nodeRRs(append([]Node{first}, rest...)) {
+			reflector[n.Name] = true
+		}
+		if reflector[first.Name] {
+			if err := l.makeReflector(ctx, first); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if o.BPF {
+		// Before the other nodes start: their felix starts on eBPF.
+		// Node 1's moves over from iptables.
+		l.say("calicoctl apply: FelixConfiguration default bpfEnabled: true")
+		if err := l.Apply(ctx, bpfFelixConfig); err != nil {
+			return nil, err
+		}
+	}
 	errc := make(chan error, len(rest))
 	for _, n := range rest {
-		go func() { errc <- l.startNode(ctx, n) }()
+		go func() {
+			err := l.startNode(ctx, n)
+			if err == nil && reflector[n.Name] {
+				err = l.makeReflector(ctx, n)
+			}
+			errc <- err
+		}()
 	}
 	var errs []error
 	for range rest {
@@ -569,6 +624,16 @@ func (l *Lab) Down(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	// The eBPF dataplane's pins outlive a namespace: removed while the
+	// nodes' namespaces still exist.
+	for _, n := range l.st.Nodes {
+		if _, err := os.Stat(nsPath(n.NS)); err != nil {
+			continue
+		}
+		if err := palbpf.RemoveAll("", labNS(n.NS)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// Namespaces in reverse order of creation, then any stray one with
 	// the lab's prefix.
 	seen := map[string]bool{}

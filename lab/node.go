@@ -163,6 +163,9 @@ func (l *Lab) AddNode(ctx context.Context) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
+	if err := l.pinNeighbors(ctx, []Node{n}, l.Nodes()); err != nil {
+		return n, err
+	}
 	if err := l.reconfigureBirds(ctx); err != nil {
 		return n, err
 	}
@@ -211,6 +214,11 @@ func (l *Lab) RemoveNode(ctx context.Context, name string) error {
 		}
 	}
 	errs = append(errs, l.forgetNS(ctx, n.NS))
+	for _, m := range l.Nodes() {
+		// Its pinned neighbour entry goes too (errors do not matter: the
+		// address is never given to another node).
+		_, _ = run(ctx, "ip", "-n", m.NS, "neigh", "del", n.IP.String(), "dev", "eth0")
+	}
 	l.mu.Lock()
 	delete(l.st.Procs, role)
 	errs = append(errs, l.save())

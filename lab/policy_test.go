@@ -327,9 +327,19 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 // seed's scenarios, then the Kubernetes network-policy e2e model's cases,
 // each probed cell by cell with real TCP, UDP and SCTP packets against a
 // matrix the model computes from the case's intent.
-func TestPolicy(t *testing.T) {
+func TestPolicy(t *testing.T) { testPolicyLab(t, Options{Nodes: 3}) }
+
+// TestPolicyBPF is TestPolicy with felix's eBPF dataplane on every node
+// (node 1's felix starts on iptables and moves over when the lab turns
+// bpfEnabled on); then the inspection commands are run on a node.
+func TestPolicyBPF(t *testing.T) {
+	l := testPolicyLab(t, Options{Nodes: 3, BPF: true})
+	checkBPFCommands(t, l)
+}
+
+func testPolicyLab(t *testing.T, o Options) *Lab {
 	began := time.Now()
-	l := newLab(t, Options{Nodes: 3})
+	l := newLab(t, o)
 	t.Logf("lab up in %s", time.Since(began).Round(time.Millisecond))
 	pl := setupPolicyLab(t, l)
 	all := slices.Sorted(maps.Keys(pl.pods))
@@ -343,6 +353,7 @@ func TestPolicy(t *testing.T) {
 	t.Run("model", func(t *testing.T) { testModelPolicies(t, pl) })
 	t.Run("dynamic", func(t *testing.T) { testDynamicPolicies(t, pl) })
 	t.Logf("whole policy test: %s", time.Since(began).Round(time.Millisecond))
+	return l
 }
 
 // testSeedPolicies: the seed's Kubernetes policies written as Calico

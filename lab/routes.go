@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/palisade-net/palisade/node/bgp/kernel"
 )
 
 // bgpRouteProto is the protocol number calico-node's BGP part marks its
-// kernel routes with.
-const bgpRouteProto = "196"
+// kernel routes with (routes are matched by number: iproute2 prints a
+// name for numbers a routing daemon on the host has named).
+var bgpRouteProto = strconv.Itoa(kernel.DefaultProtocol)
 
 // BGPRoute is a route calico-node programmed from BGP.
 type BGPRoute struct {

@@ -77,9 +77,26 @@ func (l *Lab) Sessions(ctx context.Context, node string) ([]Session, error) {
 // topology.
 func (l *Lab) expectedPeers(node string) map[netip.Addr]string {
 	want := map[netip.Addr]string{}
-	if l.Peering() == PeeringRR {
+	switch l.Peering() {
+	case PeeringRR:
 		want[rrAddr] = "route reflector"
-	} else {
+	case PeeringNodeRR:
+		nodes := l.Nodes()
+		rrs := nodeRRs(nodes)
+		isRR := map[string]bool{}
+		for _, r := range rrs {
+			isRR[r.Name] = true
+		}
+		for _, n := range nodes {
+			switch {
+			case n.Name == node:
+			case isRR[n.Name]:
+				want[n.IP] = n.Name + " (route reflector)"
+			case isRR[node]:
+				want[n.IP] = n.Name + " (client)"
+			}
+		}
+	default:
 		for _, n := range l.Nodes() {
 			if n.Name != node {
 				want[n.IP] = n.Name

@@ -49,7 +49,8 @@ type state struct {
 	Created time.Time `json:"created"`
 	// Options are the settings the lab was made with (defaults filled).
 	Options Options `json:"options"`
-	// Peering is the current BGP topology (PeeringMesh or PeeringRR).
+	// Peering is the current BGP topology (PeeringMesh, PeeringRR or
+	// PeeringNodeRR).
 	Peering string `json:"peering"`
 	// Namespaces are every namespace created, in creation order.
 	Namespaces []string `json:"namespaces"`

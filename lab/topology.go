@@ -11,7 +11,33 @@ import (
 const (
 	rrPeerName     = "bgppeer-global-rr"
 	borderPeerName = "bgppeer-global-border"
+	nodeRRPeerName = "peer-with-route-reflectors"
 )
+
+// nodeRRClusterID is the route-reflector cluster ID of the reflectors in
+// the PeeringNodeRR topology.
+const nodeRRClusterID = "224.0.0.1"
+
+// nodeRRs are the nodes that reflect in the PeeringNodeRR topology: the
+// first two (one in a lab of two: a client needs a reflector to peer
+// with).
+func nodeRRs(nodes []Node) []Node {
+	if len(nodes) >= 3 {
+		return nodes[:2]
+	}
+	return nodes[:1]
+}
+
+func nodeRRPeerYAML() string {
+	return fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: BGPPeer
+metadata:
+  name: %s
+spec:
+  nodeSelector: all()
+  peerSelector: route-reflector == 'true'
+`, nodeRRPeerName)
+}
 
 func bgpConfigYAML(mesh bool) string {
 	return fmt.Sprintf(`apiVersion: projectcalico.org/v3
@@ -44,10 +70,37 @@ func (l *Lab) applyTopology(ctx context.Context, peering string) error {
 			return err
 		}
 	}
-	if peering == PeeringRR {
+	switch peering {
+	case PeeringRR:
 		return l.switchToRR(ctx, false)
+	case PeeringNodeRR:
+		return l.useNodeRR(ctx)
 	}
 	return l.switchToMesh(ctx, false)
+}
+
+// useNodeRR makes the reflector nodes reflect for every node, the mesh off
+// (when the lab starts: each reflector is patched as soon as its Node
+// exists; the BGPPeer and the mesh off come first).
+func (l *Lab) useNodeRR(ctx context.Context) error {
+	l.say("calicoctl apply: BGPPeer %s (peerSelector route-reflector == 'true'), BGPConfiguration default nodeToNodeMeshEnabled: false", nodeRRPeerName)
+	if err := l.Apply(ctx, nodeRRPeerYAML()); err != nil {
+		return err
+	}
+	if err := l.Apply(ctx, bgpConfigYAML(false)); err != nil {
+		return err
+	}
+	l.setPeering(PeeringNodeRR)
+	return nil
+}
+
+// makeReflector gives a node the reflectors' cluster ID and label (its
+// Node resource must exist).
+func (l *Lab) makeReflector(ctx context.Context, n Node) error {
+	l.say("calicoctl patch node %s: routeReflectorClusterID %s, label route-reflector=true", n.Name, nodeRRClusterID)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{"route-reflector":"true"}},"spec":{"bgp":{"routeReflectorClusterID":%q}}}`, nodeRRClusterID)
+	_, err := l.Calicoctl(ctx, l.Nodes()[0].Name, nil, "patch", "node", n.Name, "-p", patch)
+	return err
 }
 
 // UseRouteReflector switches a running lab to the route reflector: the

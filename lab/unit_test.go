@@ -12,10 +12,10 @@ import (
 
 func TestParseRoutes(t *testing.T) {
 	a := netip.MustParseAddr
-	out := `10.244.11.64/26 via 198.18.0.12 dev eth0 proto 196
-blackhole 10.244.197.0/26 proto 196
-10.244.158.128/26 proto 196 \    nexthop via 198.18.0.13 dev eth0 weight 1 \    nexthop via 198.18.0.14 dev eth0 weight 1
-10.244.1.1 via 198.18.0.15 dev eth0 proto 196
+	out := `10.244.11.64/26 via 198.18.0.12 dev eth0 proto 201
+blackhole 10.244.197.0/26 proto 201
+10.244.158.128/26 proto 201 \    nexthop via 198.18.0.13 dev eth0 weight 1 \    nexthop via 198.18.0.14 dev eth0 weight 1
+10.244.1.1 via 198.18.0.15 dev eth0 proto 201
 `
 	got := parseRoutes(out)
 	want := []BGPRoute{

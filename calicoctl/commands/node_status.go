@@ -54,11 +54,6 @@ func writeNodeStatus(w io.Writer, rep status.Report) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	if rep.PeersUnavailable != "" {
-		fmt.Fprintf(&b, "BGP is running, but its peer table is not available: %s\n", rep.PeersUnavailable)
-		_, err := io.WriteString(w, b.String())
-		return err
-	}
 	v4, v6 := status.SplitPeers(rep.Peers)
 	for _, fam := range []struct {
 		name  string

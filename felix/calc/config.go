@@ -211,24 +211,15 @@ func splitList(s string) []string {
 	return out
 }
 
-// actedOn are the FelixConfiguration fields (by JSON name) felix acts on;
-// NotActedOn names the others.
-var actedOn = map[string]bool{
-	"ipv6Support": true, "routeRefreshInterval": true, "iptablesRefreshInterval": true, "ipsetsRefreshInterval": true,
-	"iptablesBackend": true, "interfacePrefix": true, "interfaceExclude": true, "chainInsertMode": true,
-	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
-	"iptablesFilterDenyAction": true, "iptablesMarkMask": true, "logSeverityScreen": true,
-	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
-}
-
 // NotActedOn lists, sorted by JSON name, the fields set in the merged
-// FelixConfiguration that felix accepts but does not act on.
+// FelixConfiguration that felix accepts but does not act on (those not in
+// v3.FelixConfigurationActedOn, the one list calicoctl and the docs share).
 func (c *Config) NotActedOn() []string {
 	var out []string
 	v := reflect.ValueOf(c.Spec)
 	for i := 0; i < v.NumField(); i++ {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" && !actedOn[name] && !v.Field(i).IsZero() {
+		if name != "" && name != "-" && !v3.FelixConfigurationActedOn[name] && !v.Field(i).IsZero() {
 			out = append(out, name)
 		}
 	}

@@ -80,7 +80,7 @@ func TestNotActedOn(t *testing.T) {
 		BPFEnabled: &yes, VXLANEnabled: &yes, HealthPort: func() *int { p := 9099; return &p }(), NFTablesMode: "Enabled",
 		IptablesFilterDenyAction: "Reject", IptablesMarkMask: &mask, WorkloadSourceSpoofing: "Any", LogSeverityScreen: "Debug",
 	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
-	if got, want := strings.Join(c.NotActedOn(), ","), "bpfEnabled,healthPort,nftablesMode,prometheusMetricsEnabled,vxlanEnabled"; got != want {
+	if got, want := strings.Join(c.NotActedOn(), ","), "healthPort,nftablesMode,prometheusMetricsEnabled,vxlanEnabled"; got != want {
 		t.Errorf("NotActedOn = %s, want %s", got, want)
 	}
 	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/palisade-net/palisade/node/bgp"
+	"github.com/palisade-net/palisade/node/bgp/router"
 	"github.com/palisade-net/palisade/node/status"
 )
 
 // bgpPeerLister turns the BGP speaker's sessions into the rows of
 // `calicoctl node status`, in the words BIRD gives Calico: state "up" for
 // an established session and "start" while it is being set up, the FSM
-// state as info.
+// state as info, followed for a session that is down by why (as BIRD's
+// "Active Socket: Connection refused").
 type bgpPeerLister struct {
 	table *bgp.PeerTable
 }
@@ -28,18 +30,25 @@ func (l bgpPeerLister) ListPeers(ctx context.Context) ([]status.PeerStatus, erro
 	now := time.Now()
 	out := make([]status.PeerStatus, 0, len(states))
 	for _, p := range states {
-		st := "start"
-		if p.State == "Established" {
-			st = "up"
-		}
-		out = append(out, status.PeerStatus{
-			Address: p.Address.String(),
-			Type:    p.Description,
-			State:   st,
-			Since:   status.FormatSince(p.Since, now),
-			Info:    p.State,
-			IPv6:    p.Address.Is6(),
-		})
+		out = append(out, peerRow(p, now))
 	}
 	return out, nil
+}
+
+// peerRow is one session as a row of the peer table.
+func peerRow(p router.PeerState, now time.Time) status.PeerStatus {
+	st, info := "start", p.State
+	if p.State == "Established" {
+		st = "up"
+	} else if p.Reason != "" {
+		info += " " + p.Reason
+	}
+	return status.PeerStatus{
+		Address: p.Address.String(),
+		Type:    p.Description,
+		State:   st,
+		Since:   status.FormatSince(p.Since, now),
+		Info:    info,
+		IPv6:    p.Address.Is6(),
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
 	"github.com/palisade-net/palisade/node/bgp"
+	"github.com/palisade-net/palisade/node/bgp/kernel"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
 )
@@ -39,6 +40,7 @@ func NewRootEnv(out, errOut io.Writer, getenv func(string) string) *cobra.Comman
 		clientURL string
 		peerURL   string
 		grpc      string
+		rtProto   string
 		plaintext bool
 		joinFile  string
 	)
@@ -71,7 +73,9 @@ CALICO_IPV4POOL_NAT_OUTGOING, CALICO_IPV4POOL_VXLAN, CALICO_IPV6POOL_CIDR,
 NO_DEFAULT_POOLS, ETCD_ENDPOINTS, ETCD_*); flags override the environment.
 
 With the bird (meaning the embedded GoBGP) or gobgp backend it runs the BGP
-fabric and serves GoBGP's gRPC API on 127.0.0.1:50051 (--bgp-grpc-listen).
+fabric and serves GoBGP's gRPC API on 127.0.0.1:50051 (--bgp-grpc-listen);
+the routes it learns are kernel routes of protocol 201
+(--bgp-route-protocol).
 
 It stops cleanly on SIGTERM or SIGINT.`,
 		Args:          cobra.NoArgs,
@@ -97,12 +101,16 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			if grpc == "none" {
 				grpc = ""
 			}
+			proto, err := routeProtocol(rtProto)
+			if err != nil {
+				return err
+			}
 			o := Options{
 				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
 				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
 				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
 				EtcdPlaintext: plaintext, EtcdJoinFile: joinFile,
-				BGPGRPCListen: grpc,
+				BGPGRPCListen: grpc, BGPRouteProtocol: proto,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -129,6 +137,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 	fl.StringVar(&joinFile, "etcd-join-file", getenv("CALICO_ETCD_JOIN_FILE"), "Where the embedded etcd's join file is written (CALICO_ETCD_JOIN_FILE; default join.cfg in the etcd data directory)")
 	fl.BoolVar(&plaintext, "etcd-plaintext", false, "Serve the embedded etcd over plain HTTP with no client authentication: anyone who reaches it can change everything (CALICO_ETCD_PLAINTEXT=true)")
 	fl.StringVar(&grpc, "bgp-grpc-listen", def("CALICO_BGP_GRPC_LISTEN", bgp.DefaultGRPCListen), "Address of GoBGP's gRPC API, for the gobgp CLI; \"none\" serves none (CALICO_BGP_GRPC_LISTEN)")
+	fl.StringVar(&rtProto, "bgp-route-protocol", getenv("CALICO_BGP_ROUTE_PROTOCOL"), fmt.Sprintf("Route protocol number of the kernel routes BGP programs, 5-255 (CALICO_BGP_ROUTE_PROTOCOL; default %d)", kernel.DefaultProtocol))
 	fl.StringVar(&logLevel, "log-level", def("CALICO_LOG_LEVEL", "info"), "Log level: debug, info, warning, error (CALICO_LOG_LEVEL)")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
@@ -139,6 +148,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			return nil
 		},
 	})
+	root.AddCommand(newBPFCommand())
 	root.SetContext(context.Background())
 	return root
 }
@@ -169,6 +179,20 @@ func (f *flagValues) apply(cmd *cobra.Command, cfg *startup.Config) {
 		cfg.NoDefaultPools = f.noPools
 	}
 	f.runDir = filepath.Clean(f.runDir)
+}
+
+// routeProtocol reads the BGP route protocol number: empty for the
+// default, else 5 to 255 (0 to 4 are the kernel's own and the operator's
+// static routes).
+func routeProtocol(s string) (uint8, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 5 || n > 255 {
+		return 0, fmt.Errorf("--bgp-route-protocol (CALICO_BGP_ROUTE_PROTOCOL) %q: want a number from 5 to 255 (0-4 are the kernel's and static routes)", s)
+	}
+	return uint8(n), nil
 }
 
 func splitList(s string) []string {

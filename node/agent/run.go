@@ -51,6 +51,9 @@ type Options struct {
 	Getenv func(string) string
 	// BGPGRPCListen is where GoBGP's gRPC API is served ("" for none).
 	BGPGRPCListen string
+	// BGPRouteProtocol marks the kernel routes BGP programs; 0 means
+	// kernel.DefaultProtocol.
+	BGPRouteProtocol uint8
 	// Ready, when set, is called once the node is registered and the
 	// status API serves.
 	Ready func()
@@ -116,7 +119,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer stopIPAM()
 	go releaseUnusedBlocks(ipamCtx, ipam.New(store, store.KV()), cfg.NodeName, logger.WithField("part", "ipam"))
 
-	// bgpPeers lists the BGP peer table of the running speaker.
+	// bgpPeers lists the BGP peer table of the running speaker (nil when
+	// BGP does not run).
 	var bgpPeers peerLister
 	peerTable := &bgp.PeerTable{}
 	bgpRunning := false
@@ -129,7 +133,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		go func() {
 			bgpDone <- bgp.Run(ctx, bgp.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(),
-				GRPCListen: o.BGPGRPCListen, Log: logger.WithField("part", "bgp"), Peers: peerTable,
+				GRPCListen: o.BGPGRPCListen, RouteProtocol: o.BGPRouteProtocol, Log: logger.WithField("part", "bgp"), Peers: peerTable,
 			})
 		}()
 		bgpPeers = bgpPeerLister{peerTable}
@@ -156,15 +160,12 @@ func Run(ctx context.Context, o Options) (err error) {
 		rep := status.Report{NodeName: cfg.NodeName, PID: os.Getpid(), Started: started, Backend: cfg.Backend}
 		rep.BGPRunning = bgpRunning
 		rep.Datastore = ds.status()
-		switch {
-		case bgpPeers != nil:
+		if bgpPeers != nil {
 			peers, err := bgpPeers.ListPeers(ctx)
 			if err != nil {
 				return rep, fmt.Errorf("listing BGP peers: %w", err)
 			}
 			rep.Peers = peers
-		case bgpRunning:
-			rep.PeersUnavailable = "this build's BGP part does not report its peers to calico-node; try `gobgp neighbor` against " + o.BGPGRPCListen
 		}
 		return rep, nil
 	}

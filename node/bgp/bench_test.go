@@ -79,7 +79,7 @@ func runOurs(b *testing.B) time.Duration {
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
 	f.start("origin")
-	end := waitCount(b, f.ns["recv"], "196", benchPrefixes)
+	end := waitCount(b, f.ns["recv"], proto, benchPrefixes)
 	return end.Sub(start)
 }
 

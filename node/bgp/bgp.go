@@ -6,8 +6,9 @@
 //
 // The stages, one way:
 //
-//	datastore (Nodes, BGPPeers, BGPConfiguration, IPPools, IPAM affinities)
+//	datastore (Nodes, BGPPeers, BGPConfiguration, BGPFilters, IPPools, IPAM)
 //	  → peers.Compute / paths.Compute           desired sessions and paths
+//	  → routepolicy.Compile                     what is sent and taken
 //	  → DiffPeers / DiffPaths → router.Router   minimal delta to GoBGP
 //	router.WatchBestPaths → importer → kernel.Syncer   learned routes, ECMP
 package bgp
@@ -19,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/palisade-net/palisade/node/bgp/kernel"
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
 
@@ -54,7 +57,7 @@ type Config struct {
 	// for Calico-like behaviour.
 	GRPCListen string
 	// RouteProtocol marks our kernel routes; 0 means
-	// kernel.DefaultProtocol (196).
+	// kernel.DefaultProtocol (201).
 	RouteProtocol uint8
 	// DisableKernelRoutes leaves the kernel alone (no import, no
 	// blackholes).
@@ -76,6 +79,9 @@ type Config struct {
 	// zero. They are removed earlier once every session is Established
 	// and the learned routes have been quiet for a second.
 	StaleRouteTimeout time.Duration
+	// DownWarning is how long a session may stay down before the node
+	// logs a warning saying why; DefaultDownWarning when zero.
+	DownWarning time.Duration
 	// Log is the logger; the standard one when nil.
 	Log *log.Entry
 	// Peers, when set, is kept pointing at the running speaker so the
@@ -96,6 +102,9 @@ func (c *Config) defaults() {
 	if c.StaleRouteTimeout == 0 {
 		c.StaleRouteTimeout = 60 * time.Second
 	}
+	if c.DownWarning == 0 {
+		c.DownWarning = DefaultDownWarning
+	}
 	if c.Log == nil {
 		c.Log = log.NewEntry(log.StandardLogger())
 	}
@@ -106,8 +115,11 @@ func (c *Config) defaults() {
 // resource to carry a BGP address, then peers and advertises as the
 // resources say. Kernel routes are programmed in the network namespace of
 // the calling thread. On return the kernel routes are left in place (so a
-// restart keeps forwarding; the next run removes what went stale) and GoBGP
-// is stopped.
+// restart keeps forwarding; the next run removes what went stale), and so
+// are GoBGP's sessions: they end with the process, without a NOTIFICATION,
+// so that peers treat a stop (SIGTERM) as they treat a crash and keep the
+// node's routes until it is back (graceful restart). Call Run once per
+// process.
 //
 //	func Run(ctx context.Context, cfg Config) error
 func Run(ctx context.Context, cfg Config) error {
@@ -151,9 +163,17 @@ var errGlobalChanged = errors.New("global BGP settings changed")
 type state struct {
 	peers  peers.Result
 	paths  paths.Result
+	policy routepolicy.Policy
 	port   int32
-	errors []error
-	// ignored says which BGPPeer fields are set but not acted on.
+	// listen are the addresses GoBGP listens on (bindMode NodeIP); empty
+	// means all.
+	listen []string
+	// ignoredNets are the subnets of ignoredInterfaces.
+	ignoredNets []netip.Prefix
+	errors      []error
+	// ignored says which BGPPeer and BGPConfiguration fields are set but
+	// not acted on, and which BGPFilter references do not resolve: each
+	// is logged once as a warning.
 	ignored []string
 }
 
@@ -176,7 +196,15 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 	if err != nil {
 		return st, err
 	}
+	filters, err := listAs[*v3.BGPFilter](ctx, cfg.Store, v3.KindBGPFilter)
+	if err != nil {
+		return st, err
+	}
 	affs, err := alloc.ListAffinities(ctx)
+	if err != nil {
+		return st, err
+	}
+	blocks, err := alloc.ListBlocks(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -187,10 +215,18 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 			conf = &c.Spec
 		case "node." + cfg.NodeName:
 			st.port = int32(c.Spec.ListenPort)
+			for _, note := range IgnoredNodeConfig(c.Spec) {
+				st.ignored = append(st.ignored, "bgpconfiguration "+c.Name+": "+note)
+			}
 		}
 	}
 	if st.port == 0 && conf != nil {
 		st.port = int32(conf.ListenPort)
+	}
+	if conf != nil {
+		for _, note := range IgnoredConfig(*conf) {
+			st.ignored = append(st.ignored, "bgpconfiguration default: "+note)
+		}
 	}
 	in := peers.Input{NodeName: cfg.NodeName, Config: conf, Password: passwordReader(cfg.SecretsDir)}
 	for _, n := range nodes {
@@ -203,7 +239,7 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 		}
 	}
 	st.peers, st.errors = peers.Compute(in)
-	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Config: conf}
+	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Blocks: blocks, Config: conf}
 	if st.peers.Local.IPv4.IsValid() {
 		pin.IPv4 = st.peers.Local.IPv4.Addr()
 	}
@@ -216,6 +252,32 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 	var perrs []error
 	st.paths, perrs = paths.Compute(pin)
 	st.errors = append(st.errors, perrs...)
+
+	var ignoredIfaces []string
+	if conf != nil {
+		ignoredIfaces = conf.IgnoredInterfaces
+		if conf.BindMode != nil && *conf.BindMode == v3.BindModeNodeIP {
+			for _, a := range []netip.Prefix{st.peers.Local.IPv4, st.peers.Local.IPv6} {
+				if a.IsValid() {
+					st.listen = append(st.listen, a.Addr().String())
+				}
+			}
+		}
+	}
+	ifaces, dropped, err := nodeInterfaces(ignoredIfaces)
+	if err != nil {
+		return st, err
+	}
+	st.ignoredNets = dropped
+	pol := routepolicy.Input{Local: st.peers.Local, Peers: st.peers.Peers, Filters: st.peers.Filters, Interfaces: ifaces}
+	for _, f := range filters {
+		pol.BGPFilters = append(pol.BGPFilters, *f)
+	}
+	var rerrs []error
+	st.policy, rerrs = routepolicy.Compile(pol)
+	for _, e := range rerrs {
+		st.ignored = append(st.ignored, e.Error())
+	}
 	return st, nil
 }
 
@@ -297,7 +359,8 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 		case <-time.After(cfg.PollInterval):
 		}
 	}
-	global := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}
+	global := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, ListenAddresses: st.listen,
+		Restarting: restarting, Policy: st.policy}
 	r := gobgp.New(cfg.GRPCListen, cfg.Log)
 	if err := r.Start(ctx, global); err != nil {
 		_ = r.Stop(context.Background())
@@ -306,6 +369,12 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	cfg.Peers.set(r)
 	defer func() {
 		cfg.Peers.set(nil)
+		if ctx.Err() != nil {
+			// The node stops: its sessions end with the process, with no
+			// NOTIFICATION, so peers keep its routes while it restarts.
+			r.Leave()
+			return
+		}
 		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
 		_ = r.Stop(sctx)
@@ -329,6 +398,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	defer resync.Stop()
 	lastLearn := time.Now()
 	warned := map[string]bool{} // ignored fields are said once a run
+	down := newDownWatch(cfg.DownWarning)
 	for {
 		if len(st.errors) > 0 {
 			for _, e := range st.errors {
@@ -341,8 +411,9 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 				cfg.Log.Warn(note)
 			}
 		}
-		want := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, Restarting: restarting}
-		if want.AS != global.AS || want.RouterID != global.RouterID || want.ListenPort != global.ListenPort {
+		want := router.Global{AS: st.peers.Local.AS, RouterID: routerID(st.peers.Local), ListenPort: st.port, ListenAddresses: st.listen}
+		if want.AS != global.AS || want.RouterID != global.RouterID || want.ListenPort != global.ListenPort ||
+			!slices.Equal(want.ListenAddresses, global.ListenAddresses) {
 			return errGlobalChanged
 		}
 		if im != nil {
@@ -356,7 +427,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
-			im.setLocal(st.paths.Blackholes, originated, self)
+			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets})
 		}
 		rec.apply(ctx, st)
 
@@ -383,12 +454,16 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			default:
 			}
 		}
+		ps, perr := r.ListPeers(ctx)
+		if perr == nil {
+			down.observe(cfg.Log, ps, time.Now())
+		}
 		if !staleRemoved {
 			converged := false
 			// Converged: every session is up and has sent its whole
 			// table (End-of-RIB). Before that, a route from the previous
 			// run may only be missing because it has not arrived yet.
-			if ps, err := r.ListPeers(ctx); err == nil {
+			if perr == nil {
 				converged = true
 				for _, p := range ps {
 					converged = converged && p.State == "Established" && p.EndOfRIB
@@ -400,6 +475,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 					cfg.Log.WithError(err).Warn("Kernel route resync failed")
 				} else {
 					staleRemoved = true
+					r.Converged()
 					cfg.Log.WithField("stats", s.String()).Info("Kernel routes in sync; stale routes removed")
 				}
 			}
@@ -444,7 +520,8 @@ type reconciler struct {
 }
 
 // apply pushes the minimal delta: paths first (so a session coming up
-// gets them before its End-of-RIB), then sessions.
+// gets them before its End-of-RIB), then the route policy (so a new
+// session is filtered from its first update), then sessions.
 func (rc *reconciler) apply(ctx context.Context, st state) {
 	adv, wd := DiffPaths(rc.paths, st.paths.Paths)
 	for _, p := range wd {
@@ -459,6 +536,9 @@ func (rc *reconciler) apply(ctx context.Context, st state) {
 			continue
 		}
 		rc.paths[p.Prefix] = p
+	}
+	if err := rc.r.SetPolicy(ctx, st.policy); err != nil {
+		rc.log.WithError(err).Warn("Setting the route policy")
 	}
 	plan := DiffPeers(rc.peers, st.peers.Peers)
 	for _, p := range plan.Delete {

@@ -7,10 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/palisade-net/palisade/libcalico/api/numorstring"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
@@ -124,6 +124,7 @@ func rrConf(bird1 bool, nodes map[string]string) string {
 // TestBIRDRouteReflector: the seed's topology, mesh off, every node peering
 // with a BIRD route reflector through a global BGPPeer; BIRD 2 and 1.6.
 func TestBIRDRouteReflector(t *testing.T) {
+	t.Parallel()
 	for _, version := range []string{"bird2", "bird1.6"} {
 		t.Run(version, func(t *testing.T) {
 			bin, ctl := bird2Bin, bird2Ctl
@@ -152,13 +153,19 @@ func TestBIRDRouteReflector(t *testing.T) {
 }
 
 // TestEBGP: the seed's eBGP example; node n1 (AS 65000) peers with the
-// rack's BIRD in AS 65001, which learns the pod block, and both nodes
-// install BIRD's route (n2 through the mesh).
+// rack's BIRD in AS 65001. BIRD learns n1's block and n1 installs BIRD's
+// route, but nothing learned from a peer goes on to another: BIRD never
+// gets n2's block from n1, nor n2 BIRD's route. A BGPFilter on the
+// BGPPeer that accepts the pool's routes from remote peers sends n2's
+// block too (with n1 as next hop, or n2 with keepOriginalNextHop); one
+// that rejects n1's own block withdraws it.
 func TestEBGP(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{ASNumber: asn(65000)}})
-	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001}})
+	peer := &v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001}}
+	f.apply(peer)
 	ext := netip.MustParsePrefix("198.19.100.0/24")
 	b := f.startBird("zircon", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
 protocol device { }
@@ -179,17 +186,43 @@ protocol bgp n1 {
 	f.start("n1")
 	f.start("n2")
 	b.waitHas(blk, true)
-	b.waitHas(blk2, true) // n1 passes n2's iBGP route on to its eBGP peer
 	f.waitRoute(f.ns["n1"], ext, "198.18.0.250")
-	f.waitRoute(f.ns["n2"], ext, "198.18.0.250")
-	// Towards an eBGP peer n1 is the next hop of everything it sends...
+	f.waitRoute(f.ns["n1"], blk2, "198.18.0.2")
+	// n1 knows n2's block and BIRD's route, and passes on neither.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if out := b.show("show", "route", "for", blk2.String()); strings.Contains(out, blk2.String()) {
+			t.Fatalf("n1 re-advertised n2's block %s to its eBGP peer:\n%s", blk2, out)
+		}
+		if out := f.routes(f.ns["n2"], ext.String()); strings.Contains(out, "via") {
+			t.Fatalf("n1 re-advertised BIRD's %s to n2: %s", ext, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Towards an eBGP peer n1 is the next hop of everything it sends.
 	b.waitNextHop(blk, "198.18.0.1")
+
+	// A BGPFilter that accepts the pool's routes from remote peers: n2's
+	// block goes too, with n1 as next hop...
+	f.apply(&v3.BGPFilter{ObjectMeta: v3.ObjectMeta{Name: "export-pods"}, Spec: v3.BGPFilterSpec{ExportV4: []v3.BGPFilterRuleV4{
+		{Action: v3.BGPFilterAccept, MatchOperator: v3.MatchOperatorIn, CIDR: "10.244.0.0/16", Source: v3.BGPFilterSourceRemotePeers},
+	}}})
+	peer.Spec.Filters = []string{"export-pods"}
+	f.apply(peer)
 	b.waitNextHop(blk2, "198.18.0.1")
 	// ...until the BGPPeer says keepOriginalNextHop: n2's block then goes
 	// with n2's address (n1's own block still with n1's).
-	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bgppeer-n1-zircon"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", Node: "n1", ASNumber: 65001, KeepOriginalNextHop: true}})
+	peer.Spec.KeepOriginalNextHop = true
+	f.apply(peer)
 	b.waitNextHop(blk2, "198.18.0.2")
 	b.waitNextHop(blk, "198.18.0.1")
+	// A rule rejecting n1's own block, first: BIRD loses it, keeps n2's.
+	f.apply(&v3.BGPFilter{ObjectMeta: v3.ObjectMeta{Name: "export-pods"}, Spec: v3.BGPFilterSpec{ExportV4: []v3.BGPFilterRuleV4{
+		{Action: v3.BGPFilterReject, MatchOperator: v3.MatchOperatorEqual, CIDR: blk.String()},
+		{Action: v3.BGPFilterAccept, MatchOperator: v3.MatchOperatorIn, CIDR: "10.244.0.0/16", Source: v3.BGPFilterSourceRemotePeers},
+	}}})
+	b.waitHas(blk, false)
+	b.waitNextHop(blk2, "198.18.0.2")
 }
 
 // waitNextHop waits until BIRD's route to pfx goes via gw.
@@ -205,6 +238,7 @@ func (b *birdPeer) waitNextHop(pfx netip.Prefix, gw string) {
 // label routeReflector; a BGPPeer with peerSelector has(routeReflector)
 // makes every node peer with it and it reflects between them.
 func TestInClusterRR(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -234,6 +268,7 @@ func TestInClusterRR(t *testing.T) {
 // TestGracefulRestart: n1's BGP process is killed with -9 and restarted;
 // BIRD keeps n1's block throughout, and n1's kernel keeps BIRD's route.
 func TestGracefulRestart(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -253,24 +288,12 @@ protocol bgp n1 { local 198.18.0.250 as 64512; neighbor 198.18.0.1 as 64512; gra
 	f.waitRoute(f.ns["n1"], ext, "198.18.0.250")
 	time.Sleep(time.Second)
 
-	if err := f.procs["n1"].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.procs["n1"].Wait()
-	// `ip netns exec` was killed, not necessarily its child: kill what runs
-	// in the namespace.
-	if out, err := exec.Command("ip", "netns", "pids", f.ns["n1"]).Output(); err == nil {
-		for _, pid := range strings.Fields(string(out)) {
-			if pid != fmt.Sprint(os.Getpid()) {
-				_ = exec.Command("kill", "-9", pid).Run()
-			}
-		}
-	}
+	f.kill("n1")
 	check := func(phase string) {
 		if out := b.show("show", "route", "for", blk.String()); !strings.Contains(out, blk.String()) {
 			t.Fatalf("%s: BIRD withdrew %s:\n%s%s", phase, blk, out, b.show("show", "protocols", "all", "n1"))
 		}
-		if out := f.routes(f.ns["n1"], ext.String()); !strings.Contains(out, "proto 196") {
+		if out := f.ours(f.ns["n1"], ext.String()); !strings.Contains(out, ext.String()) {
 			t.Fatalf("%s: n1's kernel lost %s: %q", phase, ext, out)
 		}
 	}
@@ -292,4 +315,27 @@ protocol bgp n1 { local 198.18.0.250 as 64512; neighbor 198.18.0.1 as 64512; gra
 		time.Sleep(200 * time.Millisecond)
 	}
 	check("after restart")
+}
+
+// TestLocalASNumber: a BGPPeer's localASNumber is the AS the node
+// presents to that peer: BIRD, expecting AS 65050 from n1 (whose own AS is
+// 64512), brings the session up and learns n1's block.
+func TestLocalASNumber(t *testing.T) {
+	t.Parallel()
+	f := newFabric(t)
+	f.pool()
+	local := numorstring.ASNumber(65050)
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001, LocalASNumber: &local}})
+	b := f.startBird("tor", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol direct { ipv4; interface "eth0"; }
+protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 65050; ipv4 { import all; export none; }; }
+`)
+	f.node("n1", "198.18.0.1/24", nil)
+	blk := f.block("n1")
+	f.start("n1")
+	b.waitHas(blk, true)
+	if out := b.show("show", "route", "for", blk.String(), "all"); !strings.Contains(out, "BGP.as_path: 65050") {
+		t.Errorf("n1's block should come from AS 65050:\n%s", out)
+	}
 }

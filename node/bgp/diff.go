@@ -18,9 +18,9 @@ type PeerPlan struct {
 func (p PeerPlan) Empty() bool { return len(p.Add)+len(p.Update)+len(p.Delete) == 0 }
 
 // DiffPeers compares applied sessions (by Key) with desired ones. A session
-// whose AS, source address, password or TTL security changed is deleted
-// and added again (GoBGP cannot change them on a live connection); other
-// changes are updates.
+// whose AS, source address, password, TTL security or passive end changed
+// is deleted and added again (GoBGP cannot change them on a live
+// connection); other changes are updates.
 func DiffPeers(applied map[string]peers.Peer, desired []peers.Peer) PeerPlan {
 	var plan PeerPlan
 	want := make(map[string]bool, len(desired))
@@ -31,7 +31,8 @@ func DiffPeers(applied map[string]peers.Peer, desired []peers.Peer) PeerPlan {
 		case !ok:
 			plan.Add = append(plan.Add, d)
 		case have == d:
-		case have.AS != d.AS || have.LocalAS != d.LocalAS || have.SourceAddress != d.SourceAddress || have.Password != d.Password || have.TTLSecurity != d.TTLSecurity:
+		case have.AS != d.AS || have.LocalAS != d.LocalAS || have.SourceAddress != d.SourceAddress || have.Password != d.Password ||
+			have.TTLSecurity != d.TTLSecurity || have.Passive != d.Passive || have.Node != d.Node:
 			plan.Delete = append(plan.Delete, have)
 			plan.Add = append(plan.Add, d)
 		default:

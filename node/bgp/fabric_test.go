@@ -2,6 +2,7 @@ package bgp_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -9,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/node/bgp/internal/nstest"
+	"github.com/palisade-net/palisade/node/bgp/kernel"
 )
 
 var (
@@ -141,6 +145,12 @@ func (f *fabric) apply(r v3.Resource) {
 // flags.
 func (f *fabric) start(name string, extra ...string) {
 	f.t.Helper()
+	f.startEnv(name, nil, extra...)
+}
+
+// startEnv is start with extra environment variables.
+func (f *fabric) startEnv(name string, env []string, extra ...string) {
+	f.t.Helper()
 	bin := testnode(f.t)
 	logf, err := os.OpenFile(filepath.Join(f.t.TempDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -148,6 +158,7 @@ func (f *fabric) start(name string, extra ...string) {
 	}
 	args := append([]string{"netns", "exec", f.ns[name], bin, "-name", name, "-etcd", "http://" + etcdAddr, "-grpc", "127.0.0.1:50051"}, extra...)
 	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
@@ -198,6 +209,21 @@ func (f *fabric) routes(ns string, args ...string) string {
 	return f.lab.Run(append([]string{"ip", "-n", ns, "route", "show"}, args...)...)
 }
 
+// proto is the nodes' route protocol as ip(8) takes it: routes are
+// matched by number (iproute2 prints a name where a routing daemon on the
+// host named it).
+var proto = strconv.Itoa(kernel.DefaultProtocol)
+
+// ours prints a namespace's routes of the nodes' protocol.
+func (f *fabric) ours(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "route", "show", "proto", proto}, args...)...)
+}
+
+// ours6 prints a namespace's IPv6 routes of the nodes' protocol.
+func (f *fabric) ours6(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "-6", "route", "show", "proto", proto}, args...)...)
+}
+
 // eventually polls cond until it holds or the timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -219,12 +245,146 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 func (f *fabric) waitRoute(ns string, blk netip.Prefix, gw string) {
 	f.t.Helper()
 	eventually(f.t, 30*time.Second, fmt.Sprintf("%s: route %s via %q", ns, blk, gw), func() (bool, string) {
-		out := f.routes(ns, blk.String())
 		if gw == "" {
+			out := f.routes(ns, blk.String())
 			return strings.TrimSpace(out) == "", out
 		}
-		return strings.Contains(out, "via "+gw) && strings.Contains(out, "proto 196"), out
+		out := f.ours(ns, blk.String())
+		return strings.Contains(out, "via "+gw), out
 	})
 }
 
 func asn(n uint32) *numorstring.ASNumber { a := numorstring.ASNumber(n); return &a }
+
+// noDial drops the TCP connections a node opens towards BGP port 179, so
+// its sessions come up only when the peer dials in: the tests of the
+// accepting side use it.
+func (f *fabric) noDial(name string) {
+	f.t.Helper()
+	f.lab.Run("ip", "netns", "exec", f.ns[name], "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "179", "--syn", "-j", "DROP")
+}
+
+// routes6 prints a namespace's IPv6 routes.
+func (f *fabric) routes6(ns string, args ...string) string {
+	return f.lab.Run(append([]string{"ip", "-n", ns, "-6", "route", "show"}, args...)...)
+}
+
+// block6 claims an IPv6 block for node and returns it.
+func (f *fabric) block6(node string) netip.Prefix {
+	f.t.Helper()
+	_, v6, err := f.alloc.AutoAssign(context.Background(), ipam.AutoAssignArgs{Num6: 1, Hostname: node, HandleID: "h6-" + node})
+	if err != nil || len(v6.IPs) == 0 {
+		f.t.Fatalf("assigning an IPv6 address to %s: %v", node, err)
+	}
+	return v6.IPs[0].Masked()
+}
+
+// kill kills a node's BGP process with -9 (and whatever else runs in its
+// namespace: `ip netns exec` may leave its child behind).
+func (f *fabric) kill(name string) {
+	f.t.Helper()
+	if err := f.procs[name].Process.Signal(syscall.SIGKILL); err != nil {
+		f.t.Fatal(err)
+	}
+	_ = f.procs[name].Wait()
+	if out, err := exec.Command("ip", "netns", "pids", f.ns[name]).Output(); err == nil {
+		for _, pid := range strings.Fields(string(out)) {
+			if pid != strconv.Itoa(os.Getpid()) {
+				_ = exec.Command("kill", "-9", pid).Run()
+			}
+		}
+	}
+}
+
+// udpFlow counts numbered datagrams sent 100 a second between two
+// addresses of two namespaces.
+type udpFlow struct {
+	name     string
+	mu       sync.Mutex
+	sent     int
+	received map[uint32]bool
+	quit     chan struct{}
+	done     chan struct{}
+}
+
+// startUDP sends from src (in srcNS) to dst:port (in dstNS) until stop.
+func (f *fabric) startUDP(srcNS string, src netip.Addr, dstNS string, dst netip.Addr, port int) *udpFlow {
+	f.t.Helper()
+	fl := &udpFlow{name: fmt.Sprintf("%s→%s", src, dst), received: map[uint32]bool{}, quit: make(chan struct{}), done: make(chan struct{})}
+	var rc, sc *net.UDPConn
+	if err := nstest.Do(dstNS, func() (err error) {
+		rc, err = net.ListenUDP("udp", &net.UDPAddr{IP: dst.AsSlice(), Port: port})
+		return err
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := nstest.Do(srcNS, func() (err error) {
+		sc, err = net.DialUDP("udp", &net.UDPAddr{IP: src.AsSlice()}, &net.UDPAddr{IP: dst.AsSlice(), Port: port})
+		return err
+	}); err != nil {
+		rc.Close()
+		f.t.Fatal(err)
+	}
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		buf := make([]byte, 64)
+		for {
+			n, err := rc.Read(buf)
+			if err != nil {
+				return
+			}
+			if n >= 4 {
+				fl.mu.Lock()
+				fl.received[binary.BigEndian.Uint32(buf)] = true
+				fl.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer close(fl.done)
+		defer sc.Close()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		buf := make([]byte, 16)
+		for i := uint32(0); ; i++ {
+			select {
+			case <-fl.quit:
+				time.Sleep(time.Second)
+				rc.Close()
+				<-recvDone
+				return
+			case <-tick.C:
+			}
+			binary.BigEndian.PutUint32(buf, i)
+			_, _ = sc.Write(buf)
+			fl.mu.Lock()
+			fl.sent++
+			fl.mu.Unlock()
+		}
+	}()
+	f.t.Cleanup(func() {
+		select {
+		case <-fl.done:
+		default:
+			close(fl.quit)
+			<-fl.done
+		}
+	})
+	return fl
+}
+
+// stop ends the flow and returns the lost sequence numbers (at most 20)
+// and how many were sent.
+func (fl *udpFlow) stop() (lost []uint32, sent int) {
+	close(fl.quit)
+	<-fl.done
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for i := 0; i < fl.sent; i++ {
+		if !fl.received[uint32(i)] && len(lost) < 20 {
+			lost = append(lost, uint32(i))
+		}
+	}
+	return lost, fl.sent
+}

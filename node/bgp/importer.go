@@ -2,33 +2,47 @@ package bgp
 
 import (
 	"net/netip"
-	"slices"
+	"reflect"
 	"sync"
 
 	"github.com/palisade-net/palisade/node/bgp/kernel"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
 
+// localRoutes is what the importer needs to know about this node.
+type localRoutes struct {
+	// Blocks are this node's blocks: never imported, each a blackhole...
+	Blocks []netip.Prefix
+	// ...except the host routes of Lent, addresses of our blocks other
+	// nodes hold.
+	Lent []netip.Prefix
+	// Originated are the prefixes we advertise ourselves: never imported.
+	Originated []netip.Prefix
+	// Self are our addresses: a route through them is no route.
+	Self []netip.Addr
+	// Ignored are the subnets of BGPConfiguration ignoredInterfaces: a
+	// next hop reached through them is not used.
+	Ignored []netip.Prefix
+}
+
 // importer turns learned best routes and this node's blocks into the
 // kernel's desired routes: learned prefixes over their (ECMP) next hops,
-// except anything inside our own blocks, anything we originate ourselves
-// (the service ranges every node advertises) or pointing at ourselves,
-// plus a blackhole for each of our blocks.
+// except anything inside our own blocks (other than the host routes of
+// addresses we lent), anything we originate ourselves (the service ranges
+// every node advertises) or pointing at ourselves or through an ignored
+// interface, plus a blackhole for each of our blocks.
 type importer struct {
 	sync *kernel.Syncer
 
 	mu         sync.Mutex
 	learned    map[netip.Prefix][]netip.Addr
-	blocks     []netip.Prefix
+	local      localRoutes
+	primed     bool
 	blackholes map[netip.Prefix]bool
+	lent       map[netip.Prefix]bool
 	self       map[netip.Addr]bool
 	own        map[netip.Prefix]bool
 	lastChange chan struct{}
-	// The last setLocal arguments.
-	primed     bool
-	lastBlocks []netip.Prefix
-	lastOwn    []netip.Prefix
-	lastSelf   []netip.Addr
 }
 
 func newImporter(s *kernel.Syncer) *importer {
@@ -36,6 +50,7 @@ func newImporter(s *kernel.Syncer) *importer {
 		sync:       s,
 		learned:    map[netip.Prefix][]netip.Addr{},
 		blackholes: map[netip.Prefix]bool{},
+		lent:       map[netip.Prefix]bool{},
 		self:       map[netip.Addr]bool{},
 		own:        map[netip.Prefix]bool{},
 		lastChange: make(chan struct{}, 1),
@@ -53,15 +68,24 @@ func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
 	if im.own[pfx] {
 		return r
 	}
-	for _, b := range im.blocks {
-		if b.Overlaps(pfx) {
-			return r
+	if !im.lent[pfx] {
+		for _, b := range im.local.Blocks {
+			if b.Overlaps(pfx) {
+				return r
+			}
 		}
 	}
+next:
 	for _, h := range hops {
-		if !im.self[h] {
-			r.NextHops = append(r.NextHops, h)
+		if im.self[h] {
+			continue
 		}
+		for _, n := range im.local.Ignored {
+			if n.Contains(h) {
+				continue next
+			}
+		}
+		r.NextHops = append(r.NextHops, h)
 	}
 	return r
 }
@@ -86,30 +110,32 @@ func (im *importer) onRoutes(rs []router.Route) {
 	}
 }
 
-// setLocal sets our blocks (never imported, each a blackhole), the
-// prefixes we originate (never imported) and our addresses, and recomputes
+// setLocal sets what the importer knows about this node and recomputes
 // every affected route.
-func (im *importer) setLocal(blocks, originated []netip.Prefix, self []netip.Addr) {
+func (im *importer) setLocal(l localRoutes) {
 	im.mu.Lock()
 	// Called every round: nothing to do unless something changed.
-	if im.primed && slices.Equal(blocks, im.lastBlocks) && slices.Equal(originated, im.lastOwn) && slices.Equal(self, im.lastSelf) {
+	if im.primed && reflect.DeepEqual(l, im.local) {
 		im.mu.Unlock()
 		return
 	}
 	im.primed = true
-	im.lastBlocks, im.lastOwn, im.lastSelf = slices.Clone(blocks), slices.Clone(originated), slices.Clone(self)
-	im.own = make(map[netip.Prefix]bool, len(originated))
-	for _, p := range originated {
+	im.local = l
+	im.own = make(map[netip.Prefix]bool, len(l.Originated))
+	for _, p := range l.Originated {
 		im.own[p] = true
 	}
+	im.lent = make(map[netip.Prefix]bool, len(l.Lent))
+	for _, p := range l.Lent {
+		im.lent[p] = true
+	}
 	old := im.blackholes
-	im.blocks = blocks
-	im.blackholes = make(map[netip.Prefix]bool, len(blocks))
-	for _, b := range blocks {
+	im.blackholes = make(map[netip.Prefix]bool, len(l.Blocks))
+	for _, b := range l.Blocks {
 		im.blackholes[b] = true
 	}
 	im.self = map[netip.Addr]bool{}
-	for _, a := range self {
+	for _, a := range l.Self {
 		im.self[a] = true
 	}
 	var out []kernel.Route
@@ -121,7 +147,7 @@ func (im *importer) setLocal(blocks, originated []netip.Prefix, self []netip.Add
 	for pfx, hops := range im.learned {
 		out = append(out, im.wanted(pfx, hops))
 	}
-	for _, b := range blocks {
+	for _, b := range l.Blocks {
 		out = append(out, kernel.Route{Dst: b, Blackhole: true})
 	}
 	im.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 // route each other's blocks (blackholing their own), answer `gobgp
 // neighbor`, and withdraw a block everywhere when its affinity goes.
 func TestMesh(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	names := []string{"n1", "n2", "n3"}
@@ -29,8 +30,8 @@ func TestMesh(t *testing.T) {
 		for _, o := range names {
 			if o == n {
 				eventually(t, 20*time.Second, n+" blackholes its block", func() (bool, string) {
-					out := f.routes(f.ns[n], blocks[n].String())
-					return strings.Contains(out, "blackhole "+blocks[n].String()+" proto 196"), out
+					out := f.ours(f.ns[n], blocks[n].String())
+					return strings.Contains(out, "blackhole "+blocks[n].String()), out
 				})
 				continue
 			}

@@ -14,6 +14,7 @@ import (
 // ttlSecurity is added to that BGPPeer too. n2's BGPPeer also sets
 // reachableBy, which is not acted on: n2 says so once in its log.
 func TestTTLSecurity(t *testing.T) {
+	t.Parallel()
 	f := newFabric(t)
 	f.pool()
 	off := false
@@ -66,4 +67,29 @@ protocol bgp n2 from nodes { neighbor 198.18.0.2 as 64512; }
 	if !b.established("n1") || !b.established("n2") {
 		t.Errorf("sessions not both Established:\n%s", b.show("show", "protocols"))
 	}
+}
+
+// TestTTLSecurityAccepted: BIRD runs GTSM and dials in (n1 cannot dial
+// out); the session comes up only if the connection n1 accepts sends
+// with TTL 255 and checks BIRD's.
+func TestTTLSecurityAccepted(t *testing.T) {
+	t.Parallel()
+	f := newFabric(t)
+	f.pool()
+	off := false
+	one := uint8(1)
+	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}})
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "rr"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 64512, TTLSecurity: &one}})
+	b := f.startBird("rr", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol direct { ipv4; interface "eth0"; }
+protocol bgp n1 { local 198.18.0.250 as 64512; neighbor 198.18.0.1 as 64512; rr client; ttl security on;
+  connect retry time 1; error wait time 1, 2; startup hold time 3; hold time 3; keepalive time 1;
+  ipv4 { import all; export all; }; }
+`)
+	f.node("n1", "198.18.0.1/24", nil)
+	blk := f.block("n1")
+	f.noDial("n1")
+	f.start("n1")
+	b.waitHas(blk, true)
 }

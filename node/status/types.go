@@ -51,9 +51,6 @@ type Report struct {
 	BGPRunning bool `json:"bgpRunning"`
 	// Peers is the BGP peer table (empty when BGP is not running).
 	Peers []PeerStatus `json:"peers"`
-	// PeersUnavailable, when set, says why the peer table is not known
-	// although BGP runs.
-	PeersUnavailable string `json:"peersUnavailable,omitempty"`
 	// Datastore says whether the datastore answers the agent (nil from an
 	// agent that does not report it).
 	Datastore *DatastoreStatus `json:"datastore,omitempty"`

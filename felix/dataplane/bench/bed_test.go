@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix"
 	"github.com/palisade-net/palisade/felix/dataplane"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -40,7 +42,11 @@ type bed struct {
 	stop    func()
 }
 
-func newBed(b *testing.B) *bed {
+// dataplanes are the sub-benchmarks of each pipeline benchmark: felix's
+// iptables dataplane and its eBPF one (bpfEnabled), in one table.
+var dataplanes = []string{"iptables", "bpf"}
+
+func newBed(b *testing.B, dataplane string) *bed {
 	nstest.RequireRoot(b)
 	log.SetLevel(log.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,6 +59,12 @@ func newBed(b *testing.B) *bed {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { e.nodeRun.Close() })
+	// The eBPF dataplane's pins outlive the namespace.
+	b.Cleanup(func() {
+		if err := palbpf.RemoveAll("", e.nodeRun); err != nil {
+			b.Error(err)
+		}
+	})
 	e.nodeH, _ = nstest.Handle(b, e.node)
 	if err := nstest.Sysctl(e.nodeRun, "net/ipv4/ip_forward", "1"); err != nil {
 		b.Fatal(err)
@@ -60,7 +72,7 @@ func newBed(b *testing.B) *bed {
 	e.apply(`apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
-spec: {ipv6Support: false}
+spec: {ipv6Support: false, bpfEnabled: ` + strconv.FormatBool(dataplane == "bpf") + `}
 ---
 apiVersion: projectcalico.org/v3
 kind: IPPool

@@ -4,9 +4,16 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/inspect"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -27,8 +34,8 @@ spec:
 // client pod; the server is in group g0 (ten policies, none allowing the
 // client), so its port 8080 is closed to the client until the toggle
 // policy allows it.
-func bigBed(b *testing.B) (e *bed, srv, cli *pod) {
-	e = newBed(b)
+func bigBed(b *testing.B, dataplane string) (e *bed, srv, cli *pod) {
+	e = newBed(b, dataplane)
 	start := time.Now()
 	srv = e.plumb("srv", addr(1))
 	cli = e.plumb("cli", addr(2))
@@ -45,7 +52,13 @@ func bigBed(b *testing.B) (e *bed, srv, cli *pod) {
 // to etcd to the first probe packet it lets through, and from deleting it
 // to the first probe it drops.
 func BenchmarkPolicyToEnforced(b *testing.B) {
-	e, srv, cli := bigBed(b)
+	for _, dp := range dataplanes {
+		b.Run(dp, func(b *testing.B) { policyToEnforced(b, dp) })
+	}
+}
+
+func policyToEnforced(b *testing.B, dataplane string) {
+	e, srv, cli := bigBed(b, dataplane)
 	server, err := nstest.Serve(srv.run, 8080)
 	if err != nil {
 		b.Fatal(err)
@@ -95,7 +108,13 @@ func BenchmarkPolicyToEnforced(b *testing.B) {
 // would, so every pod meets a node of 100 endpoints. store-* is the
 // datastore's share, measured alone afterwards (storeLatency).
 func BenchmarkNewPodFirstResponse(b *testing.B) {
-	e := newBed(b)
+	for _, dp := range dataplanes {
+		b.Run(dp, func(b *testing.B) { newPodFirstResponse(b, dp) })
+	}
+}
+
+func newPodFirstResponse(b *testing.B, dataplane string) {
+	e := newBed(b, dataplane)
 	srv := e.plumb("srv", addr(1))
 	server, err := nstest.Serve(srv.run, 8080)
 	if err != nil {
@@ -235,12 +254,17 @@ func rr(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, d time.Duration) f
 // BenchmarkRequestResponse compares the pod→pod TCP request/response
 // rate through the node with 1,000 endpoints and 1,000 policies
 // programmed (the path allowed by policy) against the same path with no
-// policy: a rule at the top of FORWARD that accepts the pair's packets
-// before felix's chains. The two are measured alternately, one second
-// each, four times, so load on the machine hits both alike. The rate
-// before felix wrote any rule is reported too.
+// policy, on the iptables dataplane, then on the eBPF one (the same node,
+// felix moved over by bpfEnabled). No policy is, for iptables, a rule at
+// the top of FORWARD that accepts the pair's packets before felix's
+// chains; for eBPF, a TCX program before felix's on both veths that lets
+// the packets through (marked as felix's would). The two are measured
+// alternately, one second each, four times, so load on the machine hits
+// both alike. vs-iptables is the eBPF dataplane's ratio to its no-policy
+// path over the iptables one's. The rate before felix wrote anything is
+// reported too.
 func BenchmarkRequestResponse(b *testing.B) {
-	e, srv, cli := bigBed(b)
+	e, srv, cli := bigBed(b, "iptables")
 	l := echo(b, srv.run, 8080)
 	defer l.Close()
 	// Without felix: routes by hand, no rules at all.
@@ -256,19 +280,125 @@ func BenchmarkRequestResponse(b *testing.B) {
 	if _, ok := until(cli.run, dst, true, time.Now(), 10*time.Second); !ok {
 		b.Fatal("the toggle policy never let the client through")
 	}
-	bypass := []string{"FORWARD", "-i", cli.iface, "-o", srv.iface, "-j", "ACCEPT"}
-	back := []string{"FORWARD", "-i", srv.iface, "-o", cli.iface, "-j", "ACCEPT"}
-	var noPolicy, withPolicy float64
-	for range 4 {
-		withPolicy += rr(b, cli.run, dst, d)
-		e.node.MustRun(b, append([]string{"iptables-nft", "-I"}, bypass...)...)
-		e.node.MustRun(b, append([]string{"iptables-nft", "-I"}, back...)...)
-		noPolicy += rr(b, cli.run, dst, d)
-		e.node.MustRun(b, append([]string{"iptables-nft", "-D"}, bypass...)...)
-		e.node.MustRun(b, append([]string{"iptables-nft", "-D"}, back...)...)
+	// measure alternates the policy path with the bypass.
+	measure := func(on, off func()) (policy, base float64) {
+		for range 4 {
+			policy += rr(b, cli.run, dst, d)
+			on()
+			base += rr(b, cli.run, dst, d)
+			off()
+		}
+		return policy / 4, base / 4
 	}
-	b.ReportMetric(bare, "no-rules-rr/s")
-	b.ReportMetric(noPolicy/4, "base-rr/s")
-	b.ReportMetric(withPolicy/4, "policy-rr/s")
-	b.ReportMetric(withPolicy/noPolicy, "x/ref")
+	var iptablesRatio float64
+	b.Run("iptables", func(b *testing.B) {
+		bypass := []string{"FORWARD", "-i", cli.iface, "-o", srv.iface, "-j", "ACCEPT"}
+		back := []string{"FORWARD", "-i", srv.iface, "-o", cli.iface, "-j", "ACCEPT"}
+		withPolicy, noPolicy := measure(func() {
+			e.node.MustRun(b, append([]string{"iptables-nft", "-I"}, bypass...)...)
+			e.node.MustRun(b, append([]string{"iptables-nft", "-I"}, back...)...)
+		}, func() {
+			e.node.MustRun(b, append([]string{"iptables-nft", "-D"}, bypass...)...)
+			e.node.MustRun(b, append([]string{"iptables-nft", "-D"}, back...)...)
+		})
+		iptablesRatio = withPolicy / noPolicy
+		b.ReportMetric(bare, "no-rules-rr/s")
+		b.ReportMetric(noPolicy, "base-rr/s")
+		b.ReportMetric(withPolicy, "policy-rr/s")
+		b.ReportMetric(withPolicy/noPolicy, "x/ref")
+	})
+	b.Run("bpf", func(b *testing.B) {
+		e.apply(bpfOn)
+		e.waitBPF(srv.iface, cli.iface)
+		if _, ok := until(cli.run, dst, true, time.Now(), 10*time.Second); !ok {
+			b.Fatal("the eBPF dataplane never let the client through")
+		}
+		var bypass []link.Link
+		withPolicy, noPolicy := measure(func() {
+			bypass = e.bpfBypass(srv.iface, cli.iface)
+		}, func() {
+			for _, l := range bypass {
+				l.Close()
+			}
+		})
+		b.ReportMetric(noPolicy, "base-rr/s")
+		b.ReportMetric(withPolicy, "policy-rr/s")
+		b.ReportMetric(withPolicy/noPolicy, "x/ref")
+		if iptablesRatio > 0 {
+			b.ReportMetric(withPolicy/noPolicy/iptablesRatio, "vs-iptables-x/ref")
+		}
+	})
+}
+
+const bpfOn = `apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {ipv6Support: false, bpfEnabled: true}
+`
+
+// waitBPF waits until the eBPF dataplane holds workload entries for the
+// interfaces.
+func (e *bed) waitBPF(ifaces ...string) {
+	e.b.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		ok := false
+		if v, err := inspect.Open("", e.nodeRun); err == nil {
+			ifs, _ := v.Interfaces()
+			n := 0
+			for _, in := range ifs {
+				if slices.Contains(ifaces, in.Name) && in.Kind == "workload" {
+					n++
+				}
+			}
+			ok = n == len(ifaces)
+			v.Close()
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.b.Fatalf("the eBPF dataplane never programmed %v", ifaces)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// bpfBypass attaches, before felix's, a TCX program to both hooks of the
+// interfaces that lets every packet through as felix's would (marked
+// seen, for the guard in iptables): the eBPF no-policy path. Closing the
+// links detaches it.
+func (e *bed) bpfBypass(ifaces ...string) []link.Link {
+	e.b.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "MIT", Instructions: asm.Instructions{
+		asm.LoadMem(asm.R2, asm.R1, 8, asm.Word), // __sk_buff.mark
+		asm.Or.Imm32(asm.R2, palbpf.MarkSeen),
+		asm.StoreMem(asm.R1, 8, asm.R2, asm.Word),
+		asm.Mov.Imm(asm.R0, 0), // TCX_PASS: the programs after it do not run
+		asm.Return(),
+	}})
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	defer prog.Close()
+	var out []link.Link
+	if err := e.nodeRun.Do(func() error {
+		for _, name := range ifaces {
+			l, err := e.nodeH.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				lk, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: at, Anchor: link.Head()})
+				if err != nil {
+					return err
+				}
+				out = append(out, lk)
+			}
+		}
+		return nil
+	}); err != nil {
+		e.b.Fatal(err)
+	}
+	return out
 }

@@ -105,11 +105,12 @@ func newUp(g *globals) *cobra.Command {
 	f := c.Flags()
 	f.IntVar(&o.Nodes, "nodes", 3, "Number of nodes")
 	f.StringVar(&o.RR, "rr", lab.RRNone, "Route reflector: bird2, bird1 (BIRD 1.6) or none")
-	f.StringVar(&o.Peering, "peering", "", "Initial topology: rr (default with --rr) or mesh")
+	f.StringVar(&o.Peering, "peering", "", "Initial topology: rr (default with --rr), mesh, or node-rr (node1 a route reflector for the others)")
 	f.BoolVar(&o.Border, "border", false, "Add a BIRD border router in AS 65001 peering eBGP with every node")
 	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1), external (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
+	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	return c
 }
 

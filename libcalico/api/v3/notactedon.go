@@ -2,6 +2,7 @@ package v3
 
 import (
 	"encoding/json"
+	"reflect"
 	"sort"
 	"strings"
 )
@@ -10,66 +11,21 @@ import (
 // applies unchanged) but does not act on yet, by kind and JSON field path.
 // calicoctl warns about them on apply, create and replace, the agent logs
 // them, and docs/not-acted-on.md lists them. When a component starts acting
-// on a field, delete its row here (and from the docs page) in the same
-// change; TestNotActedOnDocumented keeps the two in step.
+// on a field, delete its row here (for FelixConfiguration: add it to
+// FelixConfigurationActedOn) and from the docs page in the same change;
+// TestNotActedOnDocumented keeps the two in step.
 var NotActedOn = map[string][]string{
-	KindFelixConfiguration: {
-		// eBPF and VXLAN are being implemented in felix: their rows go
-		// as that work lands.
-		"spec.bpf*",
-		"spec.vxlan*",
-		"spec.allowVXLANPacketsFromWorkloads",
-		"spec.nftables*",
-		"spec.flowLogs*",
-		"spec.goGCThreshold",
-		"spec.goMemoryLimitMB",
-		"spec.goMaxProcs",
-		"spec.routeTableRanges",
-		"spec.routeSyncDisabled",
-		"spec.natOutgoingExclusions",
-		"spec.ipForwarding",
-		"spec.cgroupV2Path",
-		"spec.requireMTUFile",
-		"spec.dataplaneWatchdogTimeout",
-		"spec.healthTimeoutOverrides",
-		"spec.endpointStatusPathPrefix",
-		"spec.debugHost",
-		"spec.debugPort",
-		"spec.debugSimulateCalcGraphHangAfter",
-		"spec.debugSimulateDataplaneHangAfter",
-		"spec.debugSimulateDataplaneApplyDelay",
-		"spec.sidecarAccelerationEnabled",
-		"spec.ipv4NormalRoutePriority",
-		"spec.ipv4ElevatedRoutePriority",
-		"spec.ipv6NormalRoutePriority",
-		"spec.ipv6ElevatedRoutePriority",
-		"spec.liveMigrationRouteConvergenceTime",
-		"spec.wireguard*",
-		"spec.windowsManageFirewallRules",
-		"spec.ipipEnabled",
-		"spec.ipipMTU",
-		"spec.allowIPIPPacketsFromWorkloads",
-		"spec.awsSrcDstCheck",
-		"spec.floatingIPs",
-		"spec.openstackRegion",
-		"spec.metadataAddr",
-		"spec.metadataPort",
-		"spec.xdpEnabled",
-		"spec.genericXDPEnabled",
-		"spec.xdpRefreshInterval",
-		"spec.usageReporting*",
-		"spec.policySyncPathPrefix",
-		"spec.featureGates",
-		"spec.featureDetectOverride",
-		"spec.mtuIfacePattern",
-	},
+	KindFelixConfiguration: felixConfigurationNotActedOn(),
 	KindBGPConfiguration: {
 		"spec.serviceLoadBalancerAggregation",
 		"spec.ipv4NormalRoutePriority",
 		"spec.ipv6NormalRoutePriority",
+		"spec.localWorkloadPeeringIPV4",
+		"spec.localWorkloadPeeringIPV6",
 	},
 	KindBGPPeer: {
-		"spec.localASNumber",
+		"spec.reachableBy",
+		"spec.localWorkloadSelector",
 	},
 	KindIPPool: {
 		"spec.namespaceSelector",
@@ -81,6 +37,34 @@ var NotActedOn = map[string][]string{
 	KindWorkloadEndpoint: {
 		"spec.qosControls",
 	},
+}
+
+// FelixConfigurationActedOn names, by JSON name, the FelixConfiguration
+// spec fields Palisade acts on. Every other field of the spec is accepted
+// and not acted on: it is a row of NotActedOn, calicoctl names it at apply
+// and felix names it in its log.
+var FelixConfigurationActedOn = map[string]bool{
+	"ipv6Support": true, "routeRefreshInterval": true, "iptablesRefreshInterval": true, "ipsetsRefreshInterval": true,
+	"iptablesBackend": true, "interfacePrefix": true, "interfaceExclude": true, "chainInsertMode": true,
+	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
+	"iptablesFilterDenyAction": true, "iptablesMarkMask": true, "logSeverityScreen": true,
+	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
+	// The eBPF dataplane's.
+	"bpfEnabled": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
+}
+
+// felixConfigurationNotActedOn is every FelixConfiguration spec field not
+// in FelixConfigurationActedOn, as "spec.<name>" rows in field order.
+func felixConfigurationNotActedOn() []string {
+	var out []string
+	t := reflect.TypeFor[FelixConfigurationSpec]()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && !FelixConfigurationActedOn[name] {
+			out = append(out, "spec."+name)
+		}
+	}
+	return out
 }
 
 // metadataNotActedOn are the Kubernetes object metadata fields of every

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	api "github.com/osrg/gobgp/v3/api"
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
 	"github.com/osrg/gobgp/v3/pkg/server"
 	log "github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
 
@@ -29,10 +29,19 @@ type Router struct {
 	mu      sync.Mutex
 	uuids   map[netip.Prefix][]byte // advertised paths
 	started bool
-	// restarting is set when this speaker restarted (graceful restart).
+	// restarting is set when this speaker restarted (graceful restart)
+	// until its sessions converged.
 	restarting bool
-	// keepNH holds the peers whose routes keep their original next hop.
-	keepNH map[netip.Addr]bool
+	// cancel stops the session watch.
+	cancel context.CancelFunc
+	// policy is the route policy in place.
+	policy routepolicy.Policy
+	// notes says why sessions are down, from GoBGP's log.
+	notes *peerNotes
+	// eor says which End-of-RIB markers each session's peer has sent.
+	eor *eorLog
+	// states are the session states the watch last saw.
+	states *peerStates
 }
 
 var _ router.Router = (*Router)(nil)
@@ -43,13 +52,15 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	if logger == nil {
 		logger = log.NewEntry(log.StandardLogger())
 	}
-	opts := []server.ServerOption{server.LoggerOption(&logAdapter{logger.WithField("component", "gobgp")})}
+	notes := newPeerNotes()
+	opts := []server.ServerOption{server.LoggerOption(&logAdapter{e: logger.WithField("component", "gobgp"), notes: notes})}
 	if grpcListen != "" {
 		opts = append(opts, server.GrpcListenAddress(grpcListen))
 	}
 	s := server.NewBgpServer(opts...)
 	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, keepNH: map[netip.Addr]bool{}}
+	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}},
+		states: &peerStates{last: map[string]api.PeerState_SessionState{}}}
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -74,10 +85,16 @@ func (r *Router) Start(ctx context.Context, g router.Global) error {
 	if err := r.srv.StartBgp(ctx, req); err != nil {
 		return fmt.Errorf("starting GoBGP (AS %d, router ID %s, port %d): %w", g.AS, g.RouterID, port, err)
 	}
-	if err := r.installKeepNextHop(ctx); err != nil {
+	if err := r.installPolicy(ctx, g.Policy); err != nil {
 		return err
 	}
+	wctx, cancel := context.WithCancel(context.Background())
+	if err := r.watchPeers(wctx); err != nil {
+		cancel()
+		return fmt.Errorf("watching BGP sessions: %w", err)
+	}
 	r.mu.Lock()
+	r.cancel = cancel
 	r.started = true
 	r.restarting = g.Restarting
 	r.mu.Unlock()
@@ -89,6 +106,9 @@ func (r *Router) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	started := r.started
 	r.started = false
+	if r.cancel != nil {
+		r.cancel()
+	}
 	r.mu.Unlock()
 	var err error
 	if started {
@@ -96,6 +116,26 @@ func (r *Router) Stop(ctx context.Context) error {
 	}
 	r.srv.Stop()
 	return err
+}
+
+// Leave implements router.Router: the speaker's own work stops, its
+// sessions stay open until the process exits (the kernel then closes them
+// without a NOTIFICATION, so the peers keep this node's routes as for a
+// crash, graceful restart).
+func (r *Router) Leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+// Converged implements router.Router: sessions added from now on do not
+// announce a restart.
+func (r *Router) Converged() {
+	r.mu.Lock()
+	r.restarting = false
+	r.mu.Unlock()
 }
 
 // family returns the unicast family of an address.
@@ -118,9 +158,12 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 			Description:     string(p.Type),
 			AllowOwnAsn:     uint32(p.AllowASIn),
 		},
-		Transport: &api.Transport{RemotePort: uint32(p.Port)},
+		Transport: &api.Transport{RemotePort: uint32(p.Port), PassiveMode: p.Passive},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry: 1,
+			// A session made again on purpose (a route policy that
+			// withdraws routes) waits a second, not GoBGP's 30.
+			IdleHoldTimeAfterReset: 1,
 		}},
 		GracefulRestart: &api.GracefulRestart{
 			Enabled:             true,
@@ -132,6 +175,13 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 			Config:            &api.AfiSafiConfig{Family: family(p.Address), Enabled: true},
 			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
 		}},
+	}
+	if p.Node != "" {
+		// Between nodes: a reconnection that fails while the peer
+		// restarts keeps its routes (long-lived graceful restart) instead
+		// of dropping them.
+		ap.GracefulRestart.LonglivedEnabled = true
+		ap.AfiSafis[0].LongLivedGracefulRestart = &api.LongLivedGracefulRestart{Config: &api.LongLivedGracefulRestartConfig{Enabled: true, RestartTime: gr}}
 	}
 	if p.KeepaliveTime > 0 {
 		ka := uint64(p.KeepaliveTime / time.Second)
@@ -163,10 +213,9 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 	r.mu.Lock()
 	restarting := r.restarting
 	r.mu.Unlock()
-	// The next-hop policy is in place before the session can send.
-	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
-		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
-	}
+	r.notes.forget(p.Address.String())
+	r.states.forget(p.Address.String())
+	r.eor.reset(p.Address.String())
 	if err := r.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, restarting)}); err != nil {
 		return fmt.Errorf("adding peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}
@@ -174,22 +223,14 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 }
 
 // UpdatePeer implements router.Router; a changed session is reset so the
-// new settings (timers, password, capabilities) take effect, and routes
-// are sent again when the next-hop rule changed.
+// new settings (timers, password, capabilities) take effect.
 func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
-	changed := r.keepNextHopChanges(p.Address, p.KeepOriginalNextHop)
-	if err := r.setKeepNextHop(ctx, p.Address, p.KeepOriginalNextHop); err != nil {
-		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
-	}
 	rsp, err := r.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: apiPeer(p, false)})
 	if err != nil {
 		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
 	}
 	if rsp.GetNeedsSoftResetIn() {
 		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_IN})
-	}
-	if changed {
-		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_OUT})
 	}
 	return nil
 }
@@ -199,9 +240,7 @@ func (r *Router) DeletePeer(ctx context.Context, p peers.Peer) error {
 	if err := r.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: p.Address.String()}); err != nil {
 		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
 	}
-	if err := r.setKeepNextHop(ctx, p.Address, false); err != nil {
-		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
-	}
+	r.notes.forget(p.Address.String())
 	return nil
 }
 
@@ -295,6 +334,9 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 			Port:        uint16(p.GetTransport().GetRemotePort()),
 		}
 		ps.Address, _ = netip.ParseAddr(p.GetConf().GetNeighborAddress())
+		if ps.State != "Established" {
+			ps.Reason = r.notes.reason(p.GetConf().GetNeighborAddress())
+		}
 		if st := p.GetTimers().GetState(); st != nil {
 			if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED && st.GetUptime() != nil {
 				ps.Since = st.GetUptime().AsTime()
@@ -302,11 +344,18 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 				ps.Since = st.GetDowntime().AsTime()
 			}
 		}
+		// A peer that announced graceful restart sends End-of-RIB for
+		// each family, whatever families its capability lists (FRR's
+		// helper mode lists none); one that did not may never send it.
+		grCap := false
+		for _, c := range p.GetState().GetRemoteCap() {
+			grCap = grCap || c.MessageIs((*api.GracefulRestartCapability)(nil))
+		}
 		ps.EndOfRIB = true
 		for _, a := range p.GetAfiSafis() {
 			ps.Received += a.GetState().GetReceived()
 			ps.Accepted += a.GetState().GetAccepted()
-			if gr := a.GetMpGracefulRestart().GetState(); gr.GetEnabled() && gr.GetReceived() && !gr.GetEndOfRibReceived() {
+			if grCap && a.GetConfig().GetEnabled() && !r.eor.has(p.GetConf().GetNeighborAddress(), familyKey(a.GetConfig().GetFamily())) {
 				ps.EndOfRIB = false
 			}
 		}
@@ -428,25 +477,4 @@ func decodePath(p *api.Path) (netip.Prefix, netip.Addr, error) {
 		}
 	}
 	return pfx, nh, nil
-}
-
-// logAdapter sends GoBGP's logs to logrus, one level quieter than GoBGP
-// chooses (its Info is chatty).
-type logAdapter struct{ e *log.Entry }
-
-func (l *logAdapter) fields(f gobgplog.Fields) *log.Entry {
-	return l.e.WithFields(log.Fields(f))
-}
-func (l *logAdapter) Panic(msg string, f gobgplog.Fields) { l.fields(f).Error(msg) }
-func (l *logAdapter) Fatal(msg string, f gobgplog.Fields) { l.fields(f).Error(msg) }
-func (l *logAdapter) Error(msg string, f gobgplog.Fields) { l.fields(f).Warn(msg) }
-func (l *logAdapter) Warn(msg string, f gobgplog.Fields)  { l.fields(f).Info(msg) }
-func (l *logAdapter) Info(msg string, f gobgplog.Fields)  { l.fields(f).Debug(msg) }
-func (l *logAdapter) Debug(msg string, f gobgplog.Fields) { l.fields(f).Trace(msg) }
-func (l *logAdapter) SetLevel(gobgplog.LogLevel)          {}
-func (l *logAdapter) GetLevel() gobgplog.LogLevel {
-	if l.e.Logger.IsLevelEnabled(log.TraceLevel) {
-		return gobgplog.DebugLevel
-	}
-	return gobgplog.InfoLevel
 }

@@ -20,10 +20,12 @@ import (
 )
 
 // DefaultProtocol is the route protocol number Palisade's BGP routes carry
-// (`ip route show proto 196`). It is unassigned in iproute2's rt_protos
-// (BIRD uses 12, the kernel's "bgp" label is 186 and FRR's zebra 11), so
-// routes from a BIRD or FRR on the same host are never mistaken for ours.
-const DefaultProtocol = 196
+// (`ip route show proto 201`). No routing daemon uses it: not BIRD (12),
+// FRR (11 for zebra, 186–197 for its daemons in FRR 8, 196 being its
+// static routes), nor Calico's felix (3 and 80), and iproute2 names no
+// protocol 201, so routes of another daemon on the same host are never
+// mistaken for ours. Routes are matched by this number, never by a name.
+const DefaultProtocol = 201
 
 // mainTable is RT_TABLE_MAIN.
 const mainTable = unix.RT_TABLE_MAIN

@@ -1,8 +1,9 @@
-// Package paths computes, purely from resources and IPAM affinities, the
-// routes one node originates over BGP: its confirmed pod blocks (in pools
-// exported over BGP) and the cluster's service ranges, with the communities
-// BGPConfiguration attaches to them; and the blackhole routes that stand for
-// its blocks in its own kernel.
+// Package paths computes, purely from resources and IPAM, the routes one
+// node originates over BGP: its confirmed pod blocks (in pools exported
+// over BGP), a host route for each address it holds in another node's
+// block (a borrowed address), and the cluster's service ranges, with the
+// communities BGPConfiguration attaches to them; and the blackhole routes
+// that stand for its blocks in its own kernel.
 package paths
 
 import (
@@ -23,8 +24,9 @@ type Kind string
 
 // The path kinds.
 const (
-	KindBlock   Kind = "block"
-	KindService Kind = "service"
+	KindBlock    Kind = "block"
+	KindBorrowed Kind = "borrowed"
+	KindService  Kind = "service"
 )
 
 // Path is one route this node originates.
@@ -87,8 +89,11 @@ type Input struct {
 	// Affinities are block affinities (any node's; only NodeName's
 	// confirmed ones count).
 	Affinities []ipam.Affinity
-	Pools      []v3.IPPool
-	Config     *v3.BGPConfigurationSpec
+	// Blocks are the allocation blocks with their allocations; an
+	// allocation's "node" attribute names the node holding the address.
+	Blocks []ipam.Block
+	Pools  []v3.IPPool
+	Config *v3.BGPConfigurationSpec
 }
 
 // Result is the originated paths and the local blackholes, each sorted.
@@ -98,8 +103,11 @@ type Result struct {
 	// routes so traffic to unallocated addresses dies here.
 	Blackholes []netip.Prefix `json:"blackholes"`
 	// Blocks are this node's blocks (whatever their pool), never to be
-	// imported from peers.
+	// imported from peers...
 	Blocks []netip.Prefix `json:"blocks"`
+	// ...except the host routes of Lent: addresses of this node's blocks
+	// that other nodes hold (they advertise them).
+	Lent []netip.Prefix `json:"lent,omitempty"`
 }
 
 // Compute returns the node's paths. Invalid service CIDRs or communities
@@ -138,23 +146,50 @@ func Compute(in Input) (Result, []error) {
 		res.Paths = append(res.Paths, p)
 	}
 
-	for _, a := range in.Affinities {
-		if a.Host != in.NodeName || a.State != ipam.AffinityConfirmed {
-			continue
-		}
-		blk := a.CIDR.Masked()
-		res.Blocks = append(res.Blocks, blk)
-		res.Blackholes = append(res.Blackholes, blk)
-		// Exported only when a pool holds it and that pool allows export
-		// (the most specific pool decides).
+	// exported says whether the most specific pool holding pfx allows
+	// export (a prefix in no pool is not exported).
+	exported := func(pfx netip.Prefix) bool {
 		best := -1
 		for i, p := range pools {
-			if p.cidr.Bits() <= blk.Bits() && p.cidr.Contains(blk.Addr()) && (best < 0 || p.cidr.Bits() > pools[best].cidr.Bits()) {
+			if p.cidr.Bits() <= pfx.Bits() && p.cidr.Contains(pfx.Addr()) && (best < 0 || p.cidr.Bits() > pools[best].cidr.Bits()) {
 				best = i
 			}
 		}
-		if best >= 0 && !pools[best].noExport {
+		return best >= 0 && !pools[best].noExport
+	}
+	mine := map[netip.Prefix]bool{}
+	claimed := map[netip.Prefix]bool{}
+	for _, a := range in.Affinities {
+		if a.Host != in.NodeName {
+			continue
+		}
+		claimed[a.CIDR.Masked()] = true
+		if a.State != ipam.AffinityConfirmed {
+			continue
+		}
+		blk := a.CIDR.Masked()
+		mine[blk] = true
+		res.Blocks = append(res.Blocks, blk)
+		res.Blackholes = append(res.Blackholes, blk)
+		if exported(blk) {
 			add(blk, KindBlock)
+		}
+	}
+	// Addresses in blocks that are not ours: a host route for those this
+	// node holds; those other nodes hold in our blocks are theirs to
+	// advertise.
+	for _, b := range in.Blocks {
+		blk := b.CIDR.Masked()
+		for _, al := range b.Allocations {
+			holder := al.Attrs["node"]
+			host := netip.PrefixFrom(al.IP, al.IP.BitLen())
+			switch {
+			case holder == "":
+			case mine[blk] && holder != in.NodeName:
+				res.Lent = append(res.Lent, host)
+			case !claimed[blk] && holder == in.NodeName && exported(host):
+				add(host, KindBorrowed)
+			}
 		}
 	}
 	if c := in.Config; c != nil {
@@ -180,6 +215,7 @@ func Compute(in Input) (Result, []error) {
 	sort.Slice(res.Paths, func(i, j int) bool { return prefixLess(res.Paths[i].Prefix, res.Paths[j].Prefix) })
 	sort.Slice(res.Blackholes, func(i, j int) bool { return prefixLess(res.Blackholes[i], res.Blackholes[j]) })
 	sort.Slice(res.Blocks, func(i, j int) bool { return prefixLess(res.Blocks[i], res.Blocks[j]) })
+	sort.Slice(res.Lent, func(i, j int) bool { return prefixLess(res.Lent[i], res.Lent[j]) })
 	return res, errs
 }
 

@@ -20,6 +20,18 @@ func pool(name, cidr string, noExport bool) v3.IPPool {
 	return v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.IPPoolSpec{CIDR: cidr, DisableBGPExport: noExport}}
 }
 
+func blk(cidr, host string, allocs ...ipam.Allocation) ipam.Block {
+	return ipam.Block{CIDR: netip.MustParsePrefix(cidr), Host: host, Allocations: allocs}
+}
+
+func alloc(ip, node string) ipam.Allocation {
+	a := ipam.Allocation{IP: netip.MustParseAddr(ip), HandleID: "h-" + ip, Attrs: map[string]string{}}
+	if node != "" {
+		a.Attrs["node"] = node
+	}
+	return a
+}
+
 func aff(host, cidr string, state ipam.AffinityState) ipam.Affinity {
 	return ipam.Affinity{Host: host, CIDR: netip.MustParsePrefix(cidr), State: state}
 }
@@ -35,6 +47,32 @@ var cases = []struct {
 	name string
 	in   Input
 }{
+	{
+		// The pool ran out of free blocks: node-a holds an address in
+		// node-b's block (a host route, /32 and /128) and node-b one in
+		// node-a's (lent: node-b advertises it; node-a imports it despite
+		// its block). Addresses of a block node-a claims but has not
+		// confirmed, in a pool without export, or held by nobody named
+		// are not advertised.
+		name: "borrowed",
+		in: Input{
+			IPv4: v4, IPv6: v6,
+			Pools: []v3.IPPool{pool("pods", "10.244.0.0/24", false), pool("pods6", "fd00:244::/120", false), pool("private", "10.245.0.0/24", true)},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
+				aff("node-b", "10.244.0.64/26", ipam.AffinityConfirmed),
+				aff("node-b", "fd00:244::/122", ipam.AffinityConfirmed),
+				aff("node-a", "10.244.0.128/26", ipam.AffinityPending),
+			},
+			Blocks: []ipam.Block{
+				blk("10.244.0.0/26", "node-a", alloc("10.244.0.1", "node-a"), alloc("10.244.0.2", "node-b"), alloc("10.244.0.3", "")),
+				blk("10.244.0.64/26", "node-b", alloc("10.244.0.65", "node-b"), alloc("10.244.0.66", "node-a")),
+				blk("fd00:244::/122", "node-b", alloc("fd00:244::5", "node-a")),
+				blk("10.244.0.128/26", "node-a", alloc("10.244.0.129", "node-a")),
+				blk("10.245.0.0/26", "", alloc("10.245.0.9", "node-a")),
+			},
+		},
+	},
 	{
 		// Only node-a's confirmed affinities are its blocks; pending ones
 		// (a claim in progress) and pending-deletion ones are not, nor are

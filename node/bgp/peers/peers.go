@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -71,6 +72,15 @@ type Peer struct {
 	// packets leave with TTL 255 and arrive with at least 256 minus it.
 	// 0 is off.
 	TTLSecurity uint8 `json:"ttlSecurity,omitempty"`
+	// Node is the cluster node at Address, when it is one: both ends are
+	// Palisade nodes, computing the same sessions.
+	Node string `json:"node,omitempty"`
+	// Passive makes this end wait for the peer to connect. Between two
+	// nodes only the one with the higher address connects (as Calico's
+	// mesh does): the two never open a connection each at the same time,
+	// which GoBGP, having no collision detection, resolves by closing
+	// both.
+	Passive bool `json:"passive,omitempty"`
 }
 
 // MarshalJSON writes the durations the way resources spell them ("120s").
@@ -93,21 +103,17 @@ func (p Peer) Key() string {
 }
 
 // Ignored lists the fields of a BGPPeer that are set but not acted on,
-// each with what happens instead, so that the node can say so.
+// each with what happens instead, so that the node can say so: those of
+// v3.NotActedOn, and values of fields otherwise acted on.
 func Ignored(bp v3.BGPPeer) []string {
 	var out []string
-	s := bp.Spec
-	if s.ReachableBy != "" {
-		out = append(out, "spec.reachableBy is not acted on: the node needs a route of its own to the peer")
+	for _, f := range v3.NotActedOnFields(&bp) {
+		if strings.HasPrefix(f, "spec.") {
+			out = append(out, f+" is not acted on")
+		}
 	}
-	if len(s.Filters) > 0 {
-		out = append(out, "spec.filters is not acted on: every route is sent and taken")
-	}
-	if s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
+	if s := bp.Spec; s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
 		out = append(out, "spec.nextHopMode Self is not acted on: next hops are set as with Auto")
-	}
-	if s.LocalWorkloadSelector != "" {
-		out = append(out, "spec.localWorkloadSelector is not acted on: no session is made with local workloads")
 	}
 	return out
 }
@@ -151,6 +157,9 @@ type nodeInfo struct {
 type Result struct {
 	Local Local  `json:"local"`
 	Peers []Peer `json:"peers"`
+	// Filters names, per session (by Peer.Key), the BGPFilters its BGPPeer
+	// lists, in order; sessions without filters are absent.
+	Filters map[string][]string `json:"filters,omitempty"`
 }
 
 // Compute returns this node's identity and its desired sessions, sorted by
@@ -186,7 +195,7 @@ func Compute(in Input) (Result, []error) {
 		local.RouterID = me.v4.Addr()
 	}
 
-	b := builder{me: me, byAddr: byAddr, password: in.Password, peers: map[string]Peer{}}
+	b := builder{me: me, byAddr: byAddr, password: in.Password, peers: map[string]Peer{}, filters: map[string][]string{}}
 
 	// Explicit peers first; the mesh only adds sessions to addresses no
 	// BGPPeer already covers.
@@ -217,7 +226,7 @@ func Compute(in Input) (Result, []error) {
 					Name: "Mesh_" + other.name, Address: addr.Addr(), AS: other.as,
 					Type: TypeMesh, RestartTime: restart, Password: pw, PasswordRef: ref,
 					SourceAddress: netip.IPv4Unspecified(),
-				}, false)
+				}, false, nil)
 			}
 		}
 	}
@@ -232,7 +241,16 @@ func Compute(in Input) (Result, []error) {
 		}
 		return out[i].Port < out[j].Port
 	})
-	return Result{Local: local, Peers: out}, errs
+	res := Result{Local: local, Peers: out}
+	for _, p := range out {
+		if fs := b.filters[p.Key()]; len(fs) > 0 {
+			if res.Filters == nil {
+				res.Filters = map[string][]string{}
+			}
+			res.Filters[p.Key()] = fs
+		}
+	}
+	return res, errs
 }
 
 // builder accumulates the peer set.
@@ -241,12 +259,14 @@ type builder struct {
 	byAddr   map[netip.Addr]nodeInfo
 	password func(v3.SecretKeySelector) (string, bool)
 	peers    map[string]Peer
+	// filters are the BGPFilter names of the sessions that have some.
+	filters map[string][]string
 }
 
 // add fills in the session's local side and stores it unless it is a
 // session with ourselves, one our family cannot carry, or (for the mesh) one
-// an explicit BGPPeer already set up.
-func (b *builder) add(p Peer, override bool) {
+// an explicit BGPPeer already set up; filters are its BGPFilters.
+func (b *builder) add(p Peer, override bool, filters []string) {
 	if p.Address == b.me.v4.Addr() || p.Address == b.me.v6.Addr() {
 		return
 	}
@@ -259,10 +279,16 @@ func (b *builder) add(p Peer, override bool) {
 	if !src.IsValid() {
 		return
 	}
-	p.LocalAS = b.me.as
+	if p.LocalAS == 0 {
+		p.LocalAS = b.me.as
+	}
 	p.EBGP = p.AS != p.LocalAS
 	if p.SourceAddress.IsValid() {
 		p.SourceAddress = src.Addr()
+	}
+	if other, ok := b.byAddr[p.Address]; ok && p.Port == 0 {
+		p.Node = other.name
+		p.Passive = src.Addr().Less(p.Address)
 	}
 	// A route reflector treats every iBGP peer outside its cluster as a
 	// client (the mesh is a full mesh: nobody reflects there).
@@ -276,6 +302,11 @@ func (b *builder) add(p Peer, override bool) {
 		return
 	}
 	b.peers[p.Key()] = p
+	if len(filters) > 0 {
+		b.filters[p.Key()] = filters
+	} else {
+		delete(b.filters, p.Key())
+	}
 }
 
 // resolve reads a password: inline, or through its secret reference.
@@ -338,6 +369,10 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	if s.TTLSecurity != nil {
 		template.TTLSecurity = *s.TTLSecurity
 	}
+	if s.LocalASNumber != nil {
+		// The AS this node presents to the peer instead of its own.
+		template.LocalAS = uint32(*s.LocalASNumber)
+	}
 	template.Password, template.PasswordRef = b.resolve(s.Password)
 	if s.SourceAddress != v3.SourceAddressNone {
 		// Marker: add replaces it with the node's address of the family.
@@ -371,7 +406,7 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 				p.Name = name + "_" + other.name
 				p.Address = addr.Addr()
 				p.AS = other.as
-				b.add(p, true)
+				b.add(p, true, s.Filters)
 			}
 		}
 		return nil
@@ -389,7 +424,7 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	if p.AS == 0 {
 		p.AS = b.me.as
 	}
-	b.add(p, true)
+	b.add(p, true, s.Filters)
 	return nil
 }
 

@@ -234,7 +234,7 @@ func TestIgnored(t *testing.T) {
 		NextHopMode: &self, LocalWorkloadSelector: "app == 'router'",
 	}}
 	got := strings.Join(Ignored(full), "\n")
-	for _, field := range []string{"spec.reachableBy", "spec.filters", "spec.nextHopMode Self", "spec.localWorkloadSelector"} {
+	for _, field := range []string{"spec.reachableBy", "spec.nextHopMode Self", "spec.localWorkloadSelector"} {
 		if !strings.Contains(got, field) {
 			t.Errorf("Ignored does not name %s:\n%s", field, got)
 		}
@@ -242,9 +242,41 @@ func TestIgnored(t *testing.T) {
 	keep, manual := v3.NextHopKeep, v3.ReversePeeringManual
 	acted := v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "rr"}, Spec: v3.BGPPeerSpec{
 		PeerIP: "198.18.0.250", ASNumber: 65001, TTLSecurity: &one, NextHopMode: &keep, KeepOriginalNextHop: true,
-		ReversePeering: &manual,
+		ReversePeering: &manual, Filters: []string{"no-default"},
 	}}
 	if notes := Ignored(acted); len(notes) > 0 {
 		t.Errorf("a peer with only fields acted on: %v", notes)
+	}
+}
+
+// TestOneDialerPerPair: in every topology, of each session between two
+// nodes configured on both ends, exactly one end connects. (With
+// reversePeering Manual the other end may have no session at all, and
+// then it refuses the connection whichever end would make it.)
+func TestOneDialerPerPair(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			in := loadTopology(t, f)
+			sessions := map[[2]string]Peer{} // (node, peer node) → session
+			for _, n := range in.Nodes {
+				in.NodeName = n.Name
+				res, _ := Compute(in)
+				for _, p := range res.Peers {
+					if p.Node != "" {
+						sessions[[2]string{n.Name + "/" + p.SourceAddress.String(), p.Node + "/" + p.Address.String()}] = p
+					}
+				}
+			}
+			for k, p := range sessions {
+				back, ok := sessions[[2]string{k[1], k[0]}]
+				if !ok {
+					continue
+				}
+				if p.Passive == back.Passive {
+					t.Errorf("%s ↔ %s: passive %v on both ends", k[0], k[1], p.Passive)
+				}
+			}
+		})
 	}
 }

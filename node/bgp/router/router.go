@@ -9,6 +9,7 @@ import (
 
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 )
 
 // Global is the speaker's own configuration.
@@ -20,6 +21,8 @@ type Global struct {
 	ListenPort int32
 	// ListenAddresses restricts the listeners; empty means all.
 	ListenAddresses []string
+	// Policy is the route policy in place before the first session.
+	Policy routepolicy.Policy
 	// Restarting says this speaker restarted while its peers kept its
 	// routes (graceful restart, restarting side): the restart flag is
 	// announced and updates are deferred until the peers' End-of-RIB.
@@ -36,14 +39,19 @@ type PeerState struct {
 	// State is the BGP FSM state: Idle, Connect, Active, OpenSent,
 	// OpenConfirm or Established.
 	State string
+	// Reason says why a session that is not Established is down, when
+	// known: a local error that keeps it down ("Local error: …") or the
+	// last reason it went down.
+	Reason string `json:",omitempty"`
 	// Since is when the session entered its current up/down state; zero
 	// when unknown.
 	Since time.Time
 	// Received and Accepted count the prefixes learned from the peer.
 	Received, Accepted uint64
 	// EndOfRIB is true once the peer has sent End-of-RIB for every family
-	// where both sides negotiated graceful restart (and always for a
-	// session without graceful restart, which sends no such marker).
+	// of the session, when it announced graceful restart at all (whatever
+	// families its capability lists); always for a peer that did not,
+	// which may never send the marker.
 	EndOfRIB bool
 }
 
@@ -60,11 +68,20 @@ type Router interface {
 	Start(ctx context.Context, g Global) error
 	// Stop shuts the speaker down (sessions are closed without waiting).
 	Stop(ctx context.Context) error
+	// Leave stops the speaker's own work but leaves its sessions to end
+	// with the process, as a crash would, so peers keep this node's routes
+	// (graceful restart) while it restarts.
+	Leave()
+	// Converged says a restart is over: sessions added from now on do
+	// not announce one.
+	Converged()
 	AddPeer(ctx context.Context, p peers.Peer) error
 	UpdatePeer(ctx context.Context, p peers.Peer) error
 	DeletePeer(ctx context.Context, p peers.Peer) error
 	AdvertisePath(ctx context.Context, p paths.Path) error
 	WithdrawPath(ctx context.Context, p paths.Path) error
+	// SetPolicy replaces what is sent to and taken from the peers.
+	SetPolicy(ctx context.Context, p routepolicy.Policy) error
 	ListPeers(ctx context.Context) ([]PeerState, error)
 	// WatchBestPaths calls fn with every change to the learned (not locally
 	// originated) best routes, starting with the current ones, until ctx

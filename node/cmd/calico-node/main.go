@@ -1,4 +1,11 @@
 // Command calico-node is the Palisade per-node agent.
+//
+// Its listeners are plain TCP: since Go 1.24 net.Listen opens Multipath
+// TCP sockets, on which TCP MD5 (BGP passwords) and the minimum TTL of
+// GTSM cannot be set, so GoBGP could not accept a session that needs
+// either.
+//
+//go:debug multipathtcp=0
 package main
 
 import (

@@ -2,6 +2,11 @@
 // need a separate process (one per node namespace, or one to kill with -9).
 // With -peers it serves the speaker's session table (bgp.PeerTable, what
 // the agent's status API reports) as JSON on a unix socket.
+//
+// Like calico-node it listens with plain TCP, not Multipath TCP, so BGP
+// passwords and GTSM work on accepted sessions.
+//
+//go:debug multipathtcp=0
 package main
 
 import (
@@ -30,6 +35,8 @@ func main() {
 	stale := flag.Duration("stale", 10*time.Second, "stale route timeout")
 	secrets := flag.String("secrets", "", "directory of BGP password files <secret>/<key>")
 	peersSock := flag.String("peers", "", "unix socket serving the session table as JSON")
+	proto := flag.Uint("proto", 0, "route protocol of the kernel routes (0: the default)")
+	downWarn := flag.Duration("down-warning", 3*time.Second, "how long a session is down before a warning")
 	flag.Parse()
 	log.SetLevel(log.InfoLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -56,7 +63,7 @@ func main() {
 	err = bgp.Run(ctx, bgp.Config{
 		NodeName: *name, Store: store, KV: store.KV(), GRPCListen: *grpc,
 		PollInterval: *poll, StaleRouteTimeout: *stale, SecretsDir: *secrets,
-		Peers: table,
+		Peers: table, RouteProtocol: uint8(*proto), DownWarning: *downWarn,
 	})
 	if err != nil {
 		log.WithError(err).Fatal("bgp")

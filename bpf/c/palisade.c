@@ -1,0 +1,817 @@
+//go:build ignore
+
+/* Palisade's TCX programs. pal_ingress and pal_egress are attached to every
+ * interface felix manages; they parse the packet, apply anti-spoofing and
+ * conntrack, and tail-call the generated policy program of each stage the
+ * interface's entry (pal_ep) names. A policy program leaves its verdict in
+ * the per-CPU state and tail-calls pal_resume (slot 0 of pal_progs), which
+ * takes the walk on from the stage that ran. Conntrack entries are per
+ * interface: a flow is allowed at an interface once that interface's
+ * policy allowed its first packet. See felix/dataplane/bpf/DESIGN.md.
+ *
+ * Regenerate the object with `go generate ./bpf` (needs clang-14 and
+ * libbpf-dev: hack/install-deps.sh --bpf).
+ */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "palisade.h"
+
+char _license[] SEC("license") = "Dual MIT/GPL";
+
+/* Conntrack timeouts (ns), set by the loader. */
+volatile const __u64 ct_tcp_syn = 20ULL * 1000000000;
+volatile const __u64 ct_tcp_est = 3600ULL * 1000000000;
+volatile const __u64 ct_tcp_fin = 30ULL * 1000000000;
+volatile const __u64 ct_tcp_rst = 10ULL * 1000000000;
+volatile const __u64 ct_udp = 60ULL * 1000000000;
+volatile const __u64 ct_icmp = 5ULL * 1000000000;
+volatile const __u64 ct_other = 600ULL * 1000000000;
+volatile const __u64 frag_timeout = 30ULL * 1000000000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct state);
+} pal_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct ep);
+} pal_ep SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} pal_progs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct src_key);
+	__type(value, __u8);
+} pal_src SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4194304);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct set_key);
+	__type(value, __u8);
+} pal_sets SEC(".maps");
+
+/* The calc IP set ids behind the 64-bit ids, for dumps (no program reads
+ * it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct set_name);
+} pal_setnames SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct port_key);
+	__type(value, __u8);
+} pal_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct failsafe_key);
+	__type(value, __u8);
+} pal_failsafe SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512000);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ct_key);
+	__type(value, struct ct_value);
+} pal_ct SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct frag_key);
+	__type(value, struct frag_value);
+} pal_frag SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 524288);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct counter_key);
+	__type(value, __u64);
+} pal_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 262144);
+} pal_events SEC(".maps");
+
+/* The helpers below are global functions: the verifier checks each once,
+ * not at every call site, which keeps loading fast. A pointer argument of
+ * a global function may be NULL as far as the verifier knows. */
+#define GLOBAL __attribute__((noinline))
+
+GLOBAL int count(__u32 ifindex, __u32 stage, __u32 slot)
+{
+	struct counter_key k = {.ifindex = ifindex, .slot = slot, .stage = stage};
+	__u64 *v = bpf_map_lookup_elem(&pal_counters, &k);
+	if (v) {
+		*v += 1;
+		return 0;
+	}
+	__u64 one = 1;
+	bpf_map_update_elem(&pal_counters, &k, &one, BPF_NOEXIST);
+	return 0;
+}
+
+static __always_inline int drop(struct state *st, __u16 reason)
+{
+	count(st->ifindex, PAL_COUNTER_GENERAL, reason);
+	return PAL_TCX_DROP;
+}
+
+/* allow lets the packet go on; at ingress it is marked seen. */
+static __always_inline int allow(struct __sk_buff *skb, struct state *st)
+{
+	if (!(st->flags & PAL_F_OUT))
+		skb->mark |= PAL_MARK_SEEN;
+	return PAL_TCX_NEXT;
+}
+
+static __always_inline int allow_because(struct __sk_buff *skb, struct state *st, __u16 reason)
+{
+	count(st->ifindex, PAL_COUNTER_GENERAL, reason);
+	return allow(skb, st);
+}
+
+enum { P_OK, P_NOT_IP, P_BAD, P_FRAG_LATER };
+
+static __always_inline void map4(__u8 *dst, __be32 a)
+{
+	__u32 *w = (__u32 *)dst;
+	w[0] = 0;
+	w[1] = 0;
+	w[2] = bpf_htonl(0x0000ffff);
+	w[3] = a;
+}
+
+static __always_inline int has_ports(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE || proto == IPPROTO_SCTP;
+}
+
+static __always_inline int is_icmp(struct state *st)
+{
+	return (st->family == 4 && st->proto == IPPROTO_ICMP) || (st->family == 6 && st->proto == IPPROTO_ICMPV6);
+}
+
+static __always_inline int icmp_is_echo(struct state *st)
+{
+	__u8 t = st->icmp_type;
+	if (st->family == 4)
+		return t == 0 || t == 8 || t == 13 || t == 14 || t == 15 || t == 16 || t == 17 || t == 18;
+	return t == 128 || t == 129;
+}
+
+static __always_inline int icmp_is_error(struct state *st)
+{
+	__u8 t = st->icmp_type;
+	if (st->family == 4)
+		return t == 3 || t == 4 || t == 5 || t == 11 || t == 12;
+	return t >= 1 && t <= 4;
+}
+
+/* parse_ip reads the IP header at off into st (family, addresses,
+ * protocol, fragment) and returns the offset of the layer 4 header, or
+ * -P_* (ipv6 says which family the ethertype named). */
+GLOBAL int parse_ip(struct __sk_buff *skb, struct state *st, __u32 off, __u32 ipv6)
+{
+	if (!st)
+		return -P_BAD;
+	if (!ipv6) {
+		struct iphdr ip;
+		if (bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) < 0)
+			return -P_BAD;
+		if (ip.version != 4 || ip.ihl < 5)
+			return -P_BAD;
+		st->family = 4;
+		st->proto = ip.protocol;
+		map4(st->src, ip.saddr);
+		map4(st->dst, ip.daddr);
+		__u16 fo = bpf_ntohs(ip.frag_off);
+		st->frag_id = bpf_ntohs(ip.id);
+		if (fo & 0x1fff)
+			return -P_FRAG_LATER;
+		if (fo & 0x2000)
+			st->flags |= PAL_F_FRAG;
+		return off + ip.ihl * 4;
+	}
+	struct ipv6hdr ip6;
+	if (bpf_skb_load_bytes(skb, off, &ip6, sizeof(ip6)) < 0)
+		return -P_BAD;
+	if (ip6.version != 6)
+		return -P_BAD;
+	st->family = 6;
+	__builtin_memcpy(st->src, &ip6.saddr, 16);
+	__builtin_memcpy(st->dst, &ip6.daddr, 16);
+	/* IPv4-mapped addresses never appear on the wire: such a packet could
+	 * pass for IPv4 in the IP sets. */
+	__u32 *s = (__u32 *)st->src, *d = (__u32 *)st->dst;
+	if ((s[0] == 0 && s[1] == 0 && s[2] == bpf_htonl(0xffff)) || (d[0] == 0 && d[1] == 0 && d[2] == bpf_htonl(0xffff)))
+		return -P_BAD;
+	__u8 next = ip6.nexthdr;
+	off += sizeof(ip6);
+	for (int i = 0; i < 6; i++) {
+		if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING || next == IPPROTO_DSTOPTS) {
+			__u8 h[2];
+			if (bpf_skb_load_bytes(skb, off, h, 2) < 0)
+				return -P_BAD;
+			next = h[0];
+			off += (h[1] + 1) * 8;
+		} else if (next == IPPROTO_AH) {
+			__u8 h[2];
+			if (bpf_skb_load_bytes(skb, off, h, 2) < 0)
+				return -P_BAD;
+			next = h[0];
+			off += (h[1] + 2) * 4;
+		} else if (next == IPPROTO_FRAGMENT) {
+			struct {
+				__u8 next, res;
+				__be16 off;
+				__be32 id;
+			} f;
+			if (bpf_skb_load_bytes(skb, off, &f, sizeof(f)) < 0)
+				return -P_BAD;
+			next = f.next;
+			off += 8;
+			st->frag_id = bpf_ntohl(f.id);
+			__u16 fo = bpf_ntohs(f.off);
+			if (fo & 0xfff8) {
+				st->proto = next;
+				return -P_FRAG_LATER;
+			}
+			if (fo & 1)
+				st->flags |= PAL_F_FRAG;
+		} else {
+			break;
+		}
+		if (off > 1024)
+			return -P_BAD;
+	}
+	st->proto = next;
+	return off;
+}
+
+/* parse_l4 reads ports (or ICMP type, code and echo id). */
+GLOBAL int parse_l4(struct __sk_buff *skb, struct state *st, __u32 off)
+{
+	if (!st)
+		return -P_BAD;
+	if (has_ports(st->proto)) {
+		__be16 p[2];
+		if (bpf_skb_load_bytes(skb, off, p, sizeof(p)) < 0)
+			return -P_BAD;
+		st->sport = bpf_ntohs(p[0]);
+		st->dport = bpf_ntohs(p[1]);
+	} else if (is_icmp(st)) {
+		__u8 h[8];
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+			return -P_BAD;
+		st->icmp_type = h[0];
+		st->icmp_code = h[1];
+		if (icmp_is_echo(st)) {
+			st->sport = (h[4] << 8) | h[5];
+			st->dport = st->sport;
+		}
+	}
+	return 0;
+}
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+/* side_a_is_src orders the two sides of a flow (any total order will do,
+ * the same everywhere). */
+static __always_inline int side_a_is_src(struct state *st)
+{
+	__u32 *s = (__u32 *)st->src, *d = (__u32 *)st->dst;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 x = bpf_ntohl(s[i]), y = bpf_ntohl(d[i]);
+		if (x != y)
+			return x < y;
+	}
+	return st->sport <= st->dport;
+}
+
+/* icmp_query is an ICMP query's request type (a reply maps to its
+ * request), so the two directions of one exchange meet in one entry. */
+static __always_inline __u8 icmp_query(struct state *st)
+{
+	if (!is_icmp(st))
+		return 0;
+	__u8 t = st->icmp_type;
+	if (st->family == 4) {
+		if (t == 0)
+			return 8;
+		if (t == 14 || t == 16 || t == 18)
+			return t - 1;
+		return t;
+	}
+	return t == 129 ? 128 : t;
+}
+
+static __always_inline void ct_key_of(struct state *st, struct ct_key *k, int src_is_a)
+{
+	k->ifindex = st->ifindex;
+	k->proto = st->proto;
+	k->icmp = icmp_query(st);
+	if (src_is_a) {
+		__builtin_memcpy(k->a, st->src, 16);
+		__builtin_memcpy(k->b, st->dst, 16);
+		k->pa = st->sport;
+		k->pb = st->dport;
+	} else {
+		__builtin_memcpy(k->a, st->dst, 16);
+		__builtin_memcpy(k->b, st->src, 16);
+		k->pa = st->dport;
+		k->pb = st->sport;
+	}
+}
+
+static __always_inline __u64 ct_timeout(__u8 proto, __u32 flags)
+{
+	if (proto == IPPROTO_TCP) {
+		if (flags & PAL_CT_RST)
+			return ct_tcp_rst;
+		if ((flags & (PAL_CT_FIN_A | PAL_CT_FIN_B)) == (PAL_CT_FIN_A | PAL_CT_FIN_B))
+			return ct_tcp_fin;
+		if (flags & PAL_CT_REPLY)
+			return ct_tcp_est;
+		return ct_tcp_syn;
+	}
+	if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE)
+		return ct_udp;
+	if (proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6)
+		return ct_icmp;
+	return ct_other;
+}
+
+/* ct_established reports whether the packet belongs to a flow this
+ * interface allowed, and updates the entry. */
+GLOBAL int ct_established(struct __sk_buff *skb, struct state *st, __u32 l4)
+{
+	if (!st)
+		return 0;
+	struct ct_key k = {};
+	int a = side_a_is_src(st);
+	if (a)
+		st->flags |= PAL_F_SRC_A;
+	ct_key_of(st, &k, a);
+	struct ct_value *v = bpf_map_lookup_elem(&pal_ct, &k);
+	if (!v)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (now - v->last_seen > ct_timeout(st->proto, v->flags))
+		return 0;
+	if (st->proto == IPPROTO_TCP) {
+		__u8 f = 0;
+		bpf_skb_load_bytes(skb, l4 + 13, &f, 1);
+		/* A new SYN on a closed flow's tuple is a new connection. */
+		if ((f & (TCP_SYN | TCP_ACK)) == TCP_SYN && (v->flags & (PAL_CT_RST | PAL_CT_FIN_A | PAL_CT_FIN_B)))
+			return 0;
+		if (f & TCP_RST)
+			v->flags |= PAL_CT_RST;
+		if (f & TCP_FIN)
+			v->flags |= a ? PAL_CT_FIN_A : PAL_CT_FIN_B;
+	}
+	if (!a != !(v->flags & PAL_CT_ORIG_A))
+		v->flags |= PAL_CT_REPLY;
+	v->last_seen = now;
+	return 1;
+}
+
+/* ct_related reports whether an ICMP error is about a flow this interface
+ * allowed: the packet it quotes is looked up. */
+GLOBAL int ct_related(struct __sk_buff *skb, struct state *st, __u32 l4)
+{
+	if (!st || !is_icmp(st) || !icmp_is_error(st))
+		return 0;
+	struct state in = {};
+	in.ifindex = st->ifindex;
+	int l4in = parse_ip(skb, &in, l4 + 8, st->family == 6);
+	if (l4in < 0 || in.family != st->family)
+		return 0;
+	if (has_ports(in.proto)) {
+		__be16 p[2];
+		if (bpf_skb_load_bytes(skb, l4in, p, sizeof(p)) < 0)
+			return 0;
+		in.sport = bpf_ntohs(p[0]);
+		in.dport = bpf_ntohs(p[1]);
+	} else if (is_icmp(&in)) {
+		__u8 h[8];
+		if (bpf_skb_load_bytes(skb, l4in, h, sizeof(h)) < 0)
+			return 0;
+		in.icmp_type = h[0];
+		if (!icmp_is_echo(&in))
+			return 0;
+		in.sport = (h[4] << 8) | h[5];
+		in.dport = in.sport;
+	}
+	struct ct_key k = {};
+	ct_key_of(&in, &k, side_a_is_src(&in));
+	struct ct_value *v = bpf_map_lookup_elem(&pal_ct, &k);
+	if (!v)
+		return 0;
+	return bpf_ktime_get_ns() - v->last_seen <= ct_timeout(in.proto, v->flags);
+}
+
+/* ct_create records an allowed flow (and the first fragment of a
+ * fragmented packet, which the later fragments follow). */
+GLOBAL int ct_create(struct state *st)
+{
+	if (!st || (st->flags & PAL_F_UNTRACKED))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (st->flags & PAL_F_FRAG) {
+		struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
+		__builtin_memcpy(fk.src, st->src, 16);
+		__builtin_memcpy(fk.dst, st->dst, 16);
+		struct frag_value fv = {.last_seen = now};
+		bpf_map_update_elem(&pal_frag, &fk, &fv, BPF_ANY);
+	}
+	struct ct_key k = {};
+	int a = !!(st->flags & PAL_F_SRC_A);
+	ct_key_of(st, &k, a);
+	struct ct_value v = {.created = now, .last_seen = now, .flags = a ? PAL_CT_ORIG_A : 0};
+	if (bpf_map_update_elem(&pal_ct, &k, &v, BPF_ANY) < 0)
+		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_CT_FULL);
+	return 0;
+}
+
+GLOBAL int frag_allowed(struct state *st)
+{
+	if (!st)
+		return 0;
+	struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
+	__builtin_memcpy(fk.src, st->src, 16);
+	__builtin_memcpy(fk.dst, st->dst, 16);
+	struct frag_value *fv = bpf_map_lookup_elem(&pal_frag, &fk);
+	if (!fv)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (now - fv->last_seen > frag_timeout)
+		return 0;
+	fv->last_seen = now;
+	return 1;
+}
+
+/* to_host reports whether the host itself is the destination: a FIB
+ * lookup finds no route to forward by. */
+GLOBAL int to_host(struct __sk_buff *skb, struct state *st)
+{
+	if (!st)
+		return 0;
+	struct bpf_fib_lookup p = {};
+	p.ifindex = st->ifindex;
+	p.l4_protocol = st->proto;
+	if (st->family == 4) {
+		p.family = 2; /* AF_INET */
+		p.ipv4_src = ((__u32 *)st->src)[3];
+		p.ipv4_dst = ((__u32 *)st->dst)[3];
+	} else {
+		p.family = 10; /* AF_INET6 */
+		__builtin_memcpy(p.ipv6_src, st->src, 16);
+		__builtin_memcpy(p.ipv6_dst, st->dst, 16);
+	}
+	int rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
+	return rc == BPF_FIB_LKUP_RET_NOT_FWDED || rc == BPF_FIB_LKUP_RET_FWD_DISABLED;
+}
+
+/* failsafe reports a failsafe port: inbound by destination port and
+ * source address, outbound by destination port and address. */
+GLOBAL int failsafe(struct state *st, __u32 out)
+{
+	if (!st || !has_ports(st->proto))
+		return 0;
+	struct failsafe_key k = {.prefixlen = 32 + 128, .dir = out, .proto = st->proto};
+	k.port = bpf_htons(st->dport);
+	__builtin_memcpy(k.addr, out ? st->dst : st->src, 16);
+	return bpf_map_lookup_elem(&pal_failsafe, &k) != 0;
+}
+
+/* nd reports IPv6 neighbour discovery and MLD between a workload and the
+ * host (link-local or multicast destination): always allowed, as with
+ * iptables. */
+static __always_inline int nd(struct state *st)
+{
+	if (st->family != 6 || st->proto != IPPROTO_ICMPV6)
+		return 0;
+	__u8 t = st->icmp_type;
+	if (!(t == 130 || t == 131 || t == 132 || t == 133 || t == 135 || t == 136))
+		return 0;
+	return st->dst[0] == 0xff || (st->dst[0] == 0xfe && (st->dst[1] & 0xc0) == 0x80);
+}
+
+/* spoofed reports a source address the workload may not send from. */
+GLOBAL int spoofed(struct state *st)
+{
+	if (!st)
+		return 1;
+	struct src_key k = {.prefixlen = 32 + 128, .ifindex = st->ifindex};
+	__builtin_memcpy(k.addr, st->src, 16);
+	return bpf_map_lookup_elem(&pal_src, &k) == 0;
+}
+
+/* Slots of pal_progs holding the resume programs, by kind and direction;
+ * policy programs go after them. */
+#define PAL_RESUME_WL_IN 0
+#define PAL_RESUME_WL_OUT 1
+#define PAL_RESUME_HEP_IN 2
+#define PAL_RESUME_HEP_OUT 3
+
+/* run_stage tail-calls a stage's program; on return something failed. */
+static __always_inline int run_stage(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 stage)
+{
+	__u32 slot = ep->slots[stage & 7];
+	if (slot == 0 || stage >= PAL_STAGES)
+		return drop(st, PAL_C_NO_PROGRAM);
+	st->phase = stage;
+	st->verdict = PAL_VERDICT_NONE;
+	bpf_tail_call(skb, &pal_progs, slot);
+	return drop(st, PAL_C_NO_PROGRAM);
+}
+
+static __always_inline struct state *state(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&pal_state, &zero);
+}
+
+/* begin sets up the state of a new packet and parses it. It returns the
+ * layer 4 offset (>= 0), or a verdict to return as -(verdict + 16). */
+static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct ep **epp, int out, __u8 resume)
+{
+	__u32 ifindex = skb->ifindex;
+	struct ep *ep = bpf_map_lookup_elem(&pal_ep, &ifindex);
+	__builtin_memset(st, 0, sizeof(*st));
+	st->ifindex = ifindex;
+	st->phase = PAL_PHASE_START;
+	st->resume = resume;
+	if (out)
+		st->flags |= PAL_F_OUT;
+	*epp = ep;
+	if (!ep)
+		return -(drop(st, PAL_C_NO_ENDPOINT) + 16);
+	if (ep->flags & PAL_EP_BLOCKED)
+		return -(drop(st, PAL_C_BLOCKED) + 16);
+	int ipv6;
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		ipv6 = 0;
+	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		ipv6 = 1;
+	else
+		return -(PAL_TCX_NEXT + 16);
+	int l4 = parse_ip(skb, st, ep->l2len & 0xff, ipv6);
+	if (l4 == -P_FRAG_LATER) {
+		if ((ep->flags & PAL_EP_WORKLOAD) && !out && spoofed(st))
+			return -(drop(st, PAL_C_SPOOFED) + 16);
+		if (frag_allowed(st))
+			return -(allow_because(skb, st, PAL_C_FRAG_ALLOW) + 16);
+		return -(drop(st, PAL_C_FRAG_DROP) + 16);
+	}
+	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
+		return -(drop(st, PAL_C_MALFORMED) + 16);
+	return l4;
+}
+
+/* resumed finds a resumed packet's state and entry, and its layer 4
+ * offset again (tail calls keep only the state). */
+static __always_inline int resumed(struct __sk_buff *skb, struct state *st, struct ep **epp)
+{
+	__u32 ifindex = st->ifindex;
+	struct ep *ep = bpf_map_lookup_elem(&pal_ep, &ifindex);
+	*epp = ep;
+	if (!ep || ifindex != skb->ifindex)
+		return -(drop(st, PAL_C_NO_ENDPOINT) + 16);
+	count(ifindex, st->phase, st->rule);
+	struct state tmp = {};
+	int l4 = parse_ip(skb, &tmp, ep->l2len & 0xff, st->family == 6);
+	if (l4 < 0)
+		return -(drop(st, PAL_C_MALFORMED) + 16);
+	return l4;
+}
+
+/* The walks. Each starts at PAL_PHASE_START (from the entry program) or
+ * after the stage whose verdict the state holds (from a resume program). */
+
+static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
+{
+	if (st->phase == PAL_PHASE_START) {
+		if (nd(st))
+			return allow_because(skb, st, PAL_C_ND);
+		if (spoofed(st))
+			return drop(st, PAL_C_SPOOFED);
+		if (ct_established(skb, st, l4))
+			return allow_because(skb, st, PAL_C_ESTABLISHED);
+		if (ct_related(skb, st, l4))
+			return allow_because(skb, st, PAL_C_RELATED);
+		if (to_host(skb, st))
+			st->flags |= PAL_F_TOHOST;
+		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_IN);
+	}
+	if (st->verdict != PAL_VERDICT_ALLOW)
+		return PAL_TCX_DROP;
+	if ((st->flags & PAL_F_TOHOST) && (ep->flags & PAL_EP_TOHOST_DROP))
+		return drop(st, PAL_C_TOHOST_DROP);
+	ct_create(st);
+	return allow(skb, st);
+}
+
+static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
+{
+	if (st->phase == PAL_PHASE_START) {
+		if (skb->ingress_ifindex == 0) {
+			/* Open, and tracked: the workload's replies are
+			 * established, not new traffic to the host. */
+			if (!ct_established(skb, st, l4))
+				ct_create(st);
+			return allow_because(skb, st, PAL_C_FROM_HOST);
+		}
+		if (ct_established(skb, st, l4))
+			return allow_because(skb, st, PAL_C_ESTABLISHED);
+		if (ct_related(skb, st, l4))
+			return allow_because(skb, st, PAL_C_RELATED);
+		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_OUT);
+	}
+	if (st->verdict != PAL_VERDICT_ALLOW)
+		return PAL_TCX_DROP;
+	ct_create(st);
+	return allow(skb, st);
+}
+
+static __always_inline int walk_hep_in(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
+{
+	__u8 phase = st->phase, verdict = st->verdict;
+	if (phase == PAL_PHASE_START) {
+		if (ep->slots[PAL_STAGE_UNTRACKED_IN])
+			return run_stage(skb, st, ep, PAL_STAGE_UNTRACKED_IN);
+		goto after_untracked;
+	}
+	if (phase == PAL_STAGE_UNTRACKED_IN) {
+		if (verdict == PAL_VERDICT_DENY)
+			return PAL_TCX_DROP;
+		if (verdict == PAL_VERDICT_ALLOW) {
+			st->flags |= PAL_F_UNTRACKED;
+			if (to_host(skb, st))
+				return allow(skb, st);
+			goto forward;
+		}
+		goto after_untracked;
+	}
+	if (phase == PAL_STAGE_PREDNAT_IN) {
+		if (verdict == PAL_VERDICT_DENY)
+			return PAL_TCX_DROP;
+		if (verdict == PAL_VERDICT_ALLOW)
+			st->flags |= PAL_F_PREDNAT_OK;
+		goto after_prednat;
+	}
+	/* After the normal or the forward stage. */
+	if (verdict != PAL_VERDICT_ALLOW)
+		return PAL_TCX_DROP;
+	ct_create(st);
+	return allow(skb, st);
+
+after_untracked:
+	if (ct_established(skb, st, l4))
+		return allow_because(skb, st, PAL_C_ESTABLISHED);
+	if (ct_related(skb, st, l4))
+		return allow_because(skb, st, PAL_C_RELATED);
+	if (failsafe(st, 0))
+		st->flags |= PAL_F_FAILSAFE;
+	else if (ep->slots[PAL_STAGE_PREDNAT_IN])
+		return run_stage(skb, st, ep, PAL_STAGE_PREDNAT_IN);
+after_prednat:
+	if (to_host(skb, st)) {
+		st->flags |= PAL_F_TOHOST;
+		if (st->flags & (PAL_F_FAILSAFE | PAL_F_PREDNAT_OK)) {
+			count(st->ifindex, PAL_COUNTER_GENERAL, (st->flags & PAL_F_FAILSAFE) ? PAL_C_FAILSAFE : PAL_C_PREDNAT_ALLOW);
+			ct_create(st);
+			return allow(skb, st);
+		}
+		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_IN);
+	}
+forward:
+	if (ep->slots[PAL_STAGE_FWD_IN])
+		return run_stage(skb, st, ep, PAL_STAGE_FWD_IN);
+	count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NO_FWD_POLICY);
+	ct_create(st);
+	return allow(skb, st);
+}
+
+static __always_inline int walk_hep_out(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
+{
+	int local = skb->ingress_ifindex == 0;
+	__u8 phase = st->phase, verdict = st->verdict;
+	if (phase == PAL_PHASE_START) {
+		if (local && ep->slots[PAL_STAGE_UNTRACKED_OUT])
+			return run_stage(skb, st, ep, PAL_STAGE_UNTRACKED_OUT);
+		goto after_untracked;
+	}
+	if (phase == PAL_STAGE_UNTRACKED_OUT) {
+		if (verdict == PAL_VERDICT_DENY)
+			return PAL_TCX_DROP;
+		if (verdict == PAL_VERDICT_ALLOW)
+			return allow_because(skb, st, PAL_C_UNTRACKED_ALLOW);
+		goto after_untracked;
+	}
+	if (verdict != PAL_VERDICT_ALLOW)
+		return PAL_TCX_DROP;
+	ct_create(st);
+	return allow(skb, st);
+
+after_untracked:
+	if (ct_established(skb, st, l4))
+		return allow_because(skb, st, PAL_C_ESTABLISHED);
+	if (ct_related(skb, st, l4))
+		return allow_because(skb, st, PAL_C_RELATED);
+	if (local) {
+		if (failsafe(st, 1)) {
+			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FAILSAFE);
+			ct_create(st);
+			return allow(skb, st);
+		}
+		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_OUT);
+	}
+	if (ep->slots[PAL_STAGE_FWD_OUT])
+		return run_stage(skb, st, ep, PAL_STAGE_FWD_OUT);
+	count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NO_FWD_POLICY);
+	ct_create(st);
+	return allow(skb, st);
+}
+
+/* Entry and resume programs of one kind and direction. */
+#define PROGRAMS(name, out, resume_slot)                                           \
+	SEC("tc") int pal_##name(struct __sk_buff *skb)                            \
+	{                                                                          \
+		struct state *st = state();                                        \
+		if (!st)                                                           \
+			return PAL_TCX_DROP;                                       \
+		struct ep *ep;                                                     \
+		int l4 = begin(skb, st, &ep, out, resume_slot);                    \
+		if (l4 < 0)                                                        \
+			return -l4 - 16;                                           \
+		if (!ep)                                                           \
+			return PAL_TCX_DROP;                                       \
+		return walk_##name(skb, st, ep, l4);                               \
+	}                                                                          \
+	SEC("tc") int pal_resume_##name(struct __sk_buff *skb)                     \
+	{                                                                          \
+		struct state *st = state();                                        \
+		if (!st)                                                           \
+			return PAL_TCX_DROP;                                       \
+		struct ep *ep;                                                     \
+		int l4 = resumed(skb, st, &ep);                                    \
+		if (l4 < 0)                                                        \
+			return -l4 - 16;                                           \
+		if (!ep)                                                           \
+			return PAL_TCX_DROP;                                       \
+		return walk_##name(skb, st, ep, l4);                               \
+	}
+
+PROGRAMS(wl_in, 0, PAL_RESUME_WL_IN)
+PROGRAMS(wl_out, 1, PAL_RESUME_WL_OUT)
+PROGRAMS(hep_in, 0, PAL_RESUME_HEP_IN)
+PROGRAMS(hep_out, 1, PAL_RESUME_HEP_OUT)
+
+/* pal_drop drops everything: what a policy program slot holds when its
+ * program could not be built (fail closed). */
+SEC("tc")
+int pal_drop(struct __sk_buff *skb)
+{
+	return PAL_TCX_DROP;
+}

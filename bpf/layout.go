@@ -1,0 +1,141 @@
+package bpf
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"net/netip"
+)
+
+// The layouts shared with c/palisade.h, from the types bpf2go generates.
+type (
+	// State is the per-CPU state of the packet being decided.
+	State = palisadeState
+	// Endpoint is an interface's entry in MapEndpoints.
+	Endpoint = palisadeEp
+	// SrcKey is an anti-spoofing entry's key.
+	SrcKey = palisadeSrcKey
+	// SetKey is an IP set member's key (LPM: 64 bits of set id, then the
+	// address).
+	SetKey = palisadeSetKey
+	// PortKey is a named-port IP set member's key.
+	PortKey = palisadePortKey
+	// FailsafeKey is a failsafe port's key.
+	FailsafeKey = palisadeFailsafeKey
+	// CTKey and CTValue are a conntrack entry.
+	CTKey   = palisadeCtKey
+	CTValue = palisadeCtValue
+	// FragKey is a fragmented packet's entry.
+	FragKey = palisadeFragKey
+	// CounterKey is a packet counter's key.
+	CounterKey = palisadeCounterKey
+)
+
+// Map names, as in c/palisade.c; generated programs refer to maps by
+// these names.
+const (
+	MapState    = "pal_state"
+	MapEndpoint = "pal_ep"
+	MapProgs    = "pal_progs"
+	MapSrc      = "pal_src"
+	MapSets     = "pal_sets"
+	MapPorts    = "pal_ports"
+	MapFailsafe = "pal_failsafe"
+	MapCT       = "pal_ct"
+	MapFrag     = "pal_frag"
+	MapCounters = "pal_counters"
+	MapEvents   = "pal_events"
+)
+
+// Stages (PAL_STAGE_*): one policy program each. In is a packet arriving
+// on the interface (TCX ingress), Out one leaving by it.
+const (
+	StageUntrackedIn = iota
+	StagePreDNATIn
+	StageNormalIn
+	StageForwardIn
+	StageUntrackedOut
+	StageNormalOut
+	StageForwardOut
+	Stages
+)
+
+// StageGeneral is the stage of the counters that no rule decided
+// (CounterKey.Stage).
+const StageGeneral = 0xff
+
+// StageNames name the stages in dumps.
+var StageNames = [Stages]string{"untracked-in", "prednat-in", "normal-in", "forward-in", "untracked-out", "normal-out", "forward-out"}
+
+// Verdicts a policy program leaves in State.Verdict.
+const (
+	VerdictNone  = 0
+	VerdictAllow = 1
+	VerdictDeny  = 2
+)
+
+// Endpoint.Flags.
+const (
+	EndpointWorkload   = 0x1
+	EndpointHost       = 0x2
+	EndpointBlocked    = 0x4
+	EndpointToHostDrop = 0x8
+)
+
+// MarkSeen is set on every packet an ingress program lets through
+// (PAL_MARK_SEEN).
+const MarkSeen = 0x01000000
+
+// Reasons are the general counters (PAL_C_*), by slot.
+var Reasons = []string{
+	"allowed: established flow",
+	"allowed: ICMP error of a tracked flow",
+	"dropped: source address not the workload's",
+	"dropped: unknown workload interface",
+	"dropped: to the host (defaultEndpointToHostAction Drop)",
+	"allowed: failsafe port",
+	"allowed: forwarded, no applyOnForward policy",
+	"dropped: fragment of no allowed packet",
+	"dropped: malformed IP header",
+	"allowed: from the host to a local workload",
+	"allowed: IPv6 neighbour discovery",
+	"allowed, not tracked: conntrack map full",
+	"dropped: stage program missing",
+	"dropped: interface without endpoint entry",
+	"allowed: preDNAT policy",
+	"allowed: doNotTrack policy",
+	"allowed: later fragment of an allowed packet",
+}
+
+// Resume slots: the first slots of MapProgs hold the resume programs;
+// policy programs take the slots from FirstPolicySlot.
+const (
+	ResumeWorkloadIn = iota
+	ResumeWorkloadOut
+	ResumeHostIn
+	ResumeHostOut
+	FirstPolicySlot
+)
+
+// SetID is the 64-bit id of a calc IP set in the maps: the first bytes of
+// its SHA-256, the same in every felix (so a restarted one finds the
+// sets it wrote).
+func SetID(id string) uint64 {
+	sum := sha256.Sum256([]byte(id))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// Addr16 is an address as the programs see it: IPv6, or IPv4-mapped.
+func Addr16(a netip.Addr) [16]byte {
+	if a.Is4() {
+		return netip.AddrFrom16(a.As16()).As16()
+	}
+	return a.As16()
+}
+
+// PrefixLen16 is a prefix's length in the 128-bit form of Addr16.
+func PrefixLen16(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 96 + p.Bits()
+	}
+	return p.Bits()
+}

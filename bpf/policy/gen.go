@@ -1,0 +1,543 @@
+package policy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+	"unsafe"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/calc"
+)
+
+// Verdicts (bpf.Verdict*).
+const (
+	verdictNone  = bpf.VerdictNone
+	verdictAllow = bpf.VerdictAllow
+	verdictDeny  = bpf.VerdictDeny
+)
+
+// Offsets into the state (R6 points at it).
+var (
+	st        bpf.State
+	offSrc    = int16(unsafe.Offsetof(st.Src))
+	offDst    = int16(unsafe.Offsetof(st.Dst))
+	offSport  = int16(unsafe.Offsetof(st.Sport))
+	offDport  = int16(unsafe.Offsetof(st.Dport))
+	offProto  = int16(unsafe.Offsetof(st.Proto))
+	offFamily = int16(unsafe.Offsetof(st.Family))
+	offType   = int16(unsafe.Offsetof(st.IcmpType))
+	offCode   = int16(unsafe.Offsetof(st.IcmpCode))
+	offIf     = int16(unsafe.Offsetof(st.Ifindex))
+	offPhase  = int16(unsafe.Offsetof(st.Phase))
+	offVerd   = int16(unsafe.Offsetof(st.Verdict))
+	offRule   = int16(unsafe.Offsetof(st.Rule))
+	offResume = int16(unsafe.Offsetof(st.Resume))
+	stateSize = int32(unsafe.Sizeof(st))
+)
+
+// The program's stack (R10-relative): the LPM keys of the source and the
+// destination (their address filled once), a named-port key, a counter
+// key and a value of one.
+var (
+	setKeySize  = int16(unsafe.Sizeof(bpf.SetKey{}))
+	portKeySize = int16(unsafe.Sizeof(bpf.PortKey{}))
+	stkSrcKey   = -align8(setKeySize)
+	stkDstKey   = stkSrcKey - align8(setKeySize)
+	stkPortKey  = stkDstKey - align8(portKeySize)
+	stkCounter  = stkPortKey - 8
+	stkOne      = stkCounter - 8
+)
+
+func align8(n int16) int16 { return (n + 7) &^ 7 }
+
+// Registers: R6 the state, R9 the context; R0–R5 scratch (helpers clobber
+// them).
+const (
+	rState = asm.R6
+	rCtx   = asm.R9
+)
+
+type gen struct {
+	insns   asm.Instructions
+	slots   []Slot
+	pending []string // labels for the next instruction
+	labels  int
+	// dead: the next instruction is reached by no path (after a jump or
+	// a verdict, until a label something jumps to); the verifier refuses
+	// unreachable code, so nothing is emitted there.
+	dead bool
+	refs map[string]bool
+	fail error
+	// src and dst: the set keys hold the packet's addresses.
+	src, dst bool
+}
+
+func newGen() *gen { return &gen{refs: map[string]bool{}} }
+
+func (g *gen) err() error { return g.fail }
+
+// emit appends an instruction, with the pending label if there is one.
+func (g *gen) emit(ins ...asm.Instruction) {
+	for _, in := range ins {
+		if g.dead {
+			continue
+		}
+		if ref := in.Reference(); ref != "" && in.OpCode.Class().IsJump() {
+			g.refs[ref] = true
+		}
+		if len(g.pending) > 0 {
+			// One symbol per instruction: extra labels get a no-op each.
+			for _, l := range g.pending[1:] {
+				g.insns = append(g.insns, asm.Mov.Reg(rState, rState).WithSymbol(l))
+			}
+			in = in.WithSymbol(g.pending[0])
+			g.pending = g.pending[:0]
+		}
+		g.insns = append(g.insns, in)
+		if in.OpCode.JumpOp() == asm.Ja || in.OpCode.JumpOp() == asm.Exit {
+			g.dead = true
+		}
+	}
+}
+
+func (g *gen) commented(c string, ins asm.Instruction) asm.Instruction {
+	return ins.WithSource(asm.Comment(c))
+}
+
+// label makes the next instruction the target of name. Every jump is
+// forward, so whether one targets it is known here.
+func (g *gen) label(name string) {
+	if !g.refs[name] {
+		return
+	}
+	g.dead = false
+	g.pending = append(g.pending, name)
+}
+
+func (g *gen) newLabel(prefix string) string {
+	g.labels++
+	return fmt.Sprintf("%s%d", prefix, g.labels)
+}
+
+func mapRef(dst asm.Register, name string) asm.Instruction {
+	return asm.LoadMapPtr(dst, 0).WithReference(name)
+}
+
+// prologue keeps the context, finds the state and fills the set keys.
+func (g *gen) prologue(src, dst bool) {
+	g.src, g.dst = src, dst
+	g.emit(
+		g.commented("keep the context for the tail call", asm.Mov.Reg(rCtx, asm.R1)),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		mapRef(asm.R1, bpf.MapState),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, "have_state"),
+		asm.Mov.Imm(asm.R0, 2),
+		asm.Return(),
+	)
+	g.label("have_state")
+	g.emit(asm.Mov.Reg(rState, asm.R0))
+	for _, k := range []struct {
+		on        bool
+		stk, addr int16
+		what      string
+	}{{src, stkSrcKey, offSrc, "source"}, {dst, stkDstKey, offDst, "destination"}} {
+		if !k.on {
+			continue
+		}
+		g.emit(g.commented("IP set key of the "+k.what, asm.StoreImm(asm.RFP, k.stk, 64+128, asm.Word)))
+		for i := int16(0); i < 4; i++ {
+			g.emit(
+				asm.LoadMem(asm.R1, rState, k.addr+4*i, asm.Word),
+				asm.StoreMem(asm.RFP, k.stk+12+4*i, asm.R1, asm.Word),
+			)
+		}
+	}
+}
+
+// epilogue: the verdict is in the state; back to the resume program.
+func (g *gen) epilogue() {
+	g.label("out")
+	g.emit(
+		g.commented("tail call the resume program", asm.Mov.Reg(asm.R1, rCtx)),
+		mapRef(asm.R2, bpf.MapProgs),
+		asm.LoadMem(asm.R3, rState, offResume, asm.Byte),
+		asm.FnTailCall.Call(),
+		asm.Mov.Imm(asm.R0, 2),
+		asm.Return(),
+	)
+}
+
+// slot records a counter slot and returns its number.
+func (g *gen) slot(s Slot) int {
+	s.Slot = len(g.slots)
+	g.slots = append(g.slots, s)
+	return s.Slot
+}
+
+// verdict ends the walk with v, counted at slot s.
+func (g *gen) verdict(v uint8, s Slot) {
+	n := g.slot(s)
+	g.emit(
+		g.commented(fmt.Sprintf("slot %d: %s (%s)", n, s.Action, s.Match), asm.StoreImm(rState, offVerd, int64(v), asm.Byte)),
+		asm.StoreImm(rState, offRule, int64(n), asm.Half),
+		asm.Ja.Label("out"),
+	)
+}
+
+// count adds one to the counter of slot n (for Pass and Log rules, which
+// do not end the walk).
+func (g *gen) count(n int) {
+	have, done := g.newLabel("count_have"), g.newLabel("count_done")
+	g.emit(
+		asm.LoadMem(asm.R1, rState, offIf, asm.Word),
+		asm.StoreMem(asm.RFP, stkCounter, asm.R1, asm.Word),
+		asm.StoreImm(asm.RFP, stkCounter+4, int64(n), asm.Half),
+		asm.LoadMem(asm.R1, rState, offPhase, asm.Byte),
+		asm.StoreMem(asm.RFP, stkCounter+6, asm.R1, asm.Byte),
+		asm.StoreImm(asm.RFP, stkCounter+7, 0, asm.Byte),
+		mapRef(asm.R1, bpf.MapCounters),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, int32(stkCounter)),
+		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, have),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreMem(asm.RFP, stkOne, asm.R1, asm.DWord),
+		mapRef(asm.R1, bpf.MapCounters),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, int32(stkCounter)),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, int32(stkOne)),
+		asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
+		asm.FnMapUpdateElem.Call(),
+		asm.Ja.Label(done),
+	)
+	g.label(have)
+	g.emit(
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+	)
+	g.label(done)
+}
+
+// rule emits one rule; a packet it does not match goes on after it, and a
+// Pass jumps to pass.
+func (g *gen) rule(r calc.Rule, s Slot, pass string) {
+	s.Action = string(r.Action)
+	s.Match = Describe(r)
+	next := g.newLabel("rule_end")
+	g.emit(g.commented(fmt.Sprintf("%s %s rule %d: %s %s", s.Tier+s.Profile, s.Policy, s.Rule, s.Action, s.Match), asm.Mov.Reg(rState, rState)))
+	g.match(r, next)
+	switch r.Action {
+	case calc.Allow:
+		g.verdict(verdictAllow, s)
+	case calc.Deny:
+		g.verdict(verdictDeny, s)
+	case calc.Pass:
+		g.count(g.slot(s))
+		g.emit(asm.Ja.Label(pass))
+	case calc.Log:
+		n := g.slot(s)
+		g.emit(
+			asm.StoreImm(rState, offRule, int64(n), asm.Half),
+			mapRef(asm.R1, bpf.MapEvents),
+			asm.Mov.Reg(asm.R2, rState),
+			asm.Mov.Imm(asm.R3, stateSize),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.FnRingbufOutput.Call(),
+		)
+		g.count(n)
+	default:
+		g.fail = fmt.Errorf("rule %d of %s%s: unknown action %q", s.Rule, s.Policy, s.Profile, r.Action)
+	}
+	g.label(next)
+}
+
+// portProtocols are those whose packets carry ports.
+var portProtocols = []int32{6, 17, 132, 136}
+
+// match emits the rule's checks: each jumps to fail when the packet does
+// not match.
+func (g *gen) match(r calc.Rule, fail string) {
+	if r.IPVersion != 0 {
+		g.emit(asm.LoadMem(asm.R1, rState, offFamily, asm.Byte), asm.JNE.Imm(asm.R1, int32(r.IPVersion), fail))
+	}
+	if r.Protocol != 0 {
+		g.emit(asm.LoadMem(asm.R1, rState, offProto, asm.Byte), asm.JNE.Imm(asm.R1, int32(r.Protocol), fail))
+	}
+	if r.NotProtocol != 0 {
+		g.emit(asm.LoadMem(asm.R1, rState, offProto, asm.Byte), asm.JEq.Imm(asm.R1, int32(r.NotProtocol), fail))
+	}
+	hasPorts := len(r.SrcPorts)+len(r.NotSrcPorts)+len(r.DstPorts)+len(r.NotDstPorts)+
+		len(r.SrcNamedPortIPSets)+len(r.NotSrcNamedPortIPSets)+len(r.DstNamedPortIPSets)+len(r.NotDstNamedPortIPSets) > 0
+	if hasPorts {
+		ok := g.newLabel("has_ports")
+		g.emit(asm.LoadMem(asm.R1, rState, offProto, asm.Byte))
+		for _, p := range portProtocols {
+			g.emit(asm.JEq.Imm(asm.R1, p, ok))
+		}
+		g.emit(asm.Ja.Label(fail))
+		g.label(ok)
+	}
+	g.ports(r.SrcPorts, r.SrcNamedPortIPSets, offSport, offSrc, fail)
+	g.ports(r.DstPorts, r.DstNamedPortIPSets, offDport, offDst, fail)
+	g.notPorts(r.NotSrcPorts, r.NotSrcNamedPortIPSets, offSport, offSrc, fail)
+	g.notPorts(r.NotDstPorts, r.NotDstNamedPortIPSets, offDport, offDst, fail)
+	if r.ICMPType != nil || r.NotICMPType != nil {
+		g.requireICMP(fail)
+	}
+	if r.ICMPType != nil {
+		g.emit(asm.LoadMem(asm.R1, rState, offType, asm.Byte), asm.JNE.Imm(asm.R1, int32(*r.ICMPType), fail))
+		if r.ICMPCode != nil {
+			g.emit(asm.LoadMem(asm.R1, rState, offCode, asm.Byte), asm.JNE.Imm(asm.R1, int32(*r.ICMPCode), fail))
+		}
+	}
+	if r.NotICMPType != nil {
+		other := g.newLabel("not_icmp_ok")
+		g.emit(asm.LoadMem(asm.R1, rState, offType, asm.Byte), asm.JNE.Imm(asm.R1, int32(*r.NotICMPType), other))
+		if r.NotICMPCode != nil {
+			g.emit(asm.LoadMem(asm.R1, rState, offCode, asm.Byte), asm.JNE.Imm(asm.R1, int32(*r.NotICMPCode), other))
+		}
+		g.emit(asm.Ja.Label(fail))
+		g.label(other)
+	}
+	g.nets(r.SrcNets, offSrc, fail)
+	g.nets(r.DstNets, offDst, fail)
+	// An address in a notNet fails the rule.
+	for _, n := range r.NotSrcNets {
+		g.net(n, offSrc, fail)
+	}
+	for _, n := range r.NotDstNets {
+		g.net(n, offDst, fail)
+	}
+	for _, id := range r.SrcIPSets {
+		g.setLookup(id, stkSrcKey)
+		g.emit(asm.JEq.Imm(asm.R0, 0, fail))
+	}
+	for _, id := range r.NotSrcIPSets {
+		g.setLookup(id, stkSrcKey)
+		g.emit(asm.JNE.Imm(asm.R0, 0, fail))
+	}
+	for _, id := range r.DstIPSets {
+		g.setLookup(id, stkDstKey)
+		g.emit(asm.JEq.Imm(asm.R0, 0, fail))
+	}
+	for _, id := range r.NotDstIPSets {
+		g.setLookup(id, stkDstKey)
+		g.emit(asm.JNE.Imm(asm.R0, 0, fail))
+	}
+}
+
+// requireICMP: the packet must be ICMP of its family.
+func (g *gen) requireICMP(fail string) {
+	v6 := g.newLabel("icmp_v6")
+	ok := g.newLabel("icmp_ok")
+	g.emit(
+		asm.LoadMem(asm.R1, rState, offProto, asm.Byte),
+		asm.LoadMem(asm.R2, rState, offFamily, asm.Byte),
+		asm.JEq.Imm(asm.R2, 6, v6),
+		asm.JEq.Imm(asm.R1, 1, ok),
+		asm.Ja.Label(fail),
+	)
+	g.label(v6)
+	g.emit(asm.JNE.Imm(asm.R1, 58, fail))
+	g.label(ok)
+}
+
+// ports: the port must be in one of the ranges or the (address, port) in
+// one of the named-port sets; nothing to check when both are empty.
+func (g *gen) ports(ranges []calc.PortRange, named []string, offPort, offAddr int16, fail string) {
+	if len(ranges) == 0 && len(named) == 0 {
+		return
+	}
+	ok := g.newLabel("port_ok")
+	g.portChecks(ranges, named, offPort, offAddr, ok)
+	g.emit(asm.Ja.Label(fail))
+	g.label(ok)
+}
+
+// notPorts: the port must be in none of the ranges and sets.
+func (g *gen) notPorts(ranges []calc.PortRange, named []string, offPort, offAddr int16, fail string) {
+	if len(ranges) == 0 && len(named) == 0 {
+		return
+	}
+	g.portChecks(ranges, named, offPort, offAddr, fail)
+}
+
+// portChecks jumps to hit when the port is in a range or a named set.
+func (g *gen) portChecks(ranges []calc.PortRange, named []string, offPort, offAddr int16, hit string) {
+	if len(ranges) > 0 {
+		g.emit(asm.LoadMem(asm.R1, rState, offPort, asm.Half))
+		for _, p := range ranges {
+			if p.Min == p.Max {
+				g.emit(asm.JEq.Imm(asm.R1, int32(p.Min), hit))
+				continue
+			}
+			below := g.newLabel("port_below")
+			g.emit(asm.JLT.Imm(asm.R1, int32(p.Min), below), asm.JLE.Imm(asm.R1, int32(p.Max), hit))
+			g.label(below)
+		}
+	}
+	for _, id := range named {
+		g.portLookup(id, offPort, offAddr)
+		g.emit(asm.JNE.Imm(asm.R0, 0, hit))
+		if len(ranges) > 0 {
+			// The lookup clobbered R1.
+			g.emit(asm.LoadMem(asm.R1, rState, offPort, asm.Half))
+		}
+	}
+}
+
+// portLookup looks the (set, address, protocol, port) up in the named-port
+// map; R0 is non-zero when it is a member.
+func (g *gen) portLookup(id string, offPort, offAddr int16) {
+	sid := bpf.SetID(id)
+	g.emit(g.commented("named port set "+id, asm.StoreImm(asm.RFP, stkPortKey, int64(int32(sid>>32)), asm.Word)),
+		asm.StoreImm(asm.RFP, stkPortKey+4, int64(int32(sid)), asm.Word))
+	for i := int16(0); i < 4; i++ {
+		g.emit(asm.LoadMem(asm.R1, rState, offAddr+4*i, asm.Word), asm.StoreMem(asm.RFP, stkPortKey+8+4*i, asm.R1, asm.Word))
+	}
+	g.emit(
+		asm.LoadMem(asm.R1, rState, offPort, asm.Half),
+		asm.StoreMem(asm.RFP, stkPortKey+24, asm.R1, asm.Half),
+		asm.LoadMem(asm.R1, rState, offProto, asm.Byte),
+		asm.StoreMem(asm.RFP, stkPortKey+26, asm.R1, asm.Byte),
+		asm.StoreImm(asm.RFP, stkPortKey+27, 0, asm.Byte),
+		mapRef(asm.R1, bpf.MapPorts),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, int32(stkPortKey)),
+		asm.FnMapLookupElem.Call(),
+	)
+}
+
+// setLookup looks the address of the key at stk up in a set; R0 is
+// non-zero when it is a member.
+func (g *gen) setLookup(id string, stk int16) {
+	sid := bpf.SetID(id)
+	g.emit(
+		g.commented("IP set "+id, asm.StoreImm(asm.RFP, stk+4, int64(int32(sid>>32)), asm.Word)),
+		asm.StoreImm(asm.RFP, stk+8, int64(int32(sid)), asm.Word),
+		mapRef(asm.R1, bpf.MapSets),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, int32(stk)),
+		asm.FnMapLookupElem.Call(),
+	)
+}
+
+// nets: the address must be in one of them (of its family); nothing to
+// check when there are none.
+func (g *gen) nets(nets []netip.Prefix, offAddr int16, fail string) {
+	if len(nets) == 0 {
+		return
+	}
+	ok := g.newLabel("net_ok")
+	for _, n := range nets {
+		g.net(n, offAddr, ok)
+	}
+	g.emit(asm.Ja.Label(fail))
+	g.label(ok)
+}
+
+// net jumps to in when the address is in n (and of n's family).
+func (g *gen) net(n netip.Prefix, offAddr int16, in string) {
+	out := g.newLabel("net_out")
+	fam := int32(6)
+	if n.Addr().Is4() {
+		fam = 4
+	}
+	g.emit(g.commented("net "+n.String(), asm.LoadMem(asm.R1, rState, offFamily, asm.Byte)), asm.JNE.Imm(asm.R1, fam, out))
+	addr := bpf.Addr16(n.Masked().Addr())
+	bits := bpf.PrefixLen16(n)
+	for w := 0; w < 4; w++ {
+		lo := w * 32
+		if bits <= lo || (fam == 4 && w < 3) {
+			continue
+		}
+		take := min(bits-lo, 32)
+		var mask [4]byte
+		for b := 0; b < take; b++ {
+			mask[b/8] |= 0x80 >> (b % 8)
+		}
+		// The word is loaded as the CPU reads memory: compare it with
+		// the address bytes read the same way.
+		m := binary.NativeEndian.Uint32(mask[:])
+		v := binary.NativeEndian.Uint32(addr[w*4 : w*4+4])
+		g.emit(asm.LoadMem(asm.R1, rState, offAddr+int16(4*w), asm.Word))
+		if take < 32 {
+			g.emit(asm.And.Imm32(asm.R1, int32(m)))
+		}
+		g.emit(asm.JNE.Imm32(asm.R1, int32(v), out))
+	}
+	g.emit(asm.Ja.Label(in))
+	g.label(out)
+}
+
+// Describe says what a rule matches, in short.
+func Describe(r calc.Rule) string {
+	var parts []string
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	if r.IPVersion != 0 {
+		add("ipv%d", r.IPVersion)
+	}
+	if r.Protocol != 0 {
+		add("proto %d", r.Protocol)
+	}
+	if r.NotProtocol != 0 {
+		add("!proto %d", r.NotProtocol)
+	}
+	list := func(name string, v any, n int) {
+		if n > 0 {
+			add("%s %v", name, v)
+		}
+	}
+	list("src", r.SrcNets, len(r.SrcNets))
+	list("!src", r.NotSrcNets, len(r.NotSrcNets))
+	list("dst", r.DstNets, len(r.DstNets))
+	list("!dst", r.NotDstNets, len(r.NotDstNets))
+	list("src-sets", r.SrcIPSets, len(r.SrcIPSets))
+	list("!src-sets", r.NotSrcIPSets, len(r.NotSrcIPSets))
+	list("dst-sets", r.DstIPSets, len(r.DstIPSets))
+	list("!dst-sets", r.NotDstIPSets, len(r.NotDstIPSets))
+	ports := func(ps []calc.PortRange) string {
+		var s []string
+		for _, p := range ps {
+			if p.Min == p.Max {
+				s = append(s, fmt.Sprint(p.Min))
+			} else {
+				s = append(s, fmt.Sprintf("%d:%d", p.Min, p.Max))
+			}
+		}
+		return strings.Join(s, ",")
+	}
+	list("sport", ports(r.SrcPorts), len(r.SrcPorts))
+	list("!sport", ports(r.NotSrcPorts), len(r.NotSrcPorts))
+	list("dport", ports(r.DstPorts), len(r.DstPorts))
+	list("!dport", ports(r.NotDstPorts), len(r.NotDstPorts))
+	list("sport-sets", r.SrcNamedPortIPSets, len(r.SrcNamedPortIPSets))
+	list("!sport-sets", r.NotSrcNamedPortIPSets, len(r.NotSrcNamedPortIPSets))
+	list("dport-sets", r.DstNamedPortIPSets, len(r.DstNamedPortIPSets))
+	list("!dport-sets", r.NotDstNamedPortIPSets, len(r.NotDstNamedPortIPSets))
+	icmp := func(name string, t, c *uint8) {
+		if t == nil {
+			return
+		}
+		if c != nil {
+			add("%s %d/%d", name, *t, *c)
+		} else {
+			add("%s %d", name, *t)
+		}
+	}
+	icmp("icmp", r.ICMPType, r.ICMPCode)
+	icmp("!icmp", r.NotICMPType, r.NotICMPCode)
+	if len(parts) == 0 {
+		return "any"
+	}
+	return strings.Join(parts, " ")
+}

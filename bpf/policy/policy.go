@@ -1,0 +1,145 @@
+// Package policy compiles one stage of an endpoint's Calico policy (its
+// tiers, policies and profiles, each a list of calc rules) into a BPF
+// program with cilium/ebpf's assembler. The program reads the packet from
+// the per-CPU state the entry program filled, walks the rules in Calico's
+// order, leaves its verdict and the counter slot of what decided in the
+// state, and tail-calls the resume program the state names. It is pure:
+// the same input always gives the same instructions (map references by
+// name, resolved at load), so a program is known by its hash.
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/palisade-net/palisade/felix/calc"
+)
+
+// Input is one stage of one endpoint.
+type Input struct {
+	// Tiers in order; each holds the policies of the stage's direction
+	// that exist, in order. A tier that lists only absent policies still
+	// ends in its default action.
+	Tiers []Tier
+	// Profiles apply after the tiers (when every tier passed, or none had
+	// a policy); only when Final.
+	Profiles []Profile
+	// Final stages (normal and forward policy) end in Deny; the others
+	// (doNotTrack, preDNAT) end with no decision, and the walk goes on.
+	Final bool
+}
+
+// Tier is a tier's policies for the stage.
+type Tier struct {
+	Name          string
+	DefaultAction calc.Action
+	Policies      []Policy
+}
+
+// Policy is one policy's rules for the stage's direction.
+type Policy struct {
+	ID    calc.PolicyID
+	Rules []calc.Rule
+}
+
+// Profile is one profile's rules for the stage's direction.
+type Profile struct {
+	Name  string
+	Rules []calc.Rule
+}
+
+// Slot is one counter slot: a rule, or an implicit end.
+type Slot struct {
+	Slot int `json:"slot"`
+	// Tier and Policy, or Profile, name where the rule is; Rule is its
+	// index there, -1 for an implicit end.
+	Tier    string `json:"tier,omitempty"`
+	Policy  string `json:"policy,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	Rule    int    `json:"rule"`
+	// Action is Allow, Deny, Pass or Log (implicit ends: Deny or None).
+	Action string `json:"action"`
+	// Match says what the rule matches, or why the walk ended there.
+	Match string `json:"match"`
+}
+
+// Program is a compiled stage.
+type Program struct {
+	Insns asm.Instructions
+	Slots []Slot
+	// Hash identifies the program: a hex SHA-256 of its listing.
+	Hash string
+}
+
+// Description is what a loaded program carries about itself (bound to it
+// in a frozen map): read by dumps and by a restarted felix.
+type Description struct {
+	Hash  string `json:"hash"`
+	Slots []Slot `json:"slots"`
+}
+
+// MaxInsns bounds a program: a jump reaches at most 32,767 instructions.
+const MaxInsns = 32000
+
+// Compile compiles a stage. It fails only for a program too large to
+// load; the caller then fails closed.
+func Compile(in Input) (*Program, error) {
+	g := newGen()
+	g.prologue(usesSets(in))
+	for ti, t := range in.Tiers {
+		pass := fmt.Sprintf("tier%d_end", ti)
+		for _, p := range t.Policies {
+			for i, r := range p.Rules {
+				g.rule(r, Slot{Tier: t.Name, Policy: p.ID.String(), Rule: i}, pass)
+			}
+		}
+		if in.Final && t.DefaultAction != calc.Pass {
+			g.verdict(verdictDeny, Slot{Tier: t.Name, Rule: -1, Action: "Deny", Match: "end of tier " + t.Name + ": no policy allowed or passed the packet"})
+		}
+		g.label(pass)
+	}
+	if in.Final {
+		for pi, p := range in.Profiles {
+			next := fmt.Sprintf("profile%d_end", pi)
+			for i, r := range p.Rules {
+				g.rule(r, Slot{Profile: p.Name, Rule: i}, next)
+			}
+			g.label(next)
+		}
+		g.verdict(verdictDeny, Slot{Rule: -1, Action: "Deny", Match: "no policy or profile allowed the packet"})
+	} else {
+		g.verdict(verdictNone, Slot{Rule: -1, Action: "None", Match: "no decision: the walk goes on"})
+	}
+	g.epilogue()
+	if err := g.err(); err != nil {
+		return nil, err
+	}
+	if len(g.insns) > MaxInsns {
+		return nil, fmt.Errorf("policy program of %d instructions: more than %d", len(g.insns), MaxInsns)
+	}
+	sum := sha256.Sum256([]byte(fmt.Sprint(g.insns)))
+	return &Program{Insns: g.insns, Slots: g.slots, Hash: hex.EncodeToString(sum[:])}, nil
+}
+
+func usesSets(in Input) (src, dst bool) {
+	check := func(rs []calc.Rule) {
+		for _, r := range rs {
+			src = src || len(r.SrcIPSets)+len(r.NotSrcIPSets) > 0
+			dst = dst || len(r.DstIPSets)+len(r.NotDstIPSets) > 0
+		}
+	}
+	for _, t := range in.Tiers {
+		for _, p := range t.Policies {
+			check(p.Rules)
+		}
+	}
+	if in.Final {
+		for _, p := range in.Profiles {
+			check(p.Rules)
+		}
+	}
+	return src, dst
+}

@@ -1,0 +1,585 @@
+package bpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/policy"
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/iptables"
+	"github.com/palisade-net/palisade/felix/rules"
+)
+
+// slowApply is the apply time above which the phases are logged.
+const slowApply = 30 * time.Millisecond
+
+// ctCollectEvery is how often expired conntrack entries are deleted.
+const ctCollectEvery = 10 * time.Second
+
+// epState is an endpoint as programmed: its stages' programs.
+type epState struct {
+	ep    *calc.Endpoint
+	progs [palbpf.Stages]*program
+	// failed stages got the drop program (fail closed).
+	failed bool
+	// srcs are its allowed sources on interface srcsFor.
+	srcs    map[palbpf.SrcKey]struct{}
+	srcsFor int
+}
+
+func mapSizeConntrack(cfg *calc.Config) int {
+	if cfg.Spec.BPFMapSizeConntrack != nil {
+		return *cfg.Spec.BPFMapSizeConntrack
+	}
+	return 0
+}
+
+func mapSizeIPSets(cfg *calc.Config) int {
+	if cfg.Spec.BPFMapSizeIPSets != nil {
+		return *cfg.Spec.BPFMapSizeIPSets
+	}
+	return 0
+}
+
+// configTimeouts are the defaults with bpfConntrackTimeouts over them (a
+// duration each, or Auto for the default).
+func configTimeouts(cfg *calc.Config, defaults palbpf.Timeouts, logger *log.Entry) palbpf.Timeouts {
+	t := defaults
+	c := cfg.Spec.BPFConntrackTimeouts
+	if c == nil {
+		return t
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *time.Duration
+	}{
+		{"tcpSynSent", c.TCPSynSent, &t.TCPSynSent}, {"tcpEstablished", c.TCPEstablished, &t.TCPEstablished},
+		{"tcpFinsSeen", c.TCPFinsSeen, &t.TCPFinsSeen}, {"tcpResetSeen", c.TCPResetSeen, &t.TCPResetSeen},
+		{"udpTimeout", c.UDPTimeout, &t.UDP}, {"genericTimeout", c.GenericTimeout, &t.Other}, {"icmpTimeout", c.ICMPTimeout, &t.ICMP},
+	} {
+		if f.v == nil || strings.EqualFold(*f.v, "Auto") || *f.v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(*f.v)
+		if err != nil || d <= 0 {
+			logger.WithField("bpfConntrackTimeouts."+f.name, *f.v).Warn("Not a duration: using the default")
+			continue
+		}
+		*f.dst = d
+	}
+	return t
+}
+
+// warnIgnored names the settings felix acts on with iptables but the
+// eBPF dataplane does not (the fields no dataplane acts on are named by
+// felix from v3.FelixConfigurationActedOn).
+func warnIgnored(cfg *calc.Config, logger *log.Entry) {
+	var fields []string
+	if cfg.IptablesFilterDenyAction == "Reject" {
+		fields = append(fields, "iptablesFilterDenyAction (the programs drop)")
+	}
+	if c := cfg.Spec.BPFConntrackTimeouts; c != nil && c.CreationGracePeriod != nil {
+		fields = append(fields, "bpfConntrackTimeouts.creationGracePeriod")
+	}
+	if cfg.IptablesMarkMask&palbpf.MarkSeen == 0 {
+		fields = append(fields, fmt.Sprintf("iptablesMarkMask (the programs mark with %#x, outside it)", palbpf.MarkSeen))
+	}
+	if len(fields) > 0 {
+		logger.WithField("fields", strings.Join(fields, ", ")).Warn("FelixConfiguration settings the eBPF dataplane does not act on")
+	}
+}
+
+// setup opens the namespace's objects and reads the kernel back.
+func (d *Driver) setup(ctx context.Context) error {
+	timeouts, err := palbpf.DefaultTimeouts()
+	if err != nil {
+		return err
+	}
+	timeouts = configTimeouts(d.cfg, timeouts, d.log)
+	t := d.conf.Timeouts
+	for _, p := range []struct{ dst, src *time.Duration }{
+		{&timeouts.TCPSynSent, &t.TCPSynSent}, {&timeouts.TCPEstablished, &t.TCPEstablished}, {&timeouts.TCPFinsSeen, &t.TCPFinsSeen},
+		{&timeouts.TCPResetSeen, &t.TCPResetSeen}, {&timeouts.UDP, &t.UDP}, {&timeouts.ICMP, &t.ICMP}, {&timeouts.Other, &t.Other},
+		{&timeouts.Fragment, &t.Fragment},
+	} {
+		if *p.src > 0 {
+			*p.dst = *p.src
+		}
+	}
+	d.timeouts = timeouts
+	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg), Timeouts: timeouts, Log: d.log})
+	if err != nil {
+		return err
+	}
+	ifs, err := newIfaceState(objs, d.att, d.log)
+	if err != nil {
+		objs.Close()
+		return err
+	}
+	if err := d.sets.readBack(objs); err != nil {
+		d.att.close()
+		objs.Close()
+		return err
+	}
+	d.objs, d.ifaces = objs, ifs
+	d.progs = newPrograms(objs, d.log)
+	d.progs.adopt(ifs.usedSlots())
+	if d.events, err = newEventReader(objs, d.log); err != nil {
+		d.log.WithError(err).Warn("Log rules' packets will not be logged")
+	}
+	b, err := iptables.DetectBackend(ctx, d.run, d.cfg.IptablesBackend)
+	if err != nil {
+		return err
+	}
+	d.backend = b
+	d.families = []int{4}
+	if d.cfg.IPv6Support && b.Available(6) {
+		d.families = append(d.families, 6)
+	}
+	for _, v := range d.families {
+		for _, name := range rules.TableNames() {
+			d.tables = append(d.tables, iptables.NewTable(name, v, b, d.run, d.log))
+		}
+	}
+	d.ready = true
+	now := time.Now()
+	d.lastRefresh.iptables, d.lastRefresh.routes, d.lastRefresh.gc = now, now, now
+	d.log.WithFields(log.Fields{"dir": objs.Dir, "backend": b, "ipVersions": d.families}).Info("eBPF dataplane ready")
+	return nil
+}
+
+// NextRefresh is how long until the next periodic work is due.
+func (d *Driver) NextRefresh(now time.Time) time.Duration {
+	next := ctCollectEvery
+	if d.cfg == nil || !d.ready {
+		return time.Minute
+	}
+	if w := d.lastRefresh.gc.Add(ctCollectEvery).Sub(now); w < next {
+		next = w
+	}
+	for _, x := range []struct {
+		last  time.Time
+		every time.Duration
+	}{{d.lastRefresh.iptables, d.cfg.IptablesRefreshInterval}, {d.lastRefresh.routes, d.cfg.RouteRefreshInterval}} {
+		if x.every > 0 {
+			if w := x.last.Add(x.every).Sub(now); w < next {
+				next = w
+			}
+		}
+	}
+	return max(next, 0)
+}
+
+// Apply does the kernel work collected since the last Apply: IP set
+// members added, policy programs loaded, interfaces' entries and
+// attachments, routes, iptables (nat, guard), then what is no longer
+// used (set members, programs), and endpoint status. Nothing is written
+// before the datastore is in sync.
+func (d *Driver) Apply(ctx context.Context) error {
+	if !d.inSync || d.cfg == nil {
+		return nil
+	}
+	if !d.ready {
+		if err := d.setup(ctx); err != nil {
+			return err
+		}
+	}
+	defer d.run.WarmUp()
+	now := time.Now()
+	if every := d.cfg.IptablesRefreshInterval; every > 0 && now.Sub(d.lastRefresh.iptables) >= every {
+		d.lastRefresh.iptables = now
+		for _, t := range d.tables {
+			t.Invalidate()
+		}
+		for _, m := range d.poolSets {
+			m.Resync()
+		}
+		// A tampered map or attachment is repaired too.
+		if err := d.readBack(); err != nil {
+			return err
+		}
+		d.failsafeDirty = true
+	}
+	if every := d.cfg.RouteRefreshInterval; every > 0 && now.Sub(d.lastRefresh.routes) >= every {
+		d.lastRefresh.routes = now
+		d.routes.Resync()
+	}
+	phases := log.Fields{}
+	last := time.Now()
+	phase := func(name string) {
+		phases[name] = time.Since(last)
+		last = time.Now()
+	}
+	defer func() {
+		if total := time.Since(now); total > slowApply {
+			d.log.WithFields(phases).WithField("total", total).Debug("Slow dataplane apply")
+		}
+	}()
+	var errs []error
+	if d.failsafeDirty {
+		if err := d.applyFailsafe(); err != nil {
+			errs = append(errs, err)
+		} else {
+			d.failsafeDirty = false
+		}
+	}
+	phase("sets")
+	if err := d.sets.applyAdds(d.objs); err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range d.poolSets {
+		if err := m.ApplyUpdates(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	phase("pre-endpoints")
+	released, err := d.applyEndpoints(now)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	phase("endpoints")
+	want, err := d.wanted()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	phase("wanted")
+	ifaceErr := d.ifaces.apply(want)
+	if ifaceErr != nil {
+		errs = append(errs, ifaceErr)
+	}
+	phase("ifaces")
+	if err := d.routes.Apply(); err != nil {
+		errs = append(errs, err)
+	}
+	phase("routes")
+	rulesOK := d.applyIptables(ctx, &errs)
+	phase("iptables")
+	for _, p := range released {
+		d.progs.release(p, now)
+	}
+	if ifaceErr == nil {
+		if err := d.sets.applyRemovals(d.objs); err != nil {
+			errs = append(errs, err)
+		}
+		if err := d.progs.sweep(now, false); err != nil {
+			errs = append(errs, err)
+		}
+		for _, dir := range d.objs.StaleMapDirs() {
+			if err := palbpf.RemoveDir(dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	d.progs.endCompile()
+	if rulesOK {
+		for _, m := range d.poolSets {
+			if err := m.ApplyDeletions(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	phase("cleanup")
+	if now.Sub(d.lastRefresh.gc) >= ctCollectEvery || len(d.ifaces.gone) > 0 {
+		d.lastRefresh.gc = now
+		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			clear(d.ifaces.gone)
+		}
+		if n > 0 {
+			d.log.WithField("entries", n).Debug("Conntrack entries expired")
+		}
+	}
+	if ifaceErr == nil && len(errs) == 0 {
+		errs = append(errs, d.reportStatus()...)
+	}
+	phase("gc")
+	d.updateEventView(want)
+	return errors.Join(errs...)
+}
+
+// readBack reads the interfaces' entries, sources, attachments and set
+// members back, so the next writes repair what someone changed.
+func (d *Driver) readBack() error {
+	ifs, err := newIfaceState(d.objs, d.att, d.log)
+	if err != nil {
+		return err
+	}
+	for k, g := range d.ifaces.gone {
+		ifs.gone[k] = g
+	}
+	d.ifaces = ifs
+	return d.sets.readBack(d.objs)
+}
+
+// applyEndpoints works out the stages of the endpoints that changed (all
+// of them after a configuration, policy or profile change) and takes
+// their programs; it returns the programs they held before, to be
+// released once nothing points at them.
+func (d *Driver) applyEndpoints(now time.Time) ([]*program, error) {
+	if d.states == nil {
+		d.states = map[calc.EndpointID]*epState{}
+	}
+	eps, resolveErr := d.hosts.Endpoints(d.endpoints)
+	var released []*program
+	var errs []error
+	if resolveErr != nil {
+		errs = append(errs, resolveErr)
+	}
+	for id, st := range d.states {
+		if _, ok := eps[id]; !ok {
+			released = append(released, st.progs[:]...)
+			delete(d.states, id)
+		}
+	}
+	for id, ep := range eps {
+		st := d.states[id]
+		_, dirty := d.epDirty[id]
+		if st != nil && st.ep == ep && !d.stagesDirty && !dirty && !d.refersToChanged(ep) {
+			continue
+		}
+		ns := &epState{ep: ep}
+		stages := StagesOf(ep, d.policies, d.profiles)
+		for i, in := range stages {
+			if in == nil {
+				continue
+			}
+			p, err := d.progs.get(in)
+			if err != nil {
+				// Fail closed: the stage drops everything.
+				d.log.WithError(err).WithField("endpoint", id.String()).Error("Policy program not built: the endpoint's traffic is dropped")
+				ns.failed = true
+				errs = append(errs, err)
+				continue
+			}
+			ns.progs[i] = p
+		}
+		if st != nil {
+			released = append(released, st.progs[:]...)
+		}
+		d.states[id] = ns
+	}
+	d.stagesDirty = false
+	clear(d.changedPolicies)
+	clear(d.changedProfiles)
+	return released, errors.Join(errs...)
+}
+
+// refersToChanged reports whether an endpoint's stages use a policy or
+// profile changed since the last apply.
+func (d *Driver) refersToChanged(ep *calc.Endpoint) bool {
+	if len(d.changedPolicies) == 0 && len(d.changedProfiles) == 0 {
+		return false
+	}
+	for _, ts := range [][]calc.TierPolicies{ep.Tiers, ep.ForwardTiers, ep.PreDNATTiers, ep.UntrackedTiers} {
+		for _, t := range ts {
+			for _, ids := range [][]calc.PolicyID{t.Ingress, t.Egress} {
+				for _, id := range ids {
+					if d.changedPolicies[id] {
+						return true
+					}
+				}
+			}
+		}
+	}
+	for _, p := range ep.Profiles {
+		if d.changedProfiles[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// wanted works out every managed interface's entry from the endpoints and
+// the node's interfaces: known workload interfaces, unknown ones
+// (blocked), and host endpoints (named ones before "*").
+func (d *Driver) wanted() (map[int]ifaceWant, error) {
+	links, err := d.links.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	var dropSlot uint32
+	slotsOf := func(st *epState) (out [palbpf.Stages]uint32) {
+		for i, p := range st.progs {
+			if p != nil {
+				out[i] = p.slot
+			}
+		}
+		if st.failed {
+			if dropSlot == 0 {
+				dropSlot, err = d.progs.dropProgram()
+			}
+			for i := range out {
+				if out[i] == 0 {
+					out[i] = dropSlot
+				}
+			}
+		}
+		return out
+	}
+	want := map[int]ifaceWant{}
+	workloads, named := map[string]*epState{}, map[string]*epState{}
+	var all *epState
+	for id, st := range d.states {
+		switch {
+		case id.Kind == calc.WorkloadEndpoint:
+			workloads[st.ep.InterfaceName] = st
+		case st.ep.InterfaceName == "*":
+			all = st
+		default:
+			named[st.ep.InterfaceName] = st
+		}
+	}
+	toHostDrop := uint32(0)
+	if d.cfg.DefaultEndpointToHostAction == "Drop" {
+		toHostDrop = palbpf.EndpointToHostDrop
+	}
+	for name, li := range links {
+		if d.isWorkloadIface(name) {
+			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}}
+			if st := workloads[name]; st != nil {
+				w.ep = palbpf.Endpoint{Flags: palbpf.EndpointWorkload | toHostDrop, L2len: li.l2, Slots: slotsOf(st)}
+				if st.srcs == nil || st.srcsFor != li.index {
+					st.srcs, st.srcsFor = sources(li.index, st.ep, d.cfg), li.index
+				}
+				w.srcs = st.srcs
+			}
+			want[li.index] = w
+			continue
+		}
+		st := named[name]
+		if st == nil && all != nil && !d.hosts.Excludes(name) {
+			st = all
+		}
+		if st != nil {
+			want[li.index] = ifaceWant{name: name, kind: 1, ep: palbpf.Endpoint{Flags: palbpf.EndpointHost, L2len: li.l2, Slots: slotsOf(st)}}
+		}
+	}
+	return want, err
+}
+
+func (d *Driver) isWorkloadIface(name string) bool {
+	for _, p := range d.cfg.InterfacePrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// sources are the addresses a workload may send from: its own, and its
+// allowSpoofedSourcePrefixes when workloadSourceSpoofing is Any.
+func sources(ifindex int, ep *calc.Endpoint, cfg *calc.Config) map[palbpf.SrcKey]struct{} {
+	out := map[palbpf.SrcKey]struct{}{}
+	add := func(p netip.Prefix) {
+		p = p.Masked()
+		out[palbpf.SrcKey{Prefixlen: uint32(32 + palbpf.PrefixLen16(p)), Ifindex: uint32(ifindex), Addr: palbpf.Addr16(p.Addr())}] = struct{}{}
+	}
+	for _, p := range ep.IPv4Nets {
+		add(p)
+	}
+	for _, p := range ep.IPv6Nets {
+		add(p)
+	}
+	for _, p := range spoofablePrefixes(ep, cfg) {
+		add(p)
+	}
+	return out
+}
+
+// applyIptables writes nat and the guard, and removes the rest of felix's
+// iptables (what the iptables dataplane left). It reports whether every
+// table was written.
+func (d *Driver) applyIptables(ctx context.Context, errs *[]error) bool {
+	ok := true
+	for i, v := range d.families {
+		rs := rules.BPFMode(rules.Input{Config: d.cfg, IPVersion: v}, palbpf.MarkSeen)
+		tables := d.tables[i*len(rules.TableNames()) : (i+1)*len(rules.TableNames())]
+		if needs := func() bool {
+			for _, t := range tables {
+				if t.NeedsRead() {
+					return true
+				}
+			}
+			return false
+		}(); needs {
+			if sections, err := iptables.ReadAll(ctx, d.run, d.backend, v); err == nil {
+				for _, t := range tables {
+					if t.NeedsRead() {
+						t.Load(sections[t.Name])
+					}
+				}
+			}
+		}
+		for _, t := range tables {
+			t.SetChains(rs.Tables[t.Name])
+			t.SetJumps(rs.Jumps, d.cfg.ChainInsertMode)
+			if _, err := t.Apply(ctx); err != nil {
+				*errs = append(*errs, err)
+				ok = false
+			}
+		}
+	}
+	return ok
+}
+
+// reportStatus writes the status of endpoints programmed since the last
+// report and removes that of endpoints gone.
+func (d *Driver) reportStatus() []error {
+	var errs []error
+	for id := range d.epRemoved {
+		if err := d.status.Removed(id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(d.epRemoved, id)
+	}
+	for id := range d.epDirty {
+		ep := d.endpoints[id]
+		if ep == nil {
+			delete(d.epDirty, id)
+			continue
+		}
+		if st := d.states[id]; st == nil && id.Kind == calc.WorkloadEndpoint {
+			continue // not resolved yet
+		}
+		if err := d.status.Programmed(ep); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(d.epDirty, id)
+	}
+	if err := d.status.SweepOnce(d.endpoints); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// updateEventView gives the Log reader the interfaces and programs.
+func (d *Driver) updateEventView(want map[int]ifaceWant) {
+	if d.events == nil {
+		return
+	}
+	ifaces := map[uint32]string{}
+	stages := map[uint32][palbpf.Stages]*policy.Description{}
+	for idx, w := range want {
+		ifaces[uint32(idx)] = w.name
+		var ds [palbpf.Stages]*policy.Description
+		for i, slot := range w.ep.Slots {
+			if p := d.progs.bySlot[slot]; p != nil {
+				ds[i] = &p.desc
+			}
+		}
+		stages[uint32(idx)] = ds
+	}
+	d.events.update(ifaces, stages)
+}

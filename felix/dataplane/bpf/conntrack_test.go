@@ -1,0 +1,118 @@
+package bpf
+
+import (
+	"github.com/cilium/ebpf"
+	"testing"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+)
+
+// TestCollectConntrack: expired entries (by protocol and state) and those
+// of interfaces gone are deleted, with the counters of those interfaces;
+// live ones stay.
+func TestCollectConntrack(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "ct")
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	objs, err := palbpf.Open(palbpf.Options{NS: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		objs.Close()
+		if err := palbpf.RemoveDir(objs.Dir); err != nil {
+			t.Error(err)
+		}
+	}()
+	timeouts, err := palbpf.DefaultTimeouts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := monotonic()
+	ago := func(d time.Duration) uint64 { return now - uint64(d) }
+	entries := []struct {
+		name  string
+		key   palbpf.CTKey
+		val   palbpf.CTValue
+		stays bool
+	}{
+		{"udp fresh", palbpf.CTKey{Ifindex: 5, Proto: 17, Pa: 1}, palbpf.CTValue{LastSeen: ago(10 * time.Second)}, true},
+		{"udp idle", palbpf.CTKey{Ifindex: 5, Proto: 17, Pa: 2}, palbpf.CTValue{LastSeen: ago(2 * time.Minute)}, false},
+		{"tcp established", palbpf.CTKey{Ifindex: 5, Proto: 6, Pa: 3}, palbpf.CTValue{LastSeen: ago(10 * time.Minute), Flags: ctReply}, true},
+		{"tcp syn idle", palbpf.CTKey{Ifindex: 5, Proto: 6, Pa: 4}, palbpf.CTValue{LastSeen: ago(time.Minute)}, false},
+		{"tcp reset", palbpf.CTKey{Ifindex: 5, Proto: 6, Pa: 5}, palbpf.CTValue{LastSeen: ago(time.Minute), Flags: ctReply | ctRST}, false},
+		{"icmp idle", palbpf.CTKey{Ifindex: 5, Proto: 1, Pa: 6}, palbpf.CTValue{LastSeen: ago(time.Minute)}, false},
+		{"interface gone", palbpf.CTKey{Ifindex: 9, Proto: 17, Pa: 7}, palbpf.CTValue{LastSeen: now}, false},
+	}
+	ct := objs.Maps[palbpf.MapCT]
+	for _, e := range entries {
+		if err := ct.Put(e.key, e.val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counters := objs.Maps[palbpf.MapCounters]
+	per := make([]uint64, len(mustCPUs(t)))
+	for _, idx := range []uint32{5, 9} {
+		if err := counters.Put(palbpf.CounterKey{Ifindex: idx, Stage: palbpf.StageGeneral}, per); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := collectConntrack(objs, timeouts, map[uint32]bool{9: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v palbpf.CTValue
+	deleted := 0
+	for _, e := range entries {
+		err := ct.Lookup(e.key, &v)
+		if (err == nil) != e.stays {
+			t.Errorf("%s: present %v, want %v", e.name, err == nil, e.stays)
+		}
+		if !e.stays {
+			deleted++
+		}
+	}
+	if n != deleted {
+		t.Errorf("collected %d entries, want %d", n, deleted)
+	}
+	if err := counters.Lookup(palbpf.CounterKey{Ifindex: 9, Stage: palbpf.StageGeneral}, &per); err == nil {
+		t.Error("the counters of the interface gone stay")
+	}
+	if err := counters.Lookup(palbpf.CounterKey{Ifindex: 5, Stage: palbpf.StageGeneral}, &per); err != nil {
+		t.Errorf("the counters of a live interface went: %v", err)
+	}
+}
+
+func mustCPUs(t *testing.T) []struct{} {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return make([]struct{}, n)
+}
+
+// TestConfigTimeouts: bpfConntrackTimeouts overrides the defaults field
+// by field; Auto and bad values keep them.
+func TestConfigTimeouts(t *testing.T) {
+	def := palbpf.Timeouts{TCPSynSent: 20 * time.Second, TCPEstablished: time.Hour, UDP: time.Minute, ICMP: 5 * time.Second}
+	s := func(v string) *string { return &v }
+	cfg := calc.MergeConfig(&v3.FelixConfigurationSpec{BPFConntrackTimeouts: &v3.BPFConntrackTimeouts{
+		TCPEstablished: s("10m"), UDPTimeout: s("Auto"), ICMPTimeout: s("soon"), TCPSynSent: s("3s"),
+	}}, nil)
+	got := configTimeouts(cfg, def, log.NewEntry(log.StandardLogger()))
+	want := palbpf.Timeouts{TCPSynSent: 3 * time.Second, TCPEstablished: 10 * time.Minute, UDP: time.Minute, ICMP: 5 * time.Second}
+	if got != want {
+		t.Errorf("timeouts %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,279 @@
+// Package bpf is felix's eBPF dataplane: it takes the calculation graph's
+// output (it implements calc.Dataplane) cheaply and, in Apply, enforces
+// it with the TCX programs of package bpf on every workload interface and
+// host endpoint — IP sets into BPF maps, each endpoint's stages compiled
+// into policy programs shared by the endpoints whose rules are the same,
+// interfaces' entries pointing at them — and keeps in iptables only what
+// it needs there (natOutgoing, the guard of workload interfaces). It reads
+// the kernel back at start, so a restarted felix adopts what the last one
+// left, and it removes what the iptables dataplane left. See DESIGN.md.
+package bpf
+
+import (
+	"net/netip"
+	"reflect"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/ipsets"
+	"github.com/palisade-net/palisade/felix/dataplane/iptables"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/routes"
+)
+
+// Config configures a Driver.
+type Config struct {
+	// NetNS is the path of the network namespace to program ("" for the
+	// current one).
+	NetNS string
+	// StatusDir receives one file per programmed workload endpoint.
+	StatusDir string
+	// Root is the bpffs directory of the namespaces' pins
+	// (palbpf.DefaultRoot when empty).
+	Root string
+	// Timeouts override the conntrack timeouts (tests).
+	Timeouts palbpf.Timeouts
+	// Log is the logger (logrus' standard one when nil).
+	Log *log.Entry
+}
+
+// Driver is the eBPF dataplane of one node.
+type Driver struct {
+	conf   Config
+	run    *nsexec.Runner
+	log    *log.Entry
+	routes *routes.Manager
+	hosts  *dataplane.HostInterfaces
+	status *dataplane.StatusFiles
+	links  *linkWatch
+
+	cfg       *calc.Config
+	objs      *palbpf.Objects
+	backend   iptables.Backend
+	families  []int
+	tables    []*iptables.Table // per family, in rules.TableNames order
+	timeouts  palbpf.Timeouts
+	poolSets  [2]*ipsets.Manager
+	policies  map[calc.PolicyID]*calc.Policy
+	profiles  map[string]*calc.Profile
+	endpoints map[calc.EndpointID]*calc.Endpoint
+	sets      *setMaps
+	progs     *programs
+	ifaces    *ifaceState
+	att       *attacher
+	events    *eventReader
+	states    map[calc.EndpointID]*epState
+
+	// pending endpoint status changes, reported after a successful apply.
+	epDirty   map[calc.EndpointID]struct{}
+	epRemoved map[calc.EndpointID]struct{}
+	// stagesDirty: every endpoint's stages are computed again (the
+	// configuration changed); changedPolicies and changedProfiles: those
+	// of the endpoints that refer to one of them.
+	stagesDirty     bool
+	changedPolicies map[calc.PolicyID]bool
+	changedProfiles map[string]bool
+	// failsafeDirty: the failsafe ports are written again.
+	failsafeDirty bool
+	inSync        bool
+	ready         bool
+	lastRefresh   struct{ iptables, routes, gc time.Time }
+
+	wake chan struct{}
+}
+
+// New makes the driver; nothing is written before OnInSync and Apply.
+func New(conf Config) (*Driver, error) {
+	logger := conf.Log
+	if logger == nil {
+		logger = log.NewEntry(log.StandardLogger())
+	}
+	logger = logger.WithField("dataplane", "bpf")
+	run, err := nsexec.New(conf.NetNS)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		conf: conf, run: run, log: logger, status: dataplane.NewStatusFiles(conf.StatusDir),
+		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{},
+		endpoints: map[calc.EndpointID]*calc.Endpoint{},
+		epDirty:   map[calc.EndpointID]struct{}{}, epRemoved: map[calc.EndpointID]struct{}{},
+		changedPolicies: map[calc.PolicyID]bool{}, changedProfiles: map[string]bool{},
+		sets: newSetMaps(logger), att: newAttacher(), wake: make(chan struct{}, 1),
+	}
+	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
+	if d.routes, err = routes.New(run, logger); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if d.hosts, err = dataplane.NewHostInterfaces(run); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if d.links, err = watchLinks(run, d.poke, d.att.preattach, logger); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close releases the driver's handles; the kernel state stays (pinned).
+func (d *Driver) Close() {
+	if d.events != nil {
+		d.events.close()
+	}
+	if d.links != nil {
+		d.links.close()
+	}
+	for _, t := range d.tables {
+		t.Close()
+	}
+	for _, m := range d.poolSets {
+		if m != nil {
+			m.Close()
+		}
+	}
+	if d.progs != nil {
+		d.progs.close()
+	}
+	d.att.close()
+	if d.objs != nil {
+		d.objs.Close()
+	}
+	if d.routes != nil {
+		d.routes.Close()
+	}
+	if d.hosts != nil {
+		d.hosts.Close()
+	}
+	d.run.Close()
+}
+
+// Wake fires when the kernel changed in a way the driver must act on (a
+// workload interface appeared): the caller should Apply.
+func (d *Driver) Wake() <-chan struct{} { return d.wake }
+
+func (d *Driver) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// OnConfigUpdate implements calc.Dataplane.
+func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
+	if d.cfg != nil && d.backend != "" && (cfg.IptablesBackend != d.cfg.IptablesBackend || cfg.IPv6Support != d.cfg.IPv6Support) {
+		d.log.Warn("iptablesBackend or ipv6Support changed: restart felix to apply")
+	}
+	if d.cfg != nil && d.objs != nil && (mapSizeConntrack(cfg) != mapSizeConntrack(d.cfg) || mapSizeIPSets(cfg) != mapSizeIPSets(d.cfg) ||
+		!reflect.DeepEqual(cfg.Spec.BPFConntrackTimeouts, d.cfg.Spec.BPFConntrackTimeouts)) {
+		d.log.Warn("bpfMapSizeConntrack, bpfMapSizeIPSets or bpfConntrackTimeouts changed: restart felix to apply")
+	}
+	d.cfg = cfg
+	d.hosts.Configure(cfg, d.log)
+	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
+	d.att.setPrefixes(cfg.InterfacePrefixes)
+	d.stagesDirty, d.failsafeDirty = true, true
+	warnIgnored(cfg, d.log)
+}
+
+// OnIPSetUpdate implements calc.Dataplane.
+func (d *Driver) OnIPSetUpdate(s *calc.IPSet) {
+	if isPoolSet(s.ID) {
+		for _, m := range d.poolSets {
+			m.Set(s.ID, s.Type, s.Members)
+		}
+		return
+	}
+	d.sets.set(s.ID, s.Type, s.Members)
+}
+
+// OnIPSetDelta implements calc.Dataplane.
+func (d *Driver) OnIPSetDelta(id string, added, removed []string) {
+	if isPoolSet(id) {
+		for _, m := range d.poolSets {
+			m.Delta(id, added, removed)
+		}
+		return
+	}
+	d.sets.delta(id, added, removed)
+}
+
+// OnIPSetRemoved implements calc.Dataplane.
+func (d *Driver) OnIPSetRemoved(id string) {
+	if isPoolSet(id) {
+		for _, m := range d.poolSets {
+			m.Remove(id)
+		}
+		return
+	}
+	d.sets.remove(id)
+}
+
+func isPoolSet(id string) bool { return id == calc.IPSetMasqPools || id == calc.IPSetAllPools }
+
+// OnPolicyUpdate implements calc.Dataplane.
+func (d *Driver) OnPolicyUpdate(p *calc.Policy) { d.policies[p.ID] = p; d.changedPolicies[p.ID] = true }
+
+// OnPolicyRemoved implements calc.Dataplane.
+func (d *Driver) OnPolicyRemoved(id calc.PolicyID) {
+	delete(d.policies, id)
+	d.changedPolicies[id] = true
+}
+
+// OnProfileUpdate implements calc.Dataplane.
+func (d *Driver) OnProfileUpdate(p *calc.Profile) {
+	d.profiles[p.Name] = p
+	d.changedProfiles[p.Name] = true
+}
+
+// OnProfileRemoved implements calc.Dataplane.
+func (d *Driver) OnProfileRemoved(name string) {
+	delete(d.profiles, name)
+	d.changedProfiles[name] = true
+}
+
+// OnEndpointUpdate implements calc.Dataplane.
+func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
+	d.endpoints[ep.ID] = ep
+	d.epDirty[ep.ID] = struct{}{}
+	delete(d.epRemoved, ep.ID)
+}
+
+// OnEndpointRemoved implements calc.Dataplane.
+func (d *Driver) OnEndpointRemoved(id calc.EndpointID) {
+	delete(d.endpoints, id)
+	delete(d.epDirty, id)
+	d.epRemoved[id] = struct{}{}
+}
+
+// OnRouteUpdate implements calc.Dataplane.
+func (d *Driver) OnRouteUpdate(r calc.Route) { d.routes.Set(r.Dst, r.Iface) }
+
+// OnRouteRemoved implements calc.Dataplane.
+func (d *Driver) OnRouteRemoved(dst netip.Prefix) { d.routes.Remove(dst) }
+
+// OnInSync implements calc.Dataplane.
+func (d *Driver) OnInSync() { d.inSync = true }
+
+// InSync reports whether the datastore was read completely.
+func (d *Driver) InSync() bool { return d.inSync }
+
+// Pending reports whether work waits for a retry (a route whose interface
+// is not up yet).
+func (d *Driver) Pending() bool { return d.routes.Pending() > 0 }
+
+// Runner runs commands in the driver's namespace.
+func (d *Driver) Runner() *nsexec.Runner { return d.run }
+
+// Dir is the namespace's bpffs directory ("" before the first Apply).
+func (d *Driver) Dir() string {
+	if d.objs == nil {
+		return ""
+	}
+	return d.objs.Dir
+}

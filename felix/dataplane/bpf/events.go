@@ -1,0 +1,90 @@
+package bpf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"sync"
+
+	"github.com/cilium/ebpf/ringbuf"
+	log "github.com/sirupsen/logrus"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/policy"
+)
+
+// eventReader logs the packets Log rules matched, as
+// "calico-packet: …" lines in felix's log (the iptables dataplane's LOG
+// rules write to the kernel log with that prefix).
+type eventReader struct {
+	r    *ringbuf.Reader
+	log  *log.Entry
+	done chan struct{}
+
+	mu sync.Mutex
+	// view names interfaces and programs for the messages.
+	ifaces map[uint32]string
+	stages map[uint32][palbpf.Stages]*policy.Description
+}
+
+func newEventReader(objs *palbpf.Objects, logger *log.Entry) (*eventReader, error) {
+	r, err := ringbuf.NewReader(objs.Maps[palbpf.MapEvents])
+	if err != nil {
+		return nil, err
+	}
+	e := &eventReader{r: r, log: logger, done: make(chan struct{})}
+	go e.loop()
+	return e, nil
+}
+
+// update gives the reader the current interfaces and their programs.
+func (e *eventReader) update(ifaces map[uint32]string, stages map[uint32][palbpf.Stages]*policy.Description) {
+	e.mu.Lock()
+	e.ifaces, e.stages = ifaces, stages
+	e.mu.Unlock()
+}
+
+func (e *eventReader) loop() {
+	defer close(e.done)
+	for {
+		rec, err := e.r.Read()
+		if err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			continue
+		}
+		var st palbpf.State
+		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &st); err != nil {
+			continue
+		}
+		e.logPacket(st)
+	}
+}
+
+func (e *eventReader) logPacket(st palbpf.State) {
+	src, dst := netip.AddrFrom16(st.Src).Unmap(), netip.AddrFrom16(st.Dst).Unmap()
+	fields := log.Fields{"src": src.String(), "dst": dst.String(), "proto": st.Proto, "sport": st.Sport, "dport": st.Dport}
+	e.mu.Lock()
+	fields["iface"] = e.ifaces[st.Ifindex]
+	if int(st.Phase) < palbpf.Stages {
+		fields["stage"] = palbpf.StageNames[st.Phase]
+		if d := e.stages[st.Ifindex][st.Phase]; d != nil && int(st.Rule) < len(d.Slots) {
+			s := d.Slots[st.Rule]
+			if s.Profile != "" {
+				fields["profile"] = s.Profile
+			} else {
+				fields["tier"], fields["policy"] = s.Tier, s.Policy
+			}
+			fields["rule"] = s.Rule
+		}
+	}
+	e.mu.Unlock()
+	e.log.WithFields(fields).Info("calico-packet: Log rule matched")
+}
+
+func (e *eventReader) close() {
+	e.r.Close()
+	<-e.done
+}

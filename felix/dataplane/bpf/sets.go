@@ -1,0 +1,255 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	log "github.com/sirupsen/logrus"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/calc"
+)
+
+// setMaps keeps the IP set maps (pal_sets for hash:net, pal_ports for
+// hash:ip,port, pal_setnames for dumps) equal to the calc's sets. It takes
+// contents and deltas cheaply; Apply writes the keys that changed: the
+// new ones before the programs that use them (applyAdds), the old ones
+// after (applyRemovals). The kernel's keys are read back once at start.
+type setMaps struct {
+	members map[string]map[string]setKey // calc id → member → key
+	// want and have: the keys wanted and those in the kernel; dirty the
+	// keys whose two may differ.
+	want, have map[setKey]struct{}
+	dirty      map[setKey]struct{}
+	names      map[uint64]string // set id → calc id, wanted
+	haveNames  map[uint64]bool
+	types      map[string]calc.IPSetType
+	bad        map[string]bool // members already warned about
+	log        *log.Entry
+}
+
+// setKey is a key of either map.
+type setKey struct {
+	port bool
+	net  palbpf.SetKey
+	pk   palbpf.PortKey
+}
+
+func newSetMaps(logger *log.Entry) *setMaps {
+	return &setMaps{log: logger, types: map[string]calc.IPSetType{}, members: map[string]map[string]setKey{}, want: map[setKey]struct{}{}, have: map[setKey]struct{}{},
+		dirty: map[setKey]struct{}{}, names: map[uint64]string{}, haveNames: map[uint64]bool{}, bad: map[string]bool{}}
+}
+
+// memberKey is the map key of a member of set id.
+func memberKey(id string, typ calc.IPSetType, m string) (setKey, error) {
+	sid := palbpf.SetID(id)
+	hi, lo := uint32(sid>>32), uint32(sid)
+	if typ == calc.IPSetIPPort {
+		addr, pp, ok := strings.Cut(m, ",")
+		proto, port, ok2 := strings.Cut(pp, ":")
+		a, err := netip.ParseAddr(addr)
+		n, err2 := strconv.ParseUint(port, 10, 16)
+		num := map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}[proto]
+		if !ok || !ok2 || err != nil || err2 != nil || num == 0 {
+			return setKey{}, fmt.Errorf("IP set %s: member %q is not ip,proto:port", id, m)
+		}
+		return setKey{port: true, pk: palbpf.PortKey{IdHi: hi, IdLo: lo, Addr: palbpf.Addr16(a), Port: uint16(n), Proto: num}}, nil
+	}
+	p, err := netip.ParsePrefix(m)
+	if err != nil {
+		a, err2 := netip.ParseAddr(m)
+		if err2 != nil {
+			return setKey{}, fmt.Errorf("IP set %s: member %q is not an address or CIDR", id, m)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	p = p.Masked()
+	return setKey{net: palbpf.SetKey{Prefixlen: uint32(64 + palbpf.PrefixLen16(p)), IdHi: hi, IdLo: lo, Addr: palbpf.Addr16(p.Addr())}}, nil
+}
+
+func (s *setMaps) set(id string, typ calc.IPSetType, members []string) {
+	old := s.members[id]
+	now := make(map[string]setKey, len(members))
+	for _, m := range members {
+		if k, ok := old[m]; ok {
+			now[m] = k
+			continue
+		}
+		s.addMember(id, typ, m, now)
+	}
+	for m, k := range old {
+		if _, ok := now[m]; !ok {
+			s.unwant(k)
+		}
+	}
+	s.members[id] = now
+	s.types[id] = typ
+	s.names[palbpf.SetID(id)] = id
+}
+
+func (s *setMaps) addMember(id string, typ calc.IPSetType, m string, into map[string]setKey) {
+	k, err := memberKey(id, typ, m)
+	if err != nil {
+		// calc writes only valid members; one that is not matches
+		// nothing (the rule stays narrower, never wider).
+		if !s.bad[id+m] {
+			s.bad[id+m] = true
+			s.log.WithError(err).Warn("IP set member left out")
+		}
+		return
+	}
+	into[m] = k
+	s.want[k] = struct{}{}
+	s.dirty[k] = struct{}{}
+}
+
+func (s *setMaps) unwant(k setKey) {
+	delete(s.want, k)
+	s.dirty[k] = struct{}{}
+}
+
+func (s *setMaps) delta(id string, added, removed []string) {
+	cur := s.members[id]
+	if cur == nil {
+		return
+	}
+	typ := s.types[id]
+	for _, m := range added {
+		if _, ok := cur[m]; !ok {
+			s.addMember(id, typ, m, cur)
+		}
+	}
+	for _, m := range removed {
+		if k, ok := cur[m]; ok {
+			delete(cur, m)
+			s.unwant(k)
+		}
+	}
+}
+
+func (s *setMaps) remove(id string) {
+	for _, k := range s.members[id] {
+		s.unwant(k)
+	}
+	delete(s.members, id)
+	delete(s.types, id)
+	delete(s.names, palbpf.SetID(id))
+}
+
+// readBack loads the kernel's keys; every key becomes dirty.
+func (s *setMaps) readBack(objs *palbpf.Objects) error {
+	s.have = map[setKey]struct{}{}
+	var nk palbpf.SetKey
+	var v uint8
+	it := objs.Maps[palbpf.MapSets].Iterate()
+	for it.Next(&nk, &v) {
+		s.have[setKey{net: nk}] = struct{}{}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading %s: %w", palbpf.MapSets, err)
+	}
+	var pk palbpf.PortKey
+	it = objs.Maps[palbpf.MapPorts].Iterate()
+	for it.Next(&pk, &v) {
+		s.have[setKey{port: true, pk: pk}] = struct{}{}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading %s: %w", palbpf.MapPorts, err)
+	}
+	for k := range s.have {
+		s.dirty[k] = struct{}{}
+	}
+	for k := range s.want {
+		s.dirty[k] = struct{}{}
+	}
+	s.haveNames = map[uint64]bool{}
+	var id uint64
+	name := make([]byte, 64)
+	it = objs.Maps["pal_setnames"].Iterate()
+	for it.Next(&id, &name) {
+		s.haveNames[id] = true
+	}
+	return it.Err()
+}
+
+// applyAdds writes the wanted keys the kernel lacks (and the names).
+func (s *setMaps) applyAdds(objs *palbpf.Objects) error {
+	var errs []error
+	for k := range s.dirty {
+		if _, want := s.want[k]; !want {
+			continue
+		}
+		if _, have := s.have[k]; !have {
+			if err := s.put(objs, k); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.have[k] = struct{}{}
+		}
+		delete(s.dirty, k)
+	}
+	for id, name := range s.names {
+		if s.haveNames[id] {
+			continue
+		}
+		v := make([]byte, 64)
+		copy(v, name)
+		if err := objs.Maps["pal_setnames"].Put(id, v); err != nil {
+			errs = append(errs, fmt.Errorf("IP set name %s: %w", name, err))
+			continue
+		}
+		s.haveNames[id] = true
+	}
+	return errors.Join(errs...)
+}
+
+// applyRemovals deletes the kernel's keys no set wants.
+func (s *setMaps) applyRemovals(objs *palbpf.Objects) error {
+	var errs []error
+	for k := range s.dirty {
+		if _, want := s.want[k]; want {
+			continue
+		}
+		if _, have := s.have[k]; have {
+			var err error
+			if k.port {
+				err = objs.Maps[palbpf.MapPorts].Delete(k.pk)
+			} else {
+				err = objs.Maps[palbpf.MapSets].Delete(k.net)
+			}
+			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("deleting an IP set member: %w", err))
+				continue
+			}
+			delete(s.have, k)
+		}
+		delete(s.dirty, k)
+	}
+	for id := range s.haveNames {
+		if _, ok := s.names[id]; !ok {
+			if err := objs.Maps["pal_setnames"].Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			delete(s.haveNames, id)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *setMaps) put(objs *palbpf.Objects, k setKey) error {
+	var err error
+	if k.port {
+		err = objs.Maps[palbpf.MapPorts].Put(k.pk, uint8(1))
+	} else {
+		err = objs.Maps[palbpf.MapSets].Put(k.net, uint8(1))
+	}
+	if err != nil {
+		return fmt.Errorf("writing an IP set member: %w", err)
+	}
+	return nil
+}
