@@ -22,14 +22,26 @@ func NewInspector() *Inspector {
 	return &Inspector{reqs: make(chan func(*calc.Graph, *selector))}
 }
 
+// ErrNoBPFCounters says the node runs the eBPF dataplane, whose per-rule
+// counters are not read: its counters are kept by an interface's stage
+// and a slot of the program, and a slot's count stays when a changed
+// policy gives the interface a new program, so the sums would name the
+// wrong rules.
+var ErrNoBPFCounters = fmt.Errorf("%w: the eBPF dataplane's per-rule counters are not read by Palisade yet (they are kept by program slot and survive policy changes); per-rule counters need the iptables dataplane", calc.ErrNoCounters)
+
 // counters is the iptables driver when it runs and knows its backend:
-// the dataplane whose per-rule counters are read; nil otherwise.
+// the dataplane whose per-rule counters are read. It is nil with
+// ErrNoBPFCounters on the eBPF dataplane, and nil before the dataplane
+// started.
 func counters(s *selector) (*dataplane.Driver, error) {
 	switch d := s.d.(type) {
 	case *dataplane.Driver:
 		if d.Backend() != "" {
 			return d, nil
 		}
+	case nil:
+	default:
+		return nil, ErrNoBPFCounters
 	}
 	return nil, nil
 }
@@ -130,7 +142,8 @@ func eachRule(s *calc.Side, fn func(calc.RuleRef, *calc.RuleResult)) {
 }
 
 // RuleCounters implements calc.CounterSource: the counters of every
-// policy and profile rule felix has written.
+// policy and profile rule felix has written. On the eBPF dataplane it
+// fails with ErrNoBPFCounters.
 func (in *Inspector) RuleCounters(ctx context.Context) ([]calc.RuleCounter, error) {
 	var idx *dataplane.CounterIndex
 	var cerr error

@@ -3,6 +3,7 @@ package calc
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 )
 
@@ -18,6 +19,9 @@ type RuleCounter struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }
+
+// ErrNoCounters says a dataplane has no per-rule counters to read.
+var ErrNoCounters = errors.New("no per-rule counters")
 
 // CounterSource is a dataplane that counts what each rule matched: the
 // iptables dataplane from its rules' counters, a BPF one from its maps.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/palisade-net/palisade/felix/calc"
 )
@@ -60,6 +61,8 @@ func writeJSON(w http.ResponseWriter, v any, err error) {
 	switch {
 	case errors.Is(err, calc.ErrBadQuery):
 		http.Error(w, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, calc.ErrNoCounters):
+		http.Error(w, err.Error(), http.StatusNotImplemented)
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
@@ -106,8 +109,11 @@ func call(ctx context.Context, path, method, url string, body []byte, out any) e
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		text := string(bytes.TrimSpace(msg))
-		if resp.StatusCode == http.StatusBadRequest {
+		switch resp.StatusCode {
+		case http.StatusBadRequest:
 			return fmt.Errorf("%w: %s", calc.ErrBadQuery, trimBadQuery(text))
+		case http.StatusNotImplemented:
+			return fmt.Errorf("calico-node on %s: %w", path, noCounters(text))
 		}
 		return fmt.Errorf("calico-node on %s: %s: %s", path, resp.Status, text)
 	}
@@ -115,6 +121,14 @@ func call(ctx context.Context, path, method, url string, body []byte, out any) e
 		return fmt.Errorf("reading calico-node's answer on %s: %w", path, err)
 	}
 	return nil
+}
+
+// noCounters is the server's ErrNoCounters text as an error wrapping it.
+func noCounters(text string) error {
+	if rest, ok := strings.CutPrefix(text, calc.ErrNoCounters.Error()+": "); ok {
+		return fmt.Errorf("%w: %s", calc.ErrNoCounters, rest)
+	}
+	return fmt.Errorf("%w: %s", calc.ErrNoCounters, text)
 }
 
 // trimBadQuery drops the "bad query: " the server's error already has.
