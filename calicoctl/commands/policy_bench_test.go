@@ -21,8 +21,8 @@ import (
 // WorkloadEndpoints in etcd, named by pod and by address (found through
 // IPAM), each pod selected by ~650 policies. The reference, measured in
 // the same run, is one raw read of the whole resource prefix (every
-// value, undecoded): x/ref below 1 means explain reads less than the
-// cluster. The goal is 1 s end to end.
+// value, undecoded): x/ref (by pod; by address in s-by-address) below 1
+// means explain reads less than the cluster. The goal is 1 s end to end.
 func BenchmarkExplain10kPolicies250kEndpoints(b *testing.B) {
 	c := newCluster(b)
 	ctx := context.Background()
@@ -45,35 +45,36 @@ func BenchmarkExplain10kPolicies250kEndpoints(b *testing.B) {
 	b.Logf("cluster written in %s", time.Since(began).Round(time.Second))
 	byPod := []string{"policy", "explain", "--from", benchdata.Namespace(0) + "/" + benchdata.Pod(0), "--to", benchdata.Namespace(1) + "/" + benchdata.Pod(1), "--port", "80"}
 	byAddr := []string{"policy", "explain", "--from", benchdata.Addr(0).String(), "--to", benchdata.Addr(1).String(), "--port", "80"}
-	var podTime, addrTime, refTime time.Duration
-	b.ResetTimer()
-	for range b.N {
-		for _, run := range []struct {
-			args []string
-			into *time.Duration
-		}{{byPod, &podTime}, {byAddr, &addrTime}} {
-			start := time.Now()
-			r := c.run(b, "", nil, run.args...)
-			*run.into += time.Since(start)
-			if r.code != 0 || !containsLine(r.stdout, "Verdict: Allow") {
-				b.Fatalf("explain: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	// The cluster is written once; only the sub-benchmark is run b.N times.
+	b.Run("explain", func(b *testing.B) {
+		var podTime, addrTime, refTime time.Duration
+		for range b.N {
+			for _, run := range []struct {
+				args []string
+				into *time.Duration
+			}{{byPod, &podTime}, {byAddr, &addrTime}} {
+				start := time.Now()
+				r := c.run(b, "", nil, run.args...)
+				*run.into += time.Since(start)
+				if r.code != 0 || !containsLine(r.stdout, "Verdict: Allow") {
+					b.Fatalf("explain: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
 			}
+			b.StopTimer()
+			start := time.Now()
+			resp, err := c.raw.Get(ctx, datastore.ResourcePrefix, clientv3.WithPrefix())
+			refTime += time.Since(start)
+			if err != nil || len(resp.Kvs) < 260_000 {
+				b.Fatalf("raw read: %v", err)
+			}
+			b.StartTimer()
 		}
-		b.StopTimer()
-		start := time.Now()
-		resp, err := c.raw.Get(ctx, datastore.ResourcePrefix, clientv3.WithPrefix())
-		refTime += time.Since(start)
-		if err != nil || len(resp.Kvs) < 260_000 {
-			b.Fatalf("raw read: %v", err)
-		}
-		b.StartTimer()
-	}
-	n := float64(b.N)
-	b.ReportMetric(podTime.Seconds()/n, "s-by-pod")
-	b.ReportMetric(addrTime.Seconds()/n, "s-by-address")
-	b.ReportMetric(refTime.Seconds()/n, "s-raw-read")
-	b.ReportMetric(float64(podTime)/float64(refTime), "x/ref")
-	b.ReportMetric(float64(addrTime)/float64(refTime), "address-x/ref")
+		n := float64(b.N)
+		b.ReportMetric(podTime.Seconds()/n, "s-by-pod")
+		b.ReportMetric(addrTime.Seconds()/n, "s-by-address")
+		b.ReportMetric(refTime.Seconds()/n, "s-raw-read")
+		b.ReportMetric(float64(podTime)/float64(refTime), "x/ref")
+	})
 }
 
 func containsLine(s, line string) bool { return strings.Contains("\n"+s, "\n"+line+"\n") }
