@@ -135,3 +135,51 @@ func BenchmarkVersion(b *testing.B) {
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// BenchmarkAddDelKubernetes is BenchmarkAddDel with the calico plugin in
+// Kubernetes mode (a real API server, policy type k8s): each ADD reads the
+// pod and its namespace and annotates the pod, each DEL removes the
+// annotations. The reference is bridge + host-local in the same run.
+func BenchmarkAddDelKubernetes(b *testing.B) {
+	c := newCluster(b)
+	c.addPool("pool-a", "10.76.0.0/16", 26)
+	n := c.newKubeNode(b, "node1")
+	ours := confWith(b, n.kubeConf(b, nil, nil), "log_level", "warning")
+	ref := confList(b, "1.0.0", "ref-network", []map[string]any{{
+		"type": "bridge", "bridge": "plref1", "isGateway": true,
+		"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(c.dir, "host-local"),
+			"ranges": [][]map[string]string{{{"subnet": "10.77.0.0/16"}}}},
+	}})
+	pOurs, pRef := n.newPod("default", "bench-ours"), n.newPod("bench", "ref")
+	kubePod(b, n.kc, pOurs, "node1", "", map[string]string{"app": "bench"}, nil)
+	cycle := func(list *libcni.NetworkConfigList, p *pod) time.Duration {
+		start := time.Now()
+		if _, err := n.add(list, p.runtimeConf(true)); err != nil {
+			b.Fatalf("ADD %s: %v", list.Name, err)
+		}
+		if err := n.del(list, p.runtimeConf(true)); err != nil {
+			b.Fatalf("DEL %s: %v", list.Name, err)
+		}
+		return time.Since(start)
+	}
+	cycle(ours, pOurs)
+	cycle(ref, pRef)
+	var tOurs, tRef []time.Duration
+	deadline := time.Now().Add(20 * time.Second)
+	b.ResetTimer()
+	for i := 0; i < b.N || (len(tOurs) < 20 && time.Now().Before(deadline)); i++ {
+		tOurs = append(tOurs, cycle(ours, pOurs))
+		tRef = append(tRef, cycle(ref, pRef))
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	b.StopTimer()
+	p50o, p99o := percentiles(tOurs)
+	p50r, p99r := percentiles(tRef)
+	b.ReportMetric(float64(p50o.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99o.Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(p50r.Microseconds())/1000, "ref-p50-ms")
+	b.ReportMetric(float64(p99r.Microseconds())/1000, "ref-p99-ms")
+	b.ReportMetric(float64(p50o)/float64(p50r), "x/ref")
+}

@@ -36,7 +36,9 @@ const refPluginDir = "/usr/lib/cni"
 var binDir string
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	code := run(m)
+	stopSharedKube()
+	os.Exit(code)
 }
 
 func run(m *testing.M) int {

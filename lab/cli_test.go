@@ -74,6 +74,22 @@ func TestCLI(t *testing.T) {
 		t.Errorf("ping: %s", out)
 	}
 	lab(true, "ping", "border", "default/db")
+	// A served, labelled pod, probed over each protocol.
+	lab(true, "pod", "add", "node1", "default/srv", "--labels", "app=srv,tier=web", "--serve", "80/tcp,81/udp,80/sctp")
+	if out := lab(true, "exec", "node1", "--", "calicoctl", "get", "workloadendpoints", "-n", "default", "-o", "yaml"); !strings.Contains(out, "app: srv") || !strings.Contains(out, "tier: web") {
+		t.Errorf("the served pod's endpoint lacks its labels:\n%s", out)
+	}
+	for _, pr := range [][]string{{"80", "tcp"}, {"81", "udp"}, {"80", "sctp"}} {
+		if out := lab(true, "probe", "default/db", "default/srv", "--port", pr[0], "--protocol", pr[1]); !strings.Contains(out, "answered") {
+			t.Errorf("probe %s/%s: %s", pr[0], pr[1], out)
+		}
+	}
+	if out, err := exec.Command(bin, "--name", name, "--state-dir", root, "probe", "default/db", "default/srv", "--port", "81", "--protocol", "tcp", "--timeout", "300ms").CombinedOutput(); cmdExit(err) != 1 {
+		t.Errorf("a probe of a port nobody serves should exit 1: %v %s", err, out)
+	}
+	if out := lab(false, "pod", "add", "node1", "default/fixed", "--ip", "10.244.9.9"); !strings.Contains(out, "--kubernetes") {
+		t.Errorf("--ip without Kubernetes: %s", out)
+	}
 	out = lab(true, "status")
 	for _, want := range []string{"=== node1", "=== node2", "calicoctl node status", "Calico process is running", BorderPrefix().String() + " via", "=== rr", "=== border", "default/web"} {
 		if !strings.Contains(out, want) {

@@ -32,6 +32,12 @@ func (l *Lab) Hints(labCmd string) []Hint {
 	if pods := l.Pods(); len(pods) > 0 {
 		hs = append(hs, Hint{pre + " exec" + name + " " + pods[0].Key() + " -- ip addr", "inside a pod"})
 	}
+	if l.st.Options.Kubernetes {
+		hs = append(hs, Hint{pre + " kubectl" + name + " -- get networkpolicies,pods -A -o wide", "kubectl against the lab's API server"})
+		if pods := l.Pods(); len(pods) > 1 {
+			hs = append(hs, Hint{pre + " probe" + name + " " + pods[1].Key() + " " + pods[0].Key() + " --port 80", "a TCP probe between two pods (exit 0 when answered)"})
+		}
+	}
 	if _, ok := l.Proc("bird/rr"); ok {
 		hs = append(hs, Hint{pre + " exec" + name + " rr -- birdc show protocols", "the BIRD route reflector"})
 	}

@@ -17,7 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/libcalico/k8s/kubeapi"
 )
 
 // bpfFelixConfig turns felix's eBPF dataplane on (Options.BPF).
@@ -115,6 +118,13 @@ type Options struct {
 	BPF bool `json:"bpf"`
 	// LogLevel is calico-node's log level (default info).
 	LogLevel string `json:"logLevel"`
+	// Kubernetes adds a Kubernetes control plane (kube-apiserver with its
+	// etcd, kube-controller-manager, calico-kube-controllers): every pod
+	// is then a Pod object, wired by the CNI plugin in Kubernetes mode.
+	Kubernetes bool `json:"kubernetes"`
+	// KubeBinDir holds kube-apiserver, kube-controller-manager and kubectl
+	// (default $PALISADE_KUBE_BIN, else hack/kube-tools.sh's cache).
+	KubeBinDir string `json:"kubeBinDir"`
 	// Progress receives one line per step; nil prints nothing.
 	Progress io.Writer `json:"-"`
 }
@@ -192,6 +202,15 @@ func (o *Options) defaults() error {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
+	if o.Kubernetes {
+		o.KubeBinDir = o.kubeBinDir()
+		if err := kubeapi.CheckBinDir(o.KubeBinDir); err != nil {
+			return fmt.Errorf("lab %q: --kubernetes: %w", o.Name, err)
+		}
+		if _, err := os.Stat(filepath.Join(o.BinDir, "calico-kube-controllers")); err != nil {
+			return fmt.Errorf("lab %q: calico-kube-controllers not found in %s (make build, or set PALISADE_BIN)", o.Name, o.BinDir)
+		}
+	}
 	return nil
 }
 
@@ -239,6 +258,8 @@ type Lab struct {
 	lock *os.File
 	// times are Up's timings (zero for a lab opened with Open).
 	times UpTimes
+	// kube is the client of the lab's API server, made on first use.
+	kube kubernetes.Interface
 }
 
 // UpTimes says how long Up took to start the agents and establish the
@@ -438,7 +459,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		}
 	}()
 	began := time.Now()
-	l.say("lab %s: %d node(s), route reflector %s, etcd %s, border %v; state in %s", o.Name, o.Nodes, o.RR, o.Etcd, o.Border, dir)
+	l.say("lab %s: %d node(s), route reflector %s, etcd %s, border %v, kubernetes %v; state in %s", o.Name, o.Nodes, o.RR, o.Etcd, o.Border, o.Kubernetes, dir)
 	if err := l.makeFabric(ctx); err != nil {
 		return nil, err
 	}
@@ -470,6 +491,16 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if o.Border {
 		if err := l.startBird(ctx, "border"); err != nil {
 			return nil, err
+		}
+	}
+	if o.Kubernetes {
+		if err := l.startKube(ctx); err != nil {
+			return nil, err
+		}
+		for _, n := range append([]Node{first}, rest...) {
+			if err := l.registerKubeNode(ctx, n); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := l.startNode(ctx, first); err != nil {
@@ -522,6 +553,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	l.times.Agents = time.Since(began)
 	l.say("✓ %d calico-node(s) running after %s", o.Nodes, l.times.Agents.Round(10*time.Millisecond))
+	if o.Kubernetes {
+		if err := l.startKubeControllers(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if l.times.Sessions, err = l.WaitSessions(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}

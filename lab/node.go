@@ -78,6 +78,9 @@ func (l *Lab) nodeEnv(n Node) []string {
 		"CALICO_ETCD_DATA_DIR=" + l.nodeDir(n.Name, "etcd"),
 		"CALICO_LOG_LEVEL=" + o.LogLevel,
 	}
+	if o.Kubernetes {
+		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
+	}
 	return env
 }
 
@@ -168,6 +171,11 @@ func (l *Lab) AddNode(ctx context.Context) (Node, error) {
 	}
 	if err := l.reconfigureBirds(ctx); err != nil {
 		return n, err
+	}
+	if l.st.Options.Kubernetes {
+		if err := l.registerKubeNode(ctx, n); err != nil {
+			return n, err
+		}
 	}
 	if err := l.startNode(ctx, n); err != nil {
 		return n, err

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
+	"github.com/palisade-net/palisade/libcalico/names"
 )
 
 // cniNetwork is the network name of the lab's CNI configuration, as in
@@ -49,6 +52,12 @@ func (l *Lab) writeCNIConf(n Node) error {
 			"policy_setup_timeout_seconds": 5,
 			"endpoint_status_dir":          filepath.Join(l.RunDir(n.Name), endpointstatus.DirName),
 		}},
+	}
+	if l.st.Options.Kubernetes {
+		// Calico's manifests: the plugin reads each pod from the API.
+		plugin := conf["plugins"].([]map[string]any)[0]
+		plugin["kubernetes"] = map[string]any{"kubeconfig": l.KubeconfigPath()}
+		plugin["policy"] = map[string]any{"type": "k8s"}
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
@@ -104,10 +113,32 @@ func ParsePodKey(key string) (namespace, name string, err error) {
 	return namespace, name, nil
 }
 
-// AddPod creates a pod on a node as kubelet would: a network namespace,
-// then the calico CNI plugin run (through libcni) in the node's namespace
-// with the pod's Kubernetes identity.
-func (l *Lab) AddPod(ctx context.Context, node, namespace, name string) (_ Pod, err error) {
+// PodOptions are what a pod is made with beside its node and name.
+type PodOptions struct {
+	// Labels are the pod's labels (with Kubernetes, the Pod's; without,
+	// its WorkloadEndpoint's).
+	Labels map[string]string
+	// Serve starts a server in the pod answering on these ports; with
+	// Kubernetes each is also a named container port of the Pod
+	// (serve-<port>-<protocol>).
+	Serve []ServePort
+	// IP asks for this address (the pod's cni.projectcalico.org/ipAddrs
+	// annotation; Kubernetes only).
+	IP netip.Addr
+}
+
+// AddPod creates a pod with no labels and no server.
+func (l *Lab) AddPod(ctx context.Context, node, namespace, name string) (Pod, error) {
+	return l.AddPodWith(ctx, node, namespace, name, PodOptions{})
+}
+
+// AddPodWith creates a pod on a node as kubelet would: with Kubernetes
+// the Pod object first (spec.nodeName set, as the scheduler leaves it),
+// then a network namespace and the calico CNI plugin run (through
+// libcni) in the node's namespace with the pod's identity, then (with
+// Kubernetes) the Pod's status written with its address. Its server, if
+// any, starts last. A failure removes what was made.
+func (l *Lab) AddPodWith(ctx context.Context, node, namespace, name string, o PodOptions) (_ Pod, err error) {
 	n, ok := l.Node(node)
 	if !ok {
 		return Pod{}, fmt.Errorf("lab %s: no node %q", l.st.Name, node)
@@ -118,9 +149,23 @@ func (l *Lab) AddPod(ctx context.Context, node, namespace, name string) (_ Pod, 
 	if _, ok := l.Pod(namespace + "/" + name); ok {
 		return Pod{}, fmt.Errorf("lab %s: pod %s/%s already exists", l.st.Name, namespace, name)
 	}
+	kube := l.st.Options.Kubernetes
+	if o.IP.IsValid() && !kube {
+		return Pod{}, fmt.Errorf("pod %s/%s: --ip asks through the pod's ipAddrs annotation: the lab needs --kubernetes", namespace, name)
+	}
 	id := make([]byte, 32)
 	_, _ = rand.Read(id)
-	p := Pod{Node: node, Namespace: namespace, Name: name, ContainerID: hex.EncodeToString(id)}
+	p := Pod{Node: node, Namespace: namespace, Name: name, ContainerID: hex.EncodeToString(id), Labels: o.Labels, Serve: o.Serve}
+	if kube {
+		if err := l.createKubePod(ctx, p, n, o); err != nil {
+			return Pod{}, err
+		}
+		defer func() {
+			if err != nil {
+				_ = l.deleteKubePod(context.Background(), p)
+			}
+		}()
+	}
 	if p.NS, err = l.newNS(ctx, "pod-"+namespace+"."+name); err != nil {
 		return Pod{}, errors.Join(err, l.forgetNS(ctx, l.st.Prefix+"pod-"+namespace+"."+name))
 	}
@@ -145,8 +190,24 @@ func (l *Lab) AddPod(ctx context.Context, node, namespace, name string) (_ Pod, 
 		_ = l.cni(n, func(c *libcni.CNIConfig) error { return c.DelNetworkList(context.Background(), list, p.runtimeConf()) })
 		return Pod{}, errors.Join(fmt.Errorf("pod %s on %s: CNI ADD: %w", p.Key(), node, err), l.forgetNS(ctx, p.NS))
 	}
+	took := time.Since(began)
 	p.IP, _ = netip.AddrFromSlice(res.IPs[0].Address.IP)
 	p.IP = p.IP.Unmap()
+	undoCNI := func() error {
+		return errors.Join(l.cni(n, func(c *libcni.CNIConfig) error { return c.DelNetworkList(context.Background(), list, p.runtimeConf()) }),
+			l.forgetNS(context.Background(), p.NS))
+	}
+	if kube {
+		err = l.writePodStatus(ctx, p, n)
+	} else if len(o.Labels) > 0 {
+		err = l.labelEndpoint(ctx, p, o.Labels)
+	}
+	if err == nil && len(o.Serve) > 0 {
+		err = l.startServer(p)
+	}
+	if err != nil {
+		return Pod{}, errors.Join(err, undoCNI())
+	}
 	l.mu.Lock()
 	l.st.Pods = append(l.st.Pods, p)
 	// The pod's namespace is recorded with the pod from now on.
@@ -158,16 +219,52 @@ func (l *Lab) AddPod(ctx context.Context, node, namespace, name string) (_ Pod, 
 	}
 	err = l.save()
 	l.mu.Unlock()
-	l.say("pod %s on %s: %s (CNI ADD %s)", p.Key(), node, p.IP, time.Since(began).Round(time.Millisecond))
+	l.say("pod %s on %s: %s (CNI ADD %s)", p.Key(), node, p.IP, took.Round(time.Millisecond))
 	return p, err
 }
 
-// DelPod deletes a pod as kubelet would: CNI DEL in its node's namespace,
-// then its network namespace.
+// labelEndpoint gives a pod's WorkloadEndpoint labels (a lab without
+// Kubernetes, where no Pod carries them).
+func (l *Lab) labelEndpoint(ctx context.Context, p Pod, labels map[string]string) error {
+	wep := names.WorkloadEndpointName(p.Node, names.OrchestratorKubernetes, p.Name, "eth0")
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if _, err := l.Calicoctl(ctx, p.Node, nil, "label", "workloadendpoint", wep, k+"="+labels[k], "-n", p.Namespace, "--overwrite"); err != nil {
+			return fmt.Errorf("pod %s: %w", p.Key(), err)
+		}
+	}
+	return nil
+}
+
+// startServer runs the pod's server (this executable, see ServeEnv) in
+// its namespace.
+func (l *Lab) startServer(p Pod) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var ports []string
+	for _, s := range p.Serve {
+		ports = append(ports, s.String())
+	}
+	role := "serve/" + p.Key()
+	proc, err := start(p.NS, "server of "+p.Key(), l.path("pods", p.Namespace+"."+p.Name+".log"), []string{exe},
+		[]string{ServeEnv + "=" + strings.Join(ports, ","), ServeNameEnv + "=" + p.Key()})
+	if err != nil {
+		return err
+	}
+	return l.recordProc(role, proc)
+}
+
+// DelPod deletes a pod as kubelet would: its server stopped, CNI DEL in
+// its node's namespace, its network namespace, then (with Kubernetes)
+// the Pod object.
 func (l *Lab) DelPod(ctx context.Context, key string) error {
 	p, ok := l.Pod(key)
 	if !ok {
 		return fmt.Errorf("lab %s: no pod %q", l.st.Name, key)
+	}
+	if err := l.stopServer(p); err != nil {
+		return err
 	}
 	n, ok := l.Node(p.Node)
 	if !ok {
@@ -180,8 +277,32 @@ func (l *Lab) DelPod(ctx context.Context, key string) error {
 	if err := l.cni(n, func(c *libcni.CNIConfig) error { return c.DelNetworkList(ctx, list, p.runtimeConf()) }); err != nil {
 		return fmt.Errorf("pod %s on %s: CNI DEL: %w", key, p.Node, err)
 	}
+	if err := l.forgetPod(ctx, p); err != nil {
+		return err
+	}
+	if l.st.Options.Kubernetes {
+		if err := l.deleteKubePod(ctx, p); err != nil {
+			return err
+		}
+	}
 	l.say("pod %s deleted from %s", key, p.Node)
-	return l.forgetPod(ctx, p)
+	return nil
+}
+
+// stopServer stops the pod's server, if it has one.
+func (l *Lab) stopServer(p Pod) error {
+	role := "serve/" + p.Key()
+	proc, ok := l.Proc(role)
+	if !ok {
+		return nil
+	}
+	if err := proc.Stop(2 * time.Second); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.st.Procs, role)
+	return l.save()
 }
 
 // forgetPod deletes a pod's namespace and drops it from the record.

@@ -23,9 +23,6 @@ import (
 // dropped.
 const probeTimeout = 500 * time.Millisecond
 
-// ipProtoSCTP is SCTP's IP protocol number.
-const ipProtoSCTP = 132
-
 // probeServer answers probes inside one pod.
 type probeServer struct {
 	pod     string
@@ -212,8 +209,6 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // sctpInit builds an SCTP packet holding one INIT chunk, checksummed
 // (CRC32c, stored little-endian as the kernel computes it) so that

@@ -37,6 +37,10 @@ type Pod struct {
 	NS string `json:"ns"`
 	// IP is the address calico-ipam gave it.
 	IP netip.Addr `json:"ip"`
+	// Labels are the labels it was made with.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Serve are the ports its server answers on.
+	Serve []ServePort `json:"serve,omitempty"`
 }
 
 // Key is "namespace/name".

@@ -20,10 +20,12 @@ const SuperviseEnv = "PALISADE_LAB_SUPERVISE"
 // restartDelay is how long the supervisor waits before a restart.
 const restartDelay = 500 * time.Millisecond
 
-// MaybeSupervise runs the supervisor and exits when this process was
-// started as one; otherwise it returns at once. Call it first in main (and
+// MaybeSupervise runs the supervisor (or a pod's server, see ServeEnv)
+// and exits when this process was started as one; otherwise it returns
+// at once. Call it first in main (and
 // in TestMain of tests that start labs).
 func MaybeSupervise() {
+	maybeServe()
 	if os.Getenv(SuperviseEnv) != "1" {
 		return
 	}

@@ -54,6 +54,7 @@ type NetConf struct {
 	ContainerSettings ContainerSettings `json:"container_settings,omitempty"`
 	Policy            Policy            `json:"policy,omitempty"`
 	Kubernetes        Kubernetes        `json:"kubernetes,omitempty"`
+	FeatureControl    FeatureControl    `json:"feature_control,omitempty"`
 	RuntimeConfig     map[string]any    `json:"runtimeConfig,omitempty"`
 
 	// timeout is DatastoreTimeout parsed.
@@ -75,15 +76,37 @@ type ContainerSettings struct {
 }
 
 // Policy selects who writes policy for the workload; empty means the
-// plugin creates a profile named after the network.
+// plugin creates a profile named after the network, "k8s" that the
+// pod's labels, namespace and service account decide (read from the API
+// server). The k8s_* keys are Calico's older way to reach the API server;
+// they override the kubeconfig's.
 type Policy struct {
-	Type string `json:"type,omitempty"`
+	Type                    string `json:"type,omitempty"`
+	K8sAPIRoot              string `json:"k8s_api_root,omitempty"`
+	K8sAuthToken            string `json:"k8s_auth_token,omitempty"`
+	K8sClientCertificate    string `json:"k8s_client_certificate,omitempty"`
+	K8sClientKey            string `json:"k8s_client_key,omitempty"`
+	K8sCertificateAuthority string `json:"k8s_certificate_authority,omitempty"`
 }
 
-// Kubernetes is the kubernetes section (parsed, not used yet).
+// Kubernetes is the kubernetes section: how to reach the API server (a
+// kubeconfig, or an API root), which turns on the Kubernetes mode for
+// pods.
 type Kubernetes struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	K8sAPIRoot string `json:"k8s_api_root,omitempty"`
+	// NodeName is the Kubernetes node (for usePodCidr); the plugin's node
+	// name when empty.
+	NodeName string `json:"node_name,omitempty"`
+}
+
+// FeatureControl turns on features Calico keeps off by default.
+type FeatureControl struct {
+	// IPAddrsNoIpam lets a pod's cni.projectcalico.org/ipAddrsNoIpam
+	// annotation give it addresses without IPAM.
+	IPAddrsNoIpam bool `json:"ip_addrs_no_ipam,omitempty"`
+	// FloatingIPs is refused: Palisade does not implement floating IPs.
+	FloatingIPs bool `json:"floating_ips,omitempty"`
 }
 
 // Load parses and checks a network configuration. Errors are CNI errors
@@ -132,6 +155,9 @@ func Load(stdin []byte) (*NetConf, error) {
 	}
 	if _, err := conf.AssignFamilies(); err != nil {
 		return nil, bad("%v", err)
+	}
+	if conf.FeatureControl.FloatingIPs {
+		return nil, bad("feature_control.floating_ips: floating IPs are not implemented in Palisade")
 	}
 	return conf, nil
 }

@@ -207,6 +207,45 @@ func TestNamedPorts(t *testing.T) {
 	}
 }
 
+// TestNamedPortsAcrossNamespaces: in a NetworkPolicy, a named port with
+// no selector resolves on endpoints of every namespace (a Kubernetes
+// egress rule to a named port and no peer), while a selector keeps it to
+// the policy's namespace.
+func TestNamedPortsAcrossNamespaces(t *testing.T) {
+	udp := numorstring.ProtocolFromString("UDP")
+	withPort := func(w *v3.WorkloadEndpoint) {
+		w.Spec.Ports = []v3.WorkloadEndpointPort{{Name: "serve-80-udp", Protocol: udp, Port: 80}}
+	}
+	egress := func(name string, dst v3.EntityRule) *v3.NetworkPolicy {
+		p := np("a", name, "app == 'client'", nil)
+		p.Spec.Types = []v3.PolicyType{v3.PolicyTypeEgress}
+		dst.Ports = []numorstring.Port{numorstring.NamedPort("serve-80-udp")}
+		p.Spec.Egress = []v3.Rule{{Action: v3.Allow, Protocol: &udp, Destination: dst}}
+		return p
+	}
+	rec := run(t,
+		up(wep("a", "client", testNode, "10.0.0.1", map[string]string{"app": "client"})),
+		up(wep("a", "same-ns", "other", "10.0.0.2", map[string]string{"app": "web"}, withPort)),
+		up(wep("b", "other-ns", "other", "10.0.1.2", map[string]string{"app": "web"}, withPort)),
+		up(egress("any", v3.EntityRule{})),
+		up(egress("selected", v3.EntityRule{Selector: "app == 'web'"})))
+	for _, tc := range []struct {
+		policy string
+		want   []string
+	}{
+		{"any", []string{"10.0.0.2,udp:80", "10.0.1.2,udp:80"}},
+		{"selected", []string{"10.0.0.2,udp:80"}},
+	} {
+		r := rec.policies[pid("a", tc.policy)].Outbound[0]
+		if len(r.DstNamedPortIPSets) != 1 {
+			t.Fatalf("%s: rule = %+v", tc.policy, r)
+		}
+		if got := members(t, rec, r.DstNamedPortIPSets[0]); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: named port members = %v, want %v", tc.policy, got, tc.want)
+		}
+	}
+}
+
 func TestTierAndPolicyOrder(t *testing.T) {
 	tier := func(name string, order *float64, action v3.Action) Update {
 		return up(&v3.Tier{TypeMeta: v3.TypeMeta{Kind: v3.KindTier}, ObjectMeta: v3.ObjectMeta{Name: name},

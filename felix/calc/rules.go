@@ -341,12 +341,21 @@ func (c *ruleCompiler) entity(e v3.EntityRule, namespace string, proto portProto
 		ns.sel, ns.hasSA, ns.saNames, ns.saSel = notSel, false, nil, nil
 		out.notSets = append(out.notSets, withID(&ns))
 	}
+	// A named port with nothing selecting endpoints resolves on every
+	// endpoint, in every namespace, as Calico's (a Kubernetes egress rule
+	// to a named port and no peer allows that port on any pod).
+	portBase := base
+	if sel == nil && nsSel == nil && notSel == nil && !base.hasSA {
+		unscoped := *base
+		unscoped.namespace = ""
+		portBase = &unscoped
+	}
 	ports := func(in []numorstring.Port, field string) (numeric []PortRange, named []*ipSetSpec) {
 		for _, p := range in {
 			switch {
 			case p.PortName != "" && (proto.ports || !proto.set):
 				// A named port of a rule with no protocol is TCP or UDP.
-				named = append(named, namedPortSpecs(base, p.PortName, proto.name)...)
+				named = append(named, namedPortSpecs(portBase, p.PortName, proto.name)...)
 			case p.PortName == "" && proto.ports && p.MinPort <= p.MaxPort:
 				numeric = append(numeric, PortRange{p.MinPort, p.MaxPort})
 			default:

@@ -64,6 +64,11 @@ type Config struct {
 	IPv4Pool, IPv6Pool PoolConfig
 	// SkipSysctls leaves the forwarding sysctls alone.
 	SkipSysctls bool
+	// K8sNodeRef is the node's Kubernetes name (CALICO_K8S_NODE_REF, as
+	// Calico's DaemonSet sets it from spec.nodeName): written as the
+	// Node's k8s orchRef, which calico-kube-controllers' node controller
+	// follows.
+	K8sNodeRef string
 }
 
 // PoolConfig describes one default pool.
@@ -90,6 +95,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		AS:           getenv("AS"),
 		Backend:      getenv("CALICO_NETWORKING_BACKEND"),
 		ClusterType:  getenv("CLUSTER_TYPE"),
+		K8sNodeRef:   getenv("CALICO_K8S_NODE_REF"),
 	}
 	if c.NodeName == "" {
 		c.NodeName = getenv("HOSTNAME")

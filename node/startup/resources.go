@@ -39,8 +39,9 @@ func getNode(ctx context.Context, c *client.Client, name string) (*v3.Node, erro
 }
 
 // writeNode creates the Node or updates the stored one with the node's
-// BGP identity: its addresses and, when cfgAS is set, its AS number.
-func writeNode(ctx context.Context, c *client.Client, stored *v3.Node, name string, v4, v6 Address, cfgAS string) (*v3.Node, error) {
+// BGP identity: its addresses and, when cfgAS is set, its AS number; and,
+// when k8sRef is set, its Kubernetes orchRef.
+func writeNode(ctx context.Context, c *client.Client, stored *v3.Node, name string, v4, v6 Address, cfgAS, k8sRef string) (*v3.Node, error) {
 	n := stored
 	if n == nil {
 		n = &v3.Node{ObjectMeta: v3.ObjectMeta{Name: name}}
@@ -72,6 +73,15 @@ func writeNode(ctx context.Context, c *client.Client, stored *v3.Node, name stri
 	}
 	n.Spec.BGP = bgp
 	n.Spec.Addresses = nodeAddresses(n.Spec.Addresses, v4, v6)
+	if k8sRef != "" {
+		refs := []v3.OrchRef{{Orchestrator: "k8s", NodeName: k8sRef}}
+		for _, o := range n.Spec.OrchRefs {
+			if o.Orchestrator != "k8s" {
+				refs = append(refs, o)
+			}
+		}
+		n.Spec.OrchRefs = refs
+	}
 
 	var (
 		out v3.Resource

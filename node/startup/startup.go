@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config, c *client.Client, h Host, s Sysctl) (R
 	if !v4.Prefix.IsValid() && !v6.Prefix.IsValid() && cfg.BGPEnabled() {
 		return Result{}, fmt.Errorf("node %q: BGP backend %q needs an IPv4 or IPv6 address, but IP and IP6 are both none", cfg.NodeName, cfg.Backend)
 	}
-	node, err := writeNode(ctx, c, stored, cfg.NodeName, v4, v6, cfg.AS)
+	node, err := writeNode(ctx, c, stored, cfg.NodeName, v4, v6, cfg.AS, cfg.K8sNodeRef)
 	if err != nil {
 		return Result{}, err
 	}

@@ -71,6 +71,7 @@ func TestRun(t *testing.T) {
 		wantAS    string
 		wantPools map[string]string // name → CIDR
 		wantV6Fwd bool
+		wantRef   string // the k8s orchRef's nodeName
 	}{
 		{
 			name:      "defaults",
@@ -93,6 +94,13 @@ func TestRun(t *testing.T) {
 			env:       map[string]string{"NODENAME": "node-c", "NO_DEFAULT_POOLS": "true", "IP": "198.18.0.2"},
 			wantV4:    "198.18.0.2/24",
 			wantPools: map[string]string{},
+		},
+		{
+			name:      "a Kubernetes node reference",
+			env:       map[string]string{"NODENAME": "node-k", "CALICO_K8S_NODE_REF": "kube-node-k"},
+			wantV4:    "198.18.0.2/24",
+			wantPools: map[string]string{"default-ipv4-ippool": "192.168.0.0/16"},
+			wantRef:   "kube-node-k",
 		},
 		{
 			name:      "an existing pool stops the default",
@@ -136,6 +144,15 @@ func TestRun(t *testing.T) {
 			}
 			if gotAS != tc.wantAS {
 				t.Errorf("node %q asNumber = %q, want %q", name, gotAS, tc.wantAS)
+			}
+			gotRef := ""
+			for _, o := range node.Spec.OrchRefs {
+				if o.Orchestrator == "k8s" {
+					gotRef = o.NodeName
+				}
+			}
+			if gotRef != tc.wantRef {
+				t.Errorf("node %q k8s orchRef = %q, want %q", name, gotRef, tc.wantRef)
 			}
 			if res.Node.Name != name {
 				t.Errorf("Result.Node.Name = %q, want %q", res.Node.Name, name)

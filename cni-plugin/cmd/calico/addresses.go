@@ -52,6 +52,9 @@ type inProcessIPAM struct {
 	// assigned are the addresses Add assigned (none when it returned
 	// addresses the handle already held).
 	assigned []netip.Addr
+	// requested, when set, are the exact addresses to assign (a pod's
+	// ipAddrs annotation).
+	requested []netip.Addr
 }
 
 func (i *inProcessIPAM) Prepare(ctx context.Context) error {
@@ -67,10 +70,15 @@ func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
 	var res *current.Result
 	var err error
 	if i.prepared == nil {
-		res, i.assigned, err = i.plugin.Add(ctx, i.containerID)
+		if err := i.Prepare(ctx); err != nil {
+			return nil, err
+		}
+	}
+	prep := *i.prepared
+	i.prepared = nil // read once
+	if len(i.requested) > 0 {
+		res, i.assigned, err = i.plugin.AddRequested(ctx, prep, i.requested)
 	} else {
-		prep := *i.prepared
-		i.prepared = nil // read once
 		res, i.assigned, err = i.plugin.AddPrepared(ctx, prep)
 	}
 	if err != nil {

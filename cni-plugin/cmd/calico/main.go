@@ -17,6 +17,7 @@ import (
 
 	"github.com/palisade-net/palisade/cni-plugin/cmdline"
 	"github.com/palisade-net/palisade/cni-plugin/dataplane"
+	"github.com/palisade-net/palisade/cni-plugin/kubepod"
 	"github.com/palisade-net/palisade/cni-plugin/session"
 	"github.com/palisade-net/palisade/cni-plugin/undo"
 	"github.com/palisade-net/palisade/cni-plugin/workload"
@@ -51,16 +52,21 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	kube, err := kubepod.Start(conf, w)
+	if err != nil {
+		return err
+	}
 	ipam := addressSourceFor(inv, store, args.StdinData, args.ContainerID)
 
 	// 0. The workload's endpoints as they stand, read while IPAM reads
 	// what it will assign from (reads only: the endpoints decide whether
-	// to assign).
+	// to assign), and in Kubernetes mode the pod and its namespace.
 	var pod workload.Pod
 	var prepErr error
 	if err := together(
 		func() (err error) { pod, err = workload.ReadPod(ctx, store, w); return session.Retryable(err) },
 		func() error { prepErr = ipam.Prepare(ctx); return nil },
+		func() error { return kube.Read(ctx) },
 	); err != nil {
 		return err
 	}
@@ -82,6 +88,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	if prepErr != nil {
 		return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, prepErr)
+	}
+	if ipam, err = kubeAddresses(ctx, kube, ipam, args.StdinData); err != nil {
+		return err
 	}
 
 	var undo undo.Stack
@@ -136,6 +145,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		undo.Push(what, fn)
 	}
 	want := workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, mac)
+	kube.Decorate(want)
 	err = together(
 		func() (err error) {
 			if made, err = dataplane.Setup(veth); err != nil {
@@ -164,6 +174,17 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 			}
 			_, err := workload.EnsureProfile(ctx, store, workload.NetworkProfile(conf.Name, w.IsKubernetes()))
 			return session.Retryable(err)
+		},
+		func() error {
+			if err := kube.Annotate(ctx, args.ContainerID, addrs); err != nil {
+				return err
+			}
+			pushUndo("remove the pod's address annotations", func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), conf.Timeout())
+				defer cancel()
+				return kube.Unannotate(ctx, args.ContainerID)
+			})
+			return nil
 		},
 	)
 	if err != nil {
@@ -216,6 +237,12 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	// DEL must get through even when the API server cannot be reached:
+	// only the pod's annotations (and a usePodCidr IPAM) need it.
+	kube, kerr := kubepod.Start(conf, w)
+	if kerr != nil {
+		log.WithError(kerr).Warn("No Kubernetes API client; the pod's address annotations stay")
+	}
 	var deleted bool
 	err = together(
 		func() error { return dataplane.RemoveContainerSide(args.Netns, args.IfName) },
@@ -234,12 +261,22 @@ func cmdDel(args *skel.CmdArgs) error {
 					return session.Retryable(err)
 				},
 				func() error {
-					if err := addressSourceFor(inv, store, args.StdinData, args.ContainerID).Del(ctx, args.ContainerID); err != nil {
+					src, err := kubeAddresses(ctx, kube, addressSourceFor(inv, store, args.StdinData, args.ContainerID), args.StdinData)
+					if err == nil {
+						err = src.Del(ctx, args.ContainerID)
+					}
+					if err != nil {
 						return fmt.Errorf("ipam plugin %q: %w", conf.IPAM.Type, err)
 					}
 					return nil
 				},
 			)
+		},
+		func() error {
+			if err := kube.Unannotate(ctx, args.ContainerID); err != nil {
+				log.WithError(err).Warn("Could not remove the pod's address annotations")
+			}
+			return nil
 		},
 	)
 	if err != nil {

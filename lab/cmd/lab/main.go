@@ -61,7 +61,8 @@ so "lab down" removes it all. Needs root.`,
 	pf.StringVar(&g.name, "name", "", "Lab name (default: random for up, the only lab for other commands)")
 	pf.StringVar(&g.stateDir, "state-dir", "", "Directory of the labs' state (PALISADE_LAB_DIR; default "+lab.DefaultStateRoot+")")
 	pf.StringVar(&g.binDir, "bin-dir", "", "Directory of calico-node, calicoctl, calico, calico-ipam (PALISADE_BIN; default beside lab)")
-	root.AddCommand(newUp(g), newDown(g), newStatus(g), newExec(g), newPod(g), newList(g), newDemo(g), newPing(g), newVersion())
+	root.AddCommand(newUp(g), newDown(g), newStatus(g), newExec(g), newPod(g), newList(g), newDemo(g), newPing(g), newVersion(),
+		newProbe(g), newKubectl(g))
 	return root
 }
 
@@ -111,6 +112,8 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
 	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
+	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
+	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager and kubectl (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
 	return c
 }
 
@@ -189,24 +192,46 @@ func newExec(g *globals) *cobra.Command {
 
 func newPod(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "pod", Short: "Add or delete pods (through the calico CNI plugin)"}
-	c.AddCommand(&cobra.Command{
+	var labels, serve, ip string
+	add := &cobra.Command{
 		Use:   "add <node> <namespace>/<pod>",
-		Short: "Create a pod on a node with CNI ADD",
+		Short: "Create a pod on a node with CNI ADD (with --kubernetes, a Pod object first)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ns, name, err := lab.ParsePodKey(args[1])
 			if err != nil {
 				return err
 			}
+			var o lab.PodOptions
+			if o.Labels, err = parseLabels(labels); err != nil {
+				return err
+			}
+			if o.Serve, err = lab.ParseServe(serve); err != nil {
+				return err
+			}
+			if ip != "" {
+				if o.IP, err = netip.ParseAddr(ip); err != nil {
+					return fmt.Errorf("--ip %q: %w", ip, err)
+				}
+			}
 			l, err := g.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer l.Close()
-			_, err = l.AddPod(cmd.Context(), args[0], ns, name)
-			return err
+			p, err := l.AddPodWith(cmd.Context(), args[0], ns, name, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", p.Key(), p.IP)
+			return nil
 		},
-	}, &cobra.Command{
+	}
+	f := add.Flags()
+	f.StringVar(&labels, "labels", "", "Labels k=v,k=v (the Pod's; without --kubernetes, its WorkloadEndpoint's)")
+	f.StringVar(&serve, "serve", "", "Ports the pod's server answers on, as 80/tcp,81/udp,80/sctp (named container ports serve-<port>-<protocol>)")
+	f.StringVar(&ip, "ip", "", "Ask for this address (the cni.projectcalico.org/ipAddrs annotation; needs --kubernetes)")
+	c.AddCommand(add, &cobra.Command{
 		Use:   "del <node> <namespace>/<pod>",
 		Short: "Delete a pod with CNI DEL",
 		Args:  cobra.ExactArgs(2),
@@ -223,6 +248,93 @@ func newPod(g *globals) *cobra.Command {
 		},
 	})
 	return c
+}
+
+// parseLabels reads k=v,k=v.
+func parseLabels(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--labels %q: want k=v,k=v", s)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func newProbe(g *globals) *cobra.Command {
+	var port int
+	var protocol string
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "probe <from: node|namespace/pod> <to: namespace/pod|address>",
+		Short: "Connect (TCP), send a datagram (UDP) or an SCTP INIT to a pod's server; exit 0 when answered",
+		Long: `probe opens a TCP connection to the pod's server and reads its answer, or sends
+a UDP datagram and waits for the answer, or sends an SCTP INIT (from a raw
+socket: this kernel has no SCTP stack) and waits for the INIT-ACK. It exits 0
+when the answer comes and 1 when it does not within --timeout.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			proto, err := lab.ParseProtocol(protocol)
+			if err != nil {
+				return err
+			}
+			if port < 1 || port > 65535 {
+				return fmt.Errorf("--port %d: want 1-65535", port)
+			}
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			dst, err := netip.ParseAddr(args[1])
+			if err != nil {
+				p, ok := l.Pod(args[1])
+				if !ok {
+					return fmt.Errorf("%q is neither an address nor a pod", args[1])
+				}
+				dst = p.IP
+			}
+			began := time.Now()
+			if err := l.Probe(cmd.Context(), args[0], dst, port, proto, timeout); err != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "✗ %v (after %s)\n", err, time.Since(began).Round(time.Millisecond))
+				return exitCode(1)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "✓ %s → %s %s/%d answered in %s\n", args[0], args[1], proto, port, time.Since(began).Round(time.Microsecond))
+			return nil
+		},
+	}
+	c.Flags().IntVar(&port, "port", 80, "Port")
+	c.Flags().StringVar(&protocol, "protocol", "tcp", "tcp, udp or sctp")
+	c.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "How long to wait for the answer")
+	return c
+}
+
+func newKubectl(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubectl -- <kubectl arguments>",
+		Short: "Run kubectl against the lab's API server (lab up --kubernetes)",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := g.open(cmd)
+			if err != nil {
+				return err
+			}
+			_ = l.Close()
+			code, err := l.Kubectl(cmd.Context(), args, os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return exitCode(code)
+			}
+			return nil
+		},
+	}
 }
 
 func newList(g *globals) *cobra.Command {
@@ -244,7 +356,7 @@ func newDemo(g *globals) *cobra.Command {
 	var keep bool
 	c := &cobra.Command{
 		Use:   "demo",
-		Short: "3 nodes, a BIRD route reflector, 6 pods, the ping matrix; then remove it all",
+		Short: "3 nodes, a BIRD route reflector, Kubernetes, 6 pods, the ping matrix, one NetworkPolicy; then remove it all",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("KEEP") == "1" {

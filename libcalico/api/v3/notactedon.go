@@ -37,6 +37,15 @@ var NotActedOn = map[string][]string{
 	KindWorkloadEndpoint: {
 		"spec.qosControls",
 	},
+	KindKubeControllersConfiguration: {
+		// calico-kube-controllers has no LoadBalancer IPAM controller and
+		// no profiling endpoint; host endpoint templates only matter with
+		// autoCreate, which it refuses.
+		"spec.debugProfilePort",
+		"spec.controllers.loadBalancer",
+		"spec.controllers.node.hostEndpoint.templates",
+		"spec.controllers.node.hostEndpoint.createDefaultHostEndpoint",
+	},
 }
 
 // FelixConfigurationActedOn names, by JSON name, the FelixConfiguration

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the tests run (kube-apiserver,
+# kube-controller-manager, kube-proxy, kubectl) from the Go module proxy, in
+# a helper module of their own (never the project's go.mod), and keeps them
+# in a cache outside the checkout, keyed by version. A second call finds
+# them and returns at once; a cold build takes several minutes.
+#
+#   hack/kube-tools.sh            build when missing; quiet when present
+#   hack/kube-tools.sh --print-dir  print the directory of the binaries
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+CACHE_ROOT="${PALISADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/palisade}"
+DIR="$CACHE_ROOT/kube-$KUBE_VERSION"
+BINARIES=(kube-apiserver kube-controller-manager kube-proxy kubectl)
+
+die() { echo "kube-tools: $*" >&2; exit 1; }
+
+if [ "${1:-}" = "--print-dir" ]; then
+	echo "$DIR"
+	exit 0
+fi
+
+complete() {
+	[ "$(cat "$DIR/.version" 2>/dev/null)" = "$KUBE_VERSION" ] || return 1
+	for b in "${BINARIES[@]}"; do [ -x "$DIR/$b" ] || return 1; done
+}
+complete && exit 0
+
+mkdir -p "$CACHE_ROOT"
+# One build at a time on a machine: a second caller waits, then finds the
+# binaries the first one built.
+exec 9>"$CACHE_ROOT/.kube-tools.lock"
+flock 9
+complete && exit 0
+
+command -v go >/dev/null || die "go is not on PATH"
+echo "kube-tools: building Kubernetes $KUBE_VERSION (${BINARIES[*]}) into $DIR; a cold build takes several minutes"
+src="$CACHE_ROOT/kube-src-$KUBE_VERSION"
+mkdir -p "$src"
+cd "$src"
+
+# Kubernetes replaces its staging modules with local folders, which a
+# module proxy download does not have: each is replaced by the same module
+# at the matching v0 version, named from kubernetes' own go.mod.
+modfile=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+[ -f "$modfile" ] || die "could not download k8s.io/kubernetes@$KUBE_VERSION"
+staging_version="v0.${KUBE_VERSION#v1.}"
+mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$modfile" |
+	grep -v -e '^k8s.io/sample-cli-plugin$' -e '^k8s.io/sample-controller$')
+((${#staging[@]} > 20)) || die "found only ${#staging[@]} staging modules in $modfile"
+
+{
+	echo "module palisade.invalid/kubetools"
+	echo
+	echo "go 1.26.8"
+	echo
+	echo "require k8s.io/kubernetes $KUBE_VERSION"
+	echo
+	echo "replace ("
+	for m in "${staging[@]}"; do echo "	$m => $m $staging_version"; done
+	echo ")"
+	echo
+	echo "tool ("
+	for b in "${BINARIES[@]}"; do echo "	k8s.io/kubernetes/cmd/$b"; done
+	echo ")"
+} >go.mod
+
+minor="${KUBE_VERSION#v1.}"
+minor="${minor%%.*}"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+out="$CACHE_ROOT/.kube-out-$$"
+rm -rf "$out"
+mkdir -p "$out"
+pkgs=()
+for b in "${BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out" -ldflags "$ldflags" "${pkgs[@]}" ||
+	die "go build of Kubernetes $KUBE_VERSION failed"
+echo "$KUBE_VERSION" >"$out/.version"
+rm -rf "$DIR"
+mv "$out" "$DIR"
+echo "kube-tools: Kubernetes $KUBE_VERSION is in $DIR"

@@ -1,0 +1,391 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/libcalico/k8s"
+)
+
+// KubeLabelsAnnotation records, on a Calico node, the Kubernetes node
+// labels last copied onto it, so labels removed in Kubernetes are
+// removed again and labels set only in Calico are kept.
+const KubeLabelsAnnotation = "projectcalico.org/kube-labels"
+
+// NodeOptions are the node controller's settings.
+type NodeOptions struct {
+	// SyncLabels copies Kubernetes node labels onto Calico nodes.
+	SyncLabels bool
+	// LeakGracePeriod is how long an address must have been seen leaked
+	// before it is released; 0 turns IPAM garbage collection off.
+	LeakGracePeriod time.Duration
+}
+
+// Nodes removes Calico nodes whose Kubernetes node is gone (Calico nodes
+// carry their Kubernetes name in spec.orchRefs; nodes without one are
+// not Kubernetes nodes and are left alone), copies node labels, and
+// garbage-collects leaked pod addresses: an address whose pod no longer
+// exists (or now has other addresses) is released once it was seen
+// leaked on two passes at least LeakGracePeriod apart, never while its
+// pod holds it.
+type Nodes struct {
+	nodes       corelisters.NodeLister
+	pods        corelisters.PodLister
+	nodesSynced cache.InformerSynced
+	podsSynced  cache.InformerSynced
+	client      kubernetes.Interface
+	store       datastore.Interface
+	alloc       *ipam.Allocator
+	opts        NodeOptions
+	period      time.Duration
+	queue       workqueue.TypedRateLimitingInterface[string]
+	log         *log.Entry
+
+	mu sync.Mutex
+	// byKubeName maps Kubernetes node names to Calico node names, from
+	// the last full pass.
+	byKubeName map[string]string
+	// leaks holds when each suspected leak ("ip handle") was first seen.
+	leaks map[string]time.Time
+
+	first   atomic.Bool
+	lastErr atomic.Pointer[error]
+	// Released counts addresses garbage-collected; Deleted Calico nodes
+	// removed.
+	Released, Deleted atomic.Int64
+}
+
+// fullPass is the queue item of a full pass.
+const fullPass = ""
+
+// NewNodes registers the node and pod informers and returns the
+// controller.
+func NewNodes(d Deps, o NodeOptions) *Nodes {
+	ninf := d.Informers.Core().V1().Nodes()
+	pinf := d.Informers.Core().V1().Pods()
+	n := &Nodes{nodes: ninf.Lister(), pods: pinf.Lister(), nodesSynced: ninf.Informer().HasSynced,
+		podsSynced: pinf.Informer().HasSynced, client: d.Client, store: d.Store, opts: o, period: d.Period,
+		byKubeName: map[string]string{}, leaks: map[string]time.Time{}, log: log.WithField("controller", "node"),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"})}
+	if d.KV != nil {
+		n.alloc = ipam.New(d.Store, d.KV)
+	}
+	_, _ = ninf.Informer().AddEventHandler(handler(func(_, name string) { n.queue.Add(name) }))
+	return n
+}
+
+// Name implements Controller.
+func (n *Nodes) Name() string { return "node" }
+
+// HasSynced implements Controller.
+func (n *Nodes) HasSynced() []cache.InformerSynced {
+	return []cache.InformerSynced{n.nodesSynced, n.podsSynced}
+}
+
+// Synced implements Controller.
+func (n *Nodes) Synced() bool { return n.first.Load() }
+
+// Err implements Controller.
+func (n *Nodes) Err() error {
+	if p := n.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Run implements Controller.
+func (n *Nodes) Run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		n.queue.ShutDown()
+	}()
+	n.queue.Add(fullPass)
+	go func() {
+		t := time.NewTicker(n.period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				n.queue.Add(fullPass)
+			}
+		}
+	}()
+	for {
+		item, shutdown := n.queue.Get()
+		if shutdown {
+			return
+		}
+		var err error
+		if item == fullPass {
+			err = n.pass(ctx)
+		} else {
+			err = n.node(ctx, item)
+		}
+		if err != nil {
+			n.lastErr.Store(&err)
+			n.log.WithError(err).WithField("item", item).Warn("Node reconcile failed; retrying with backoff")
+			n.queue.AddRateLimited(item)
+		} else {
+			n.lastErr.Store(nil)
+			n.queue.Forget(item)
+		}
+		n.queue.Done(item)
+	}
+}
+
+// kubeName is the Kubernetes node a Calico node stands for, if any.
+func kubeName(cn *v3.Node) (string, bool) {
+	for _, o := range cn.Spec.OrchRefs {
+		if o.Orchestrator == k8s.OrchestratorKubernetes && o.NodeName != "" {
+			return o.NodeName, true
+		}
+	}
+	return "", false
+}
+
+// pass removes the Calico nodes of vanished Kubernetes nodes, syncs
+// every node's labels, and collects leaked addresses.
+func (n *Nodes) pass(ctx context.Context) error {
+	items, _, err := n.store.List(ctx, datastore.ListOptions{Kind: v3.KindNode})
+	if err != nil {
+		return fmt.Errorf("listing Calico nodes: %w", err)
+	}
+	index := map[string]string{}
+	var errs []error
+	for _, r := range items {
+		cn := r.(*v3.Node)
+		kn, ok := kubeName(cn)
+		if !ok {
+			continue
+		}
+		index[kn] = cn.Name
+		if err := n.reconcileNode(ctx, cn, kn); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.mu.Lock()
+	n.byKubeName = index
+	n.mu.Unlock()
+	if err := n.collectLeaks(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if !n.first.Swap(true) {
+		n.log.WithField("calicoNodes", len(items)).Info("First sync done")
+	}
+	return nil
+}
+
+// node reconciles the Calico node of one Kubernetes node.
+func (n *Nodes) node(ctx context.Context, kn string) error {
+	n.mu.Lock()
+	name, ok := n.byKubeName[kn]
+	n.mu.Unlock()
+	if !ok {
+		name = kn // Calico names a node as Kubernetes does
+	}
+	r, err := n.store.Get(ctx, datastore.Key{Kind: v3.KindNode, Name: name})
+	if errors.Is(err, datastore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Calico node %q: %w", name, err)
+	}
+	cn := r.(*v3.Node)
+	if ref, ok := kubeName(cn); !ok || ref != kn {
+		return nil
+	}
+	n.mu.Lock()
+	n.byKubeName[kn] = cn.Name
+	n.mu.Unlock()
+	return n.reconcileNode(ctx, cn, kn)
+}
+
+// reconcileNode deletes cn when its Kubernetes node kn is gone (as the
+// API server itself confirms), else syncs its labels.
+func (n *Nodes) reconcileNode(ctx context.Context, cn *v3.Node, kn string) error {
+	kube, err := n.nodes.Get(kn)
+	if apierrors.IsNotFound(err) {
+		if _, err := n.client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); err == nil {
+			return nil // the informer has not caught up
+		} else if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("confirming Kubernetes node %q is gone: %w", kn, err)
+		}
+		if err := DeleteCalicoNode(ctx, n.store, n.alloc, cn.Name); err != nil {
+			return err
+		}
+		n.Deleted.Add(1)
+		n.mu.Lock()
+		delete(n.byKubeName, kn)
+		n.mu.Unlock()
+		return nil
+	}
+	if err != nil || !n.opts.SyncLabels {
+		return err
+	}
+	var prev map[string]string
+	if a := cn.Annotations[KubeLabelsAnnotation]; a != "" {
+		_ = json.Unmarshal([]byte(a), &prev)
+	}
+	want := map[string]string{}
+	for k, v := range cn.Labels {
+		if _, fromKube := prev[k]; !fromKube {
+			want[k] = v
+		}
+	}
+	maps.Copy(want, kube.Labels)
+	kubeJSON, _ := json.Marshal(kube.Labels)
+	if maps.Equal(want, cn.Labels) && cn.Annotations[KubeLabelsAnnotation] == string(kubeJSON) {
+		return nil
+	}
+	cn.Labels = want
+	if len(cn.Labels) == 0 {
+		cn.Labels = nil
+	}
+	if cn.Annotations == nil {
+		cn.Annotations = map[string]string{}
+	}
+	cn.Annotations[KubeLabelsAnnotation] = string(kubeJSON)
+	if _, err := n.store.Update(ctx, cn); err != nil {
+		return fmt.Errorf("syncing the labels of Calico node %q: %w", cn.Name, err)
+	}
+	n.log.WithField("node", cn.Name).Debug("Kubernetes node labels copied")
+	return nil
+}
+
+// collectLeaks looks at every pod address IPAM holds: one whose pod is
+// gone, or no longer has it, is a candidate leak; a candidate seen again
+// at least the grace period after it was first seen is released (by its
+// handle, so an address handed to someone else meanwhile is never
+// touched). Candidates no longer leaked are forgotten.
+func (n *Nodes) collectLeaks(ctx context.Context) error {
+	if n.alloc == nil || n.opts.LeakGracePeriod <= 0 {
+		return nil
+	}
+	blocks, err := n.alloc.ListBlocks(ctx)
+	if err != nil {
+		return fmt.Errorf("listing IPAM blocks: %w", err)
+	}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seen := map[string]bool{}
+	release := map[string][]string{}
+	pods := map[string][2]string{}
+	for _, b := range blocks {
+		for _, a := range b.Allocations {
+			ns, pod := a.Attrs["namespace"], a.Attrs["pod"]
+			if ns == "" || pod == "" || a.HandleID == "" {
+				continue // not a pod's address
+			}
+			if n.podHolds(ns, pod, a.IP) {
+				continue
+			}
+			key := a.IP.String() + " " + a.HandleID
+			seen[key] = true
+			fields := log.Fields{"ip": a.IP, "handle": a.HandleID, "pod": ns + "/" + pod, "node": a.Attrs["node"]}
+			first, ok := n.leaks[key]
+			switch {
+			case !ok:
+				n.leaks[key] = now
+				n.log.WithFields(fields).WithField("gracePeriod", n.opts.LeakGracePeriod).Warn("Candidate IP leak: its pod does not hold it; released if still leaked after the grace period")
+			case now.Sub(first) >= n.opts.LeakGracePeriod:
+				release[a.HandleID] = append(release[a.HandleID], a.IP.String())
+				pods[a.HandleID] = [2]string{ns, pod}
+				n.log.WithFields(fields).WithField("leakedFor", now.Sub(first).Round(time.Second)).Warn("Garbage collecting leaked IP address")
+			}
+		}
+	}
+	for k := range n.leaks {
+		if !seen[k] {
+			delete(n.leaks, k)
+		}
+	}
+	var errs []error
+	for h, ips := range release {
+		if held, err := n.podHoldsLive(ctx, pods[h], ips); err != nil || held {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := n.alloc.ReleaseByHandle(ctx, h); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("releasing leaked handle %s: %w", h, err))
+			continue
+		}
+		n.Released.Add(int64(len(ips)))
+		for _, ip := range ips {
+			delete(n.leaks, ip+" "+h)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// podHolds says whether pod ns/name exists and holds ip, or exists and
+// has no address yet (it is being set up). n.mu is held.
+func (n *Nodes) podHolds(ns, name string, ip netip.Addr) bool {
+	p, err := n.pods.Pods(ns).Get(name)
+	if err != nil {
+		return false
+	}
+	if p.Status.PodIP == "" && len(p.Status.PodIPs) == 0 {
+		return true
+	}
+	if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && a == ip {
+		return true
+	}
+	for _, pip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(pip.IP); err == nil && a == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// podHoldsLive asks the API server itself, before a release, whether the
+// pod exists and holds one of ips (or has no address yet).
+func (n *Nodes) podHoldsLive(ctx context.Context, pod [2]string, ips []string) (bool, error) {
+	p, err := n.client.CoreV1().Pods(pod[0]).Get(ctx, pod[1], metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("confirming pod %s/%s is gone: %w", pod[0], pod[1], err)
+	}
+	if p.Status.PodIP == "" && len(p.Status.PodIPs) == 0 {
+		return true, nil
+	}
+	for _, pip := range append([]corev1.PodIP{{IP: p.Status.PodIP}}, p.Status.PodIPs...) {
+		for _, ip := range ips {
+			if pip.IP == ip {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}

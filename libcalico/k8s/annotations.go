@@ -1,0 +1,138 @@
+package k8s
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Annotations Calico reads on pods (and, for the pools, namespaces) and
+// writes on pods.
+const (
+	AnnotationIPAddrs       = "cni.projectcalico.org/ipAddrs"
+	AnnotationIPAddrsNoIPAM = "cni.projectcalico.org/ipAddrsNoIpam"
+	AnnotationIPv4Pools     = "cni.projectcalico.org/ipv4pools"
+	AnnotationIPv6Pools     = "cni.projectcalico.org/ipv6pools"
+	AnnotationFloatingIPs   = "cni.projectcalico.org/floatingIPs"
+	// AnnotationPodIP, AnnotationPodIPs and AnnotationContainerID are
+	// written by the CNI plugin: the pod's addresses as CIDRs and the
+	// sandbox they belong to.
+	AnnotationPodIP       = "cni.projectcalico.org/podIP"
+	AnnotationPodIPs      = "cni.projectcalico.org/podIPs"
+	AnnotationContainerID = "cni.projectcalico.org/containerID"
+)
+
+// Addressing is how a pod asks for its addresses through annotations.
+type Addressing struct {
+	// Requested are the addresses of ipAddrs (from IPAM) or
+	// ipAddrsNoIpam (bypassing IPAM, NoIPAM set).
+	Requested []netip.Addr
+	NoIPAM    bool
+	// IPv4Pools and IPv6Pools, when set, restrict IPAM to these pools
+	// (names or CIDRs), from the pod's annotation or else its
+	// namespace's.
+	IPv4Pools, IPv6Pools []string
+}
+
+// PodAddressing reads the pod's (and its namespace's) addressing
+// annotations as Calico does: ipAddrs and ipAddrsNoIpam are JSON lists
+// of at most one IPv4 and one IPv6 address and exclude each other;
+// ipv4pools and ipv6pools are JSON lists of pool names or CIDRs, the
+// pod's winning over the namespace's. floatingIPs is refused: Palisade
+// does not implement it. ns may be nil.
+func PodAddressing(pod *corev1.Pod, ns *corev1.Namespace) (Addressing, error) {
+	var a Addressing
+	annot := pod.Annotations
+	if _, ok := annot[AnnotationFloatingIPs]; ok {
+		return a, fmt.Errorf("annotation %s: floating IPs are not implemented in Palisade", AnnotationFloatingIPs)
+	}
+	ips, hasIPs := annot[AnnotationIPAddrs]
+	noIPAM, hasNoIPAM := annot[AnnotationIPAddrsNoIPAM]
+	if hasIPs && hasNoIPAM {
+		return a, fmt.Errorf("can't have both annotations: 'ipAddrs' and 'ipAddrsNoIpam' in use at the same time")
+	}
+	var err error
+	switch {
+	case hasIPs:
+		a.Requested, err = parseAddrs(AnnotationIPAddrs, ips)
+	case hasNoIPAM:
+		a.Requested, err = parseAddrs(AnnotationIPAddrsNoIPAM, noIPAM)
+		a.NoIPAM = true
+	}
+	if err != nil {
+		return a, err
+	}
+	pools := func(key string) ([]string, error) {
+		v, ok := annot[key]
+		if !ok && ns != nil {
+			v, ok = ns.Annotations[key]
+		}
+		if !ok {
+			return nil, nil
+		}
+		var list []string
+		if err := json.Unmarshal([]byte(v), &list); err != nil {
+			return nil, fmt.Errorf("annotation %s %q: want a JSON list of pool names or CIDRs: %w", key, v, err)
+		}
+		if len(list) == 0 {
+			return nil, fmt.Errorf("annotation %s %q: names no pool", key, v)
+		}
+		return list, nil
+	}
+	if a.IPv4Pools, err = pools(AnnotationIPv4Pools); err != nil {
+		return a, err
+	}
+	if a.IPv6Pools, err = pools(AnnotationIPv6Pools); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// parseAddrs reads a JSON list of at most one IPv4 and one IPv6 address.
+func parseAddrs(key, v string) ([]netip.Addr, error) {
+	var list []string
+	if err := json.Unmarshal([]byte(v), &list); err != nil {
+		return nil, fmt.Errorf("annotation %s %q: want a JSON list of addresses, like [\"10.0.0.1\"]: %w", key, v, err)
+	}
+	if len(list) == 0 {
+		return nil, fmt.Errorf("annotation %s %q: names no address", key, v)
+	}
+	var out []netip.Addr
+	v4, v6 := 0, 0
+	for _, s := range list {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s: %q is not an IP address", key, s)
+		}
+		a = a.Unmap()
+		if a.Is4() {
+			v4++
+		} else {
+			v6++
+		}
+		out = append(out, a)
+	}
+	if v4 > 1 || v6 > 1 {
+		return nil, errors.New("annotation " + key + ": at most one IPv4 and one IPv6 address")
+	}
+	return out, nil
+}
+
+// PodIPAnnotations are the annotations the CNI plugin writes on a pod
+// once it has its addresses: podIP (the first, as a CIDR), podIPs (all,
+// comma-separated) and containerID.
+func PodIPAnnotations(containerID string, addrs []netip.Addr) map[string]string {
+	var cidrs []string
+	for _, a := range addrs {
+		cidrs = append(cidrs, netip.PrefixFrom(a, a.BitLen()).String())
+	}
+	m := map[string]string{AnnotationContainerID: containerID, AnnotationPodIPs: strings.Join(cidrs, ",")}
+	if len(cidrs) > 0 {
+		m[AnnotationPodIP] = cidrs[0]
+	}
+	return m
+}
