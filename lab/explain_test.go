@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,10 +160,10 @@ func protoNumber(proto string) uint8 {
 // cellQuery is the explain question of a cell. Every other cell names
 // its ends by address (found through IPAM, as calicoctl does), the rest
 // by pod.
-func (pl *policyLab) cellQuery(g grid, k cell, n int) calc.Query {
+func cellQuery(g grid, k cell, n int, addr func(modelPod) netip.Addr) calc.Query {
 	end := func(m modelPod) calc.End {
 		if n%2 == 1 {
-			return calc.End{Address: pl.pods[m.key()].IP.String()}
+			return calc.End{Address: addr(m).String()}
 		}
 		return calc.End{Namespace: m.namespace, Name: m.name}
 	}
@@ -175,10 +176,17 @@ func (pl *policyLab) cellQuery(g grid, k cell, n int) calc.Query {
 // returns the explanations, by cell.
 func (pl *policyLab) agreeWithExplain(t *testing.T, seen grid) map[cell]*calc.Explanation {
 	t.Helper()
+	return agreeWithExplain(t, pl.l, seen, func(m modelPod) netip.Addr { return pl.pods[m.key()].IP })
+}
+
+// agreeWithExplain is policyLab.agreeWithExplain for any lab whose pods
+// have the addresses addr gives.
+func agreeWithExplain(t *testing.T, l *Lab, seen grid, addr func(modelPod) netip.Addr) map[cell]*calc.Explanation {
+	t.Helper()
 	cells := seen.cells()
 	job := explainJob{}
 	for i, k := range cells {
-		job.Queries = append(job.Queries, pl.cellQuery(seen, k, i))
+		job.Queries = append(job.Queries, cellQuery(seen, k, i, addr))
 	}
 	r := rand.New(rand.NewPCG(uint64(len(cells)), uint64(time.Now().UnixNano())))
 	for _, i := range r.Perm(len(cells))[:min(8, len(cells))] {
@@ -186,7 +194,7 @@ func (pl *policyLab) agreeWithExplain(t *testing.T, seen grid) map[cell]*calc.Ex
 	}
 	slices.Sort(job.Targeted)
 	began := time.Now()
-	ans := explainAll(t, pl.l, pl.l.Nodes()[0].Name, job)
+	ans := explainAll(t, l, l.Nodes()[0].Name, job)
 	for _, d := range ans.Differ {
 		t.Errorf("the explanation from what a query needs differs from the one from the whole datastore: %s", d)
 	}
