@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,13 @@ func (c *cluster) query(pr probe) (calc.Query, bool) {
 			return calc.End{Address: p.ip6.String()}, true
 		}
 		return calc.End{Namespace: p.ns, Name: p.name}, true
+	}
+	// A probe to a port nothing serves fails whatever the policy.
+	switch {
+	case pr.to == "ext" && !slices.Contains(extPorts, pr.port), pr.to == "node" && !slices.Contains(nodePorts, pr.port):
+		if pr.proto == "tcp" || pr.proto == "udp" {
+			return calc.Query{}, false
+		}
 	}
 	from, ok1 := end(pr.from)
 	to, ok2 := end(pr.to)

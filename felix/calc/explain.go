@@ -161,9 +161,11 @@ type Explanation struct {
 	Verdict Verdict    `json:"verdict"`
 	// Notes name what the explanation could not see.
 	Notes []string `json:"notes,omitempty"`
-	// Incomplete says a host endpoint may be on the packet's path that
-	// the explanation could not place there (one named only by its
-	// interface): the dataplane's verdict may differ (see Notes).
+	// Incomplete says the dataplane's verdict may differ (see Notes): a
+	// host endpoint may be on the packet's path that the explanation
+	// could not place there (one named only by its interface), or rules
+	// outside felix's chains may decide (chainInsertMode Append,
+	// iptablesFilterAllowAction Return).
 	Incomplete bool `json:"incomplete,omitempty"`
 	// Node is the node whose live state answered ("" for the datastore).
 	Node string `json:"node,omitempty"`
@@ -281,10 +283,35 @@ func (x *explainer) explain(q Query) (*Explanation, error) {
 			x.out.Verdict = VerdictDeny
 		}
 	}
+	x.hostChainNotes()
 	if x.g.hostname != "" {
 		x.out.Node = x.g.hostname
 	}
 	return x.out, nil
+}
+
+// hostChainNotes marks the explanation incomplete where the iptables
+// dataplane of a side's node lets rules outside felix's chains decide:
+// chainInsertMode Append puts other programs' rules first, and
+// iptablesFilterAllowAction Return hands an allowed packet back to them.
+func (x *explainer) hostChainNotes() {
+	for _, s := range x.out.Sides {
+		if s.Node == "" || s.NotReached {
+			continue
+		}
+		cfg, _ := x.config(s.Node)
+		if cfg.Spec.BPFEnabled != nil && *cfg.Spec.BPFEnabled {
+			continue
+		}
+		if cfg.ChainInsertMode == "Append" {
+			x.out.Incomplete = true
+			x.note("on node %s felix's chains come after the kernel chains' other rules (chainInsertMode Append): a rule of another program may decide first", s.Node)
+		}
+		if cfg.IptablesFilterAllowAction == "Return" && s.Verdict == VerdictAllow {
+			x.out.Incomplete = true
+			x.note("on node %s an allowed packet returns to the kernel chain that jumped to felix's (iptablesFilterAllowAction Return): the rules after that jump decide", s.Node)
+		}
+	}
 }
 
 func packetInfo(p Packet) PacketInfo {

@@ -2,6 +2,7 @@ package calc
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -377,5 +378,25 @@ spec: {node: node-b, orchestrator: k8s, pod: twin, endpoint: eth0, interfaceName
 	want := "--from 10.0.0.1: held by 2 endpoints (WorkloadEndpoint dev/node--b-k8s-twin-eth0, WorkloadEndpoint prod/node--a-k8s-web-eth0): name one"
 	if !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v, want a bad query saying %q", err, want)
+	}
+}
+
+// TestExplainHostChainModes: where rules outside felix's chains decide
+// (chainInsertMode Append; iptablesFilterAllowAction Return for an
+// allowed packet), the explanation is marked incomplete and says why.
+func TestExplainHostChainModes(t *testing.T) {
+	for _, c := range []struct{ spec, want string }{
+		{"chainInsertMode: Append", "chainInsertMode Append"},
+		{"iptablesFilterAllowAction: Return", "iptablesFilterAllowAction Return"},
+	} {
+		g := explainGraph(t, "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {"+c.spec+"}\n")
+		x, err := g.Explain(tcpTo(pod("prod", "client"), pod("prod", "web"), 80))
+		if err != nil || x.Verdict != VerdictAllow || !x.Incomplete || !slices.ContainsFunc(x.Notes, func(n string) bool { return strings.Contains(n, c.want) }) {
+			t.Errorf("%s: %v, incomplete %v, notes %q", c.spec, err, x != nil && x.Incomplete, x.Notes)
+		}
+	}
+	x, err := explainGraph(t, "").Explain(tcpTo(pod("prod", "client"), pod("prod", "web"), 80))
+	if err != nil || x.Incomplete {
+		t.Errorf("defaults: %v, incomplete, notes %q", err, x.Notes)
 	}
 }
