@@ -14,11 +14,12 @@ LDFLAGS := -s -w \
 	-X $(PKG)/libcalico/buildinfo.GitCommit=$(GIT_COMMIT) \
 	-X $(PKG)/libcalico/buildinfo.BuildDate=$(BUILD_DATE)
 
-BINARIES := calicoctl calico-node calico calico-ipam calico-kube-controllers lab
+BINARIES := calicoctl calico-node calico calico-ipam install-cni calico-kube-controllers lab
 calicoctl_MAIN := ./calicoctl/cmd/calicoctl
 calico-node_MAIN := ./node/cmd/calico-node
 calico_MAIN := ./cni-plugin/cmd/calico
 calico-ipam_MAIN := ./cni-plugin/cmd/calico-ipam
+install-cni_MAIN := ./cni-plugin/cmd/install-cni
 calico-kube-controllers_MAIN := ./kube-controllers/cmd/calico-kube-controllers
 lab_MAIN := ./lab/cmd/lab
 
@@ -31,7 +32,7 @@ TEST_FLAGS ?=
 # hack/kube-tools.sh into a cache outside the checkout, keyed by version.
 KUBE_BIN = $(shell hack/kube-tools.sh --print-dir)
 
-.PHONY: all help deps build kube-tools test bench lint clean demo $(BINARIES)
+.PHONY: all help deps build kube-tools image-debs images test bench lint clean demo $(BINARIES)
 
 all: build
 
@@ -39,6 +40,7 @@ help:
 	@echo "make deps   install Debian packages and Go tools the project needs (root)"
 	@echo "make build  build $(BINARIES) into $(BIN)/"
 	@echo "make kube-tools  build kube-apiserver, kube-controller-manager, kube-proxy and kubectl into $(KUBE_BIN) (once)"
+	@echo "make images OCI image archives of calico-node and calico-kube-controllers in $(IMAGE_DIR)/ (IMAGE_TAG=$(IMAGE_TAG)), no container engine needed"
 	@echo "make test   run every test, including those that need root"
 	@echo "make bench  run every benchmark and print one table of ratios"
 	@echo "make lint   gofmt, go vet and staticcheck"
@@ -59,10 +61,25 @@ $(BINARIES):
 kube-tools:
 	@hack/kube-tools.sh
 
+# The Debian packages of the calico-node image's userspace (iptables,
+# ipset and their libraries), downloaded once with apt-get download.
+image-debs:
+	@hack/image-debs.sh
+
+# The container images, as OCI image archives (load them with `ctr -n
+# k8s.io images import`, `podman load` or `docker load`); see
+# docs/install.md. Tagged IMAGE_TAG, created at the commit's time so the
+# same commit makes the same images.
+IMAGE_TAG ?= latest
+IMAGE_DIR ?= images
+images: build image-debs
+	$(GO) run ./hack/images -bin $(BIN) -debs "$$(hack/image-debs.sh --print-dir)" -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
+		-version $(VERSION) -created "$$(git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)"
+
 # Tests that exec the binaries find them through PALISADE_BIN, and the
 # Kubernetes ones through PALISADE_KUBE_BIN (a test needing them fails
 # when they are missing).
-test: build kube-tools
+test: build kube-tools image-debs
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 bench: build kube-tools
@@ -79,4 +96,4 @@ demo: build kube-tools
 	KEEP=$(KEEP) PALISADE_KUBE_BIN=$(KUBE_BIN) $(BIN)/lab demo
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(IMAGE_DIR)

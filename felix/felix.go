@@ -8,15 +8,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	log "github.com/sirupsen/logrus"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
+	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
+	libmetrics "github.com/palisade-net/palisade/libcalico/metrics"
 )
 
 // EndpointStatusDir is the directory, under calico-node's run directory
@@ -32,6 +40,16 @@ type Config struct {
 	NodeName string
 	// Store is the datastore.
 	Store datastore.Interface
+	// KV is the raw key-value view of Store: with it (and a Store that
+	// can watch raw keys) felix reads the IPAM blocks and programs the
+	// VXLAN overlay's routes to other nodes' blocks.
+	KV datastore.KV
+	// MTUFile receives the pod MTU for the CNI plugin ("" writes none;
+	// calico-node: /var/lib/calico/mtu).
+	MTUFile string
+	// OverlayBlackholes makes felix blackhole this node's blocks of VXLAN
+	// pools (protocol 80), for a node without a BGP speaker doing so.
+	OverlayBlackholes bool
 	// NetNS is the path of the network namespace to program ("" for the
 	// current one, as in calico-node).
 	NetNS string
@@ -49,6 +67,14 @@ type Config struct {
 	// Inspector, when set, is served by felix's main loop (explanations
 	// and rule counters).
 	Inspector *Inspector
+	// Getenv reads the FELIX_* variables that override FelixConfiguration's
+	// health and metrics settings (FELIX_HEALTHENABLED, FELIX_HEALTHHOST,
+	// FELIX_HEALTHPORT, FELIX_PROMETHEUSMETRICSENABLED, …); nil reads none.
+	Getenv func(string) string
+	// DatastoreHealth, when set, says whether the datastore answers (nil
+	// when it does), for /readiness; when nil felix reads the datastore
+	// once a second itself.
+	DatastoreHealth func() error
 }
 
 // Retry bounds after a failed dataplane apply.
@@ -59,6 +85,62 @@ const (
 	// interface was not up.
 	routeRetry = 20 * time.Millisecond
 )
+
+// served is felix's state that outlives a restart of the main loop: the
+// health and metrics endpoints and the instruments.
+type served struct {
+	over    overrides
+	health  *health
+	healthE *libmetrics.Endpoint
+	metricE *libmetrics.Endpoint
+	extra   prometheus.Collector
+	// metrics is nil while prometheusMetricsEnabled was never on; read
+	// by the syncer's goroutines and the metrics endpoint.
+	metrics atomic.Pointer[felixMetrics]
+}
+
+// felixMetrics is one set of instruments and its /metrics handler.
+type felixMetrics struct {
+	m       *metrics.Felix
+	opts    serving
+	handler http.Handler
+}
+
+func (s *served) instruments() *metrics.Felix {
+	if fm := s.metrics.Load(); fm != nil {
+		return fm.m
+	}
+	return nil
+}
+
+// serveMetrics answers /metrics from the current instruments.
+func (s *served) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	fm := s.metrics.Load()
+	if fm == nil {
+		http.Error(w, "metrics are off", http.StatusServiceUnavailable)
+		return
+	}
+	fm.handler.ServeHTTP(w, r)
+}
+
+// configure follows the configuration's health and metrics settings. It
+// reports whether the dataplane must be made again (metrics were turned on,
+// or their collectors changed: the dataplane counts into the instruments
+// it was made with).
+func (s *served) configure(cfg *calc.Config) (remake bool) {
+	want := servingOf(cfg.Spec, s.over)
+	_ = s.healthE.Set(want.HealthAddr)
+	if want.MetricsAddr != "" {
+		fm := s.metrics.Load()
+		if fm == nil || fm.opts.GoMetrics != want.GoMetrics || fm.opts.ProcessMetrics != want.ProcessMetrics {
+			m := metrics.New(metrics.Options{Go: want.GoMetrics, Process: want.ProcessMetrics, Extra: []prometheus.Collector{s.extra}})
+			s.metrics.Store(&felixMetrics{m: m, opts: want, handler: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})})
+			remake = true
+		}
+	}
+	_ = s.metricE.Set(want.MetricsAddr)
+	return remake
+}
 
 // event is what the syncer hands the main loop.
 type event struct {
@@ -71,7 +153,11 @@ type event struct {
 type forwarder struct {
 	ctx context.Context
 	c   chan<- event
+	srv *served
 }
+
+// OnResync implements calc.ResyncObserver.
+func (f forwarder) OnResync(string) { f.srv.instruments().Resync() }
 
 func (f forwarder) OnUpdates(u []calc.Update) {
 	select {
@@ -99,30 +185,60 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	own := ownLogger(base.Logger)
 	logger := log.NewEntry(own).WithFields(base.Data).WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
+	over, err := readOverrides(cfg.Getenv)
+	if err != nil {
+		return fmt.Errorf("felix: %w", err)
+	}
+	dsHealth := cfg.DatastoreHealth
+	if dsHealth == nil {
+		p := &dsProbe{}
+		go p.run(ctx, cfg.Store)
+		dsHealth = p.result
+	}
+	srv := &served{over: over, health: newHealth(dsHealth),
+		extra: libmetrics.NewBadValues(datastore.BadValuesOf(cfg.Store))}
+	srv.healthE = libmetrics.NewEndpoint("health", srv.health.handler(), logger)
+	srv.metricE = libmetrics.NewEndpoint("metrics", http.HandlerFunc(srv.serveMetrics), logger)
+	defer srv.healthE.Close()
+	defer srv.metricE.Close()
 	for {
-		restart, err := runOnce(ctx, cfg, logger, own)
+		restart, err := runOnce(ctx, cfg, logger, own, srv)
 		if !restart || err != nil || ctx.Err() != nil {
 			return err
 		}
-		logger.Info("bpfEnabled changed: starting again with the other dataplane")
+		logger.Info("bpfEnabled or the metrics settings changed: starting again with a new dataplane")
 	}
 }
 
 // runOnce runs the syncer, the graph and one dataplane until ctx ends
 // (false) or FelixConfiguration bpfEnabled asks for the other dataplane
 // (true).
-func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger) (bool, error) {
+func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger, srv *served) (bool, error) {
 	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
 	defer dp.Close()
-	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger})
+	run, err := nsexec.New(cfg.NetNS)
+	if err != nil {
+		return false, fmt.Errorf("felix: %w", err)
+	}
+	defer run.Close()
+	ov, err := vxlan.New(run, logger, cfg.MTUFile)
+	if err != nil {
+		return false, fmt.Errorf("felix: %w", err)
+	}
+	defer ov.Close()
+	ov.Blackholes = cfg.OverlayBlackholes
+	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger, overlay: ov, srv: srv})
+	srv.health.restart()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan event, 64)
 	syncDone := make(chan error, 1)
-	go func() {
-		syncDone <- calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events}).Run(ctx)
-	}()
+	syncer := calc.NewSyncer(cfg.Store, cfg.NodeName, forwarder{ctx: ctx, c: events, srv: srv})
+	if w, ok := cfg.Store.(datastore.KVWatcher); ok && cfg.KV != nil {
+		syncer.Blocks = &calc.BlockSource{KV: cfg.KV, Watcher: w}
+	}
+	go func() { syncDone <- syncer.Run(ctx) }()
 	defer func() { cancel(); <-syncDone }()
 
 	timer := time.NewTimer(time.Hour)
@@ -132,6 +248,8 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	idle.Stop()
 	defer idle.Stop()
 	gc := newIdleCollector()
+	beat := time.NewTicker(heartbeat)
+	defer beat.Stop()
 	retry := time.Duration(0)
 	var inspect chan func(*calc.Graph, *selector)
 	if cfg.Inspector != nil {
@@ -144,6 +262,13 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 		if ev.inSync {
 			graph.OnInSync()
 			inSync = true
+			srv.health.syncDone()
+			return
+		}
+		if m := dp.conf.Metrics; m != nil {
+			start := time.Now()
+			graph.OnUpdates(ev.updates)
+			m.GraphUpdated(len(ev.updates), time.Since(start))
 			return
 		}
 		graph.OnUpdates(ev.updates)
@@ -182,9 +307,24 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 				logger.Debug("Collecting garbage while idle")
 			}
 			continue
+		case <-beat.C:
+			srv.health.alive()
+			continue
 		}
+		applyStart := time.Now()
 		err := dp.Apply(ctx)
-		wait := dp.NextRefresh(time.Now())
+		if dp.InSync() {
+			err = errors.Join(err, ov.Apply(ctx))
+		}
+		if inSync && ctx.Err() == nil {
+			srv.health.applyDone(err, err == nil && dp.InSync())
+			if m := dp.conf.Metrics; m != nil {
+				m.Applied(time.Since(applyStart), err)
+				dp.report(m)
+				m.State(true, srv.health.ready(time.Now()) == nil)
+			}
+		}
+		wait := min(dp.NextRefresh(time.Now()), ov.NextRefresh(time.Now()))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			retry = min(max(retry*2, minRetry), maxRetry)
@@ -222,13 +362,19 @@ func ownLogger(base *log.Logger) *log.Logger {
 
 // levelSetter is the dataplane as the calculation graph sees it: every
 // configuration first sets felix's log level from logSeverityScreen and
-// names the fields felix does not act on.
+// names the fields felix does not act on; the overlay goes to the VXLAN
+// manager.
 type levelSetter struct {
 	*selector
-	logger *log.Logger
-	log    *log.Entry
-	unused unusedFields
+	logger  *log.Logger
+	log     *log.Entry
+	unused  unusedFields
+	overlay *vxlan.Manager
+	srv     *served
 }
+
+// OnOverlayUpdate implements calc.OverlayDataplane.
+func (l *levelSetter) OnOverlayUpdate(o *calc.Overlay) { l.overlay.SetOverlay(o) }
 
 // OnConfigUpdate implements calc.Dataplane.
 func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
@@ -240,6 +386,11 @@ func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
 		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
 	}
 	l.unused.warn(cfg, l.log)
+	l.overlay.SetConfig(cfg.Spec)
+	if l.srv.configure(cfg) && l.selector.d != nil {
+		l.selector.restart = true
+	}
+	l.selector.conf.Metrics = l.srv.instruments()
 	l.selector.OnConfigUpdate(cfg)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane"
 	bpfdp "github.com/palisade-net/palisade/felix/dataplane/bpf"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // driver is what the main loop needs of a dataplane: the iptables one
@@ -41,12 +42,48 @@ type selector struct {
 	restart bool
 	// cleaned: the iptables driver removed the eBPF leftovers.
 	cleaned bool
+	// active counts what the driver was given, for the metrics (kept
+	// only while conf.Metrics is set).
+	active activeCounts
+}
+
+// activeCounts are the endpoints, policies and IP sets (with their sizes)
+// the calculation graph has given the dataplane: what this host enforces.
+type activeCounts struct {
+	endpoints map[calc.EndpointID]struct{}
+	policies  map[calc.PolicyID]struct{}
+	sets      map[string]int
+	members   int
+}
+
+func (a *activeCounts) init() {
+	if a.endpoints == nil {
+		a.endpoints, a.policies, a.sets = map[calc.EndpointID]struct{}{}, map[calc.PolicyID]struct{}{}, map[string]int{}
+	}
+}
+
+func (a *activeCounts) setSize(id string, n int) {
+	a.init()
+	a.members += n - a.sets[id]
+	a.sets[id] = n
+}
+
+// report sets the active gauges of m.
+func (s *selector) report(m *metrics.Felix) {
+	a := &s.active
+	selectors := len(a.sets)
+	for _, id := range []string{calc.IPSetMasqPools, calc.IPSetAllPools} {
+		if _, ok := a.sets[id]; ok {
+			selectors--
+		}
+	}
+	m.Active(len(a.endpoints), len(a.policies), selectors, len(a.sets), a.members)
 }
 
 func (s *selector) make(bpf bool) error {
 	var err error
 	if bpf {
-		s.d, err = bpfdp.New(bpfdp.Config{NetNS: s.conf.NetNS, StatusDir: s.conf.StatusDir, Log: s.conf.Log})
+		s.d, err = bpfdp.New(bpfdp.Config{NetNS: s.conf.NetNS, StatusDir: s.conf.StatusDir, Log: s.conf.Log, Metrics: s.conf.Metrics})
 	} else {
 		s.d, err = dataplane.New(s.conf)
 	}
@@ -126,30 +163,45 @@ func (s *selector) Close() {
 func (s *selector) on() bool { return s.d != nil }
 
 func (s *selector) OnIPSetUpdate(set *calc.IPSet) {
+	if s.conf.Metrics != nil {
+		s.active.setSize(set.ID, len(set.Members))
+	}
 	if s.on() {
 		s.d.OnIPSetUpdate(set)
 	}
 }
 
 func (s *selector) OnIPSetDelta(id string, added, removed []string) {
+	if s.conf.Metrics != nil {
+		s.active.setSize(id, s.active.sets[id]+len(added)-len(removed))
+	}
 	if s.on() {
 		s.d.OnIPSetDelta(id, added, removed)
 	}
 }
 
 func (s *selector) OnIPSetRemoved(id string) {
+	if s.conf.Metrics != nil {
+		s.active.setSize(id, 0)
+		delete(s.active.sets, id)
+	}
 	if s.on() {
 		s.d.OnIPSetRemoved(id)
 	}
 }
 
 func (s *selector) OnPolicyUpdate(p *calc.Policy) {
+	if s.conf.Metrics != nil {
+		s.active.init()
+		s.active.policies[p.ID] = struct{}{}
+	}
 	if s.on() {
 		s.d.OnPolicyUpdate(p)
 	}
 }
 
 func (s *selector) OnPolicyRemoved(id calc.PolicyID) {
+	delete(s.active.policies, id)
 	if s.on() {
 		s.d.OnPolicyRemoved(id)
 	}
@@ -168,12 +220,17 @@ func (s *selector) OnProfileRemoved(name string) {
 }
 
 func (s *selector) OnEndpointUpdate(ep *calc.Endpoint) {
+	if s.conf.Metrics != nil {
+		s.active.init()
+		s.active.endpoints[ep.ID] = struct{}{}
+	}
 	if s.on() {
 		s.d.OnEndpointUpdate(ep)
 	}
 }
 
 func (s *selector) OnEndpointRemoved(id calc.EndpointID) {
+	delete(s.active.endpoints, id)
 	if s.on() {
 		s.d.OnEndpointRemoved(id)
 	}

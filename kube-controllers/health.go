@@ -32,6 +32,8 @@ type Health struct {
 	readyGauge  prometheus.Gauge
 	leaderGauge prometheus.Gauge
 	writes      *prometheus.GaugeVec
+	queues      *queueMetrics
+	reclaimed   *prometheus.CounterVec
 }
 
 type controllerHealth struct {
@@ -57,7 +59,11 @@ func newHealth() *Health {
 	h.leaderGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_kube_controllers_is_leader", Help: "1 on the elected leader"})
 	h.writes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "calico_kube_controllers_datastore_writes",
 		Help: "Writes made to etcd by each controller since it started"}, []string{"controller"})
-	h.reg.MustRegister(h.readyGauge, h.leaderGauge, h.writes)
+	h.reclaimed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipam_allocations_gc_reclamations",
+		Help: "Count of Calico IP allocations that have been reclaimed by the GC."}, []string{"ippool", "node"})
+	h.queues = newQueueMetrics()
+	h.reg.MustRegister(h.readyGauge, h.leaderGauge, h.writes, h.reclaimed)
+	h.queues.register(h.reg)
 	return h
 }
 
@@ -86,6 +92,13 @@ func (h *Health) report() healthReport {
 		h.readyGauge.Set(0)
 	}
 	return r
+}
+
+// isLeader says whether this replica leads (runs the controllers).
+func (h *Health) isLeader() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leader
 }
 
 func (h *Health) set(fn func(h *Health)) {

@@ -228,4 +228,42 @@ func TestIPAMGarbageCollection(t *testing.T) {
 	if _, err := f.alloc.IPsByHandle(ctx, "vxlan-tunnel-addr-"+node); err != nil {
 		t.Errorf("the node's tunnel address: %v", err)
 	}
+
+	// The IPAM metrics (parsed back with expfmt): what is in use and
+	// borrowed per pool and node, the blocks, the pool's size, the two
+	// reclaimed addresses, and the node controller's sync lag.
+	other := "gother-" + uniq()
+	if err := f.alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: live.Next().Next().Next().Next().Next().Next(), HandleID: "borrowed-" + other,
+		Hostname: other, Attrs: map[string]string{"node": other}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		fams, err := scrapeMetrics(in.health + "/metrics")
+		if err != nil {
+			return err
+		}
+		for _, w := range []struct {
+			name   string
+			labels []string
+			want   float64
+		}{
+			{"ipam_allocations_in_use", []string{"ippool", "pool", "node", node}, 3},
+			{"ipam_allocations_in_use", []string{"ippool", "pool", "node", other}, 1},
+			{"ipam_allocations_borrowed", []string{"ippool", "pool", "node", other}, 1},
+			{"ipam_blocks", []string{"ippool", "pool", "node", node}, 1},
+			{"ipam_ippool_size", []string{"ippool", "pool"}, 65536},
+			{"ipam_allocations_gc_reclamations", []string{"ippool", "pool", "node", node}, 2},
+		} {
+			if got := metricValue(fams, w.name, w.labels...); got != w.want {
+				return fmt.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.want)
+			}
+		}
+		if got := metricValue(fams, "ipam_allocations_borrowed", "ippool", "pool", "node", node); got > 0 {
+			return fmt.Errorf("node %s borrows %v addresses from its own block", node, got)
+		}
+		if got := metricValue(fams, "calico_kube_controllers_sync_lag_seconds", "controller", "node"); got < 1 {
+			return fmt.Errorf("calico_kube_controllers_sync_lag_seconds{controller=node} has %v observations", got)
+		}
+		return nil
+	})
 }

@@ -25,6 +25,8 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
+	libmetrics "github.com/palisade-net/palisade/libcalico/metrics"
 )
 
 // Options are Run's settings.
@@ -95,6 +97,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer store.Close()
 	go checkEtcd(ctx, store, h)
+	h.reg.MustRegister(ipamCollector{store: store, alloc: ipam.New(store, store.KV()), leader: h.isLeader},
+		libmetrics.NewBadValues(datastore.BadValuesOf(store)))
 
 	for {
 		spec, rev, err := loadConfig(ctx, store)
@@ -346,7 +350,7 @@ func runControllers(ctx context.Context, client kubernetes.Interface, store *etc
 		}
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trim))
-	deps := controllers.Deps{Informers: factory, Client: client, Store: store, KV: store.KV(), Raw: etcdRaw{store.Client()}}
+	deps := controllers.Deps{Informers: factory, Client: client, Store: store, KV: store.KV(), Raw: etcdRaw{store.Client()}, Queues: h.queues}
 	var cs []controllers.Controller
 	for _, name := range run.Enabled {
 		d := deps
@@ -361,7 +365,8 @@ func runControllers(ctx context.Context, client kubernetes.Interface, store *etc
 		case config.WorkloadEndpoint:
 			cs = append(cs, controllers.NewWorkloadEndpoints(d))
 		case config.Node:
-			cs = append(cs, controllers.NewNodes(d, controllers.NodeOptions{SyncLabels: run.SyncLabels, LeakGracePeriod: run.LeakGracePeriod}))
+			cs = append(cs, controllers.NewNodes(d, controllers.NodeOptions{SyncLabels: run.SyncLabels, LeakGracePeriod: run.LeakGracePeriod,
+				Reclaimed: reclaimedCounter(ctx, store, h.reclaimed)}))
 		}
 	}
 	h.set(func(h *Health) {

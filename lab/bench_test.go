@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"syscall"
@@ -171,8 +173,15 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 // upNamed brings up a lab the benchmark removes itself (the cleanup
 // removes it if the benchmark fails first).
+//
+// The name gets a random suffix: labs of benchmarks another engineer runs
+// at the same time on this machine have the same names, and namespaces
+// are named after the lab.
 func upNamed(b *testing.B, o Options) *Lab {
 	b.Helper()
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	o.Name += hex.EncodeToString(suffix)
 	l, err := Up(context.Background(), o)
 	if err != nil {
 		b.Fatal(err)

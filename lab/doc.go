@@ -21,6 +21,17 @@
 //	pods: pl-demo-pod-<namespace>.<pod>, eth0 from calico-ipam, a cali veth
 //	into their node's namespace.
 //
+// With two subnets (Options.Subnets, for the VXLAN overlay's CrossSubnet
+// and its backend without BGP), the even nodes move to a second bridge
+// and a router joins the two:
+//
+//	namespace pl-demo-fabric: bridges br0 and br1
+//	  br0 ├─ pl-demo-node1  eth0 198.18.0.11/24  (route 198.18.0.0/23 via .1)
+//	      ├─ pl-demo-node3  eth0 198.18.0.13/24
+//	      └─ pl-demo-router eth0 198.18.0.1/24   forwarding
+//	  br1 ├─ pl-demo-node2  eth0 198.18.1.12/24  (route 198.18.0.0/23 via .1)
+//	      └─ pl-demo-router eth1 198.18.1.1/24
+//
 // No namespace has a route out of the lab, and nothing is created in the
 // machine's own namespace besides the namespaces and state files.
 package lab

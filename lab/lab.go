@@ -116,8 +116,27 @@ type Options struct {
 	// BPF turns on felix's eBPF dataplane (FelixConfiguration default
 	// bpfEnabled: true) on every node.
 	BPF bool `json:"bpf"`
+	// Metrics turns on felix's health endpoint and Prometheus metrics and
+	// the BGP metrics on every node, with Calico's variables
+	// (FELIX_HEALTHENABLED, FELIX_PROMETHEUSMETRICSENABLED,
+	// BGP_PROMETHEUSMETRICSENABLED): ports 9099, 9091 and 9900 of each
+	// node's namespace.
+	Metrics bool `json:"metrics"`
 	// LogLevel is calico-node's log level (default info).
 	LogLevel string `json:"logLevel"`
+	// Subnets is 1 (default: every node on br0) or 2: odd nodes in
+	// 198.18.0.0/24, even ones in 198.18.1.0/24, joined by a router
+	// namespace.
+	Subnets int `json:"subnets,omitempty"`
+	// Backend is CALICO_NETWORKING_BACKEND: BackendBird (default) or
+	// BackendVXLAN (no BGP at all).
+	Backend string `json:"backend,omitempty"`
+	// VXLAN is the default pools' vxlanMode: VXLANNever (default with
+	// BGP), VXLANAlways (default with BackendVXLAN) or VXLANCrossSubnet.
+	VXLAN string `json:"vxlan,omitempty"`
+	// IPv6 gives nodes IPv6 addresses and adds the IPv6 pool PoolCIDR6;
+	// pods get an address of each family.
+	IPv6 bool `json:"ipv6,omitempty"`
 	// Kubernetes adds a Kubernetes control plane (kube-apiserver with its
 	// etcd, kube-controller-manager, calico-kube-controllers): every pod
 	// is then a Pod object, wired by the CNI plugin in Kubernetes mode.
@@ -211,7 +230,7 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("lab %q: calico-kube-controllers not found in %s (make build, or set PALISADE_BIN)", o.Name, o.BinDir)
 		}
 	}
-	return nil
+	return o.overlayDefaults()
 }
 
 // stateRoot resolves the directory holding the labs.
@@ -714,8 +733,13 @@ func (l *Lab) makeFabric(ctx context.Context) error {
 	if _, err := run(ctx, "ip", "-n", ns, "link", "add", "br0", "type", "bridge"); err != nil {
 		return err
 	}
-	_, err = run(ctx, "ip", "-n", ns, "link", "set", "br0", "up")
-	return err
+	if _, err = run(ctx, "ip", "-n", ns, "link", "set", "br0", "up"); err != nil {
+		return err
+	}
+	if l.st.Options.Subnets == 2 {
+		return l.makeRouter(ctx)
+	}
+	return nil
 }
 
 // attachNS makes a namespace attached to the fabric at addr; port names

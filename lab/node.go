@@ -36,9 +36,10 @@ func (l *Lab) addNodeNS(ctx context.Context) (Node, error) {
 		return Node{}, fmt.Errorf("lab %s: no address left for node %d (at most %d)", l.st.Name, i, MaxNodes)
 	}
 	name := "node" + strconv.Itoa(i)
-	n := Node{Name: name, Index: i, NS: l.st.Prefix + name, IP: nodeAddr(i)}
+	n := Node{Name: name, Index: i, NS: l.st.Prefix + name}
+	n.IP, n.IP6 = l.nodeAddrs(i)
 	l.say("creating node %s: namespace %s, eth0 %s/24 on the fabric", name, n.NS, n.IP)
-	if _, err := l.attachNS(ctx, name, name, n.IP); err != nil {
+	if err := l.attachNode(ctx, n); err != nil {
 		return Node{}, err
 	}
 	l.mu.Lock()
@@ -71,7 +72,6 @@ func (l *Lab) nodeEnv(n Node) []string {
 		"NODENAME=" + n.Name,
 		"IP=" + netip.PrefixFrom(n.IP, 24).String(),
 		"AS=" + strconv.Itoa(ClusterAS),
-		"CALICO_NETWORKING_BACKEND=bird",
 		"CALICO_IPV4POOL_CIDR=" + o.PoolCIDR,
 		"CALICO_RUN_DIR=" + l.RunDir(n.Name),
 		"CALICO_NODENAME_FILE=" + l.nodeDir(n.Name, "nodename"),
@@ -81,7 +81,10 @@ func (l *Lab) nodeEnv(n Node) []string {
 	if o.Kubernetes {
 		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
 	}
-	return env
+	if o.Metrics {
+		env = append(env, "FELIX_HEALTHENABLED=true", "FELIX_PROMETHEUSMETRICSENABLED=true", "BGP_PROMETHEUSMETRICSENABLED=true")
+	}
+	return append(env, l.overlayEnv(n)...)
 }
 
 // servesEtcd says whether n serves the lab's embedded etcd.
@@ -123,7 +126,10 @@ func (l *Lab) startNode(ctx context.Context, n Node) error {
 	if err := l.recordProc(role, p); err != nil {
 		return err
 	}
-	return l.waitNodeReady(ctx, n, 30*time.Second)
+	if err := l.waitNodeReady(ctx, n, 30*time.Second); err != nil {
+		return err
+	}
+	return l.waitMTU(ctx, n, 30*time.Second)
 }
 
 // waitNodeReady waits for the node's status socket to answer.

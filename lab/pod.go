@@ -45,8 +45,10 @@ func (l *Lab) writeCNIConf(n Node) error {
 			"type": "calico", "log_level": "info", "log_file_path": l.nodeDir(n.Name, "cni.log"),
 			"datastore_type": "etcdv3", "etcd_endpoints": strings.Join(l.etcdEndpoints(), ","),
 			"etcd_ca_cert_file": tls.CA, "etcd_cert_file": tls.ClientCert, "etcd_key_file": tls.ClientKey,
-			"nodename_file": l.nodeDir(n.Name, "nodename"), "mtu": 1500,
-			"ipam": map[string]any{"type": "calico-ipam"},
+			// No mtu: the plugin takes the pod MTU felix writes beside
+			// the nodename file (less the VXLAN overhead with VXLAN).
+			"nodename_file": l.nodeDir(n.Name, "nodename"),
+			"ipam":          l.cniIPAM(),
 			// Like kubelet with Calico's policy setup timeout: ADD returns
 			// once felix has the pod's policy in place.
 			"policy_setup_timeout_seconds": 5,
@@ -191,8 +193,14 @@ func (l *Lab) AddPodWith(ctx context.Context, node, namespace, name string, o Po
 		return Pod{}, errors.Join(fmt.Errorf("pod %s on %s: CNI ADD: %w", p.Key(), node, err), l.forgetNS(ctx, p.NS))
 	}
 	took := time.Since(began)
-	p.IP, _ = netip.AddrFromSlice(res.IPs[0].Address.IP)
-	p.IP = p.IP.Unmap()
+	for _, ip := range res.IPs {
+		a, _ := netip.AddrFromSlice(ip.Address.IP)
+		if a = a.Unmap(); a.Is4() && !p.IP.IsValid() {
+			p.IP = a
+		} else if a.Is6() && !p.IP6.IsValid() {
+			p.IP6 = a
+		}
+	}
 	undoCNI := func() error {
 		return errors.Join(l.cni(n, func(c *libcni.CNIConfig) error { return c.DelNetworkList(context.Background(), list, p.runtimeConf()) }),
 			l.forgetNS(context.Background(), p.NS))

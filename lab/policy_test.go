@@ -337,10 +337,15 @@ func TestPolicyBPF(t *testing.T) {
 	checkBPFCommands(t, l)
 }
 
-func testPolicyLab(t *testing.T, o Options) *Lab {
+// testPolicyLab brings a lab up with o, runs before (when given) on it,
+// then runs the policy suite in it.
+func testPolicyLab(t *testing.T, o Options, before ...func(*Lab)) *Lab {
 	began := time.Now()
 	l := newLab(t, o)
 	t.Logf("lab up in %s", time.Since(began).Round(time.Millisecond))
+	for _, f := range before {
+		f(l)
+	}
 	pl := setupPolicyLab(t, l)
 	all := slices.Sorted(maps.Keys(pl.pods))
 	baseline := pl.grid(all, []string{protoTCP, protoUDP, protoSCTP}, probePorts).expect(cluster{nsLabels: pl.nsLabels})

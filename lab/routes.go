@@ -95,26 +95,11 @@ func routeVia(rs []BGPRoute, addr, gw netip.Addr) bool {
 
 // WaitPodRoutes waits until every node routes every pod of the other
 // nodes to that pod's node, as BGP advertised it.
+// In a VXLAN lab the routes are felix's overlay routes instead.
 func (l *Lab) WaitPodRoutes(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	began := time.Now()
 	for {
-		var missing []string
-		for _, n := range l.Nodes() {
-			rs, err := l.BGPRoutes(ctx, n.Name)
-			if err != nil {
-				missing = append(missing, err.Error())
-				continue
-			}
-			for _, p := range l.Pods() {
-				owner, ok := l.Node(p.Node)
-				if !ok || p.Node == n.Name {
-					continue
-				}
-				if !routeVia(rs, p.IP, owner.IP) {
-					missing = append(missing, fmt.Sprintf("%s has no route to %s (%s) via %s", n.Name, p.IP, p.Key(), owner.IP))
-				}
-			}
-		}
+		missing := l.missingPodRoutes(ctx)
 		if len(missing) == 0 {
 			return time.Since(began), nil
 		}
@@ -124,4 +109,29 @@ func (l *Lab) WaitPodRoutes(ctx context.Context, timeout time.Duration) (time.Du
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// missingPodRoutes names the pod routes a node lacks.
+func (l *Lab) missingPodRoutes(ctx context.Context) []string {
+	if l.st.Options.VXLAN != VXLANNever {
+		return l.missingOverlayRoutes(ctx)
+	}
+	var missing []string
+	for _, n := range l.Nodes() {
+		rs, err := l.BGPRoutes(ctx, n.Name)
+		if err != nil {
+			missing = append(missing, err.Error())
+			continue
+		}
+		for _, p := range l.Pods() {
+			owner, ok := l.Node(p.Node)
+			if !ok || p.Node == n.Name {
+				continue
+			}
+			if !routeVia(rs, p.IP, owner.IP) {
+				missing = append(missing, fmt.Sprintf("%s has no route to %s (%s) via %s", n.Name, p.IP, p.Key(), owner.IP))
+			}
+		}
+	}
+	return missing
 }

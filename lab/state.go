@@ -22,6 +22,8 @@ type Node struct {
 	NS string `json:"ns"`
 	// IP is its address on the fabric.
 	IP netip.Addr `json:"ip"`
+	// IP6 is its IPv6 address (Options.IPv6).
+	IP6 netip.Addr `json:"ip6,omitzero"`
 }
 
 // Pod is one pod made by the calico CNI plugin.
@@ -37,6 +39,8 @@ type Pod struct {
 	NS string `json:"ns"`
 	// IP is the address calico-ipam gave it.
 	IP netip.Addr `json:"ip"`
+	// IP6 is its IPv6 address (Options.IPv6).
+	IP6 netip.Addr `json:"ip6,omitzero"`
 	// Labels are the labels it was made with.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Serve are the ports its server answers on.

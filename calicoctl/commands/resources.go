@@ -123,5 +123,24 @@ func (a *app) warnNotActedOn(rs []v3.Resource) {
 				fmt.Fprintf(a.env.ErrOut, "Warning: %s field %s is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n", kind, f)
 			}
 		}
+		if p, ok := r.(*v3.IPPool); ok {
+			if mode := ipipMode(p.Spec); mode != v3.EncapNever {
+				fmt.Fprintf(a.env.ErrOut, "Warning: IPPool %q spec.ipipMode %s is not acted on: Palisade builds no IP-in-IP tunnels, the pool is routed without encapsulation (use vxlanMode; see docs/vxlan.md)\n", p.Name, mode)
+			}
+		}
 	}
+}
+
+// ipipMode is the IP-in-IP mode a pool asks for, from ipipMode or the
+// deprecated ipip block, as defaulting reads them.
+func ipipMode(s v3.IPPoolSpec) v3.EncapMode {
+	switch {
+	case s.IPIPMode != "":
+		return s.IPIPMode
+	case s.IPIP == nil || !s.IPIP.Enabled:
+		return v3.EncapNever
+	case s.IPIP.Mode != "":
+		return s.IPIP.Mode
+	}
+	return v3.EncapAlways
 }

@@ -167,6 +167,28 @@ func TestApplyWarnsNotActedOn(t *testing.T) {
 	}
 }
 
+// TestApplyWarnsIPIP checks that a pool asking for IP-in-IP (ipipMode, or
+// the deprecated ipip block) is named on apply, a pool that does not is
+// not, and both apply.
+func TestApplyWarnsIPIP(t *testing.T) {
+	c := newCluster(t)
+	doc := "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: ipip}\nspec: {cidr: 10.70.0.0/16, ipipMode: CrossSubnet}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v1}\nspec: {cidr: 10.71.0.0/16, ipip: {enabled: true}}\n" +
+		"---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: plain}\nspec: {cidr: 10.72.0.0/16, ipipMode: Never, vxlanMode: Always}\n"
+	r := c.run(t, doc, nil, "apply", "-f", "-", "--allow-version-mismatch")
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d: %s", r.code, r.stderr)
+	}
+	want := "Warning: IPPool \"ipip\" spec.ipipMode CrossSubnet is not acted on: Palisade builds no IP-in-IP tunnels, the pool is routed without encapsulation (use vxlanMode; see docs/vxlan.md)\n" +
+		"Warning: IPPool \"v1\" spec.ipipMode Always is not acted on: Palisade builds no IP-in-IP tunnels, the pool is routed without encapsulation (use vxlanMode; see docs/vxlan.md)\n"
+	if r.stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
+	}
+	if r.stdout != "Successfully applied 3 'IPPool' resource(s)\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+}
+
 // TestWriteRefusesWhatCalicoRefuses checks the kinds and names calicoctl
 // will not write, with nothing written.
 func TestWriteRefusesWhatCalicoRefuses(t *testing.T) {

@@ -134,7 +134,11 @@ func Load(stdin []byte) (*NetConf, error) {
 		return nil, bad("datastore_type %q is not supported: Palisade stores its state in etcd (\"etcdv3\")", conf.DatastoreType)
 	}
 	if conf.MTU == 0 {
-		conf.MTU = DefaultMTU
+		mtu, err := conf.fileMTU()
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		conf.MTU = mtu
 	}
 	if conf.MTU < 0 {
 		return nil, bad("mtu %d must be positive", conf.MTU)

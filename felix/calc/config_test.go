@@ -77,10 +77,10 @@ func TestFailsafeDefaultsAndNets(t *testing.T) {
 func TestNotActedOn(t *testing.T) {
 	yes, mask := true, uint32(0xff000000)
 	c := MergeConfig(&v3.FelixConfigurationSpec{
-		BPFEnabled: &yes, VXLANEnabled: &yes, HealthPort: func() *int { p := 9099; return &p }(), NFTablesMode: "Enabled",
+		BPFEnabled: &yes, IPIPEnabled: &yes, VXLANEnabled: &yes, HealthPort: func() *int { p := 9099; return &p }(), NFTablesMode: "Enabled",
 		IptablesFilterDenyAction: "Reject", IptablesMarkMask: &mask, WorkloadSourceSpoofing: "Any", LogSeverityScreen: "Debug",
-	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
-	if got, want := strings.Join(c.NotActedOn(), ","), "healthPort,nftablesMode,prometheusMetricsEnabled,vxlanEnabled"; got != want {
+	}, &v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes, PrometheusWireGuardMetricsEnabled: &yes, FailsafeInboundHostPorts: &[]v3.ProtoPort{}})
+	if got, want := strings.Join(c.NotActedOn(), ","), "ipipEnabled,nftablesMode,prometheusWireGuardMetricsEnabled"; got != want {
 		t.Errorf("NotActedOn = %s, want %s", got, want)
 	}
 	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {

@@ -21,6 +21,7 @@ type Graph struct {
 	compiler *ruleCompiler
 	policies *policyResolver
 	out      *sequencer
+	overlay  *routeResolver
 
 	felixGlobal, felixNode *v3.FelixConfigurationSpec
 	configDirty            bool
@@ -58,6 +59,7 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 		pools:       map[string]v3.IPPoolSpec{},
 		otherNodes:  map[string]*v3.FelixConfigurationSpec{},
 		nodeNames:   map[string]string{},
+		overlay:     newRouteResolver(hostname),
 	}
 	g.policies = newPolicyResolver(g.labels, g.compiler, out)
 	g.labels.ref(&ipSetSpec{id: IPSetMasqPools, pools: true})
@@ -115,6 +117,15 @@ func (g *Graph) OnUpdate(u Update) {
 		g.onIPPool(k.Name, u.Value)
 	case v3.KindFelixConfiguration:
 		g.onFelixConfiguration(k.Name, u.Value)
+	case v3.KindNode:
+		n, _ := u.Value.(*v3.Node)
+		g.overlay.onNode(k.Name, n)
+	case KindIPAMBlock:
+		if b, ok := u.Value.(*Block); ok {
+			g.overlay.onBlock(b.CIDR, b)
+		} else if cidr, err := netip.ParsePrefix(k.Name); err == nil {
+			g.overlay.onBlock(cidr, nil)
+		}
 	default:
 		log.WithField("kind", k.Kind).Debug("Ignoring an update of a kind felix does not use")
 	}
@@ -255,6 +266,8 @@ func stripPrefix(own, apply map[string]string, prefix string) map[string]string 
 }
 
 func (g *Graph) onIPPool(name string, r v3.Resource) {
+	pool, _ := r.(*v3.IPPool)
+	g.overlay.onPool(name, pool)
 	if old, ok := g.pools[name]; ok {
 		g.poolMembers(old, g.labels.removeMember)
 		delete(g.pools, name)
@@ -318,6 +331,9 @@ func (g *Graph) Flush() {
 	}
 	g.out.flushSets(g.dp)
 	g.policies.flush(g.dp)
+	if od, ok := g.dp.(OverlayDataplane); ok {
+		g.overlay.flush(od)
+	}
 	g.out.flushSetRemovals(g.dp)
 	if g.inSync && !g.out.sentInSync {
 		g.out.sentInSync = true

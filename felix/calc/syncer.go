@@ -15,6 +15,7 @@ func SyncedKinds() []string {
 	return []string{
 		v3.KindFelixConfiguration,
 		v3.KindIPPool,
+		v3.KindNode,
 		v3.KindTier,
 		v3.KindProfile,
 		v3.KindGlobalNetworkPolicy,
@@ -38,6 +39,9 @@ type Syncer struct {
 	RetryInterval time.Duration
 	// MaxBatch bounds the updates of one OnUpdates call.
 	MaxBatch int
+	// Blocks, when set, is where the IPAM blocks are read (for the
+	// overlay's routes); they count as one more kind for OnInSync.
+	Blocks *BlockSource
 }
 
 // NewSyncer makes a syncer for the node hostname (whose
@@ -60,6 +64,10 @@ func (s *Syncer) Run(ctx context.Context) error {
 	kinds := SyncedKinds()
 	for _, kind := range kinds {
 		go s.runKind(ctx, kind, ch)
+	}
+	if s.Blocks != nil {
+		kinds = append(kinds, KindIPAMBlock)
+		go s.runBlocks(ctx, ch)
 	}
 	listed := map[string]bool{}
 	inSync := false
@@ -108,15 +116,12 @@ func (s *Syncer) wanted(k datastore.Key) bool {
 func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) {
 	known := map[datastore.Key]bool{}
 	logc := log.WithField("kind", kind)
-	send := func(b kindBatch) bool {
-		select {
-		case ch <- b:
-			return true
-		case <-ctx.Done():
-			return false
+	send := sender(ctx, ch)
+	resyncs, _ := s.cb.(ResyncObserver)
+	for first := true; ctx.Err() == nil; first = false {
+		if !first && resyncs != nil {
+			resyncs.OnResync(kind)
 		}
-	}
-	for ctx.Err() == nil {
 		items, rev, err := s.ds.List(ctx, datastore.ListOptions{Kind: kind})
 		if err != nil {
 			logc.WithError(err).Warn("Listing failed; retrying")
@@ -184,6 +189,18 @@ func (s *Syncer) watch(ctx context.Context, w datastore.Watcher, known map[datas
 		}
 		if !send(kindBatch{kind: k.Kind, updates: []Update{u}}) {
 			return
+		}
+	}
+}
+
+// sender hands batches to the main loop; false once ctx ended.
+func sender(ctx context.Context, ch chan<- kindBatch) func(kindBatch) bool {
+	return func(b kindBatch) bool {
+		select {
+		case ch <- b:
+			return true
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

@@ -19,3 +19,10 @@ type Callbacks interface {
 	OnUpdates(updates []Update)
 	OnInSync()
 }
+
+// ResyncObserver is implemented by Callbacks that want to know when the
+// syncer lists a kind again (a watch ended or failed, or a list failed);
+// OnResync is called from the kind's own goroutine.
+type ResyncObserver interface {
+	OnResync(kind string)
+}

@@ -37,7 +37,9 @@ func (d *Driver) setup(ctx context.Context) error {
 	for _, v := range versions {
 		f := &family{version: v, sets: d.sets[v/6], render: newRenderer(v)}
 		for _, t := range rules.TableNames() {
-			f.tables = append(f.tables, iptables.NewTable(t, v, b, d.run, d.log))
+			tbl := iptables.NewTable(t, v, b, d.run, d.log)
+			tbl.SetMetrics(d.metrics)
+			f.tables = append(f.tables, tbl)
 		}
 		d.families = append(d.families, f)
 	}
@@ -161,7 +163,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	for _, f := range d.families {
 		// One iptables-save for every table that must be read back.
 		if slices.ContainsFunc(f.tables, (*iptables.Table).NeedsRead) {
-			if sections, err := iptables.ReadAll(ctx, d.run, d.backend, f.version); err == nil {
+			sections, err := iptables.ReadAll(ctx, d.run, d.backend, f.version)
+			d.metrics.Save(err)
+			if err == nil {
 				for _, t := range f.tables {
 					if t.NeedsRead() {
 						t.Load(sections[t.Name])

@@ -17,6 +17,7 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/iptables"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/routes"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // Config configures a Driver.
@@ -29,6 +30,9 @@ type Config struct {
 	StatusDir string
 	// Log is the logger (logrus' standard one when nil).
 	Log *log.Entry
+	// Metrics counts the driver's iptables, ipset and netlink calls (nil:
+	// metrics off).
+	Metrics *metrics.Felix
 }
 
 // family is the state of one IP family.
@@ -41,12 +45,13 @@ type family struct {
 
 // Driver is the dataplane of one node.
 type Driver struct {
-	run    *nsexec.Runner
-	log    *log.Entry
-	routes *routes.Manager
-	hosts  *hostIfaces
-	rpf    *rpFilter
-	status statusFiles
+	run     *nsexec.Runner
+	log     *log.Entry
+	metrics *metrics.Felix
+	routes  *routes.Manager
+	hosts   *hostIfaces
+	rpf     *rpFilter
+	status  statusFiles
 
 	cfg       *calc.Config
 	backend   iptables.Backend
@@ -86,9 +91,13 @@ func New(cfg Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
+	sets := [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
+	for _, m := range sets {
+		m.SetMetrics(cfg.Metrics)
+	}
 	return &Driver{
-		run: run, log: logger, routes: rm, hosts: hosts, rpf: newRPFilter(),
-		sets:     [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)},
+		run: run, log: logger, metrics: cfg.Metrics, routes: rm, hosts: hosts, rpf: newRPFilter(),
+		sets:     sets,
 		status:   statusFiles{dir: cfg.StatusDir, written: map[calc.EndpointID]string{}},
 		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{},
 		endpoints: map[calc.EndpointID]*calc.Endpoint{},

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
@@ -36,6 +37,8 @@ type Deps struct {
 	Raw RawStore
 	// Period is the controller's full resync period.
 	Period time.Duration
+	// Queues receives the work queues' metrics (nil for none).
+	Queues workqueue.MetricsProvider
 }
 
 // Controller is one running controller.

@@ -38,6 +38,9 @@ type NodeOptions struct {
 	// LeakGracePeriod is how long an address must have been seen leaked
 	// before it is released; 0 turns IPAM garbage collection off.
 	LeakGracePeriod time.Duration
+	// Reclaimed, when set, is told of each address garbage-collected,
+	// with the node it was allocated on.
+	Reclaimed func(ip, node string)
 }
 
 // Nodes removes Calico nodes whose Kubernetes node is gone (Calico nodes
@@ -87,7 +90,7 @@ func NewNodes(d Deps, o NodeOptions) *Nodes {
 		byKubeName: map[string]string{}, leaks: map[string]time.Time{}, log: log.WithField("controller", "node"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node"})}
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node", MetricsProvider: d.Queues})}
 	if d.KV != nil {
 		n.alloc = ipam.New(d.Store, d.KV)
 	}
@@ -297,6 +300,7 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 	seen := map[string]bool{}
 	release := map[string][]string{}
 	pods := map[string][2]string{}
+	nodeOf := map[string]string{}
 	for _, b := range blocks {
 		for _, a := range b.Allocations {
 			ns, pod := a.Attrs["namespace"], a.Attrs["pod"]
@@ -316,6 +320,7 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 				n.log.WithFields(fields).WithField("gracePeriod", n.opts.LeakGracePeriod).Warn("Candidate IP leak: its pod does not hold it; released if still leaked after the grace period")
 			case now.Sub(first) >= n.opts.LeakGracePeriod:
 				release[a.HandleID] = append(release[a.HandleID], a.IP.String())
+				nodeOf[a.IP.String()] = a.Attrs["node"]
 				pods[a.HandleID] = [2]string{ns, pod}
 				n.log.WithFields(fields).WithField("leakedFor", now.Sub(first).Round(time.Second)).Warn("Garbage collecting leaked IP address")
 			}
@@ -341,6 +346,9 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 		n.Released.Add(int64(len(ips)))
 		for _, ip := range ips {
 			delete(n.leaks, ip+" "+h)
+			if n.opts.Reclaimed != nil {
+				n.opts.Reclaimed(ip, nodeOf[ip])
+			}
 		}
 	}
 	return errors.Join(errs...)

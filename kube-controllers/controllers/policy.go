@@ -30,7 +30,7 @@ type Policy struct {
 func NewPolicy(d Deps) *Policy {
 	inf := d.Informers.Networking().V1().NetworkPolicies()
 	src := &policySource{lister: inf.Lister(), warned: map[string]string{}}
-	p := &Policy{Mirror: mirror.New("policy", v3.KindNetworkPolicy, src, d.Store), synced: inf.Informer().HasSynced, period: d.Period}
+	p := &Policy{Mirror: mirror.New("policy", v3.KindNetworkPolicy, src, d.Store, d.Queues), synced: inf.Informer().HasSynced, period: d.Period}
 	_, _ = inf.Informer().AddEventHandler(handler(func(ns, name string) {
 		p.Enqueue(datastore.Key{Kind: v3.KindNetworkPolicy, Namespace: ns, Name: k8s.PolicyName(name)})
 	}))

@@ -40,7 +40,7 @@ func (p *Profiles) Run(ctx context.Context) { p.Mirror.Run(ctx, p.period) }
 func NewNamespace(d Deps) *Profiles {
 	inf := d.Informers.Core().V1().Namespaces()
 	p := &Profiles{name: "namespace", synced: inf.Informer().HasSynced, period: d.Period}
-	p.Mirror = mirror.New(p.name, v3.KindProfile, namespaceSource{inf.Lister()}, d.Store)
+	p.Mirror = mirror.New(p.name, v3.KindProfile, namespaceSource{inf.Lister()}, d.Store, d.Queues)
 	_, _ = inf.Informer().AddEventHandler(handler(func(_, name string) {
 		p.Enqueue(datastore.Key{Kind: v3.KindProfile, Name: k8s.NamespaceProfileName(name)})
 	}))
@@ -78,7 +78,7 @@ func (s namespaceSource) Keys() []datastore.Key {
 func NewServiceAccount(d Deps) *Profiles {
 	inf := d.Informers.Core().V1().ServiceAccounts()
 	p := &Profiles{name: "serviceaccount", synced: inf.Informer().HasSynced, period: d.Period}
-	p.Mirror = mirror.New(p.name, v3.KindProfile, serviceAccountSource{inf.Lister()}, d.Store)
+	p.Mirror = mirror.New(p.name, v3.KindProfile, serviceAccountSource{inf.Lister()}, d.Store, d.Queues)
 	_, _ = inf.Informer().AddEventHandler(handler(func(ns, name string) {
 		p.Enqueue(datastore.Key{Kind: v3.KindProfile, Name: k8s.ServiceAccountProfileName(ns, name)})
 	}))

@@ -78,7 +78,7 @@ func NewWorkloadEndpoints(d Deps) *WorkloadEndpoints {
 		period: d.Period, byPod: map[string][]indexed{}, raw: d.Raw, log: log.WithField("controller", "workloadendpoint"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "workloadendpoint"})}
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "workloadendpoint", MetricsProvider: d.Queues})}
 	if d.KV != nil {
 		w.alloc = ipam.New(d.Store, d.KV)
 	}

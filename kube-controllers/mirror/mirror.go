@@ -68,13 +68,14 @@ type stored struct {
 	hash    [32]byte
 }
 
-// New makes a mirror of kind named name (for logs) over store.
-func New(name, kind string, src Source, store datastore.Interface) *Mirror {
+// New makes a mirror of kind named name (for logs and its queue's
+// metrics, given to queues; nil for none) over store.
+func New(name, kind string, src Source, store datastore.Interface, queues workqueue.MetricsProvider) *Mirror {
 	rl := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[datastore.Key](50*time.Millisecond, 30*time.Second))
 	return &Mirror{name: name, kind: kind, src: src, store: store, actual: map[datastore.Key]stored{},
 		log:   log.WithField("controller", name),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[datastore.Key]{Name: name})}
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[datastore.Key]{Name: name, MetricsProvider: queues})}
 }
 
 // Enqueue asks for k to be reconciled.

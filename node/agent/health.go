@@ -60,6 +60,20 @@ func (h *health) observe(err error, now time.Time) {
 	h.log.WithFields(fields).Info("Datastore reachable again")
 }
 
+// err is nil while the datastore answers, else why not (for felix's
+// readiness).
+func (h *health) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.st.Reachable {
+		return nil
+	}
+	if h.st.Error != "" {
+		return errors.New(h.st.Error)
+	}
+	return errors.New("unreachable")
+}
+
 // status is the current state, for the status report.
 func (h *health) status() *status.DatastoreStatus {
 	h.mu.Lock()

@@ -39,7 +39,7 @@ func TestRouteProtocol(t *testing.T) {
 		in   string
 		want uint8
 		err  bool
-	}{{"", 0, false}, {"201", 201, false}, {"5", 5, false}, {"255", 255, false}, {"4", 0, true}, {"0", 0, true}, {"256", 0, true}, {"bgp", 0, true}} {
+	}{{"", 0, false}, {"201", 201, false}, {"5", 5, false}, {"255", 255, false}, {"4", 0, true}, {"0", 0, true}, {"256", 0, true}, {"80", 0, true}, {"bgp", 0, true}} {
 		got, err := routeProtocol(tc.in)
 		if got != tc.want || (err != nil) != tc.err {
 			t.Errorf("routeProtocol(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)

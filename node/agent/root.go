@@ -17,6 +17,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
 	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/bgp/kernel"
@@ -77,6 +78,13 @@ fabric and serves GoBGP's gRPC API on 127.0.0.1:50051 (--bgp-grpc-listen);
 the routes it learns are kernel routes of protocol 201
 (--bgp-route-protocol).
 
+felix serves /liveness and /readiness and Prometheus metrics as
+FelixConfiguration's healthEnabled and prometheusMetricsEnabled (and their
+FELIX_* variables) say; BGP metrics are served on :9900 with
+BGP_PROMETHEUSMETRICSENABLED=true (BGP_PROMETHEUSMETRICSHOST, _PORT).
+As exec probes, "calico-node -felix-live", "-felix-ready", "-bird-live"
+and "-bird-ready" print one line and exit 0 or 1 (docs/metrics.md).
+
 It stops cleanly on SIGTERM or SIGINT.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -105,8 +113,13 @@ It stops cleanly on SIGTERM or SIGINT.`,
 			if err != nil {
 				return err
 			}
+			bgpMetrics, err := bgpMetricsAddr(getenv)
+			if err != nil {
+				return err
+			}
 			o := Options{
-				Startup: startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
+				BGPMetricsAddr: bgpMetrics,
+				Startup:        startCfg, ConfigPath: f.configPath, RunDir: f.runDir,
 				EtcdDataDir: f.etcdDataDir, Getenv: getenv,
 				EtcdClientURLs: splitList(clientURL), EtcdPeerURLs: splitList(peerURL),
 				EtcdPlaintext: plaintext, EtcdJoinFile: joinFile,
@@ -191,6 +204,10 @@ func routeProtocol(s string) (uint8, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 5 || n > 255 {
 		return 0, fmt.Errorf("--bgp-route-protocol (CALICO_BGP_ROUTE_PROTOCOL) %q: want a number from 5 to 255 (0-4 are the kernel's and static routes)", s)
+	}
+	if n == vxlan.RouteProtocol {
+		// Both would own the same routes and remove each other's.
+		return 0, fmt.Errorf("--bgp-route-protocol (CALICO_BGP_ROUTE_PROTOCOL) %q: protocol %d is felix's VXLAN overlay routes; choose another", s, n)
 	}
 	return uint8(n), nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	log "github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/client"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
+	libmetrics "github.com/palisade-net/palisade/libcalico/metrics"
 	"github.com/palisade-net/palisade/node/bgp"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
@@ -59,6 +62,9 @@ type Options struct {
 	Ready func()
 	// DisableFelix leaves policy (iptables, workload routes) alone.
 	DisableFelix bool
+	// BGPMetricsAddr is where BGP metrics are served ("" for nowhere;
+	// BGP_PROMETHEUSMETRICSENABLED and friends).
+	BGPMetricsAddr string
 }
 
 // peerLister is what the agent needs from the BGP part for its status.
@@ -127,6 +133,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ds.run(ctx, kvProbe(store.KV()))
+	// The node's VXLAN tunnel addresses follow the IP pools, as Calico's
+	// tunnel address allocator does.
+	go startup.RunTunnelAddrs(ctx, c, store, ipam.New(store, store.KV()), cfg.NodeName)
 	bgpDone := make(chan error, 1)
 	if cfg.BGPEnabled() {
 		bgpRunning = true
@@ -138,6 +147,15 @@ func Run(ctx context.Context, o Options) (err error) {
 		}()
 		bgpPeers = bgpPeerLister{peerTable}
 		logger.WithField("grpc", o.BGPGRPCListen).Info("BGP (embedded GoBGP) started")
+		if o.BGPMetricsAddr != "" {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(bgpCollector{table: peerTable, log: logger.WithField("part", "bgp-metrics")})
+			ep := libmetrics.NewEndpoint("bgp-metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), logger)
+			if err := ep.Set(o.BGPMetricsAddr); err != nil {
+				return err
+			}
+			defer ep.Close()
+		}
 	}
 
 	// felix programs policy and workload routes in this namespace; it
@@ -149,8 +167,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		policy = livePolicy{inspector: inspector, store: store}
 		go func() {
 			felixDone <- felix.Run(ctx, felix.Config{
-				NodeName: cfg.NodeName, Store: store, StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
-				Log: logger, Inspector: inspector,
+				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
+				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger, Getenv: o.Getenv, DatastoreHealth: ds.err,
+				Inspector: inspector,
 			})
 		}()
 		logger.Info("felix started")
@@ -160,6 +179,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		rep := status.Report{NodeName: cfg.NodeName, PID: os.Getpid(), Started: started, Backend: cfg.Backend}
 		rep.BGPRunning = bgpRunning
 		rep.Datastore = ds.status()
+		if wanted, programmed, ok := peerTable.Routes(); ok {
+			rep.Routes = &status.RouteStatus{Wanted: wanted, Programmed: programmed}
+		}
 		if bgpPeers != nil {
 			peers, err := bgpPeers.ListPeers(ctx)
 			if err != nil {

@@ -143,6 +143,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// it stopped: restart gracefully.
 		restarting = len(left) > 0
 		sync = kernel.NewSyncer(h, cfg.Log.WithField("component", "routes"))
+		cfg.Peers.setRoutes(sync)
+		defer cfg.Peers.setRoutes(nil)
 		if _, err := sync.Resync(false); err != nil {
 			return fmt.Errorf("bgp: %w", err)
 		}
@@ -427,7 +429,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
-			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets})
+			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets, FelixOwned: st.paths.FelixOwned})
 		}
 		rec.apply(ctx, st)
 
@@ -457,6 +459,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 		ps, perr := r.ListPeers(ctx)
 		if perr == nil {
 			down.observe(cfg.Log, ps, time.Now())
+			cfg.Peers.observe(ps, time.Now())
 		}
 		if !staleRemoved {
 			converged := false

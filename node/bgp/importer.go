@@ -23,14 +23,18 @@ type localRoutes struct {
 	// Ignored are the subnets of BGPConfiguration ignoredInterfaces: a
 	// next hop reached through them is not used.
 	Ignored []netip.Prefix
+	// FelixOwned are the CIDRs of VXLAN pools: nothing learned inside
+	// them is programmed, felix's overlay routes them.
+	FelixOwned []netip.Prefix
 }
 
 // importer turns learned best routes and this node's blocks into the
 // kernel's desired routes: learned prefixes over their (ECMP) next hops,
-// except anything inside our own blocks (other than the host routes of
-// addresses we lent), anything we originate ourselves (the service ranges
-// every node advertises) or pointing at ourselves or through an ignored
-// interface, plus a blackhole for each of our blocks.
+// except anything inside a VXLAN pool (felix's), inside our own blocks
+// (other than the host routes of addresses we lent), anything we
+// originate ourselves (the service ranges every node advertises) or
+// pointing at ourselves or through an ignored interface, plus a blackhole
+// for each of our blocks.
 type importer struct {
 	sync *kernel.Syncer
 
@@ -67,6 +71,11 @@ func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
 	}
 	if im.own[pfx] {
 		return r
+	}
+	for _, p := range im.local.FelixOwned {
+		if p.Bits() <= pfx.Bits() && p.Contains(pfx.Addr()) {
+			return r
+		}
 	}
 	if !im.lent[pfx] {
 		for _, b := range im.local.Blocks {

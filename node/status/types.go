@@ -54,6 +54,15 @@ type Report struct {
 	// Datastore says whether the datastore answers the agent (nil from an
 	// agent that does not report it).
 	Datastore *DatastoreStatus `json:"datastore,omitempty"`
+	// Routes counts the kernel routes BGP wants and has programmed (nil
+	// while BGP writes none).
+	Routes *RouteStatus `json:"routes,omitempty"`
+}
+
+// RouteStatus counts the kernel routes of the BGP part.
+type RouteStatus struct {
+	Wanted     int `json:"wanted"`
+	Programmed int `json:"programmed"`
 }
 
 // DatastoreStatus is whether the agent's datastore answers.

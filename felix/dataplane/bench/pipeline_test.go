@@ -73,8 +73,20 @@ func policyToEnforced(b *testing.B, dataplane string) {
 	if connect(cli.run, dst, 50*time.Millisecond) {
 		b.Fatal("client reaches the server before the toggle policy: the benchmark measures nothing")
 	}
-	var on, off []time.Duration
-	for range 25 {
+	on, off := timeToggles(b, e, cli, dst, 25)
+	all := append(on, off...)
+	b.ReportMetric(ms(percentile(all, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
+	b.ReportMetric(ms(percentile(on, 0.99)), "allow-p99-ms")
+	b.ReportMetric(ms(percentile(off, 0.99)), "deny-p99-ms")
+	b.ReportMetric(ms(percentile(all, 0.99))/50, "p99/goal")
+}
+
+// timeToggles writes and deletes the toggle policy n times, timing each
+// from the write to the first probe it lets through (on) and from the
+// delete to the first it drops (off).
+func timeToggles(b *testing.B, e *bed, cli *pod, dst netip.AddrPort, n int) (on, off []time.Duration) {
+	for range n {
 		t0 := time.Now()
 		e.apply(toggle)
 		d, ok := until(cli.run, dst, true, t0, 5*time.Second)
@@ -90,12 +102,7 @@ func policyToEnforced(b *testing.B, dataplane string) {
 		}
 		off = append(off, d)
 	}
-	all := append(on, off...)
-	b.ReportMetric(ms(percentile(all, 0.5)), "p50-ms")
-	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
-	b.ReportMetric(ms(percentile(on, 0.99)), "allow-p99-ms")
-	b.ReportMetric(ms(percentile(off, 0.99)), "deny-p99-ms")
-	b.ReportMetric(ms(percentile(all, 0.99))/50, "p99/goal")
+	return on, off
 }
 
 // BenchmarkNewPodFirstResponse measures, on a node with 100 policies and
@@ -128,9 +135,23 @@ func newPodFirstResponse(b *testing.B, dataplane string) {
 	e.startFelix()
 	e.waitStatus(srv.wep, 30*time.Second)
 	dst := netip.AddrPortFrom(srv.ip, 8080)
+	lat := timeNewPods(b, e, dst, 0, 300)
+	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.9)), "p90-ms")
+	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
+	b.ReportMetric(ms(percentile(lat, 0.99))/10, "p99/goal")
+	e.stop()
+	store := storeLatency(b, e, 100)
+	b.ReportMetric(ms(percentile(store, 0.5)), "store-p50-ms")
+	b.ReportMetric(ms(percentile(store, 0.99)), "store-p99-ms")
+}
+
+// timeNewPods times n new pods one after another (numbered from first),
+// from writing the endpoint to the first answered connection; each is
+// removed before the next, so every pod meets the same node.
+func timeNewPods(b *testing.B, e *bed, dst netip.AddrPort, first, n int) []time.Duration {
 	var lat []time.Duration
-	const pods = 300
-	for i := range pods {
+	for i := first; i < first+n; i++ {
 		p := e.plumb("new"+itoa(i), addr(10+i))
 		if connect(p.run, dst, 20*time.Millisecond) {
 			b.Fatal("a pod with no endpoint reached the server: not failing closed")
@@ -142,20 +163,12 @@ func newPodFirstResponse(b *testing.B, dataplane string) {
 			b.Fatalf("new pod %s never reached the server", p.name)
 		}
 		lat = append(lat, d)
-		// Gone again before the next one: every pod meets the same node.
 		e.waitStatus(p.wep, 10*time.Second)
 		e.delete(v3.KindWorkloadEndpoint, "bench", p.wep)
 		e.waitStatusGone(p.wep, 10*time.Second)
 		e.unplumb(p)
 	}
-	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.9)), "p90-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
-	b.ReportMetric(ms(percentile(lat, 0.99))/10, "p99/goal")
-	e.stop()
-	store := storeLatency(b, e, 100)
-	b.ReportMetric(ms(percentile(store, 0.5)), "store-p50-ms")
-	b.ReportMetric(ms(percentile(store, 0.99)), "store-p99-ms")
+	return lat
 }
 
 // storeLatency times n endpoint writes, one after another with the pace

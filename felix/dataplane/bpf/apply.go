@@ -131,6 +131,7 @@ func (d *Driver) setup(ctx context.Context) error {
 	}
 	d.objs, d.ifaces = objs, ifs
 	d.progs = newPrograms(objs, d.log)
+	d.progs.metrics = d.conf.Metrics
 	d.progs.adopt(ifs.usedSlots())
 	if d.events, err = newEventReader(objs, d.log); err != nil {
 		d.log.WithError(err).Warn("Log rules' packets will not be logged")
@@ -146,7 +147,9 @@ func (d *Driver) setup(ctx context.Context) error {
 	}
 	for _, v := range d.families {
 		for _, name := range rules.TableNames() {
-			d.tables = append(d.tables, iptables.NewTable(name, v, b, d.run, d.log))
+			tbl := iptables.NewTable(name, v, b, d.run, d.log)
+			tbl.SetMetrics(d.conf.Metrics)
+			d.tables = append(d.tables, tbl)
 		}
 	}
 	d.ready = true
@@ -290,6 +293,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if now.Sub(d.lastRefresh.gc) >= ctCollectEvery || len(d.ifaces.gone) > 0 {
 		d.lastRefresh.gc = now
 		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone)
+		d.conf.Metrics.ConntrackCleaned(n)
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -512,7 +516,9 @@ func (d *Driver) applyIptables(ctx context.Context, errs *[]error) bool {
 			}
 			return false
 		}(); needs {
-			if sections, err := iptables.ReadAll(ctx, d.run, d.backend, v); err == nil {
+			sections, err := iptables.ReadAll(ctx, d.run, d.backend, v)
+			d.conf.Metrics.Save(err)
+			if err == nil {
 				for _, t := range tables {
 					if t.NeedsRead() {
 						t.Load(sections[t.Name])

@@ -23,6 +23,7 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/iptables"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/routes"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // Config configures a Driver.
@@ -39,6 +40,9 @@ type Config struct {
 	Timeouts palbpf.Timeouts
 	// Log is the logger (logrus' standard one when nil).
 	Log *log.Entry
+	// Metrics counts program loads, conntrack sweeps and the iptables and
+	// ipset calls of what stays in iptables (nil: metrics off).
+	Metrics *metrics.Felix
 }
 
 // Driver is the eBPF dataplane of one node.
@@ -106,6 +110,9 @@ func New(conf Config) (*Driver, error) {
 		sets: newSetMaps(logger), att: newAttacher(), wake: make(chan struct{}, 1),
 	}
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
+	for _, m := range d.poolSets {
+		m.SetMetrics(conf.Metrics)
+	}
 	if d.routes, err = routes.New(run, logger); err != nil {
 		d.Close()
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/bpf/policy"
+	"github.com/palisade-net/palisade/felix/metrics"
 )
 
 // program is a loaded policy program in its slot of pal_progs, shared by
@@ -46,6 +47,8 @@ type programs struct {
 	dropSlot uint32
 	// loads counts programs loaded (tests, logs).
 	loads int
+	// metrics counts loads and load failures (nil: none).
+	metrics *metrics.Felix
 }
 
 type compiledEntry struct {
@@ -179,6 +182,7 @@ func (ps *programs) get(in *policy.Input) (*program, error) {
 		return nil, err
 	}
 	prog, err := ps.objs.LoadPolicy("pal_"+cp.Hash[:11], cp.Insns, info)
+	ps.metrics.ProgramLoaded(err)
 	if err != nil {
 		return nil, err
 	}

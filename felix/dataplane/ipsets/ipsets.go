@@ -22,6 +22,7 @@ import (
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/felix/rules"
 )
 
@@ -60,7 +61,13 @@ type Manager struct {
 	// nl writes small deltas without starting a process (nil: always
 	// ipset restore).
 	nl *netlink.Handle
+	// metrics counts ipset runs and netlink transactions (nil: none).
+	metrics *metrics.Felix
 }
+
+// SetMetrics makes the manager count its ipset runs and netlink writes
+// in m.
+func (m *Manager) SetMetrics(fm *metrics.Felix) { m.metrics = fm }
 
 // revision is the set type revision created through netlink: the first
 // that has every feature ipset restore would use here (maxelem, CIDR
@@ -150,6 +157,7 @@ func (m *Manager) Len() int { return len(m.desired) }
 
 func (m *Manager) read(ctx context.Context) error {
 	out, err := m.run.Run(ctx, "", "ipset", "save")
+	m.metrics.IPSet(err)
 	if err != nil {
 		return fmt.Errorf("reading IP sets: %w", err)
 	}
@@ -303,7 +311,9 @@ func (m *Manager) ApplyUpdates(ctx context.Context) error {
 		}
 	}
 	if b.Len() > 0 {
-		if _, err := m.run.RunWarm(ctx, b.String(), "ipset", "restore", "-exist"); err != nil {
+		_, err := m.run.RunWarm(ctx, b.String(), "ipset", "restore", "-exist")
+		m.metrics.IPSet(err)
+		if err != nil {
 			m.resync = true
 			return fmt.Errorf("writing IP sets (family %d): %w", m.family, err)
 		}
@@ -353,7 +363,9 @@ func (m *Manager) ApplyDeletions(ctx context.Context) error {
 	for _, name := range stale {
 		fmt.Fprintf(&b, "destroy %s\n", name)
 	}
-	if _, err := m.run.RunWarm(ctx, b.String(), "ipset", "restore", "-exist"); err == nil {
+	_, err := m.run.RunWarm(ctx, b.String(), "ipset", "restore", "-exist")
+	m.metrics.IPSet(err)
+	if err == nil {
 		for _, name := range stale {
 			delete(m.kernel, name)
 		}
@@ -362,7 +374,9 @@ func (m *Manager) ApplyDeletions(ctx context.Context) error {
 	// One at a time, so one set still referenced does not keep the rest.
 	var firstErr error
 	for _, name := range stale {
-		if _, err := m.run.Run(ctx, "", "ipset", "destroy", name); err != nil {
+		_, err := m.run.Run(ctx, "", "ipset", "destroy", name)
+		m.metrics.IPSet(err)
+		if err != nil {
 			if strings.Contains(err.Error(), "does not exist") {
 				delete(m.kernel, name)
 				continue
@@ -471,6 +485,7 @@ func (m *Manager) applyNetlink() bool {
 	for _, name := range creates {
 		err := m.nl.IpsetCreate(name, string(m.desired[name].typ), netlink.IpsetCreateOptions{Family: family, MaxElements: MaxElem, Revision: revision[m.desired[name].typ]})
 		if err != nil {
+			m.metrics.IPSet(err)
 			m.log.WithError(err).WithField("set", name).Debug("netlink IP set create failed; falling back to ipset restore")
 			m.resync = true
 			return false
@@ -486,10 +501,14 @@ func (m *Manager) applyNetlink() bool {
 		if err != nil {
 			// ipset restore -exist finishes the job from the kernel's
 			// state as read back.
+			m.metrics.IPSet(err)
 			m.log.WithError(err).WithField("set", o.name).Debug("netlink IP set write failed; falling back to ipset restore")
 			m.resync = true
 			return false
 		}
+	}
+	if len(creates)+len(ops) > 0 {
+		m.metrics.IPSet(nil)
 	}
 	for name := range m.dirty {
 		m.kernel[name] = m.desired[name].clone()

@@ -12,6 +12,7 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/metrics"
 	"github.com/palisade-net/palisade/felix/rules"
 )
 
@@ -72,7 +73,13 @@ type Table struct {
 	// counts the changes it wrote.
 	direct       *nftDirect
 	directWrites int
+	// metrics counts restores, saves and netlink writes (nil: none).
+	metrics *metrics.Felix
 }
+
+// SetMetrics makes the table count its iptables-restore and
+// iptables-save runs and its netlink transactions in m.
+func (t *Table) SetMetrics(m *metrics.Felix) { t.metrics = m }
 
 // primer is what a waiting iptables-nft-restore is given first (see
 // nsexec.Runner.Prime): a transaction of its own in the small raw table
@@ -194,6 +201,7 @@ func ReadAll(ctx context.Context, run *nsexec.Runner, backend Backend, family in
 // rules of the kernel chains we jump from.
 func (t *Table) read(ctx context.Context) error {
 	out, err := t.run.Run(ctx, "", t.save, "-t", t.Name)
+	t.metrics.Save(err)
 	if err != nil {
 		return fmt.Errorf("reading table %s (IPv%d): %w", t.Name, t.family, err)
 	}
@@ -329,7 +337,9 @@ func (t *Table) Apply(ctx context.Context) (bool, error) {
 			names[i] = c.name
 		}
 		rewritten = names
-		if err := t.direct.write(direct, directStale); err != nil {
+		err := t.direct.write(direct, directStale)
+		t.metrics.Netlink(err)
+		if err != nil {
 			// Nothing of it was applied (one transaction): restore does it.
 			t.log.WithError(err).Warn("Direct nftables write failed; using iptables-nft-restore")
 		} else {
@@ -477,7 +487,9 @@ func (t *Table) restore(ctx context.Context, rewritten, stale []string, tail str
 	if t.wait {
 		run = t.run.Run // legacy: a waiting process could hold the xtables lock.
 	}
-	if _, err := run(ctx, b.String(), t.restor, args...); err != nil {
+	_, err := run(ctx, b.String(), t.restor, args...)
+	t.metrics.Restore(err)
+	if err != nil {
 		t.needRead = true
 		return fmt.Errorf("writing table %s (IPv%d): %w", t.Name, t.family, err)
 	}

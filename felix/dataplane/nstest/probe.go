@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,11 +28,16 @@ type Server struct {
 	mu      sync.Mutex
 	sctp    map[string]time.Time // "srcIP:srcPort>dstPort"
 	sctpFd  int
+	// sctpDone is closed when readSCTP has returned: only then may the
+	// descriptor be closed, or the kernel hands its number to the next
+	// socket opened and the reader steals that socket's data.
+	sctpDone chan struct{}
+	closing  atomic.Bool
 }
 
 // Serve starts a server in run's namespace.
 func Serve(run *nsexec.Runner, ports ...int) (*Server, error) {
-	s := &Server{sctp: map[string]time.Time{}, sctpFd: -1}
+	s := &Server{sctp: map[string]time.Time{}, sctpFd: -1, sctpDone: make(chan struct{})}
 	err := run.Do(func() error {
 		for _, p := range ports {
 			if err := s.serve("tcp4", "udp4", p); err != nil {
@@ -45,7 +51,10 @@ func Serve(run *nsexec.Runner, ports ...int) (*Server, error) {
 			return fmt.Errorf("raw SCTP socket: %w", err)
 		}
 		s.sctpFd = fd
-		return nil
+		// Wake now and then, so Close never waits on a reader that a
+		// shutdown did not wake.
+		tv := syscall.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
+		return syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	})
 	if err != nil {
 		s.Close()
@@ -91,11 +100,15 @@ func (s *Server) serve(tcp, udp string, p int) error {
 }
 
 func (s *Server) readSCTP() {
+	defer close(s.sctpDone)
 	buf := make([]byte, 2048)
 	for {
 		n, _, err := syscall.Recvfrom(s.sctpFd, buf, 0)
-		if err != nil {
-			return
+		if (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR)) && !s.closing.Load() {
+			continue
+		}
+		if err != nil || n == 0 {
+			return // n == 0: Close shut the socket down
 		}
 		if n < 20+12 {
 			continue
@@ -115,8 +128,11 @@ func (s *Server) Close() {
 		_ = c.Close()
 	}
 	if s.sctpFd >= 0 {
+		s.closing.Store(true)
 		_ = syscall.Shutdown(s.sctpFd, syscall.SHUT_RDWR)
+		<-s.sctpDone
 		_ = syscall.Close(s.sctpFd)
+		s.sctpFd = -1
 	}
 }
 
@@ -192,12 +208,7 @@ func checksum(b []byte) uint16 {
 // run's namespace and, for an echo request, waits for the reply. For other
 // types it only sends.
 func ICMP(run *nsexec.Runner, dst netip.Addr, typ, code uint8) error {
-	var fd int
-	err := run.Do(func() error {
-		var err error
-		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
-		return err
-	})
+	fd, err := rawICMP(run)
 	if err != nil {
 		return err
 	}
@@ -211,21 +222,39 @@ func ICMP(run *nsexec.Runner, dst netip.Addr, typ, code uint8) error {
 	if typ != 8 {
 		return nil
 	}
-	tv := syscall.NsecToTimeval(ProbeTimeout.Nanoseconds())
+	_, err = awaitEcho(fd, dst, id, ProbeTimeout)
+	return err
+}
+
+// rawICMP opens a raw ICMP socket in run's namespace.
+func rawICMP(run *nsexec.Runner) (int, error) {
+	var fd int
+	err := run.Do(func() error {
+		var err error
+		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
+		return err
+	})
+	return fd, err
+}
+
+// awaitEcho waits up to timeout for the echo reply with id from dst on a
+// raw ICMP socket and returns its size (IPv4 header included).
+func awaitEcho(fd int, dst netip.Addr, id uint16, timeout time.Duration) (int, error) {
+	tv := syscall.NsecToTimeval(timeout.Nanoseconds())
 	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
-	buf := make([]byte, 1500)
-	deadline := time.Now().Add(ProbeTimeout)
+	buf := make([]byte, 65536)
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		n, _, err := syscall.Recvfrom(fd, buf, 0)
 		if err != nil {
-			return fmt.Errorf("no echo reply from %s: %w", dst, err)
+			return 0, fmt.Errorf("no echo reply from %s: %w", dst, err)
 		}
 		ihl := int(buf[0]&0xf) * 4
 		if n >= ihl+8 && buf[ihl] == 0 && binary.BigEndian.Uint16(buf[ihl+4:]) == id {
-			return nil
+			return n, nil
 		}
 	}
-	return fmt.Errorf("no echo reply from %s", dst)
+	return 0, fmt.Errorf("no echo reply from %s", dst)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

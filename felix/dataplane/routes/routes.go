@@ -2,7 +2,7 @@
 // scope link, through each workload's cali interface — equal to the
 // endpoints felix knows: it adds the missing ones and removes scope-link
 // routes on workload interfaces that no endpoint wants. It never touches
-// routes of other protocols on those interfaces (BGP's, protocol 196) nor
+// routes of other protocols on those interfaces (BGP's, protocol 201) nor
 // any route on other interfaces.
 package routes
 
@@ -24,8 +24,9 @@ import (
 // Protocol is the route protocol felix writes (RTPROT_BOOT, as Calico).
 const Protocol = unix.RTPROT_BOOT
 
-// bgpProtocol is the protocol of routes programmed by the BGP part.
-const bgpProtocol = 196
+// bgpProtocol is the protocol of routes programmed by the BGP part
+// (node/bgp/kernel.DefaultProtocol).
+const bgpProtocol = 201
 
 // Manager owns the workload routes of one namespace.
 type Manager struct {

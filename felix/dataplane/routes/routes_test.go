@@ -21,7 +21,7 @@ func TestManager(t *testing.T) {
 	}
 	// Routes that are not ours to remove: BGP's on a cali interface, and
 	// a scope-link route on another interface.
-	ns.MustRun(t, "ip", "route", "add", "10.70.0.0/26", "dev", "cali1", "proto", "196", "scope", "link")
+	ns.MustRun(t, "ip", "route", "add", "10.70.0.0/26", "dev", "cali1", "proto", "201", "scope", "link")
 	ns.MustRun(t, "ip", "route", "add", "10.71.0.1/32", "dev", "eth1", "scope", "link")
 	// One nobody wants on a cali interface.
 	ns.MustRun(t, "ip", "route", "add", "10.65.0.99/32", "dev", "cali1", "scope", "link")
@@ -41,10 +41,10 @@ func TestManager(t *testing.T) {
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	// -N: protocol numbers as numbers (Debian's frr names 196 "static").
+	// -N: protocol numbers as numbers (a routing daemon may name them).
 	routes := func() string { return ns.MustRun(t, "ip", "-N", "route", "show") }
 	got := routes()
-	for _, want := range []string{"10.65.0.1 dev cali1", "10.70.0.0/26 dev cali1 proto 196", "10.71.0.1 dev eth1"} {
+	for _, want := range []string{"10.65.0.1 dev cali1", "10.70.0.0/26 dev cali1 proto 201", "10.71.0.1 dev eth1"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("routes lack %q:\n%s", want, got)
 		}
@@ -67,7 +67,7 @@ func TestManager(t *testing.T) {
 	if err := m.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if got := routes(); strings.Contains(got, "10.65.0.1 ") || !strings.Contains(got, "proto 196") {
+	if got := routes(); strings.Contains(got, "10.65.0.1 ") || !strings.Contains(got, "proto 201") {
 		t.Errorf("after removal:\n%s", got)
 	}
 }

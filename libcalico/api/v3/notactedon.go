@@ -58,8 +58,14 @@ var FelixConfigurationActedOn = map[string]bool{
 	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
 	"iptablesFilterDenyAction": true, "iptablesMarkMask": true, "logSeverityScreen": true,
 	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
+	// The VXLAN overlay (felix/dataplane/vxlan).
+	"vxlanEnabled": true, "vxlanMTU": true, "vxlanMTUV6": true, "vxlanPort": true, "vxlanVNI": true, "mtuIfacePattern": true,
 	// The eBPF dataplane's.
 	"bpfEnabled": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
+	// Health and Prometheus metrics (docs/metrics.md).
+	"healthEnabled": true, "healthHost": true, "healthPort": true,
+	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,
+	"prometheusGoMetricsEnabled": true, "prometheusProcessMetricsEnabled": true,
 }
 
 // felixConfigurationNotActedOn is every FelixConfiguration spec field not

@@ -207,6 +207,9 @@ type APIServer struct {
 	Port int
 	// ServiceCIDR is the service cluster IP range (default 10.96.0.0/16).
 	ServiceCIDR string
+	// Authorization is --authorization-mode (default AlwaysAllow; RBAC
+	// for tests of what a ServiceAccount may do).
+	Authorization string
 }
 
 // URL is where clients reach it.
@@ -225,7 +228,7 @@ func (a APIServer) advertise() netip.Addr {
 }
 
 // Argv is its command line: authentication by the token file, every
-// request allowed, no endpoint reconciler (nothing else runs), the lab's
+// request allowed (unless Authorization says otherwise), no endpoint reconciler (nothing else runs), the lab's
 // service range, and the certificates of Files.
 func (a APIServer) Argv() []string {
 	bind := a.Bind
@@ -236,6 +239,10 @@ func (a APIServer) Argv() []string {
 	if svc == "" {
 		svc = "10.96.0.0/16"
 	}
+	authz := a.Authorization
+	if authz == "" {
+		authz = "AlwaysAllow"
+	}
 	return []string{filepath.Join(a.Bin, "kube-apiserver"),
 		"--etcd-servers=" + strings.Join(a.Etcd, ","),
 		"--bind-address=" + bind.String(), "--advertise-address=" + a.advertise().String(),
@@ -245,7 +252,9 @@ func (a APIServer) Argv() []string {
 		"--client-ca-file=" + a.Files.CACert,
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file=" + a.Files.SAKey,
 		"--service-account-signing-key-file=" + a.Files.SAKey, "--token-auth-file=" + a.Files.TokenFile,
-		"--authorization-mode=AlwaysAllow", "--service-cluster-ip-range=" + svc,
+		"--authorization-mode=" + authz, "--service-cluster-ip-range=" + svc,
+		// As kubeadm sets it: calico-node runs privileged.
+		"--allow-privileged=true",
 		"--profiling=false", "--enable-priority-and-fairness=false", "--event-ttl=5m",
 	}
 }

@@ -64,11 +64,17 @@ func Bin(t testing.TB) string {
 
 // Start runs etcd and a kube-apiserver for the test and waits until the
 // API server is ready; both stop when the test ends.
-func Start(t testing.TB) *Cluster {
+func Start(t testing.TB) *Cluster { t.Helper(); return start(t, "") }
+
+// StartRBAC is Start with RBAC authorization: the admin token is in
+// system:masters, everyone else gets what RBAC objects grant.
+func StartRBAC(t testing.TB) *Cluster { t.Helper(); return start(t, "RBAC") }
+
+func start(t testing.TB, authz string) *Cluster {
 	t.Helper()
 	bin := Bin(t)
 	etcd := etcdtest.Start(t)
-	c, err := Launch(t.TempDir(), bin, etcd)
+	c, err := launch(t.TempDir(), bin, etcd, authz)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +90,9 @@ func Start(t testing.TB) *Cluster {
 // Launch runs a kube-apiserver storing into etcd, with its files in dir,
 // and waits until it is ready; Stop ends it. For a server shared by a
 // package's tests (started in TestMain); a single test uses Start.
-func Launch(dir, bin string, etcd []string) (*Cluster, error) {
+func Launch(dir, bin string, etcd []string) (*Cluster, error) { return launch(dir, bin, etcd, "") }
+
+func launch(dir, bin string, etcd []string, authz string) (*Cluster, error) {
 	files, err := kubeapi.WriteFiles(filepath.Join(dir, "pki"))
 	if err != nil {
 		return nil, err
@@ -95,7 +103,7 @@ func Launch(dir, bin string, etcd []string) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := kubeapi.APIServer{Bin: bin, Files: files, Etcd: etcd, Port: port}
+		srv := kubeapi.APIServer{Bin: bin, Files: files, Etcd: etcd, Port: port, Authorization: authz}
 		c := &Cluster{Bin: bin, Files: files, URL: srv.URL(), EtcdEndpoints: etcd, dir: dir,
 			Kubeconfig: filepath.Join(dir, "kubeconfig")}
 		if err := files.WriteKubeconfig(c.Kubeconfig, c.URL); err != nil {

@@ -224,7 +224,22 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 
 // UpdatePeer implements router.Router; a changed session is reset so the
 // new settings (timers, password, capabilities) take effect.
+//
+// GoBGP's UpdatePeer keeps a neighbour's route-reflector settings as they
+// were added (it compares neither the client flag nor the cluster ID), so
+// a session whose reflector role changed is deleted and added again: a
+// node that became a reflector of this node's cluster after this node
+// made it a client would otherwise stay one, this node reflecting every
+// route to it with our CLUSTER_LIST while it reflects its own the other
+// way without, and the two reflectors would route their clients' blocks
+// through each other.
 func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
+	if r.reflectorChanged(ctx, p) {
+		if err := r.DeletePeer(ctx, p); err != nil {
+			return err
+		}
+		return r.AddPeer(ctx, p)
+	}
 	rsp, err := r.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: apiPeer(p, false)})
 	if err != nil {
 		return fmt.Errorf("updating peer %s (AS %d): %w", p.Key(), p.AS, err)
@@ -233,6 +248,25 @@ func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
 		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: p.Address.String(), Soft: true, Direction: api.ResetPeerRequest_IN})
 	}
 	return nil
+}
+
+// reflectorChanged reports whether GoBGP's neighbour p.Address has other
+// route-reflector settings than p wants.
+func (r *Router) reflectorChanged(ctx context.Context, p peers.Peer) bool {
+	changed := false
+	_ = r.srv.ListPeer(ctx, &api.ListPeerRequest{Address: p.Address.String()}, func(have *api.Peer) {
+		rr := have.GetRouteReflector()
+		clusterID := ""
+		if p.RRClient {
+			clusterID = p.ClusterID
+		}
+		haveID := ""
+		if rr.GetRouteReflectorClient() {
+			haveID = rr.GetRouteReflectorClusterId()
+		}
+		changed = rr.GetRouteReflectorClient() != p.RRClient || haveID != clusterID
+	})
+	return changed
 }
 
 // DeletePeer implements router.Router.
@@ -325,13 +359,23 @@ var sessionStates = map[api.PeerState_SessionState]string{
 
 // ListPeers implements router.Router.
 func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
+	return r.listPeers(ctx, false)
+}
+
+// ListPeersAdvertised implements router.Router.
+func (r *Router) ListPeersAdvertised(ctx context.Context) ([]router.PeerState, error) {
+	return r.listPeers(ctx, true)
+}
+
+func (r *Router) listPeers(ctx context.Context, advertised bool) ([]router.PeerState, error) {
 	var out []router.PeerState
-	err := r.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
+	err := r.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: advertised}, func(p *api.Peer) {
 		ps := router.PeerState{
-			Description: p.GetConf().GetDescription(),
-			AS:          p.GetConf().GetPeerAsn(),
-			State:       sessionStates[p.GetState().GetSessionState()],
-			Port:        uint16(p.GetTransport().GetRemotePort()),
+			Description:     p.GetConf().GetDescription(),
+			AS:              p.GetConf().GetPeerAsn(),
+			State:           sessionStates[p.GetState().GetSessionState()],
+			Port:            uint16(p.GetTransport().GetRemotePort()),
+			UpdatesReceived: p.GetState().GetMessages().GetReceived().GetUpdate(),
 		}
 		ps.Address, _ = netip.ParseAddr(p.GetConf().GetNeighborAddress())
 		if ps.State != "Established" {
@@ -355,6 +399,7 @@ func (r *Router) ListPeers(ctx context.Context) ([]router.PeerState, error) {
 		for _, a := range p.GetAfiSafis() {
 			ps.Received += a.GetState().GetReceived()
 			ps.Accepted += a.GetState().GetAccepted()
+			ps.Advertised += a.GetState().GetAdvertised()
 			if grCap && a.GetConfig().GetEnabled() && !r.eor.has(p.GetConf().GetNeighborAddress(), familyKey(a.GetConfig().GetFamily())) {
 				ps.EndOfRIB = false
 			}

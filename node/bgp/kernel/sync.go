@@ -109,6 +109,19 @@ func (s *Syncer) Update(routes []Route) Stats {
 	return s.apply(ops, 0)
 }
 
+// Programmed counts the desired routes, and those of them the kernel
+// holds as desired (written, or read back, with the wanted next hops).
+func (s *Syncer) Programmed() (wanted, programmed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.routes {
+		if e.wanted && e.written && e.have.Equal(e.want) {
+			programmed++
+		}
+	}
+	return s.wanted, programmed
+}
+
 // Desired returns a copy of the desired routes.
 func (s *Syncer) Desired() map[netip.Prefix]Route {
 	s.mu.Lock()

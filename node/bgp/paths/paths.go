@@ -108,6 +108,12 @@ type Result struct {
 	// ...except the host routes of Lent: addresses of this node's blocks
 	// that other nodes hold (they advertise them).
 	Lent []netip.Prefix `json:"lent,omitempty"`
+	// FelixOwned are the CIDRs of VXLAN pools (vxlanMode Always or
+	// CrossSubnet): their blocks are still advertised, as Calico's BIRD
+	// does, but routes learned inside them are never programmed into the
+	// kernel — felix routes them (Calico's calico_kernel_programming
+	// filter rejects them the same way).
+	FelixOwned []netip.Prefix `json:"felixOwned,omitempty"`
 }
 
 // Compute returns the node's paths. Invalid service CIDRs or communities
@@ -127,6 +133,9 @@ func Compute(in Input) (Result, []error) {
 			continue
 		}
 		pools = append(pools, pool{c.Masked(), p.Spec.DisableBGPExport})
+		if p.Spec.VXLANMode == v3.EncapAlways || p.Spec.VXLANMode == v3.EncapCrossSubnet {
+			res.FelixOwned = append(res.FelixOwned, c.Masked())
+		}
 	}
 	comms, cerrs := communityTable(in.Config)
 	errs = append(errs, cerrs...)
@@ -215,6 +224,7 @@ func Compute(in Input) (Result, []error) {
 	sort.Slice(res.Paths, func(i, j int) bool { return prefixLess(res.Paths[i].Prefix, res.Paths[j].Prefix) })
 	sort.Slice(res.Blackholes, func(i, j int) bool { return prefixLess(res.Blackholes[i], res.Blackholes[j]) })
 	sort.Slice(res.Blocks, func(i, j int) bool { return prefixLess(res.Blocks[i], res.Blocks[j]) })
+	sort.Slice(res.FelixOwned, func(i, j int) bool { return prefixLess(res.FelixOwned[i], res.FelixOwned[j]) })
 	sort.Slice(res.Lent, func(i, j int) bool { return prefixLess(res.Lent[i], res.Lent[j]) })
 	return res, errs
 }

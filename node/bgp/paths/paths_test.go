@@ -20,6 +20,12 @@ func pool(name, cidr string, noExport bool) v3.IPPool {
 	return v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.IPPoolSpec{CIDR: cidr, DisableBGPExport: noExport}}
 }
 
+func vxlanPool(name, cidr string, mode v3.EncapMode) v3.IPPool {
+	p := pool(name, cidr, false)
+	p.Spec.VXLANMode = mode
+	return p
+}
+
 func blk(cidr, host string, allocs ...ipam.Allocation) ipam.Block {
 	return ipam.Block{CIDR: netip.MustParsePrefix(cidr), Host: host, Allocations: allocs}
 }
@@ -139,6 +145,28 @@ var cases = []struct {
 				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
 				aff("node-a", "fd00:244::/122", ipam.AffinityConfirmed),
 				aff("node-b", "fd00:244::40/122", ipam.AffinityConfirmed),
+			},
+		},
+	},
+	{
+		// VXLAN pools (Always, CrossSubnet, IPv6 too): their blocks are
+		// advertised as any other, as Calico's BIRD does, and their CIDRs
+		// are felix's to route (never imported into the kernel); a Never
+		// pool's are not.
+		name: "vxlan-pools",
+		in: Input{
+			IPv4: v4, IPv6: v6,
+			Pools: []v3.IPPool{
+				vxlanPool("always", "10.244.0.0/16", v3.EncapAlways),
+				vxlanPool("cross", "10.245.0.0/16", v3.EncapCrossSubnet),
+				vxlanPool("routed", "10.246.0.0/16", v3.EncapNever),
+				vxlanPool("v6", "fd00:244::/48", v3.EncapAlways),
+			},
+			Affinities: []ipam.Affinity{
+				aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "10.245.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "10.246.0.0/26", ipam.AffinityConfirmed),
+				aff("node-a", "fd00:244::/122", ipam.AffinityConfirmed),
 			},
 		},
 	},

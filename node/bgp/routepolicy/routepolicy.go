@@ -140,7 +140,7 @@ func Compile(in Input) (Policy, []error) {
 		if p.KeepOriginalNextHop {
 			keep = append(keep, p.Address)
 		}
-		if !p.EBGP {
+		if !p.EBGP && !sameCluster(in.Local, p) {
 			ibgp = append(ibgp, p.Address)
 		}
 	}
@@ -197,7 +197,7 @@ func Compile(in Input) (Policy, []error) {
 
 	// The defaults: our own routes go to everyone; a route reflector
 	// passes iBGP routes on to iBGP peers (GoBGP's reflection rules decide
-	// which); nothing else.
+	// which) other than the reflectors of its own cluster; nothing else.
 	c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-own-routes", Source: SourceLocal, Action: ActionAccept})
 	if in.Local.ClusterID != "" && len(ibgp) > 0 {
 		c.neighbors(ibgpSet, ibgp)
@@ -213,6 +213,21 @@ func Compile(in Input) (Policy, []error) {
 		c.pol.Import = []Statement{}
 	}
 	return c.pol, errs
+}
+
+// sameCluster reports whether p is a route reflector of this node's own
+// cluster: an iBGP session of a reflector that is neither a client nor
+// part of the mesh (peers.Compute makes every other iBGP peer of a
+// reflector its client). Such a peer is sent this node's own routes,
+// never reflected ones: as RFC 4456 has it,
+// a reflector drops a route whose CLUSTER_LIST holds its cluster ID, but
+// GoBGP neither adds the CLUSTER_LIST towards a non-client nor checks it
+// on receipt. Taken, such a route wins over the client's own by router
+// ID, and each reflector would route the clients' blocks through the
+// other: a restart of one then changes and withdraws what the other
+// tells its clients.
+func sameCluster(l peers.Local, p peers.Peer) bool {
+	return l.ClusterID != "" && !p.EBGP && !p.RRClient && p.Type != peers.TypeMesh
 }
 
 type compiler struct {

@@ -48,6 +48,11 @@ type PeerState struct {
 	Since time.Time
 	// Received and Accepted count the prefixes learned from the peer.
 	Received, Accepted uint64
+	// Advertised counts the prefixes sent to the peer (ListPeersAdvertised
+	// only: counting them walks the peer's table).
+	Advertised uint64
+	// UpdatesReceived counts the UPDATE messages received in the session.
+	UpdatesReceived uint64
 	// EndOfRIB is true once the peer has sent End-of-RIB for every family
 	// of the session, when it announced graceful restart at all (whatever
 	// families its capability lists); always for a peer that did not,
@@ -83,6 +88,8 @@ type Router interface {
 	// SetPolicy replaces what is sent to and taken from the peers.
 	SetPolicy(ctx context.Context, p routepolicy.Policy) error
 	ListPeers(ctx context.Context) ([]PeerState, error)
+	// ListPeersAdvertised is ListPeers with Advertised counted.
+	ListPeersAdvertised(ctx context.Context) ([]PeerState, error)
 	// WatchBestPaths calls fn with every change to the learned (not locally
 	// originated) best routes, starting with the current ones, until ctx
 	// ends. fn is called from one goroutine at a time.

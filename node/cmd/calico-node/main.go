@@ -16,6 +16,10 @@ import (
 )
 
 func main() {
+	// Calico's exec probe flags (-felix-ready, -bird-ready, …).
+	if handled, code := agent.Probe(os.Args[1:], os.Getenv, os.Stdout); handled {
+		os.Exit(code)
+	}
 	if err := agent.NewRoot(os.Stdout, os.Stderr).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
