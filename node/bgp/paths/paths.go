@@ -112,8 +112,9 @@ type Service struct {
 	// ExternalLocal is externalTrafficPolicy Local; InternalLocal is
 	// internalTrafficPolicy Local.
 	ExternalLocal, InternalLocal bool
-	// LocalEndpoint says NodeName holds a ready endpoint of the Service.
-	LocalEndpoint bool
+	// LocalEndpoint says NodeName holds a ready endpoint of the Service;
+	// AnyEndpoint that some node does.
+	LocalEndpoint, AnyEndpoint bool
 }
 
 // Result is the originated paths and the local blackholes, each sorted.
@@ -236,8 +237,9 @@ func Compute(in Input) (Result, []error) {
 // single Service addresses: an address of a Service with a Local traffic
 // policy (externalTrafficPolicy for every address, internalTrafficPolicy
 // for cluster IPs) only while this node holds a ready endpoint, and with
-// serviceLoadBalancerAggregation Disabled every LoadBalancer address in
-// place of the LoadBalancer ranges. An address in no configured range of
+// serviceLoadBalancerAggregation Disabled every LoadBalancer address (of
+// a Service with a ready endpoint somewhere) in place of the LoadBalancer
+// ranges. An address in no configured range of
 // its kind is not advertised.
 func servicePaths(c *v3.BGPConfigurationSpec, svcs []Service, add func(netip.Prefix, Kind)) []error {
 	var errs []error
@@ -306,7 +308,7 @@ func servicePaths(c *v3.BGPConfigurationSpec, svcs []Service, add func(netip.Pre
 				if s.LocalEndpoint {
 					add(host(a), KindServiceIP)
 				}
-			} else if !aggregate {
+			} else if !aggregate && s.AnyEndpoint {
 				add(host(a), KindServiceIP)
 			}
 		}

@@ -243,8 +243,9 @@ var cases = []struct {
 	{
 		// serviceLoadBalancerAggregation Disabled: the LoadBalancer range
 		// is not advertised, each LoadBalancer address is, as /32 or
-		// /128, from every node for Cluster policy and only from nodes
-		// with a ready endpoint for Local; cluster IPs keep their range.
+		// /128, from every node for Cluster policy (while the Service has
+		// a ready endpoint anywhere) and only from nodes with a ready
+		// endpoint for Local; cluster IPs keep their range.
 		name: "service-lb-disaggregated",
 		in: Input{
 			IPv4: v4, IPv6: v6,
@@ -254,10 +255,11 @@ var cases = []struct {
 				ServiceLoadBalancerAggregation: ptr("Disabled"),
 			},
 			Services: []Service{
-				{Name: "default/cluster", ClusterIPs: addrs("10.96.0.40"), LoadBalancerIPs: addrs("198.19.201.40", "fd00:201::40")},
-				{Name: "default/local-elsewhere", ExternalLocal: true, ClusterIPs: addrs("10.96.0.20"), LoadBalancerIPs: addrs("198.19.201.20")},
-				{Name: "default/local-here", ExternalLocal: true, LocalEndpoint: true, LoadBalancerIPs: addrs("198.19.201.10")},
-				{Name: "default/outside", LoadBalancerIPs: addrs("203.0.113.1")},
+				{Name: "default/cluster", AnyEndpoint: true, ClusterIPs: addrs("10.96.0.40"), LoadBalancerIPs: addrs("198.19.201.40", "fd00:201::40")},
+				{Name: "default/cluster-no-endpoints", LoadBalancerIPs: addrs("198.19.201.50")},
+				{Name: "default/local-elsewhere", ExternalLocal: true, AnyEndpoint: true, ClusterIPs: addrs("10.96.0.20"), LoadBalancerIPs: addrs("198.19.201.20")},
+				{Name: "default/local-here", ExternalLocal: true, LocalEndpoint: true, AnyEndpoint: true, LoadBalancerIPs: addrs("198.19.201.10")},
+				{Name: "default/outside", AnyEndpoint: true, LoadBalancerIPs: addrs("203.0.113.1")},
 			},
 		},
 	},

@@ -15,7 +15,7 @@ import (
 
 // From describes svc as seen from node: its addresses, its traffic
 // policies, and whether node holds a ready endpoint of it in slices (the
-// Service's EndpointSlices). An endpoint whose ready condition is unset
+// Service's EndpointSlices), and whether any node does. An endpoint whose ready condition is unset
 // counts as ready, as the EndpointSlice API defines. Unparsable and
 // "None" addresses are skipped.
 func From(node string, svc *corev1.Service, slices []*discoveryv1.EndpointSlice) paths.Service {
@@ -37,7 +37,11 @@ func From(node string, svc *corev1.Service, slices []*discoveryv1.EndpointSlice)
 	out.LoadBalancerIPs = parseAll(lb)
 	for _, s := range slices {
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && *ep.NodeName == node && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			out.AnyEndpoint = true
+			if ep.NodeName != nil && *ep.NodeName == node {
 				out.LocalEndpoint = true
 			}
 		}

@@ -40,7 +40,9 @@ func TestFrom(t *testing.T) {
 	web := paths.Service{Name: "ns/web", ExternalLocal: true, ClusterIPs: addrs("10.96.0.10", "fd00:96::10"),
 		ExternalIPs: addrs("198.19.200.10"), LoadBalancerIPs: addrs("198.19.201.10", "198.19.201.11")}
 	webHere := web
-	webHere.LocalEndpoint = true
+	webHere.LocalEndpoint, webHere.AnyEndpoint = true, true
+	webElsewhere := web
+	webElsewhere.AnyEndpoint = true
 	for _, tc := range []struct {
 		name   string
 		svc    *corev1.Service
@@ -49,9 +51,10 @@ func TestFrom(t *testing.T) {
 	}{
 		{"no slices", dual, nil, web},
 		{"ready here", dual, []*discoveryv1.EndpointSlice{slice(ep("n2", nil)), slice(ep("n1", ptr(true)))}, webHere},
+		{"not ready anywhere", dual, []*discoveryv1.EndpointSlice{slice(ep("n1", ptr(false)), ep("n2", ptr(false)))}, web},
 		{"ready unset counts as ready", dual, []*discoveryv1.EndpointSlice{slice(ep("n1", nil))}, webHere},
-		{"not ready here, ready elsewhere", dual, []*discoveryv1.EndpointSlice{slice(ep("n1", ptr(false)), ep("n2", ptr(true)))}, web},
-		{"endpoint without node", dual, []*discoveryv1.EndpointSlice{slice(discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}})}, web},
+		{"not ready here, ready elsewhere", dual, []*discoveryv1.EndpointSlice{slice(ep("n1", ptr(false)), ep("n2", ptr(true)))}, webElsewhere},
+		{"endpoint without node", dual, []*discoveryv1.EndpointSlice{slice(discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}})}, webElsewhere},
 		{"headless, internal Local", headless, nil, paths.Service{Name: "ns/db", InternalLocal: true}},
 		{"clusterIP only", legacy, nil, paths.Service{Name: "ns/old", ClusterIPs: addrs("10.96.0.30")}},
 	} {
