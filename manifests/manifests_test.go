@@ -245,7 +245,8 @@ func (p perm) String() string {
 //   - the CNI plugin, with calico-node's token (cni-plugin/k8sapi): get a
 //     pod, its namespace, the node (usePodCidr); patch the pod's
 //     annotations (merge patch on ADD, JSON patch on DEL).
-//   - calico-node itself: nothing.
+//   - calico-node itself: informers (list, watch) over Services and
+//     EndpointSlices for BGP service advertisement (node/bgp/services).
 var needs = map[string][]perm{
 	"calico-kube-controllers": {
 		{"get", "", "pods", "", ""}, {"list", "", "pods", "", ""}, {"watch", "", "pods", "", ""},
@@ -260,6 +261,8 @@ var needs = map[string][]perm{
 	"calico-node": {
 		{"get", "", "pods", "", ""}, {"patch", "", "pods", "", ""},
 		{"get", "", "namespaces", "", ""}, {"get", "", "nodes", "", ""},
+		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
+		{"list", "discovery.k8s.io", "endpointslices", "", ""}, {"watch", "discovery.k8s.io", "endpointslices", "", ""},
 	},
 }
 
@@ -279,7 +282,8 @@ var nearMisses = map[string][]perm{
 		{"patch", "", "pods", "default", "x"}, // allowed: patch is on every pod
 		{"patch", "", "pods/status", "default", ""}, {"patch", "", "nodes", "", ""}, {"patch", "", "nodes/status", "", ""},
 		{"get", "", "secrets", "kube-system", ""}, {"create", "", "serviceaccounts/token", "kube-system", "calico-node"},
-		{"list", "", "namespaces", "", ""},
+		{"list", "", "namespaces", "", ""}, {"get", "", "services", "default", "web"},
+		{"list", "", "endpoints", "", ""}, {"update", "discovery.k8s.io", "endpointslices", "default", ""},
 	},
 }
 
