@@ -443,8 +443,12 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 	}
 
 	if need() > 0 {
-		return fmt.Errorf("node %q: assigned %d of %d requested IPv%d addresses (max %d blocks per node, strictAffinity %t): %w",
-			r.host, len(out.IPs), r.num, r.version, r.maxBlocks, r.cfg.StrictAffinity, ErrExhausted)
+		names := make([]string, len(r.pools))
+		for i, p := range r.pools {
+			names[i] = p.name
+		}
+		return fmt.Errorf("node %q: IPv%d pool exhausted: assigned %d of %d requested addresses from pools %v (max %d blocks per node, strictAffinity %t): %w",
+			r.host, r.version, len(out.IPs), r.num, names, r.maxBlocks, r.cfg.StrictAffinity, ErrExhausted)
 	}
 	return nil
 }
