@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	log "github.com/sirupsen/logrus"
@@ -42,10 +43,16 @@ const (
 // previous pod has not been torn down yet).
 var ErrInUse = errors.New("sticky address still in use by another container")
 
+// StickyHandlePrefix starts every sticky reservation's handle ID; it is
+// not "<network>.", so nothing releasing a network's container handles
+// (CNI GC) takes it for one.
+const StickyHandlePrefix = "sticky."
+
 // StickyHandleID is the handle of the addresses reserved for pod within
-// its owner (kind/name) in namespace on network.
+// its owner (kind/name) in namespace on network:
+// sticky.<network>.<namespace>.<kind>.<owner>.<pod>.
 func StickyHandleID(network, namespace, kind, owner, pod string) string {
-	return strings.Join([]string{network, "sticky", namespace, strings.ToLower(kind), owner, pod}, ".")
+	return StickyHandlePrefix + strings.Join([]string{network, namespace, strings.ToLower(kind), owner, pod}, ".")
 }
 
 // IsSticky says whether an allocation is a sticky reservation.
@@ -198,4 +205,23 @@ func (a *Allocator) updateHandleAttrs(ctx context.Context, cidr netip.Prefix, ha
 		}
 	}
 	return nil, fmt.Errorf("block %s: %w", cidr, ErrTooManyRetries)
+}
+
+// StickyAddrsOf returns, in address order, the sticky addresses container
+// uses.
+func (a *Allocator) StickyAddrsOf(ctx context.Context, container string) ([]netip.Addr, error) {
+	blocks, err := a.listBlocks(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, sb := range blocks {
+		for _, al := range sb.block.allocations() {
+			if al.IsSticky() && container != "" && al.Attrs[AttrContainer] == container {
+				out = append(out, al.IP)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
 }
