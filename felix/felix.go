@@ -64,6 +64,9 @@ type Config struct {
 	// Applied, when set, is called after every successful dataplane
 	// apply (for tests and benchmarks).
 	Applied func()
+	// Inspector, when set, is served by felix's main loop (explanations
+	// and rule counters).
+	Inspector *Inspector
 	// Getenv reads the FELIX_* variables that override FelixConfiguration's
 	// health and metrics settings (FELIX_HEALTHENABLED, FELIX_HEALTHHOST,
 	// FELIX_HEALTHPORT, FELIX_PROMETHEUSMETRICSENABLED, …); nil reads none.
@@ -248,6 +251,10 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	beat := time.NewTicker(heartbeat)
 	defer beat.Stop()
 	retry := time.Duration(0)
+	var inspect chan func(*calc.Graph, *selector)
+	if cfg.Inspector != nil {
+		inspect = cfg.Inspector.reqs
+	}
 	// The graph is flushed only once the datastore was read completely:
 	// the dataplane is chosen from the first configuration it is given.
 	inSync := false
@@ -292,6 +299,9 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 			}
 		case <-dp.wake():
 		case <-timer.C:
+		case fn := <-inspect:
+			fn(graph, dp)
+			continue
 		case <-idle.C:
 			if gc.collectIfDue() {
 				logger.Debug("Collecting garbage while idle")

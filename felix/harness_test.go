@@ -37,6 +37,10 @@ var (
 	extAddr  = netip.MustParseAddr("198.18.0.2")
 )
 
+// extPorts and nodePorts are what the external namespace's and the
+// node's servers listen on (TCP and UDP).
+var extPorts, nodePorts = []int{8080}, []int{22, 8080}
+
 // cluster is one node namespace programmed by a real felix (syncer, graph
 // and dataplane) from an embedded etcd, an external namespace, and pods.
 type cluster struct {
@@ -152,11 +156,11 @@ func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 	c.ext.MustRun(t, "ip", "link", "set", "eth0", "up")
 	c.ext.MustRun(t, "ip", "route", "add", "10.65.0.0/16", "via", nodeAddr.String())
 	var err error
-	if c.extSrv, err = nstest.Serve(c.extRun, 8080); err != nil {
+	if c.extSrv, err = nstest.Serve(c.extRun, extPorts...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.extSrv.Close)
-	if c.nodeSrv, err = nstest.Serve(c.nodeRun, 22, 8080); err != nil {
+	if c.nodeSrv, err = nstest.Serve(c.nodeRun, nodePorts...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.nodeSrv.Close)
@@ -507,6 +511,7 @@ func (c *cluster) expect(probes ...probe) {
 			}
 		}
 		if len(bad) == 0 {
+			c.agree(probes...)
 			return
 		}
 		if time.Now().After(deadline) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,6 +221,8 @@ func (kl *kubeLab) apply(t *testing.T, prev, c kcase) {
 	}
 	allowed, blocked := want.counts()
 	t.Logf("%d allowed / %d blocked as the model says after %s", allowed, blocked, took.Round(time.Millisecond))
+	// The probes saw want: policy explain must predict every cell of it.
+	agreeWithExplain(t, kl.l, want, func(m modelPod) netip.Addr { return kl.pods[m.key()].ip })
 }
 
 // TestKubernetesNetworkPolicy runs the upstream network-policy e2e model

@@ -82,6 +82,8 @@ type policyLab struct {
 	model    map[string]modelPod
 	servers  map[string]*probeServer
 	nsLabels map[string]labels
+	// seen is what the last successful converge observed.
+	seen grid
 }
 
 // setupPolicyLab creates the pods concurrently, waits for felix to report
@@ -228,6 +230,7 @@ func (pl *policyLab) converge(ctx context.Context, want grid) (rounds int, took 
 		bad := mismatches(want, got, pending)
 		if len(bad) == 0 {
 			if len(pending) == len(all) {
+				pl.seen = got
 				return rounds, time.Since(start), nil
 			}
 			pending = all
@@ -306,6 +309,8 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 		t.Errorf("policies:\n%s\n%v", yaml, err)
 	} else {
 		t.Logf("%d allowed / %d blocked cells as the model says after %s (%d probe rounds)", allowed, blocked, took.Round(time.Millisecond), rounds)
+		xs := pl.agreeWithExplain(t, pl.seen)
+		pl.checkDeciderCounters(t, pl.seen, xs)
 	}
 	if _, err := pl.l.Calicoctl(ctx, pl.l.Nodes()[0].Name, strings.NewReader(yaml), "delete", "-f", "-"); err != nil {
 		t.Fatalf("deleting the policies: %v", err)
@@ -505,6 +510,7 @@ func (pl *policyLab) expectNow(t *testing.T, what string, policies []netpol, g f
 		t.Fatalf("%s: %v", what, err)
 	} else {
 		t.Logf("%s: as the model says after %s", what, took.Round(time.Millisecond))
+		pl.agreeWithExplain(t, pl.seen)
 	}
 }
 

@@ -107,7 +107,7 @@ func TestNodeStatusGolden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			srv, err := status.Listen(filepath.Join(dir, status.SocketName), func(context.Context) (status.Report, error) { return tc.rep, nil })
+			srv, err := status.Listen(filepath.Join(dir, status.SocketName), func(context.Context) (status.Report, error) { return tc.rep, nil }, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,6 +72,7 @@ func NewRootEnv(env Env) *cobra.Command {
 		newCompletionCommand(a),
 		newNodeCommand(a),
 		newIPAMCommand(a),
+		newPolicyCommand(a),
 	)
 	return root
 }

@@ -28,6 +28,22 @@ type Graph struct {
 	pools                  map[string]v3.IPPoolSpec
 	masqSet, allPoolsSet   *ipSetState
 	inSync                 bool
+	// otherNodes holds FelixConfiguration node.<name> of other nodes
+	// (only an explaining graph is fed them: felix's syncer keeps its
+	// own), for explanations of their endpoints.
+	otherNodes map[string]*v3.FelixConfigurationSpec
+	// nodeNames interns the node names of endpoints.
+	nodeNames map[string]string
+}
+
+// nodeName returns the interned copy of a node name: 250,000 endpoints
+// share a few node names.
+func (g *Graph) nodeName(n string) string {
+	if s, ok := g.nodeNames[n]; ok {
+		return s
+	}
+	g.nodeNames[n] = n
+	return n
 }
 
 // NewGraph makes the graph of the node hostname, writing to dp.
@@ -41,6 +57,8 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 		out:         out,
 		configDirty: true,
 		pools:       map[string]v3.IPPoolSpec{},
+		otherNodes:  map[string]*v3.FelixConfigurationSpec{},
+		nodeNames:   map[string]string{},
 		overlay:     newRouteResolver(hostname),
 	}
 	g.policies = newPolicyResolver(g.labels, g.compiler, out)
@@ -49,6 +67,9 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 	g.masqSet, g.allPoolsSet = g.labels.sets[IPSetMasqPools], g.labels.sets[IPSetAllPools]
 	return g
 }
+
+// Hostname is the node whose graph it is ("" for an explaining graph).
+func (g *Graph) Hostname() string { return g.hostname }
 
 // OnInSync records that the datastore has been read completely.
 func (g *Graph) OnInSync() { g.inSync = true }
@@ -124,12 +145,13 @@ func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
 	it := &item{
 		kind: itemWorkload, namespaced: true, ns: k.Namespace, sa: wep.Spec.ServiceAccountName,
 		labels: wep.Labels, profiles: wep.Spec.Profiles, nets: prefixes(wep.Spec.IPNetworks),
+		node: g.nodeName(wep.Spec.Node), pod: wep.Spec.Pod, iface: wep.Spec.InterfaceName,
 	}
 	for _, p := range wep.Spec.Ports {
 		it.ports = append(it.ports, namedPort{name: p.Name, proto: protoName(p.Protocol), port: p.Port})
 	}
 	g.labels.setItem(itemKey(k), it)
-	if wep.Spec.Node != g.hostname {
+	if wep.Spec.Node != g.hostname || g.hostname == "" {
 		g.policies.setEndpoint(id, nil)
 		return
 	}
@@ -146,12 +168,13 @@ func (g *Graph) onHostEndpoint(k datastore.Key, hep *v3.HostEndpoint) {
 		g.policies.setEndpoint(id, nil)
 		return
 	}
-	it := &item{kind: itemHost, labels: hep.Labels, profiles: hep.Spec.Profiles, nets: prefixes(hep.Spec.ExpectedIPs)}
+	it := &item{kind: itemHost, labels: hep.Labels, profiles: hep.Spec.Profiles, nets: prefixes(hep.Spec.ExpectedIPs),
+		node: g.nodeName(hep.Spec.Node), iface: hep.Spec.InterfaceName}
 	for _, p := range hep.Spec.Ports {
 		it.ports = append(it.ports, namedPort{name: p.Name, proto: protoName(p.Protocol), port: p.Port})
 	}
 	g.labels.setItem(itemKey(k), it)
-	if hep.Spec.Node != g.hostname {
+	if hep.Spec.Node != g.hostname || g.hostname == "" {
 		g.policies.setEndpoint(id, nil)
 		return
 	}
@@ -279,8 +302,18 @@ func (g *Graph) onFelixConfiguration(name string, r v3.Resource) {
 	case "default":
 		g.felixGlobal = spec
 	case "node." + g.hostname:
+		if g.hostname == "" {
+			return
+		}
 		g.felixNode = spec
 	default:
+		if node, ok := strings.CutPrefix(name, "node."); ok {
+			if spec == nil {
+				delete(g.otherNodes, node)
+			} else {
+				g.otherNodes[node] = spec
+			}
+		}
 		return
 	}
 	g.configDirty = true

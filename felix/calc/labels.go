@@ -53,6 +53,10 @@ type item struct {
 	ports      []namedPort
 	// sets are the IP sets the item is in (dead ones are skipped).
 	sets []*ipSetState
+	// node, pod and iface are an endpoint's node (interned), pod (a
+	// WorkloadEndpoint's spec.pod) and interface, for explanations; key
+	// is its key in the index.
+	node, pod, iface, key string
 }
 
 // Get implements selector.Labels.
@@ -216,6 +220,95 @@ type labelIndex struct {
 	prefixedKeys int
 	// tries numbers the candidate walks (ipSetState.tried).
 	tries uint64
+	// byAddr holds the items by the address of each host net (/32,
+	// /128) they have (more than one item of an address go to
+	// sharedAddr) and wide those with a wider net: an explanation finds
+	// the holders of an address without walking 250,000 items.
+	byAddr     map[netip.Addr]*item
+	sharedAddr map[netip.Addr][]*item
+	wide       map[*item]struct{}
+	// hosts holds the host endpoints; pods the WorkloadEndpoints by
+	// namespace/pod.
+	hosts map[*item]struct{}
+	pods  map[string][]*item
+}
+
+// indexLookups files an item by its addresses, and a host endpoint or
+// pod by what names it.
+func (x *labelIndex) indexLookups(it *item) {
+	switch it.kind {
+	case itemHost:
+		x.hosts[it] = struct{}{}
+	case itemWorkload:
+		if it.pod != "" {
+			x.pods[it.ns+"/"+it.pod] = append(x.pods[it.ns+"/"+it.pod], it)
+		}
+	}
+	for _, n := range it.nets {
+		if !n.IsSingleIP() {
+			x.wide[it] = struct{}{}
+			continue
+		}
+		a := n.Addr()
+		switch first, ok := x.byAddr[a]; {
+		case !ok:
+			x.byAddr[a] = it
+		case first != it && !slices.Contains(x.sharedAddr[a], it):
+			x.sharedAddr[a] = append(x.sharedAddr[a], it)
+		}
+	}
+}
+
+// unindexLookups removes what indexLookups filed.
+func (x *labelIndex) unindexLookups(it *item) {
+	delete(x.hosts, it)
+	if it.kind == itemWorkload && it.pod != "" {
+		pk := it.ns + "/" + it.pod
+		if ps := slices.DeleteFunc(x.pods[pk], func(o *item) bool { return o == it }); len(ps) > 0 {
+			x.pods[pk] = ps
+		} else {
+			delete(x.pods, pk)
+		}
+	}
+	delete(x.wide, it)
+	for _, n := range it.nets {
+		if !n.IsSingleIP() {
+			continue
+		}
+		a := n.Addr()
+		shared := slices.DeleteFunc(x.sharedAddr[a], func(o *item) bool { return o == it })
+		if x.byAddr[a] == it {
+			if len(shared) > 0 {
+				x.byAddr[a], shared = shared[0], shared[1:]
+			} else {
+				delete(x.byAddr, a)
+			}
+		}
+		if len(shared) == 0 {
+			delete(x.sharedAddr, a)
+		} else {
+			x.sharedAddr[a] = shared
+		}
+	}
+}
+
+// holders are the items that hold a, sorted by key.
+func (x *labelIndex) holders(a netip.Addr) []*item {
+	var out []*item
+	if it := x.byAddr[a]; it != nil {
+		out = append(out, it)
+	}
+	out = append(out, x.sharedAddr[a]...)
+	for it := range x.wide {
+		for _, n := range it.nets {
+			if n.Contains(a) {
+				out = append(out, it)
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(p, q *item) int { return strings.Compare(p.key, q.key) })
+	return slices.CompactFunc(out, func(p, q *item) bool { return p == q })
 }
 
 func newLabelIndex(out *sequencer) *labelIndex {
@@ -227,6 +320,11 @@ func newLabelIndex(out *sequencer) *labelIndex {
 		profileLabels: map[string]map[string]string{},
 		out:           out,
 		byKey:         map[string][]*ipSetState{},
+		byAddr:        map[netip.Addr]*item{},
+		sharedAddr:    map[netip.Addr][]*item{},
+		wide:          map[*item]struct{}{},
+		hosts:         map[*item]struct{}{},
+		pods:          map[string][]*item{},
 	}
 }
 
@@ -326,13 +424,15 @@ func (x *labelIndex) unindex(s *ipSetState) {
 func (x *labelIndex) setItem(key string, it *item) {
 	if old := x.items[key]; old != nil {
 		x.leaveAll(old)
+		x.unindexLookups(old)
 	}
 	if it == nil {
 		delete(x.items, key)
 		return
 	}
-	it.idx = x
+	it.idx, it.key = x, key
 	x.items[key] = it
+	x.indexLookups(it)
 	x.candidates(it, func(s *ipSetState) {
 		if !s.pending {
 			x.join(it, s)

@@ -219,19 +219,33 @@ func (r *policyResolver) onPolicy(k datastore.Key, res v3.Resource) {
 	}
 }
 
-// activate compiles a policy and takes references on its IP sets.
-func (r *policyResolver) activate(p *policyInfo) {
+// compilePolicy compiles a policy's rules: the Policy the dataplane gets,
+// the specs of the IP sets it refers to, and the compiler's notes.
+func (r *policyResolver) compilePolicy(p *policyInfo) (*Policy, []*ipSetSpec, []ruleNote) {
 	in, inSpecs, inNotes := r.compiler.compile(p.inRules, p.namespace, "ingress")
 	outRules, outSpecs, outNotes := r.compiler.compile(p.outRules, p.namespace, "egress")
-	if len(inNotes)+len(outNotes) > 0 || len(r.gapsLogged) > 0 {
-		r.warnGaps(log.Fields{"policy": p.id.String(), "tier": p.id.Tier}, "policy "+p.id.Tier+"/"+p.id.String(), append(inNotes, outNotes...))
-	}
-	p.compiled = &Policy{
+	return &Policy{
 		ID: p.id, Order: p.order, Inbound: in, Outbound: outRules, Ingress: p.ingress, Egress: p.egress,
 		DoNotTrack: p.doNotTrack, PreDNAT: p.preDNAT, ApplyOnForward: p.applyOnFwd,
+	}, append(inSpecs, outSpecs...), append(inNotes, outNotes...)
+}
+
+// compileProfile compiles a profile's rules, as compilePolicy.
+func (r *policyResolver) compileProfile(name string, p *v3.Profile) (*Profile, []*ipSetSpec, []ruleNote) {
+	in, inSpecs, inNotes := r.compiler.compile(p.Spec.Ingress, "", "ingress")
+	out, outSpecs, outNotes := r.compiler.compile(p.Spec.Egress, "", "egress")
+	return &Profile{Name: name, Inbound: in, Outbound: out}, append(inSpecs, outSpecs...), append(inNotes, outNotes...)
+}
+
+// activate compiles a policy and takes references on its IP sets.
+func (r *policyResolver) activate(p *policyInfo) {
+	compiled, specs, notes := r.compilePolicy(p)
+	if len(notes) > 0 || len(r.gapsLogged) > 0 {
+		r.warnGaps(log.Fields{"policy": p.id.String(), "tier": p.id.Tier}, "policy "+p.id.Tier+"/"+p.id.String(), gapTexts(notes))
 	}
+	p.compiled = compiled
 	p.setIDs = p.setIDs[:0]
-	for _, s := range append(inSpecs, outSpecs...) {
+	for _, s := range specs {
 		r.labels.ref(s)
 		p.setIDs = append(p.setIDs, s.id)
 	}
@@ -377,21 +391,20 @@ func (r *policyResolver) onProfile(name string, p *v3.Profile) {
 func (r *policyResolver) profileActivity(name string, pi *profileInfo, changed bool) {
 	want := pi.profile != nil && len(pi.users) > 0
 	if want && (pi.compiled == nil || changed) {
-		in, inSpecs, inNotes := r.compiler.compile(pi.profile.Spec.Ingress, "", "ingress")
-		out, outSpecs, outNotes := r.compiler.compile(pi.profile.Spec.Egress, "", "egress")
-		if len(inNotes)+len(outNotes) > 0 || len(r.gapsLogged) > 0 {
-			r.warnGaps(log.Fields{"profile": name}, "profile "+name, append(inNotes, outNotes...))
+		compiled, specs, notes := r.compileProfile(name, pi.profile)
+		if len(notes) > 0 || len(r.gapsLogged) > 0 {
+			r.warnGaps(log.Fields{"profile": name}, "profile "+name, gapTexts(notes))
 		}
 		oldSets := pi.setIDs
 		pi.setIDs = nil
-		for _, s := range append(inSpecs, outSpecs...) {
+		for _, s := range specs {
 			r.labels.ref(s)
 			pi.setIDs = append(pi.setIDs, s.id)
 		}
 		for _, id := range oldSets {
 			r.labels.unref(id)
 		}
-		pi.compiled = &Profile{Name: name, Inbound: in, Outbound: out}
+		pi.compiled = compiled
 		r.dirtyProfiles[name] = struct{}{}
 		delete(r.profileRemovals, name)
 	}
@@ -527,8 +540,15 @@ func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 			e.IPv6Nets = append(e.IPv6Nets, n)
 		}
 	}
+	r.fillPolicies(e, ep.host, ep.profiles, maps.Values(ep.policies))
+	return e
+}
+
+// fillPolicies gives an endpoint its tiers and the profiles of its list
+// that exist, from the policies that select it.
+func (r *policyResolver) fillPolicies(e *Endpoint, host bool, profiles []string, pols func(func(*policyInfo) bool)) {
 	var normal, fwd, preDNAT, untracked []*policyInfo
-	for _, p := range ep.policies {
+	for p := range pols {
 		switch {
 		case p.doNotTrack:
 			untracked = append(untracked, p)
@@ -536,21 +556,20 @@ func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 			preDNAT = append(preDNAT, p)
 		default:
 			normal = append(normal, p)
-			if ep.host && p.applyOnFwd {
+			if host && p.applyOnFwd {
 				fwd = append(fwd, p)
 			}
 		}
 	}
 	e.Tiers = r.tierList(normal)
-	if ep.host {
+	if host {
 		e.ForwardTiers, e.PreDNATTiers, e.UntrackedTiers = r.tierList(fwd), r.tierList(preDNAT), r.tierList(untracked)
 	}
-	for _, name := range ep.profiles {
+	for _, name := range profiles {
 		if pi := r.profiles[name]; pi != nil && pi.profile != nil {
 			e.Profiles = append(e.Profiles, name)
 		}
 	}
-	return e
 }
 
 // tierList groups policies by tier: tiers by order (none last) then name,

@@ -47,24 +47,59 @@ func (c *ruleCompiler) parse(s string) (*selector.Selector, bool) {
 	return sel, sel != nil
 }
 
+// ruleNote is what compile says of a rule it could not take as written:
+// one with fields felix cannot enforce (gaps), or one no packet can match.
+type ruleNote struct {
+	dir    string
+	index  int
+	action string
+	// kept says the rule is compiled (as a Deny of the rest of it).
+	kept bool
+	gaps []string
+}
+
+// text is the note as felix logs it.
+func (n ruleNote) text() string {
+	return fmt.Sprintf("%s rule %d (%s): %s", n.dir, n.index, n.action, n.reason())
+}
+
+// reason is the note without the rule's name.
+func (n ruleNote) reason() string {
+	if len(n.gaps) == 0 {
+		return "no packet can match it (ICMP with the other IP version), so it matches nothing"
+	}
+	verdict := "it matches nothing"
+	if n.kept {
+		verdict = "it denies what the rest of the rule matches"
+	}
+	return strings.Join(n.gaps, ", ") + " cannot be enforced, so " + verdict
+}
+
+// gapTexts are the logged texts of the notes about fields felix cannot
+// enforce.
+func gapTexts(notes []ruleNote) []string {
+	var out []string
+	for _, n := range notes {
+		if len(n.gaps) > 0 {
+			out = append(out, n.text())
+		}
+	}
+	return out
+}
+
 // compile converts the rules of a policy or profile. namespace is the
 // NetworkPolicy's namespace ("" for global policies and profiles). It
 // returns the rules, the specs of every IP set they refer to, and a note
-// for each rule with a field felix cannot enforce (dir names the rules'
-// direction in the notes).
-func (c *ruleCompiler) compile(rules []v3.Rule, namespace, dir string) ([]Rule, []*ipSetSpec, []string) {
+// for each rule with a field felix cannot enforce or that no packet can
+// match (dir names the rules' direction in the notes).
+func (c *ruleCompiler) compile(rules []v3.Rule, namespace, dir string) ([]Rule, []*ipSetSpec, []ruleNote) {
 	var out []Rule
 	var specs []*ipSetSpec
-	var notes []string
+	var notes []ruleNote
 	for i, r := range rules {
 		cr, ss, gaps, ok := c.compileRule(r, namespace)
-		if len(gaps) > 0 {
-			verdict := "it matches nothing"
-			if ok {
-				verdict = "it denies what the rest of the rule matches"
-			}
-			notes = append(notes, fmt.Sprintf("%s rule %d (%s): %s cannot be enforced, so %s",
-				dir, i, r.Action, strings.Join(gaps, ", "), verdict))
+		if len(gaps) > 0 || !ok {
+			notes = append(notes, ruleNote{dir: dir, index: i, action: string(r.Action), kept: ok, gaps: gaps})
 		}
 		if !ok {
 			continue

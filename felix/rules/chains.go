@@ -77,6 +77,11 @@ type Rule struct {
 	Action  string
 	Comment string
 	Hash    string
+	// Origin, in a policy or profile chain, is 1 + the index of the calc
+	// rule whose match and action this rule writes (0 for the chain's
+	// helper rules): the rule whose counter is that calc rule's. It is
+	// not part of the hash or the kernel rule.
+	Origin int
 }
 
 // Chain is one of our chains.

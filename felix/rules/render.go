@@ -534,9 +534,10 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 		}
 		for k, m := range matches {
 			last := i == len(rules)-1 && k == len(matches)-1
+			origin := r.Index + 1
 			switch r.Action {
 			case calc.Allow:
-				out = append(out, Rule{Match: m, Action: b.m.setAccept})
+				out = append(out, Rule{Match: m, Action: b.m.setAccept, Origin: origin})
 				if allow == "NOTRACK" {
 					out = append(out, Rule{Match: b.m.isAccept, Action: "CT --notrack"})
 				}
@@ -544,14 +545,14 @@ func (b *builder) ruleChain(rules []calc.Rule, allow string) []Rule {
 					out = append(out, Rule{Match: b.m.isAccept, Action: "RETURN"})
 				}
 			case calc.Pass:
-				out = append(out, Rule{Match: m, Action: b.m.setPass})
+				out = append(out, Rule{Match: m, Action: b.m.setPass, Origin: origin})
 				if !last {
 					out = append(out, Rule{Match: b.m.isPass, Action: "RETURN"})
 				}
 			case calc.Deny:
-				out = append(out, Rule{Match: m, Action: "DROP"})
+				out = append(out, Rule{Match: m, Action: "DROP", Origin: origin})
 			case calc.Log:
-				out = append(out, Rule{Match: m, Action: `LOG --log-prefix "calico-packet: " --log-level 5`})
+				out = append(out, Rule{Match: m, Action: `LOG --log-prefix "calico-packet: " --log-level 5`, Origin: origin})
 			}
 		}
 	}

@@ -161,11 +161,15 @@ func Run(ctx context.Context, o Options) (err error) {
 	// felix programs policy and workload routes in this namespace; it
 	// reports programmed endpoints under <RunDir>/endpoint-status.
 	felixDone := make(chan error, 1)
+	var policy status.Policy
 	if !o.DisableFelix {
+		inspector := felix.NewInspector()
+		policy = livePolicy{inspector: inspector, store: store}
 		go func() {
 			felixDone <- felix.Run(ctx, felix.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
 				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger, Getenv: o.Getenv, DatastoreHealth: ds.err,
+				Inspector: inspector,
 			})
 		}()
 		logger.Info("felix started")
@@ -187,7 +191,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		return rep, nil
 	}
-	srv, err := status.Listen(filepath.Join(o.RunDir, status.SocketName), src)
+	srv, err := status.Listen(filepath.Join(o.RunDir, status.SocketName), src, policy)
 	if err != nil {
 		return err
 	}

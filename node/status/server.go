@@ -36,9 +36,11 @@ type Server struct {
 	done chan struct{}
 }
 
-// Handler serves the report of src as JSON on ReportPath.
-func Handler(src Source) http.Handler {
+// Handler serves the report of src as JSON on ReportPath, and the policy
+// endpoints of pol (nil when felix does not run).
+func Handler(src Source, pol Policy) http.Handler {
 	mux := http.NewServeMux()
+	policyHandlers(mux, pol)
 	mux.HandleFunc("GET "+ReportPath, func(w http.ResponseWriter, r *http.Request) {
 		rep, err := src(r.Context())
 		if err != nil {
@@ -51,9 +53,9 @@ func Handler(src Source) http.Handler {
 	return mux
 }
 
-// Listen serves src on the unix socket at path (a stale socket left by a
-// dead agent is replaced) until Close.
-func Listen(path string, src Source) (*Server, error) {
+// Listen serves src and pol (see Handler) on the unix socket at path (a
+// stale socket left by a dead agent is replaced) until Close.
+func Listen(path string, src Source, pol Policy) (*Server, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("status socket %s: %w", path, err)
 	}
@@ -64,7 +66,7 @@ func Listen(path string, src Source) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status socket %s: %w", path, err)
 	}
-	s := &Server{path: path, srv: &http.Server{Handler: Handler(src), ReadHeaderTimeout: 5 * time.Second}, done: make(chan struct{})}
+	s := &Server{path: path, srv: &http.Server{Handler: Handler(src, pol), ReadHeaderTimeout: 5 * time.Second}, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -86,17 +88,11 @@ func (s *Server) Close() error {
 
 // Fetch reads the report of the agent serving the socket at path.
 func Fetch(ctx context.Context, path string) (Report, error) {
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
-	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://calico-node"+ReportPath, nil)
 	if err != nil {
 		return Report{}, err
 	}
-	resp, err := hc.Do(req)
+	resp, err := client(path).Do(req)
 	if err != nil {
 		return Report{}, fmt.Errorf("reading status from %s: %w", path, err)
 	}
@@ -111,4 +107,15 @@ func Fetch(ctx context.Context, path string) (Report, error) {
 		return Report{}, fmt.Errorf("reading status from %s: %w", path, err)
 	}
 	return rep, nil
+}
+
+// client is an HTTP client whose every connection is to the unix socket
+// at path.
+func client(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}}
 }

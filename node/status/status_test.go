@@ -27,7 +27,7 @@ func TestServeAndFetch(t *testing.T) {
 			return Report{}, errors.New("router gone")
 		}
 		return want, nil
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestServeAndFetch(t *testing.T) {
 	if err := os.WriteFile(sock, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Listen(sock, func(context.Context) (Report, error) { return want, nil })
+	s, err = Listen(sock, func(context.Context) (Report, error) { return want, nil }, nil)
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
