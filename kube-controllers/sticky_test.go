@@ -34,7 +34,9 @@ func statefulSet(t *testing.T, c *kubetest.Cluster, ns, name string, replicas in
 // sticky reservation while its owner wants it — immutable ones while
 // their StatefulSet exists and has the pod's ordinal, never ones at all —
 // and releases, after the grace period, an immutable one whose
-// StatefulSet was scaled down below its ordinal or is gone.
+// StatefulSet was scaled down below its ordinal or is gone; a
+// reservation's use by a container whose pod is gone ends after the
+// grace period, the reservation staying.
 func TestStickyGarbageCollection(t *testing.T) {
 	c := cluster(t)
 	ctx := context.Background()
@@ -56,6 +58,12 @@ func TestStickyGarbageCollection(t *testing.T) {
 		return h
 	}
 	db0 := reserve("immutable", "db", string(db.UID), "db-0")
+	// db-0's address is used by a container whose pod is gone (its node
+	// died before the DEL).
+	db0IPs, err := f.alloc.UseSticky(ctx, db0, map[string]string{ipam.AttrContainer: "dead", ipam.AttrPodUID: "uid-dead", "node": node})
+	if err != nil {
+		t.Fatal(err)
+	}
 	db1 := reserve("immutable", "db", string(db.UID), "db-1")
 	ndb0 := reserve("never", "ndb", string(ndb.UID), "ndb-0")
 	orphan := reserve("immutable", "gone", "uid-gone", "gone-0")
@@ -110,6 +118,18 @@ func TestStickyGarbageCollection(t *testing.T) {
 	eventually(t, 10*grace, func() error {
 		if reserved(db1) {
 			return fmt.Errorf("reservation %s of a pod scaled away is still there", db1)
+		}
+		return nil
+	})
+	// The dead container's use of db-0's address has ended; the
+	// reservation stays.
+	eventually(t, 10*grace, func() error {
+		al, err := f.alloc.GetAssignmentAttributes(ctx, db0IPs[0])
+		if err != nil {
+			return err
+		}
+		if al.InUse() {
+			return fmt.Errorf("db-0's address is still used by %s", al.Attrs[ipam.AttrContainer])
 		}
 		return nil
 	})

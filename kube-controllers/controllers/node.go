@@ -308,12 +308,25 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 	release := map[string][]string{}
 	pods := map[string][2]string{}
 	sticky := map[string]ipam.Allocation{}
+	staleUse := map[string][3]string{}
 	nodeOf := map[string]string{}
 	for _, b := range blocks {
 		for _, a := range b.Allocations {
 			ns, pod := a.Attrs["namespace"], a.Attrs["pod"]
 			if ns == "" || pod == "" || a.HandleID == "" {
 				continue // not a pod's address
+			}
+			if a.IsSticky() && a.InUse() && !n.podExists(ns, pod, a.Attrs[ipam.AttrPodUID]) {
+				// Used by a container whose pod is gone (its node died
+				// before the DEL): after the grace period the use ends,
+				// so the re-created pod does not wait for ever.
+				key := "use " + a.IP.String() + " " + a.Attrs[ipam.AttrContainer]
+				seen[key] = true
+				if first, ok := n.leaks[key]; !ok {
+					n.leaks[key] = now
+				} else if now.Sub(first) >= n.opts.LeakGracePeriod {
+					staleUse[a.Attrs[ipam.AttrContainer]] = [3]string{ns, pod, a.Attrs[ipam.AttrPodUID]}
+				}
 			}
 			if a.IsSticky() && n.stickyKept(a) {
 				continue // reserved for its owner
@@ -346,6 +359,21 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 		}
 	}
 	var errs []error
+	for container, p := range staleUse {
+		live, err := n.client.CoreV1().Pods(p[0]).Get(ctx, p[1], metav1.GetOptions{})
+		if err == nil && string(live.UID) == p[2] {
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("confirming pod %s/%s is gone: %w", p[0], p[1], err))
+			continue
+		}
+		if _, err := n.alloc.StopUsingSticky(ctx, container); err != nil {
+			errs = append(errs, fmt.Errorf("ending the sticky address use of container %s: %w", container, err))
+			continue
+		}
+		n.log.WithFields(log.Fields{"container": container, "pod": p[0] + "/" + p[1]}).Warn("Ended the sticky address use of a container whose pod is gone")
+	}
 	for h, ips := range release {
 		if held, err := n.podHoldsLive(ctx, pods[h], ips); err != nil || held {
 			if err != nil {
@@ -468,4 +496,11 @@ func setWants(set *appsv1.StatefulSet, a ipam.Allocation) bool {
 		replicas = *set.Spec.Replicas
 	}
 	return ord < int(replicas)
+}
+
+// podExists says whether pod ns/name exists with uid (any uid when uid is
+// empty). n.mu is held.
+func (n *Nodes) podExists(ns, name, uid string) bool {
+	p, err := n.pods.Pods(ns).Get(name)
+	return err == nil && (uid == "" || string(p.UID) == uid)
 }
