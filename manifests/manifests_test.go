@@ -237,8 +237,10 @@ func (p perm) String() string {
 //   - calico-kube-controllers (kube-controllers/run.go, controllers/):
 //     informers (list, watch) over pods and nodes (node.go,
 //     workloadendpoint.go), namespaces and service accounts (profiles.go)
-//     and NetworkPolicies (policy.go); a Get of a node (node.go) and of a
-//     pod (node.go, workloadendpoint.go) to confirm it is gone; the
+//     NetworkPolicies (policy.go) and StatefulSets (node.go, sticky
+//     addresses); a Get of a node (node.go), of a pod (node.go,
+//     workloadendpoint.go) and of a StatefulSet (node.go) to confirm it is
+//     gone; the
 //     leader election's LeaseLock: get, create, update (release is an
 //     update) of its Lease in kube-system; /readyz (every authenticated
 //     user may).
@@ -254,6 +256,7 @@ var needs = map[string][]perm{
 		{"list", "", "namespaces", "", ""}, {"watch", "", "namespaces", "", ""},
 		{"list", "", "serviceaccounts", "", ""}, {"watch", "", "serviceaccounts", "", ""},
 		{"list", "networking.k8s.io", "networkpolicies", "", ""}, {"watch", "networking.k8s.io", "networkpolicies", "", ""},
+		{"get", "apps", "statefulsets", "", ""}, {"list", "apps", "statefulsets", "", ""}, {"watch", "apps", "statefulsets", "", ""},
 		{"create", "coordination.k8s.io", "leases", "kube-system", ""},
 		{"get", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
 		{"update", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
