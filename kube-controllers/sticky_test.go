@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
@@ -80,17 +79,7 @@ func TestStickyGarbageCollection(t *testing.T) {
 
 	grace := time.Second
 	in := start(t, c.Config, etcd, "kcc-"+uniq(), map[string]string{"ENABLED_CONTROLLERS": "node", "RECONCILER_PERIOD": "300ms"})
-	k := datastore.Key{Kind: v3.KindKubeControllersConfiguration, Name: "default"}
-	eventually(t, 10*time.Second, func() error {
-		r, err := s.Get(ctx, k)
-		if err != nil {
-			return err
-		}
-		kcc := r.(*v3.KubeControllersConfiguration)
-		kcc.Spec.Controllers.Node.LeakGracePeriod = v3.NewDuration(grace)
-		_, err = s.Update(ctx, kcc)
-		return err
-	})
+	setLeakGracePeriod(t, ctx, s, grace)
 	_ = in
 	// The reservation of a StatefulSet that does not exist goes; the
 	// others stay, though none of their pods exists.
