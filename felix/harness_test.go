@@ -494,7 +494,9 @@ func (c *cluster) send(pr probe) (bool, string) {
 // programs asynchronously), failing with the probes that never did.
 func (c *cluster) expect(probes ...probe) {
 	c.t.Helper()
-	deadline := time.Now().Add(time.Second)
+	// Converging may take a while on a busy machine (a BPF program load
+	// under load took over a second); a wrong verdict still fails.
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var bad []string
 		for _, pr := range probes {

@@ -184,17 +184,7 @@ func TestIPAMGarbageCollection(t *testing.T) {
 	in := start(t, c.Config, etcd, "kcc-"+uniq(), map[string]string{"ENABLED_CONTROLLERS": "node", "RECONCILER_PERIOD": "500ms"})
 	// Set the grace period through the configuration resource, as a user
 	// would: the controllers restart with it.
-	k := datastore.Key{Kind: v3.KindKubeControllersConfiguration, Name: "default"}
-	eventually(t, 10*time.Second, func() error {
-		r, err := s.Get(ctx, k)
-		if err != nil {
-			return err
-		}
-		kcc := r.(*v3.KubeControllersConfiguration)
-		kcc.Spec.Controllers.Node.LeakGracePeriod = v3.NewDuration(grace)
-		_, err = s.Update(ctx, kcc)
-		return err
-	})
+	setLeakGracePeriod(t, ctx, s, grace)
 	eventually(t, 10*time.Second, func() error {
 		r, _, err := in.report()
 		if err != nil || !r.Ready {
@@ -265,5 +255,22 @@ func TestIPAMGarbageCollection(t *testing.T) {
 			return fmt.Errorf("calico_kube_controllers_sync_lag_seconds{controller=node} has %v observations", got)
 		}
 		return nil
+	})
+}
+
+// setLeakGracePeriod sets the node controller's leakGracePeriod in the
+// configuration resource, as a user would: the controllers restart with it.
+func setLeakGracePeriod(t *testing.T, ctx context.Context, s datastore.Interface, grace time.Duration) {
+	t.Helper()
+	k := datastore.Key{Kind: v3.KindKubeControllersConfiguration, Name: "default"}
+	eventually(t, 10*time.Second, func() error {
+		r, err := s.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		kcc := r.(*v3.KubeControllersConfiguration)
+		kcc.Spec.Controllers.Node.LeakGracePeriod = v3.NewDuration(grace)
+		_, err = s.Update(ctx, kcc)
+		return err
 	})
 }

@@ -237,17 +237,19 @@ func (p perm) String() string {
 //   - calico-kube-controllers (kube-controllers/run.go, controllers/):
 //     informers (list, watch) over pods and nodes (node.go,
 //     workloadendpoint.go), namespaces and service accounts (profiles.go)
-//     and NetworkPolicies (policy.go), Services (loadbalancer.go); a merge
-//     patch of a Service's status and the create of an Event on it
-//     (loadbalancer.go); a Get of a node (node.go) and of a
-//     pod (node.go, workloadendpoint.go) to confirm it is gone; the
+//     NetworkPolicies (policy.go), Services (loadbalancer.go) and
+//     StatefulSets (node.go, sticky addresses); a merge patch of a
+//     Service's status and the create of an Event on it (loadbalancer.go);
+//     a Get of a node (node.go), of a pod (node.go, workloadendpoint.go)
+//     and of a StatefulSet (node.go) to confirm it is gone; the
 //     leader election's LeaseLock: get, create, update (release is an
 //     update) of its Lease in kube-system; /readyz (every authenticated
 //     user may).
 //   - the CNI plugin, with calico-node's token (cni-plugin/k8sapi): get a
 //     pod, its namespace, the node (usePodCidr); patch the pod's
 //     annotations (merge patch on ADD, JSON patch on DEL).
-//   - calico-node itself: nothing.
+//   - calico-node itself: informers (list, watch) over Services and
+//     EndpointSlices for BGP service advertisement (node/bgp/services).
 var needs = map[string][]perm{
 	"calico-kube-controllers": {
 		{"get", "", "pods", "", ""}, {"list", "", "pods", "", ""}, {"watch", "", "pods", "", ""},
@@ -257,6 +259,7 @@ var needs = map[string][]perm{
 		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
 		{"patch", "", "services/status", "", ""}, {"create", "", "events", "", ""},
 		{"list", "networking.k8s.io", "networkpolicies", "", ""}, {"watch", "networking.k8s.io", "networkpolicies", "", ""},
+		{"get", "apps", "statefulsets", "", ""}, {"list", "apps", "statefulsets", "", ""}, {"watch", "apps", "statefulsets", "", ""},
 		{"create", "coordination.k8s.io", "leases", "kube-system", ""},
 		{"get", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
 		{"update", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
@@ -264,6 +267,8 @@ var needs = map[string][]perm{
 	"calico-node": {
 		{"get", "", "pods", "", ""}, {"patch", "", "pods", "", ""},
 		{"get", "", "namespaces", "", ""}, {"get", "", "nodes", "", ""},
+		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
+		{"list", "discovery.k8s.io", "endpointslices", "", ""}, {"watch", "discovery.k8s.io", "endpointslices", "", ""},
 	},
 }
 
@@ -285,7 +290,8 @@ var nearMisses = map[string][]perm{
 		{"patch", "", "pods", "default", "x"}, // allowed: patch is on every pod
 		{"patch", "", "pods/status", "default", ""}, {"patch", "", "nodes", "", ""}, {"patch", "", "nodes/status", "", ""},
 		{"get", "", "secrets", "kube-system", ""}, {"create", "", "serviceaccounts/token", "kube-system", "calico-node"},
-		{"list", "", "namespaces", "", ""},
+		{"list", "", "namespaces", "", ""}, {"get", "", "services", "default", "web"},
+		{"list", "", "endpoints", "", ""}, {"update", "discovery.k8s.io", "endpointslices", "default", ""},
 	},
 }
 

@@ -195,8 +195,8 @@ func mergeReports(reports []checkReport) ([]ipam.ReleaseOptions, []checkHandle) 
 		merged := map[string]ipam.ReleaseOptions{}
 		for _, als := range rep.Allocations {
 			for _, al := range als {
-				if al.InUse {
-					continue
+				if al.InUse || al.Reserved != "" {
+					continue // in use, or a sticky reservation kept for its pod
 				}
 				addr, err := netip.ParseAddr(al.IP)
 				if err != nil {

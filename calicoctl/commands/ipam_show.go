@@ -89,6 +89,14 @@ func showIP(ctx context.Context, out io.Writer, s *ipamSession, ip netip.Addr) e
 		return fmt.Errorf("IP %s: %w", ip, err)
 	}
 	fmt.Fprintf(out, "IP %s is in use\n", ip)
+	if al.IsSticky() {
+		user := "not used by a pod now"
+		if al.InUse() {
+			user = "used by container " + al.Attrs[ipam.AttrContainer] + " on node " + al.Attrs[ipam.AttrNode]
+		}
+		fmt.Fprintf(out, "Reserved (%s) for pod %s/%s of %s %s; %s\n", al.Attrs[ipam.AttrReleasePolicy], al.Attrs["namespace"], al.Attrs["pod"],
+			al.Attrs[ipam.AttrOwnerKind], al.Attrs[ipam.AttrOwnerName], user)
+	}
 	if al.HandleID != "" {
 		fmt.Fprintf(out, "Handle ID: %s\n", al.HandleID)
 	}
@@ -133,7 +141,34 @@ func showUsage(ctx context.Context, out io.Writer, s *ipamSession, blocks bool) 
 			t.rows = append(t.rows, usageRow("Block", b.CIDR.String(), big.NewInt(int64(b.Capacity)), big.NewInt(int64(b.InUse))))
 		}
 	}
-	_, err = io.WriteString(out, t.String())
+	if _, err = io.WriteString(out, t.String()); err != nil {
+		return err
+	}
+	return showReservedCount(ctx, out, s)
+}
+
+// showReservedCount says how many of the addresses in use are sticky
+// reservations (printed only when there are any).
+func showReservedCount(ctx context.Context, out io.Writer, s *ipamSession) error {
+	blocks, err := s.alloc.ListBlocks(ctx)
+	if err != nil {
+		return fmt.Errorf("listing IPAM blocks: %w", err)
+	}
+	reserved, idle := 0, 0
+	for _, b := range blocks {
+		for _, al := range b.Allocations {
+			if al.IsSticky() {
+				reserved++
+				if !al.InUse() {
+					idle++
+				}
+			}
+		}
+	}
+	if reserved == 0 {
+		return nil
+	}
+	_, err = fmt.Fprintf(out, "%d of the IPs in use are sticky reservations (ipReleasePolicy), %d of them used by no pod now.\n", reserved, idle)
 	return err
 }
 

@@ -159,10 +159,18 @@ func (p Plugin) HandleID(containerID string) string {
 }
 
 // Del releases everything the container's handle holds; a handle that does
-// not exist (already released) is fine.
+// not exist (already released, or a container using a sticky address) is
+// fine. A sticky address the container used stays reserved, unused.
 func (p Plugin) Del(ctx context.Context, containerID string) error {
 	handle := netconf.HandleID(p.Conf.Name, containerID)
-	if err := p.Alloc.ReleaseByHandle(ctx, handle); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+	err := p.Alloc.ReleaseByHandle(ctx, handle)
+	if errors.Is(err, datastore.ErrNotFound) {
+		if _, err := p.Alloc.StopUsingSticky(ctx, containerID); err != nil {
+			return session.Retryable(fmt.Errorf("stop using sticky addresses of container %s: %w", containerID, err))
+		}
+		return nil
+	}
+	if err != nil {
 		return session.Retryable(fmt.Errorf("releasing handle %s: %w", handle, err))
 	}
 	p.Log.WithField("handle", handle).Info("Released")
@@ -174,6 +182,11 @@ func (p Plugin) Del(ctx context.Context, containerID string) error {
 func (p Plugin) Check(ctx context.Context, containerID string, prev *current.Result) error {
 	handle := netconf.HandleID(p.Conf.Name, containerID)
 	held, err := p.Alloc.IPsByHandle(ctx, handle)
+	if errors.Is(err, datastore.ErrNotFound) {
+		// A container using a sticky address holds it under its pod's
+		// reservation.
+		held, err = p.Alloc.StickyAddrsOf(ctx, containerID)
+	}
 	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
 		return session.Retryable(fmt.Errorf("reading handle %s: %w", handle, err))
 	}
@@ -197,3 +210,7 @@ func attributes(w netconf.Workload) map[string]string {
 	}
 	return attrs
 }
+
+// Held says whether the container's own handle already holds addresses
+// (a repeated ADD).
+func (p Prepared) Held() bool { return len(p.held) > 0 }

@@ -18,9 +18,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/palisade-net/palisade/cni-plugin/ipamplugin"
 	"github.com/palisade-net/palisade/cni-plugin/k8sapi"
 	"github.com/palisade-net/palisade/cni-plugin/netconf"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/libcalico/k8s"
 )
 
@@ -35,6 +37,10 @@ type Mode struct {
 	Namespace *corev1.Namespace
 	// Addressing is what the pod's annotations ask for.
 	Addressing k8s.Addressing
+	// ReleasePolicy is the pod's ipReleasePolicy; when it is set, Owner
+	// is the StatefulSet its sticky address belongs to.
+	ReleasePolicy k8s.ReleasePolicy
+	Owner         k8s.StickyOwner
 }
 
 // Start returns the invocation's Kubernetes mode, nil when the workload
@@ -96,6 +102,20 @@ func (m *Mode) Read(ctx context.Context) error {
 		}
 	}
 	m.Addressing = a
+	if m.ReleasePolicy, err = k8s.PodReleasePolicy(pod); err != nil {
+		return bad(err)
+	}
+	if m.ReleasePolicy != k8s.ReleaseOnStop {
+		switch {
+		case m.conf.IPAM.Type != "calico-ipam":
+			return bad(fmt.Errorf("ipReleasePolicy %q needs calico-ipam, not %s", m.ReleasePolicy, m.conf.IPAM.Type))
+		case len(a.Requested) > 0:
+			return bad(fmt.Errorf("ipReleasePolicy %q cannot be combined with %s or %s", m.ReleasePolicy, k8s.AnnotationIPAddrs, k8s.AnnotationIPAddrsNoIPAM))
+		}
+		if m.Owner, err = k8s.PodStickyOwner(pod); err != nil {
+			return bad(err)
+		}
+	}
 	return nil
 }
 
@@ -137,4 +157,14 @@ func (m *Mode) NodeName() string {
 		return m.conf.Kubernetes.NodeName
 	}
 	return m.w.Node
+}
+
+// Sticky is the sticky reservation the pod uses, from its release
+// policy and owner (ReleasePolicy set).
+func (m *Mode) Sticky() *ipamplugin.Sticky {
+	return &ipamplugin.Sticky{
+		Handle: ipam.StickyHandleID(m.conf.Name, m.Pod.Namespace, m.Owner.Kind, m.Owner.Name, m.Pod.Name),
+		Attrs: map[string]string{ipam.AttrReleasePolicy: string(m.ReleasePolicy), ipam.AttrOwnerKind: m.Owner.Kind,
+			ipam.AttrOwnerName: m.Owner.Name, ipam.AttrOwnerUID: m.Owner.UID, ipam.AttrPodUID: string(m.Pod.UID)},
+	}
 }

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -49,12 +51,16 @@ type NodeOptions struct {
 // garbage-collects leaked pod addresses: an address whose pod no longer
 // exists (or now has other addresses) is released once it was seen
 // leaked on two passes at least LeakGracePeriod apart, never while its
-// pod holds it.
+// pod holds it. A sticky reservation (ipReleasePolicy) is not a leak
+// while its owner wants it: "never" ones are kept for good, "immutable"
+// ones while their StatefulSet exists and has the pod's ordinal.
 type Nodes struct {
 	nodes       corelisters.NodeLister
 	pods        corelisters.PodLister
+	sets        appslisters.StatefulSetLister
 	nodesSynced cache.InformerSynced
 	podsSynced  cache.InformerSynced
+	setsSynced  cache.InformerSynced
 	client      kubernetes.Interface
 	store       datastore.Interface
 	alloc       *ipam.Allocator
@@ -85,8 +91,9 @@ const fullPass = ""
 func NewNodes(d Deps, o NodeOptions) *Nodes {
 	ninf := d.Informers.Core().V1().Nodes()
 	pinf := d.Informers.Core().V1().Pods()
-	n := &Nodes{nodes: ninf.Lister(), pods: pinf.Lister(), nodesSynced: ninf.Informer().HasSynced,
-		podsSynced: pinf.Informer().HasSynced, client: d.Client, store: d.Store, opts: o, period: d.Period,
+	sinf := d.Informers.Apps().V1().StatefulSets()
+	n := &Nodes{nodes: ninf.Lister(), pods: pinf.Lister(), sets: sinf.Lister(), nodesSynced: ninf.Informer().HasSynced,
+		podsSynced: pinf.Informer().HasSynced, setsSynced: sinf.Informer().HasSynced, client: d.Client, store: d.Store, opts: o, period: d.Period,
 		byKubeName: map[string]string{}, leaks: map[string]time.Time{}, log: log.WithField("controller", "node"),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
@@ -103,7 +110,7 @@ func (n *Nodes) Name() string { return "node" }
 
 // HasSynced implements Controller.
 func (n *Nodes) HasSynced() []cache.InformerSynced {
-	return []cache.InformerSynced{n.nodesSynced, n.podsSynced}
+	return []cache.InformerSynced{n.nodesSynced, n.podsSynced, n.setsSynced}
 }
 
 // Synced implements Controller.
@@ -300,12 +307,29 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 	seen := map[string]bool{}
 	release := map[string][]string{}
 	pods := map[string][2]string{}
+	sticky := map[string]ipam.Allocation{}
+	staleUse := map[string][3]string{}
 	nodeOf := map[string]string{}
 	for _, b := range blocks {
 		for _, a := range b.Allocations {
 			ns, pod := a.Attrs["namespace"], a.Attrs["pod"]
 			if ns == "" || pod == "" || a.HandleID == "" {
 				continue // not a pod's address
+			}
+			if a.IsSticky() && a.InUse() && !n.podExists(ns, pod, a.Attrs[ipam.AttrPodUID]) {
+				// Used by a container whose pod is gone (its node died
+				// before the DEL): after the grace period the use ends,
+				// so the re-created pod does not wait for ever.
+				key := "use " + a.IP.String() + " " + a.Attrs[ipam.AttrContainer]
+				seen[key] = true
+				if first, ok := n.leaks[key]; !ok {
+					n.leaks[key] = now
+				} else if now.Sub(first) >= n.opts.LeakGracePeriod {
+					staleUse[a.Attrs[ipam.AttrContainer]] = [3]string{ns, pod, a.Attrs[ipam.AttrPodUID]}
+				}
+			}
+			if a.IsSticky() && n.stickyKept(a) {
+				continue // reserved for its owner
 			}
 			if n.podHolds(ns, pod, a.IP) {
 				continue
@@ -322,6 +346,9 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 				release[a.HandleID] = append(release[a.HandleID], a.IP.String())
 				nodeOf[a.IP.String()] = a.Attrs["node"]
 				pods[a.HandleID] = [2]string{ns, pod}
+				if a.IsSticky() {
+					sticky[a.HandleID] = a
+				}
 				n.log.WithFields(fields).WithField("leakedFor", now.Sub(first).Round(time.Second)).Warn("Garbage collecting leaked IP address")
 			}
 		}
@@ -332,12 +359,35 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 		}
 	}
 	var errs []error
+	for container, p := range staleUse {
+		live, err := n.client.CoreV1().Pods(p[0]).Get(ctx, p[1], metav1.GetOptions{})
+		if err == nil && string(live.UID) == p[2] {
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("confirming pod %s/%s is gone: %w", p[0], p[1], err))
+			continue
+		}
+		if _, err := n.alloc.StopUsingSticky(ctx, container); err != nil {
+			errs = append(errs, fmt.Errorf("ending the sticky address use of container %s: %w", container, err))
+			continue
+		}
+		n.log.WithFields(log.Fields{"container": container, "pod": p[0] + "/" + p[1]}).Warn("Ended the sticky address use of a container whose pod is gone")
+	}
 	for h, ips := range release {
 		if held, err := n.podHoldsLive(ctx, pods[h], ips); err != nil || held {
 			if err != nil {
 				errs = append(errs, err)
 			}
 			continue
+		}
+		if al, ok := sticky[h]; ok {
+			if kept, err := n.stickyKeptLive(ctx, al); err != nil || kept {
+				if err != nil {
+					errs = append(errs, err)
+				}
+				continue
+			}
 		}
 		if err := n.alloc.ReleaseByHandle(ctx, h); err != nil && !errors.Is(err, datastore.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("releasing leaked handle %s: %w", h, err))
@@ -396,4 +446,61 @@ func (n *Nodes) podHoldsLive(ctx context.Context, pod [2]string, ips []string) (
 		}
 	}
 	return false, nil
+}
+
+// stickyKept says whether a sticky reservation still belongs to its
+// owner, from the informers' view: a "never" one always does; an
+// "immutable" one while its StatefulSet (the same object, by UID) exists
+// and its pod's ordinal is below the StatefulSet's replicas. n.mu is
+// held.
+func (n *Nodes) stickyKept(a ipam.Allocation) bool {
+	if a.Attrs[ipam.AttrReleasePolicy] != string(k8s.ReleaseImmutable) {
+		return true // never, or a policy this version does not know
+	}
+	set, err := n.sets.StatefulSets(a.Attrs["namespace"]).Get(a.Attrs[ipam.AttrOwnerName])
+	if err != nil {
+		return !apierrors.IsNotFound(err)
+	}
+	return setWants(set, a)
+}
+
+// stickyKeptLive is stickyKept asking the API server itself, before a
+// release.
+func (n *Nodes) stickyKeptLive(ctx context.Context, a ipam.Allocation) (bool, error) {
+	if a.Attrs[ipam.AttrReleasePolicy] != string(k8s.ReleaseImmutable) {
+		return true, nil
+	}
+	ns, name := a.Attrs["namespace"], a.Attrs[ipam.AttrOwnerName]
+	set, err := n.client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("confirming StatefulSet %s/%s no longer wants %s: %w", ns, name, a.IP, err)
+	}
+	return setWants(set, a), nil
+}
+
+// setWants says whether StatefulSet set is the reservation's owner and
+// still has the reservation's pod (its ordinal is below spec.replicas).
+func setWants(set *appsv1.StatefulSet, a ipam.Allocation) bool {
+	if uid := a.Attrs[ipam.AttrOwnerUID]; uid != "" && string(set.UID) != uid {
+		return false // deleted and created again: not the owner
+	}
+	ord, ok := k8s.StatefulSetOrdinal(set.Name, a.Attrs["pod"])
+	if !ok {
+		return true // not one of its pods' names: leave it alone
+	}
+	replicas := int32(1)
+	if set.Spec.Replicas != nil {
+		replicas = *set.Spec.Replicas
+	}
+	return ord < int(replicas)
+}
+
+// podExists says whether pod ns/name exists with uid (any uid when uid is
+// empty). n.mu is held.
+func (n *Nodes) podExists(ns, name, uid string) bool {
+	p, err := n.pods.Pods(ns).Get(name)
+	return err == nil && (uid == "" || string(p.UID) == uid)
 }

@@ -402,9 +402,15 @@ func (a *Allocator) ReleaseUnusedBlocks(ctx context.Context, host string, e *Emp
 	owned := 0
 	var empty []Affinity
 	var emptyCIDRs []netip.Prefix
+	var stalled []Affinity
 	for _, aff := range affs {
-		if aff.State != AffinityConfirmed {
-			continue // a claim or release in flight
+		// A pending claim whose block exists is either in flight (for
+		// milliseconds) or was left by a plugin killed before it
+		// confirmed; the grace period tells them apart, so an empty one
+		// is a candidate too, released before confirmed ones (nothing
+		// allocates from a block whose claim never finished).
+		if aff.State != AffinityConfirmed && aff.State != AffinityPending {
+			continue // a release in flight
 		}
 		b, _, err := a.getBlock(ctx, blockKey(aff.CIDR))
 		if err != nil || b.host() != host {
@@ -412,10 +418,15 @@ func (a *Allocator) ReleaseUnusedBlocks(ctx context.Context, host string, e *Emp
 		}
 		owned++
 		if b.empty() {
-			empty = append(empty, aff)
+			if aff.State == AffinityPending {
+				stalled = append(stalled, aff)
+			} else {
+				empty = append(empty, aff)
+			}
 			emptyCIDRs = append(emptyCIDRs, aff.CIDR)
 		}
 	}
+	empty = append(stalled, empty...)
 	old := e.observe(emptyCIDRs, now, grace)
 	var freed []netip.Prefix
 	var errs []error

@@ -58,7 +58,9 @@ type request struct {
 	fresh map[netip.Prefix]bool
 	// handleKV is the handle as last read or written (Revision 0: absent).
 	handleKV *datastore.KVPair
-	log      *log.Entry
+	// newHandle: the handle must not be written by anyone else.
+	newHandle bool
+	log       *log.Entry
 }
 
 // AutoAssign assigns args.Num4 IPv4 and args.Num6 IPv6 addresses for
@@ -105,6 +107,16 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 		return outs[4], outs[6], err
 	}
 	handleKV := &datastore.KVPair{Key: handleKey(args.HandleID)}
+	if args.NewHandle {
+		if args.HandleID == "" {
+			return nil, nil, fmt.Errorf("auto-assign: a new handle needs a handle ID: %w", ErrInvalid)
+		}
+		if _, err := a.kv.Get(ctx, handleKV.Key); err == nil {
+			return nil, nil, fmt.Errorf("auto-assign: handle %q exists: %w", args.HandleID, ErrAlreadyAssigned)
+		} else if !errors.Is(err, datastore.ErrNotFound) {
+			return nil, nil, fmt.Errorf("auto-assign: reading handle %q: %w", args.HandleID, err)
+		}
+	}
 	useCache, spread := true, false
 	for pass := 1; ; pass++ {
 		st, err := a.passState(ctx, args, useCache)
@@ -116,7 +128,7 @@ func (a *Allocator) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6
 			reserved: st.snap.reserved, cfg: st.snap.cfg,
 			maxBlocks: blockCap(args.MaxBlocksPerHost, st.snap.cfg.MaxBlocksPerHost),
 			conds:     st.conds, cached: st.cached, fresh: st.fresh, handleKV: handleKV, log: logCtx,
-			spread: spread && !st.cached,
+			spread: spread && !st.cached, newHandle: args.NewHandle,
 		}
 		failed, err := a.assignFamilies(ctx, &base, args, intent, st, outs)
 		short := false
@@ -443,8 +455,12 @@ func (a *Allocator) assignFamily(ctx context.Context, r *request, out *Assignmen
 	}
 
 	if need() > 0 {
-		return fmt.Errorf("node %q: assigned %d of %d requested IPv%d addresses (max %d blocks per node, strictAffinity %t): %w",
-			r.host, len(out.IPs), r.num, r.version, r.maxBlocks, r.cfg.StrictAffinity, ErrExhausted)
+		names := make([]string, len(r.pools))
+		for i, p := range r.pools {
+			names[i] = p.name
+		}
+		return fmt.Errorf("node %q: IPv%d pool exhausted: assigned %d of %d requested addresses from pools %v (max %d blocks per node, strictAffinity %t): %w",
+			r.host, r.version, len(out.IPs), r.num, names, r.maxBlocks, r.cfg.StrictAffinity, ErrExhausted)
 	}
 	return nil
 }
@@ -607,6 +623,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 			a.cache.setBlock(cidr, cur, rev)
 		}
 		if r.handle != "" && current[1].Revision != r.handleKV.Revision {
+			if r.newHandle {
+				return nil, fmt.Errorf("handle %q was created by another assignment: %w", r.handle, ErrAlreadyAssigned)
+			}
 			raced, *r.handleKV = true, current[1]
 		}
 		if !raced {

@@ -230,3 +230,40 @@ func TestReleaseUnusedBlocks(t *testing.T) {
 	}
 	e.checkInvariants()
 }
+
+// TestReleaseUnusedBlocksStalledClaim: a plugin killed between claiming a
+// block and confirming the claim leaves the block affine with a pending
+// affinity; once empty for the grace period it is released like any other
+// (before the node's confirmed blocks), so the node is not left with two
+// blocks forever.
+func TestReleaseUnusedBlocksStalledClaim(t *testing.T) {
+	e := newEnv(t)
+	e.pool("p", "10.0.0.0/24", func(s *v3.IPPoolSpec) { s.BlockSize = 30 })
+	v4, _ := e.assign(AutoAssignArgs{Num4: 5, Hostname: "node-a", HandleID: "h1"}) // two blocks of 4
+	second := netip.PrefixFrom(v4[4].Addr(), 30).Masked()
+	if _, err := e.alloc.ReleaseIPs(ctxT(t), v4[4].Addr()); err != nil {
+		t.Fatal(err)
+	}
+	// The second block's claim never confirmed.
+	key := affinityKey("node-a", second)
+	kv, err := e.alloc.kv.Get(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.alloc.kv.Update(ctxT(t), datastore.KVPair{Key: key, Value: encodeAffinity(AffinityPending), Revision: kv.Revision}); err != nil {
+		t.Fatal(err)
+	}
+	var tracker EmptyBlocks
+	t0 := time.Now()
+	const grace = 15 * time.Minute
+	if freed, err := e.alloc.ReleaseUnusedBlocks(ctxT(t), "node-a", &tracker, grace, t0); err != nil || len(freed) != 0 {
+		t.Fatalf("first look: released %v (%v), want nothing before the grace period", freed, err)
+	}
+	freed, err := e.alloc.ReleaseUnusedBlocks(ctxT(t), "node-a", &tracker, grace, t0.Add(grace))
+	if err != nil || len(freed) != 1 || freed[0] != second {
+		t.Fatalf("after the grace period: released %v (%v), want the stalled claim's block %s", freed, err, second)
+	}
+	if bs := e.blocks(); len(bs) != 1 {
+		t.Fatalf("%d blocks left, want 1", len(bs))
+	}
+}

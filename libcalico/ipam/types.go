@@ -38,6 +38,11 @@ type AutoAssignArgs struct {
 	MaxBlocksPerHost int
 	// Intent is the use the addresses are for; Workload when empty.
 	Intent Intent
+	// NewHandle makes the assignment fail with ErrAlreadyAssigned when
+	// HandleID exists already or is written by someone else meanwhile:
+	// the handle of a sticky reservation is created once, by one
+	// assignment.
+	NewHandle bool
 }
 
 // Assignments are the addresses of one family AutoAssign handed out.

@@ -7,6 +7,8 @@
 // The stages, one way:
 //
 //	datastore (Nodes, BGPPeers, BGPConfiguration, BGPFilters, IPPools, IPAM)
+//	+ Kubernetes Services, EndpointSlices (package services, informers,
+//	  only while BGPConfiguration names service CIDRs)
 //	  → peers.Compute / paths.Compute           desired sessions and paths
 //	  → routepolicy.Compile                     what is sent and taken
 //	  → DiffPeers / DiffPaths → router.Router   minimal delta to GoBGP
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -35,6 +38,7 @@ import (
 	"github.com/palisade-net/palisade/node/bgp/peers"
 	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
+	"github.com/palisade-net/palisade/node/bgp/services"
 )
 
 // DefaultGRPCListen is where GoBGP's gRPC API is served unless configured.
@@ -87,6 +91,10 @@ type Config struct {
 	// Peers, when set, is kept pointing at the running speaker so the
 	// agent's status API can list its sessions.
 	Peers *PeerTable
+	// Kubernetes connects to the Kubernetes API, used to watch Services
+	// and EndpointSlices while BGPConfiguration names service CIDRs;
+	// services.ClientFromEnv (KUBECONFIG, else in-cluster) when nil.
+	Kubernetes func() (kubernetes.Interface, error)
 }
 
 func (c *Config) defaults() {
@@ -107,6 +115,9 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = log.NewEntry(log.StandardLogger())
+	}
+	if c.Kubernetes == nil {
+		c.Kubernetes = services.ClientFromEnv
 	}
 	c.Log = c.Log.WithField("node", c.NodeName)
 }
@@ -180,7 +191,7 @@ type state struct {
 }
 
 // read lists everything and computes the desired state.
-func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error) {
+func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceFeed) (state, error) {
 	var st state
 	nodes, err := listAs[*v3.Node](ctx, cfg.Store, v3.KindNode)
 	if err != nil {
@@ -250,6 +261,11 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator) (state, error)
 	}
 	for _, p := range pools {
 		pin.Pools = append(pin.Pools, *p)
+	}
+	var note string
+	pin.Services, note = svcs.services(conf)
+	if note != "" {
+		st.ignored = append(st.ignored, note)
 	}
 	var perrs []error
 	st.paths, perrs = paths.Compute(pin)
@@ -340,12 +356,14 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	for _, kind := range []string{v3.KindNode, v3.KindBGPPeer, v3.KindBGPConfiguration, v3.KindIPPool} {
 		go watchKind(wctx, cfg, kind, poke)
 	}
+	svcs := &serviceFeed{ctx: wctx, node: cfg.NodeName, connect: cfg.Kubernetes, log: cfg.Log.WithField("component", "services"), poke: poke}
+	defer svcs.stop()
 
 	// Wait for our Node to carry an address.
 	var st state
 	for {
 		var err error
-		st, err = read(ctx, cfg, alloc)
+		st, err = read(ctx, cfg, alloc, svcs)
 		if err == nil && (st.peers.Local.IPv4.IsValid() || st.peers.Local.IPv6.IsValid()) {
 			break
 		}
@@ -483,7 +501,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 				}
 			}
 		}
-		next, err := read(ctx, cfg, alloc)
+		next, err := read(ctx, cfg, alloc, svcs)
 		if err != nil {
 			cfg.Log.WithError(err).Warn("Reading BGP resources")
 			continue

@@ -33,7 +33,7 @@ func collectGarbage(s *session.Session, alloc *ipam.Allocator) error {
 		mine := true
 		for _, ip := range ips {
 			a, err := alloc.GetAssignmentAttributes(s.Ctx, ip)
-			if err != nil || a.Attrs["node"] != s.Workload.Node {
+			if err != nil || a.Attrs["node"] != s.Workload.Node || a.IsSticky() {
 				mine = false
 				break
 			}

@@ -55,6 +55,10 @@ type inProcessIPAM struct {
 	// requested, when set, are the exact addresses to assign (a pod's
 	// ipAddrs annotation).
 	requested []netip.Addr
+	// sticky, when set, is the pod's sticky reservation (its
+	// ipReleasePolicy); created says Add created it.
+	sticky  *ipamplugin.Sticky
+	created bool
 }
 
 func (i *inProcessIPAM) Prepare(ctx context.Context) error {
@@ -76,6 +80,13 @@ func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
 	}
 	prep := *i.prepared
 	i.prepared = nil // read once
+	if i.sticky != nil && !prep.Held() {
+		res, i.created, err = i.plugin.AddSticky(ctx, *i.sticky, i.containerID)
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
 	if len(i.requested) > 0 {
 		res, i.assigned, err = i.plugin.AddRequested(ctx, prep, i.requested)
 	} else {
@@ -90,6 +101,9 @@ func (i *inProcessIPAM) Add(ctx context.Context) (types.Result, error) {
 // UndoAdd releases the addresses Add assigned, while the container's
 // handle holds them; addresses it found held are left to DEL.
 func (i *inProcessIPAM) UndoAdd(ctx context.Context, _ bool) error {
+	if i.sticky != nil && len(i.assigned) == 0 {
+		return i.plugin.UndoSticky(ctx, *i.sticky, i.containerID, i.created)
+	}
 	return i.plugin.ReleaseAssigned(ctx, i.plugin.HandleID(i.containerID), i.assigned)
 }
 

@@ -14,7 +14,8 @@ import (
 // kubeAddresses makes the pod's addressing annotations decide where its
 // addresses come from: ipAddrsNoIpam gives them without IPAM, ipAddrs
 // asks calico-ipam for exactly those, ipv4pools/ipv6pools restrict
-// calico-ipam's pools. (kubepod.Mode.Read has already refused what the
+// calico-ipam's pools, and ipReleasePolicy keeps the address reserved for
+// the pod's name in its StatefulSet. (kubepod.Mode.Read has already refused what the
 // configured IPAM cannot do.) Another IPAM plugin runs with the network
 // configuration's usePodCidr replaced by the node's pod CIDR.
 func kubeAddresses(ctx context.Context, kube *kubepod.Mode, src addressSource, stdin []byte) (addressSource, error) {
@@ -35,6 +36,9 @@ func kubeAddresses(ctx context.Context, kube *kubepod.Mode, src addressSource, s
 	}
 	if in, ok := src.(*inProcessIPAM); ok {
 		in.requested = a.Requested
+		if kube.ReleasePolicy != "" {
+			in.sticky = kube.Sticky()
+		}
 		if len(a.IPv4Pools) > 0 || len(a.IPv6Pools) > 0 {
 			conf := *in.plugin.Conf
 			if len(a.IPv4Pools) > 0 {

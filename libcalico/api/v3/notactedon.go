@@ -17,7 +17,6 @@ import (
 var NotActedOn = map[string][]string{
 	KindFelixConfiguration: felixConfigurationNotActedOn(),
 	KindBGPConfiguration: {
-		"spec.serviceLoadBalancerAggregation",
 		"spec.ipv4NormalRoutePriority",
 		"spec.ipv6NormalRoutePriority",
 		"spec.localWorkloadPeeringIPV4",

@@ -27,6 +27,10 @@ const (
 	KindBlock    Kind = "block"
 	KindBorrowed Kind = "borrowed"
 	KindService  Kind = "service"
+	// KindServiceIP is one Service address (a /32 or /128): a Service
+	// with a Local traffic policy from a node holding a ready endpoint
+	// of it, or a LoadBalancer address with aggregation Disabled.
+	KindServiceIP Kind = "service-ip"
 )
 
 // Path is one route this node originates.
@@ -94,6 +98,23 @@ type Input struct {
 	Blocks []ipam.Block
 	Pools  []v3.IPPool
 	Config *v3.BGPConfigurationSpec
+	// Services are the cluster's Kubernetes Services, as far as
+	// advertisement needs them; only read when Config names service
+	// CIDRs.
+	Services []Service
+}
+
+// Service is one Kubernetes Service as seen from NodeName.
+type Service struct {
+	// Name is namespace/name, for errors and diagnostics.
+	Name                                     string
+	ClusterIPs, ExternalIPs, LoadBalancerIPs []netip.Addr
+	// ExternalLocal is externalTrafficPolicy Local; InternalLocal is
+	// internalTrafficPolicy Local.
+	ExternalLocal, InternalLocal bool
+	// LocalEndpoint says NodeName holds a ready endpoint of the Service;
+	// AnyEndpoint that some node does.
+	LocalEndpoint, AnyEndpoint bool
 }
 
 // Result is the originated paths and the local blackholes, each sorted.
@@ -202,24 +223,7 @@ func Compute(in Input) (Result, []error) {
 		}
 	}
 	if c := in.Config; c != nil {
-		var cidrs []string
-		for _, s := range c.ServiceClusterIPs {
-			cidrs = append(cidrs, s.CIDR)
-		}
-		for _, s := range c.ServiceExternalIPs {
-			cidrs = append(cidrs, s.CIDR)
-		}
-		for _, s := range c.ServiceLoadBalancerIPs {
-			cidrs = append(cidrs, s.CIDR)
-		}
-		for _, s := range cidrs {
-			pfx, err := netip.ParsePrefix(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("bgpconfiguration: service CIDR %q: %w", s, err))
-				continue
-			}
-			add(pfx.Masked(), KindService)
-		}
+		errs = append(errs, servicePaths(c, in.Services, add)...)
 	}
 	sort.Slice(res.Paths, func(i, j int) bool { return prefixLess(res.Paths[i].Prefix, res.Paths[j].Prefix) })
 	sort.Slice(res.Blackholes, func(i, j int) bool { return prefixLess(res.Blackholes[i], res.Blackholes[j]) })
@@ -227,6 +231,89 @@ func Compute(in Input) (Result, []error) {
 	sort.Slice(res.FelixOwned, func(i, j int) bool { return prefixLess(res.FelixOwned[i], res.FelixOwned[j]) })
 	sort.Slice(res.Lent, func(i, j int) bool { return prefixLess(res.Lent[i], res.Lent[j]) })
 	return res, errs
+}
+
+// servicePaths adds the service ranges BGPConfiguration names and the
+// single Service addresses: an address of a Service with a Local traffic
+// policy (externalTrafficPolicy for every address, internalTrafficPolicy
+// for cluster IPs) only while this node holds a ready endpoint, and with
+// serviceLoadBalancerAggregation Disabled every LoadBalancer address (of
+// a Service with a ready endpoint somewhere) in place of the LoadBalancer
+// ranges. An address in no configured range of
+// its kind is not advertised.
+func servicePaths(c *v3.BGPConfigurationSpec, svcs []Service, add func(netip.Prefix, Kind)) []error {
+	var errs []error
+	parse := func(field string, cidrs []string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range cidrs {
+			pfx, err := netip.ParsePrefix(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("bgpconfiguration: %s: service CIDR %q: %w", field, s, err))
+				continue
+			}
+			out = append(out, pfx.Masked())
+		}
+		return out
+	}
+	var cl, ex, lb []string
+	for _, s := range c.ServiceClusterIPs {
+		cl = append(cl, s.CIDR)
+	}
+	for _, s := range c.ServiceExternalIPs {
+		ex = append(ex, s.CIDR)
+	}
+	for _, s := range c.ServiceLoadBalancerIPs {
+		lb = append(lb, s.CIDR)
+	}
+	clusterCIDRs := parse("serviceClusterIPs", cl)
+	externalCIDRs := parse("serviceExternalIPs", ex)
+	lbCIDRs := parse("serviceLoadBalancerIPs", lb)
+	aggregate := c.ServiceLoadBalancerAggregation == nil || *c.ServiceLoadBalancerAggregation != "Disabled"
+	for _, p := range clusterCIDRs {
+		add(p, KindService)
+	}
+	for _, p := range externalCIDRs {
+		add(p, KindService)
+	}
+	if aggregate {
+		for _, p := range lbCIDRs {
+			add(p, KindService)
+		}
+	}
+	within := func(a netip.Addr, cidrs []netip.Prefix) bool {
+		for _, p := range cidrs {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	host := func(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()) }
+	for _, s := range svcs {
+		for _, a := range s.ClusterIPs {
+			if (s.ExternalLocal || s.InternalLocal) && s.LocalEndpoint && within(a, clusterCIDRs) {
+				add(host(a), KindServiceIP)
+			}
+		}
+		for _, a := range s.ExternalIPs {
+			if s.ExternalLocal && s.LocalEndpoint && within(a, externalCIDRs) {
+				add(host(a), KindServiceIP)
+			}
+		}
+		for _, a := range s.LoadBalancerIPs {
+			if !within(a, lbCIDRs) {
+				continue
+			}
+			if s.ExternalLocal {
+				if s.LocalEndpoint {
+					add(host(a), KindServiceIP)
+				}
+			} else if !aggregate && s.AnyEndpoint {
+				add(host(a), KindServiceIP)
+			}
+		}
+	}
+	return errs
 }
 
 func prefixLess(a, b netip.Prefix) bool {

@@ -42,6 +42,16 @@ func aff(host, cidr string, state ipam.AffinityState) ipam.Affinity {
 	return ipam.Affinity{Host: host, CIDR: netip.MustParsePrefix(cidr), State: state}
 }
 
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
+
 var (
 	v4 = netip.MustParseAddr("198.18.0.1")
 	v6 = netip.MustParseAddr("fd00:198:18::1")
@@ -190,6 +200,79 @@ var cases = []struct {
 				ServiceClusterIPs:      []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/112"}},
 				ServiceExternalIPs:     []v3.ServiceExternalIPBlock{{CIDR: "198.19.200.7/24"}, {CIDR: "10.96.0.0/12"}, {CIDR: "198.19.300.0/24"}},
 				ServiceLoadBalancerIPs: []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.19.201.0/24"}},
+			},
+		},
+	},
+	{
+		// Single Service addresses, dual-stack: a Service with
+		// externalTrafficPolicy Local is advertised as /32 and /128 for
+		// its cluster, external and LoadBalancer addresses while node-a
+		// holds a ready endpoint; internalTrafficPolicy Local does it for
+		// cluster IPs only; without a local endpoint nothing; Cluster
+		// policy Services are covered by the ranges alone; addresses
+		// outside every range of their kind (an external IP in the
+		// LoadBalancer range, a LoadBalancer IP in no range) are not
+		// advertised; communities of the covering prefixAdvertisements
+		// apply to the /32s.
+		name: "service-ips",
+		in: Input{
+			IPv4: v4, IPv6: v6,
+			Config: &v3.BGPConfigurationSpec{
+				ServiceClusterIPs:      []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/112"}},
+				ServiceExternalIPs:     []v3.ServiceExternalIPBlock{{CIDR: "198.19.200.0/24"}},
+				ServiceLoadBalancerIPs: []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.19.201.0/24"}, {CIDR: "fd00:201::/112"}},
+				PrefixAdvertisements: []v3.PrefixAdvertisement{
+					{CIDR: "198.19.201.0/24", Communities: []string{"65000:201"}},
+					{CIDR: "198.19.201.10/32", Communities: []string{"65000:10"}},
+				},
+			},
+			Services: []Service{
+				{Name: "default/local-here", ExternalLocal: true, LocalEndpoint: true,
+					ClusterIPs:      addrs("10.96.0.10", "fd00:96::10"),
+					ExternalIPs:     addrs("198.19.200.10", "198.19.201.99"),
+					LoadBalancerIPs: addrs("198.19.201.10", "fd00:201::10", "203.0.113.10")},
+				{Name: "default/local-elsewhere", ExternalLocal: true,
+					ClusterIPs: addrs("10.96.0.20"), LoadBalancerIPs: addrs("198.19.201.20")},
+				{Name: "default/internal-local", InternalLocal: true, LocalEndpoint: true,
+					ClusterIPs: addrs("10.96.0.30"), LoadBalancerIPs: addrs("198.19.201.30")},
+				{Name: "default/cluster", LocalEndpoint: true,
+					ClusterIPs: addrs("10.96.0.40"), LoadBalancerIPs: addrs("198.19.201.40")},
+			},
+		},
+	},
+	{
+		// serviceLoadBalancerAggregation Disabled: the LoadBalancer range
+		// is not advertised, each LoadBalancer address is, as /32 or
+		// /128, from every node for Cluster policy (while the Service has
+		// a ready endpoint anywhere) and only from nodes with a ready
+		// endpoint for Local; cluster IPs keep their range.
+		name: "service-lb-disaggregated",
+		in: Input{
+			IPv4: v4, IPv6: v6,
+			Config: &v3.BGPConfigurationSpec{
+				ServiceClusterIPs:              []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}},
+				ServiceLoadBalancerIPs:         []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.19.201.0/24"}, {CIDR: "fd00:201::/112"}},
+				ServiceLoadBalancerAggregation: ptr("Disabled"),
+			},
+			Services: []Service{
+				{Name: "default/cluster", AnyEndpoint: true, ClusterIPs: addrs("10.96.0.40"), LoadBalancerIPs: addrs("198.19.201.40", "fd00:201::40")},
+				{Name: "default/cluster-no-endpoints", LoadBalancerIPs: addrs("198.19.201.50")},
+				{Name: "default/local-elsewhere", ExternalLocal: true, AnyEndpoint: true, ClusterIPs: addrs("10.96.0.20"), LoadBalancerIPs: addrs("198.19.201.20")},
+				{Name: "default/local-here", ExternalLocal: true, LocalEndpoint: true, AnyEndpoint: true, LoadBalancerIPs: addrs("198.19.201.10")},
+				{Name: "default/outside", AnyEndpoint: true, LoadBalancerIPs: addrs("203.0.113.1")},
+			},
+		},
+	},
+	{
+		// Services without any service range configured advertise
+		// nothing.
+		name: "service-ips-no-ranges",
+		in: Input{
+			IPv4:   v4,
+			Config: &v3.BGPConfigurationSpec{},
+			Services: []Service{
+				{Name: "default/local-here", ExternalLocal: true, LocalEndpoint: true,
+					ClusterIPs: addrs("10.96.0.10"), LoadBalancerIPs: addrs("198.19.201.10")},
 			},
 		},
 	},

@@ -1,0 +1,118 @@
+package services
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	log "github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/palisade-net/palisade/node/bgp/paths"
+)
+
+// ClientFromEnv connects to the Kubernetes API as Calico's calico-node
+// does: the kubeconfig file named by KUBECONFIG, or else the in-cluster
+// service account.
+func ClientFromEnv() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kc := os.Getenv("KUBECONFIG"); kc != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kc)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kc, err)
+		}
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
+		return nil, fmt.Errorf("no KUBECONFIG and not in a cluster: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+const byService = "service"
+
+// Watcher keeps informer caches of Services and EndpointSlices.
+type Watcher struct {
+	node     string
+	svcs     cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
+	factory  informers.SharedInformerFactory
+	cancel   context.CancelFunc
+	onChange func()
+}
+
+// Start runs the informers until Stop or ctx ends; onChange is called on
+// every change (and once the caches have synced).
+func Start(ctx context.Context, client kubernetes.Interface, node string, logger *log.Entry, onChange func()) *Watcher {
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	w := &Watcher{node: node, factory: f, cancel: cancel, onChange: onChange,
+		svcs:   f.Core().V1().Services().Informer(),
+		slices: f.Discovery().V1().EndpointSlices().Informer(),
+	}
+	_ = w.slices.AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return nil, nil
+		}
+		name := s.Labels[discoveryv1.LabelServiceName]
+		if name == "" {
+			return nil, nil
+		}
+		return []string{s.Namespace + "/" + name}, nil
+	}})
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { onChange() },
+		UpdateFunc: func(any, any) { onChange() },
+		DeleteFunc: func(any) { onChange() },
+	}
+	_, _ = w.svcs.AddEventHandler(h)
+	_, _ = w.slices.AddEventHandler(h)
+	f.Start(ctx.Done())
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), w.svcs.HasSynced, w.slices.HasSynced) {
+			logger.Info("Kubernetes Services and EndpointSlices synced")
+			onChange()
+		}
+	}()
+	return w
+}
+
+// Stop ends the informers.
+func (w *Watcher) Stop() {
+	w.cancel()
+	w.factory.Shutdown()
+}
+
+// Synced reports whether both caches hold a full list.
+func (w *Watcher) Synced() bool { return w.svcs.HasSynced() && w.slices.HasSynced() }
+
+// Services returns every Service as seen from the watcher's node, sorted
+// by name.
+func (w *Watcher) Services() []paths.Service {
+	objs := w.svcs.GetStore().List()
+	out := make([]paths.Service, 0, len(objs))
+	for _, o := range objs {
+		svc, ok := o.(*corev1.Service)
+		if !ok {
+			continue
+		}
+		idx, _ := w.slices.GetIndexer().ByIndex(byService, svc.Namespace+"/"+svc.Name)
+		slices := make([]*discoveryv1.EndpointSlice, 0, len(idx))
+		for _, s := range idx {
+			if es, ok := s.(*discoveryv1.EndpointSlice); ok {
+				slices = append(slices, es)
+			}
+		}
+		out = append(out, From(w.node, svc, slices))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
