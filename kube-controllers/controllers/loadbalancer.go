@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,8 +36,6 @@ const (
 	AnnotationIPv6Pools       = "projectcalico.org/ipv6pools"
 	// LoadBalancerClass is the spec.loadBalancerClass served besides none.
 	LoadBalancerClass = "calico"
-	// lbHandlePrefix starts the IPAM handle of every Service's addresses.
-	lbHandlePrefix = "lb-"
 	// The Event reasons written on a Service.
 	ReasonAllocationFailed = "LoadBalancerIPAllocationFailed"
 	ReasonInvalidRequest   = "LoadBalancerInvalidRequest"
@@ -187,10 +183,11 @@ func (c *LoadBalancer) scan(ctx context.Context) error {
 	defer c.mu.Unlock()
 	for _, b := range blocks {
 		for _, al := range b.Allocations {
-			if !strings.HasPrefix(al.HandleID, lbHandlePrefix) || al.Attrs["type"] != string(corev1.ServiceTypeLoadBalancer) {
+			if !al.IsLoadBalancer() {
 				continue
 			}
-			key := al.Attrs["namespace"] + "/" + al.Attrs["service"]
+			ns, name := al.LoadBalancerService()
+			key := ns + "/" + name
 			if !slices.Contains(c.held[key][al.HandleID], al.IP) {
 				c.add(key, al.HandleID, al.IP)
 			}
@@ -252,12 +249,9 @@ func (c *LoadBalancer) work(ctx context.Context) bool {
 	return true
 }
 
-// handleFor is the IPAM handle of a Service's addresses: one per
-// Service object, so a Service deleted and created again under the same
-// name never inherits the old one's addresses.
+// handleFor is the IPAM handle of a Service's addresses.
 func handleFor(svc *corev1.Service) string {
-	sum := sha256.Sum256([]byte(svc.Namespace + "/" + svc.Name + "/" + string(svc.UID)))
-	return lbHandlePrefix + hex.EncodeToString(sum[:20])
+	return ipam.LoadBalancerHandle(svc.Namespace, svc.Name, string(svc.UID))
 }
 
 // served reports whether the controller assigns the Service's addresses.
@@ -412,7 +406,7 @@ func (c *LoadBalancer) reconcile(ctx context.Context, key string) error {
 		have = slices.DeleteFunc(have, func(b netip.Addr) bool { return b == a })
 	}
 	hasFamily := func(v int) bool { return slices.ContainsFunc(have, func(a netip.Addr) bool { return version(a) == v }) }
-	attrs := map[string]string{"service": svc.Name, "namespace": svc.Namespace, "type": string(corev1.ServiceTypeLoadBalancer),
+	attrs := map[string]string{ipam.AttrService: svc.Name, ipam.AttrNamespace: svc.Namespace, ipam.AttrType: ipam.AttrTypeLoadBalancer,
 		"timestamp": time.Now().UTC().Format(time.RFC3339)}
 	var failure error
 	if len(req.ips) > 0 {
