@@ -275,3 +275,75 @@ func waitEvent(t *testing.T, c *kubetest.Cluster, ns, name, reason, text string)
 	})
 }
 
+// TestLoadBalancerIPAMGarbageCollection: with the node controller's IPAM
+// garbage collection running beside the loadbalancer controller (grace
+// period 1 s), a Service's LoadBalancer address stays in IPAM and in the
+// Service's status through many collection passes, while a leaked pod
+// address beside it is collected. A LoadBalancer address whose Service
+// does not exist (left by an instance that died before releasing it) is
+// released on the controller's periodic resync, without a restart.
+func TestLoadBalancerIPAMGarbageCollection(t *testing.T) {
+	c := cluster(t)
+	ctx := context.Background()
+	etcd, s := calicoStore(t)
+	node := "lbgc-" + uniq()
+	kubeNode(t, c, node, nil)
+	f := newFabric(t, s, node)
+	ns := "lbgc-" + uniq()
+	namespace(t, c, ns, nil)
+	lbPool(t, s, "lb-gc", "203.0.113.16/29", 29, false)
+	if _, _, err := f.alloc.AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "k8s-pod-network.leak0000", Hostname: node,
+		Attrs: map[string]string{"namespace": ns, "pod": "gone", "node": node}}); err != nil {
+		t.Fatal(err)
+	}
+	grace := time.Second
+	in := start(t, c.Config, etcd, "kcc-"+uniq(), map[string]string{"ENABLED_CONTROLLERS": "node,loadbalancer", "RECONCILER_PERIOD": "300ms"})
+	setLeakGracePeriod(t, ctx, s, grace)
+	in.waitReady(true, 30*time.Second)
+
+	web := lbService(t, c, ns, "web", corev1.ServiceTypeLoadBalancer, nil, "")
+	ingress := waitIngress(t, c, ns, "web", 20*time.Second, oneIn("203.0.113.16/29"))
+	handle := ipam.LoadBalancerHandle(ns, "web", string(web.UID))
+	// The orphan: a Service's address in IPAM, the Service gone before
+	// this controller ever saw it.
+	orphan := netip.MustParseAddr("203.0.113.22")
+	if err := f.alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: orphan, Hostname: ipam.LoadBalancerHost, Intent: ipam.IntentLoadBalancer,
+		HandleID: ipam.LoadBalancerHandle(ns, "crashed", "uid-of-a-deleted-service"),
+		Attrs:    map[string]string{ipam.AttrService: "crashed", ipam.AttrNamespace: ns, ipam.AttrType: ipam.AttrTypeLoadBalancer}}); err != nil {
+		t.Fatal(err)
+	}
+	webHeld := func() error {
+		ips, err := f.alloc.IPsByHandle(ctx, handle)
+		if err != nil || len(ips) != 1 || ips[0].String() != ingress[0] {
+			return fmt.Errorf("web's handle holds %v (%v); want its address %s", ips, err, ingress[0])
+		}
+		if got, err := ingressOf(t, c, ns, "web"); err != nil || !slices.Equal(got, ingress) {
+			return fmt.Errorf("web's status has %v (%v); want %v", got, err, ingress)
+		}
+		return nil
+	}
+	// The garbage collection runs: the leaked pod address goes.
+	eventually(t, 10*grace+10*time.Second, func() error {
+		if f.held("leak0000") {
+			return errors.New("the leaked pod address is still allocated")
+		}
+		return nil
+	})
+	// The orphan goes on a resync.
+	eventually(t, 20*time.Second, func() error {
+		if _, err := f.alloc.GetAssignmentAttributes(ctx, orphan); !errors.Is(err, ipam.ErrNotAssigned) {
+			return fmt.Errorf("the address %s of a Service that does not exist is still allocated (%v)", orphan, err)
+		}
+		return nil
+	})
+	// Through several more grace periods of collection, web keeps its
+	// address.
+	for deadline := time.Now().Add(4 * grace); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err := webHeld(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _, err := in.report(); err != nil || !r.Ready {
+		t.Errorf("controllers not ready at the end: %+v %v", r, err)
+	}
+}

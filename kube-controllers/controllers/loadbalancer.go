@@ -336,6 +336,17 @@ func (c *LoadBalancer) reconcile(ctx context.Context, key string) error {
 	}
 	c.mu.Unlock()
 
+	if svc == nil && len(held) > 0 {
+		// Release only once the API server itself says the Service is
+		// gone: a cache behind it must never take a Service's address.
+		live, err := c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			svc = live
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("confirming service %s is gone: %w", key, err)
+		}
+	}
 	if svc == nil || !c.served(svc) {
 		var ours []netip.Addr
 		for h, ips := range held {
