@@ -31,6 +31,7 @@ type ipamCheckOptions struct {
 	showAllIPs     bool
 	showProblemIPs bool
 	output         string
+	kubeconfig     string
 }
 
 func newIPAMCheckCommand(a *app) *cobra.Command {
@@ -38,11 +39,12 @@ func newIPAMCheckCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check the integrity of the IPAM datastructures",
-		Long: "Check cross-references IPAM's allocations with the WorkloadEndpoints and nodes\n" +
-			"that use addresses, in Calico's sections: addresses allocated but not in use\n" +
-			"(leaked), addresses in use but not allocated or outside every active pool,\n" +
-			"addresses with several owners, handles with no address, and handles named in\n" +
-			"blocks that do not exist. With -o it writes Calico's JSON report, which\n" +
+		Long: "Check cross-references IPAM's allocations with the WorkloadEndpoints, nodes\n" +
+			"and LoadBalancer Services (read with --kubeconfig) that use addresses, in\n" +
+			"Calico's sections: addresses allocated but not in use (leaked), addresses in\n" +
+			"use but not allocated or outside every active pool, addresses with several\n" +
+			"owners, handles with no address, and handles named in blocks that do not\n" +
+			"exist. With -o it writes Calico's JSON report, which\n" +
 			"`ipam release --from-report` takes. It changes nothing.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,6 +54,7 @@ func newIPAMCheckCommand(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&o.showAllIPs, "show-all-ips", false, "Print all IPs that are checked.")
 	cmd.Flags().BoolVar(&o.showProblemIPs, "show-problem-ips", false, "Print all IPs that are leaked or not allocated properly.")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Path to output report file.")
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig file of the API server holding the Services (default: KUBECONFIG, then kubeconfig in the config file).")
 	return cmd
 }
 
@@ -244,7 +247,7 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	}
 	fmt.Fprintf(out, "Found %d workload IPs.\n", numWEPIPs)
 	if lb := c.loadBalancerAllocations(); len(lb) > 0 {
-		if err := a.checkLoadBalancerServices(ctx, c, lb); err != nil {
+		if err := a.checkLoadBalancerServices(ctx, c, lb, o.kubeconfig); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "Workloads, nodes and Services are using %d IPs.\n", len(c.inUse))
@@ -461,12 +464,14 @@ func (c *ipamChecker) loadBalancerAllocations() []*checkAllocation {
 // no kubeconfig the Services cannot be read: the addresses are then
 // taken as in use, never called leaked on a guess (a report's leaked
 // addresses are what `ipam release --from-report` frees).
-func (a *app) checkLoadBalancerServices(ctx context.Context, c *ipamChecker, lb []*checkAllocation) error {
+func (a *app) checkLoadBalancerServices(ctx context.Context, c *ipamChecker, lb []*checkAllocation, kubeconfig string) error {
 	out := c.out
 	fmt.Fprintln(out, "Loading all LoadBalancer Services.")
-	kubeconfig, err := apiconfig.Kubeconfig(a.configPath, a.env.Getenv)
-	if err != nil {
-		return fmt.Errorf("Failed to create Calico API client: %w", err)
+	if kubeconfig == "" {
+		var err error
+		if kubeconfig, err = apiconfig.Kubeconfig(a.configPath, a.env.Getenv); err != nil {
+			return fmt.Errorf("Failed to create Calico API client: %w", err)
+		}
 	}
 	owner := func(al *checkAllocation) string {
 		return fmt.Sprintf("Service(%s/%s)", al.Namespace, al.attrs[ipam.AttrService])
@@ -475,7 +480,7 @@ func (a *app) checkLoadBalancerServices(ctx context.Context, c *ipamChecker, lb 
 		for _, al := range lb {
 			c.recordInUse(netip.MustParseAddr(al.IP), owner(al))
 		}
-		fmt.Fprintf(out, "No kubeconfig (KUBECONFIG, or kubeconfig in the calicoctl config): %d LoadBalancer IPs taken as in use by their Services, not checked.\n", len(lb))
+		fmt.Fprintf(out, "No kubeconfig (--kubeconfig, KUBECONFIG or kubeconfig in the calicoctl config): %d LoadBalancer IPs taken as in use by their Services, not checked.\n", len(lb))
 		return nil
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
