@@ -41,25 +41,17 @@ const lbServices = 1000
 // each), on the same loaded machine; the ratio is what IPAM, the
 // controller, the service feed and BGP add on top of it.
 func BenchmarkLoadBalancerServices(b *testing.B) {
-	f := newFabric(b)
-	kc, kubeconfig := f.kube()
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
 	off := "Disabled"
-	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{
+	f, kc, kubeconfig, tor := serviceBench(b, v3.BGPConfigurationSpec{
 		ServiceLoadBalancerIPs:         []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.19.0.0/16"}},
 		ServiceLoadBalancerAggregation: &off,
-	}})
+	}, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
 	pool := &v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: "lb"}, Spec: v3.IPPoolSpec{CIDR: "198.19.0.0/16",
 		AllowedUses: []v3.IPPoolAllowedUse{v3.IPPoolAllowedUseLoadBalancer}}}
 	v3.Default(pool)
 	f.apply(pool)
-	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001}})
-	tor := f.startBird("tor", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
-protocol device { }
-protocol direct { ipv4; interface "eth0"; }
-protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 64512; ipv4 { import all; export none; }; }
-`)
 	f.node("n1", "198.18.0.1/24", nil)
 	f.startEnv("n1", []string{"KUBECONFIG=" + kubeconfig})
 	eventually(b, 30*time.Second, "BGP session n1", func() (bool, string) { return tor.established("n1"), tor.show("show", "protocols") })
@@ -112,6 +104,24 @@ protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 64512; ipv
 	b.ReportMetric(mean(addressed), "s-all-addressed")
 	b.ReportMetric(mean(ref), "s-ref-api-only")
 	b.ReportMetric(mean(ours)/mean(ref), "x/ref")
+}
+
+// serviceBench is what the service benchmarks share: a fabric with a
+// real kube-apiserver, the BGPConfiguration spec, and an external BIRD
+// "tor" (AS 65001, 198.18.0.250) peering with node n1 (198.18.0.1, not
+// started), extra appended to its configuration. It returns the fabric,
+// the API server, the nodes' kubeconfig and the BIRD.
+func serviceBench(b *testing.B, spec v3.BGPConfigurationSpec, extra string) (*fabric, *kubetest.Cluster, string, *birdPeer) {
+	f := newFabric(b)
+	kc, kubeconfig := f.kube()
+	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: spec})
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001}})
+	tor := f.startBird("tor", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol direct { ipv4; interface "eth0"; }
+protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 64512; ipv4 { import all; export none; }; }
+`+extra)
+	return f, kc, kubeconfig, tor
 }
 
 // createLBServices creates lbServices LoadBalancer Services in ns, each
