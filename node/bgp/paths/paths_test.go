@@ -96,7 +96,7 @@ var cases = []struct {
 		name: "floating",
 		in: Input{
 			NodeName: "node-a", IPv4: v4, IPv6: v6, FloatingEnabled: true,
-			Pools: []v3.IPPool{pool("pods", "10.244.0.0/24", false), pool("pods6", "fd00:244::/120", false), pool("private", "10.245.0.0/24", true)},
+			Pools:      []v3.IPPool{pool("pods", "10.244.0.0/24", false), pool("pods6", "fd00:244::/120", false), pool("private", "10.245.0.0/24", true)},
 			Affinities: []ipam.Affinity{aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed)},
 			Floating: []Floating{{"node-a", netip.MustParseAddr("10.244.0.200")}, {"node-a", netip.MustParseAddr("fd00:244::f9")},
 				{"node-a", netip.MustParseAddr("10.245.0.9")}, {"node-a", netip.MustParseAddr("203.0.113.9")},
