@@ -165,3 +165,45 @@ spec: {cidr: "fd65::/64"}
 	c.apply(floatingFelixConfig("Disabled"))
 	expect("floatingIPs Disabled again", false)
 }
+
+// TestFloatingIPsBPF: the eBPF dataplane cannot translate floating IPs,
+// so with floatingIPs Enabled it programs none (fail closed): nothing
+// answers at the floating address, the pod's own address still does, and
+// felix names the endpoint in a warning saying why.
+func TestFloatingIPsBPF(t *testing.T) {
+	hook := logtest.NewGlobal()
+	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	c := newCluster(t, "BPF")
+	c.apply(c.felixConfig() + "  floatingIPs: Enabled\n")
+	web := c.addPod("ns-a", "web", "10.65.0.20", nil, "sa-x")
+	fip := netip.MustParseAddr("10.65.200.9")
+	w := *web.wep
+	w.ResourceVersion = ""
+	w.Spec.IPNATs = []v3.IPNAT{{InternalIP: web.ip.String(), ExternalIP: fip.String()}}
+	if _, err := c.store.Apply(c.ctx, &w); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the warning that the eBPF dataplane does not program floating IPs", func() bool {
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "not programmed: the eBPF dataplane") {
+				return true
+			}
+		}
+		return false
+	})
+	c.waitFor("the pod reachable at its own address", func() bool {
+		_, err := nstest.TCP(c.extRun, web.ip, 8080)
+		return err == nil
+	})
+	for range 5 {
+		if _, err := nstest.TCP(c.extRun, fip, 8080); err == nil {
+			t.Fatalf("the pod answers at its floating address %s on the eBPF dataplane", fip)
+		}
+		if _, err := nstest.UDP(c.extRun, fip, 8080); err == nil {
+			t.Fatalf("the pod answers UDP at its floating address %s on the eBPF dataplane", fip)
+		}
+	}
+	if out := c.node.MustRun(t, "iptables-nft-save", "-t", "nat"); strings.Contains(out, "DNAT") {
+		t.Errorf("DNAT rules in eBPF mode:\n%s", out)
+	}
+}
