@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,19 @@ spec:
   iptablesRefreshInterval: 1s
   routeRefreshInterval: 2s
 `, floating)
+}
+
+// waitWarning waits for felix to log a warning containing msg.
+func (c *cluster) waitWarning(hook *logtest.Hook, msg string) {
+	c.t.Helper()
+	c.waitFor("the warning "+strconv.Quote(msg), func() bool {
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, msg) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestFloatingIPs: a WorkloadEndpoint's ipNATs, with floatingIPs
@@ -123,20 +137,14 @@ spec: {cidr: "fd65::/64"}
 	// The pod's own addresses answer throughout (the probes can work).
 	for _, cl := range clients[:2] {
 		for _, dst := range []netip.Addr{web.ip, web.ip6} {
-			if _, err := nstest.TCP(cl.run, dst, 8080); err != nil {
-				t.Fatalf("%s cannot reach the pod at %s: %v", cl.name, dst, err)
-			}
+			c.waitFor(fmt.Sprintf("%s reaching the pod at %s", cl.name, dst), func() bool {
+				_, err := nstest.TCP(cl.run, dst, 8080)
+				return err == nil
+			})
 		}
 	}
 
-	c.waitFor("the warning that floatingIPs is Disabled", func() bool {
-		for _, e := range hook.AllEntries() {
-			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "not programmed: FelixConfiguration floatingIPs is Disabled") {
-				return true
-			}
-		}
-		return false
-	})
+	c.waitWarning(hook, "not programmed: FelixConfiguration floatingIPs is Disabled")
 	expect("floatingIPs Disabled", false)
 
 	c.apply(floatingFelixConfig("Enabled"))
@@ -183,14 +191,7 @@ func TestFloatingIPsBPF(t *testing.T) {
 	if _, err := c.store.Apply(c.ctx, &w); err != nil {
 		t.Fatal(err)
 	}
-	c.waitFor("the warning that the eBPF dataplane does not program floating IPs", func() bool {
-		for _, e := range hook.AllEntries() {
-			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "not programmed: the eBPF dataplane") {
-				return true
-			}
-		}
-		return false
-	})
+	c.waitWarning(hook, "not programmed: the eBPF dataplane")
 	c.waitFor("the pod reachable at its own address", func() bool {
 		_, err := nstest.TCP(c.extRun, web.ip, 8080)
 		return err == nil

@@ -99,8 +99,8 @@ func PodAddressing(pod *corev1.Pod, ns *corev1.Namespace) (Addressing, error) {
 	return a, nil
 }
 
-// parseAddrs reads a JSON list of at most one IPv4 and one IPv6 address.
-func parseAddrs(key, v string) ([]netip.Addr, error) {
+// addrList reads a non-empty JSON list of addresses (annotation key).
+func addrList(key, v string) ([]netip.Addr, error) {
 	var list []string
 	if err := json.Unmarshal([]byte(v), &list); err != nil {
 		return nil, fmt.Errorf("annotation %s %q: want a JSON list of addresses, like [\"10.0.0.1\"]: %w", key, v, err)
@@ -108,22 +108,30 @@ func parseAddrs(key, v string) ([]netip.Addr, error) {
 	if len(list) == 0 {
 		return nil, fmt.Errorf("annotation %s %q: names no address", key, v)
 	}
-	var out []netip.Addr
-	v4, v6 := 0, 0
+	out := make([]netip.Addr, 0, len(list))
 	for _, s := range list {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
+		if err != nil || a.Zone() != "" {
 			return nil, fmt.Errorf("annotation %s: %q is not an IP address", key, s)
 		}
-		a = a.Unmap()
+		out = append(out, a.Unmap())
+	}
+	return out, nil
+}
+
+// parseAddrs reads a JSON list of at most one IPv4 and one IPv6 address.
+func parseAddrs(key, v string) ([]netip.Addr, error) {
+	out, err := addrList(key, v)
+	if err != nil {
+		return nil, err
+	}
+	v4 := 0
+	for _, a := range out {
 		if a.Is4() {
 			v4++
-		} else {
-			v6++
 		}
-		out = append(out, a)
 	}
-	if v4 > 1 || v6 > 1 {
+	if v4 > 1 || len(out)-v4 > 1 {
 		return nil, errors.New("annotation " + key + ": at most one IPv4 and one IPv6 address")
 	}
 	return out, nil
@@ -132,25 +140,14 @@ func parseAddrs(key, v string) ([]netip.Addr, error) {
 // parseFloating reads the floatingIPs annotation: a JSON list of
 // addresses, each once.
 func parseFloating(v string) ([]netip.Addr, error) {
-	key := AnnotationFloatingIPs
-	var list []string
-	if err := json.Unmarshal([]byte(v), &list); err != nil {
-		return nil, fmt.Errorf("annotation %s %q: want a JSON list of addresses, like [\"10.0.0.1\"]: %w", key, v, err)
+	out, err := addrList(AnnotationFloatingIPs, v)
+	if err != nil {
+		return nil, err
 	}
-	if len(list) == 0 {
-		return nil, fmt.Errorf("annotation %s %q: names no address", key, v)
-	}
-	var out []netip.Addr
-	for _, s := range list {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("annotation %s: %q is not an IP address", key, s)
+	for i, a := range out {
+		if slices.Contains(out[:i], a) {
+			return nil, fmt.Errorf("annotation %s: %s is named twice", AnnotationFloatingIPs, a)
 		}
-		a = a.Unmap()
-		if slices.Contains(out, a) {
-			return nil, fmt.Errorf("annotation %s: %s is named twice", key, a)
-		}
-		out = append(out, a)
 	}
 	return out, nil
 }

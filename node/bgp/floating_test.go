@@ -30,14 +30,7 @@ func TestFloatingIPAdvertised(t *testing.T) {
 	felixConf("Enabled")
 	addrs := map[string]string{"n1": "198.18.0.1", "n2": "198.18.0.2"}
 	rr := f.startBird("rr", "198.18.0.250/24", bird2Bin, bird2Ctl, rrConf(false, addrs))
-	blocks := map[string]netip.Prefix{}
-	for _, n := range []string{"n1", "n2"} {
-		f.node(n, addrs[n]+"/24", nil)
-		blocks[n] = f.block(n)
-		f.start(n)
-	}
-	rr.waitHas(blocks["n1"], true)
-	rr.waitHas(blocks["n2"], true)
+	blocks := f.startRRClients(rr, addrs)
 
 	fip := netip.MustParsePrefix("10.244.250.9/32")
 	wep := &v3.WorkloadEndpoint{
