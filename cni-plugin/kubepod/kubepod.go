@@ -3,7 +3,8 @@
 // policy.type k8s, ADD reads the pod it wires and its namespace, and the
 // pod's WorkloadEndpoint gets the pod's labels and Calico's, the
 // kns.<namespace> and ksa.<namespace>.<serviceaccount> profiles and the
-// pod's named ports; the pod's addressing annotations are honoured; once
+// pod's named ports, and its floatingIPs as ipNATs (with
+// feature_control.floating_ips); the pod's addressing annotations are honoured; once
 // wired the pod is annotated with its addresses, as Calico's plugin
 // annotates it, and DEL removes them again. host-local's subnet
 // "usePodCidr" is replaced by the node's spec.podCIDR.
@@ -93,6 +94,9 @@ func (m *Mode) Read(ctx context.Context) error {
 	if a.NoIPAM && !m.conf.FeatureControl.IPAddrsNoIpam {
 		return bad(fmt.Errorf("requested feature is not enabled: ip_addrs_no_ipam (annotation %s; set feature_control.ip_addrs_no_ipam)", k8s.AnnotationIPAddrsNoIPAM))
 	}
+	if len(a.Floating) > 0 && !m.conf.FeatureControl.FloatingIPs {
+		return bad(fmt.Errorf("requested feature is not enabled: floating_ips (annotation %s; set feature_control.floating_ips)", k8s.AnnotationFloatingIPs))
+	}
 	if !a.NoIPAM && m.conf.IPAM.Type != "calico-ipam" {
 		switch {
 		case len(a.Requested) > 0:
@@ -120,16 +124,26 @@ func (m *Mode) Read(ctx context.Context) error {
 }
 
 // Decorate gives ep what the pod says: its labels (with Calico's), its
-// namespace's and service account's profiles, its named ports and its
-// service account.
-func (m *Mode) Decorate(ep *v3.WorkloadEndpoint) {
+// namespace's and service account's profiles, its named ports, its
+// service account and, from the floatingIPs annotation, its ipNATs
+// (addrs are the pod's addresses). A floating address of a family the
+// pod has no address of is an error.
+func (m *Mode) Decorate(ep *v3.WorkloadEndpoint, addrs []netip.Addr) error {
 	if m == nil || m.Pod == nil {
-		return
+		return nil
+	}
+	nats, err := k8s.IPNATs(m.Addressing.Floating, addrs)
+	if err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("pod %s/%s: %v", m.Pod.Namespace, m.Pod.Name, err), "")
 	}
 	ep.Labels = k8s.PodLabels(m.Pod)
 	ep.Spec.Profiles = k8s.PodProfiles(m.Pod)
 	ep.Spec.Ports = k8s.PodPorts(m.Pod)
 	ep.Spec.ServiceAccountName = m.Pod.Spec.ServiceAccountName
+	for _, n := range nats {
+		ep.Spec.IPNATs = append(ep.Spec.IPNATs, v3.IPNAT{InternalIP: n[0].String(), ExternalIP: n[1].String()})
+	}
+	return nil
 }
 
 // Annotate writes the pod's address annotations (podIP, podIPs,

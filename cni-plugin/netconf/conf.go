@@ -105,7 +105,9 @@ type FeatureControl struct {
 	// IPAddrsNoIpam lets a pod's cni.projectcalico.org/ipAddrsNoIpam
 	// annotation give it addresses without IPAM.
 	IPAddrsNoIpam bool `json:"ip_addrs_no_ipam,omitempty"`
-	// FloatingIPs is refused: Palisade does not implement floating IPs.
+	// FloatingIPs lets a pod's cni.projectcalico.org/floatingIPs
+	// annotation give its WorkloadEndpoint ipNATs (felix acts on them
+	// when FelixConfiguration floatingIPs is Enabled).
 	FloatingIPs bool `json:"floating_ips,omitempty"`
 }
 
@@ -159,9 +161,6 @@ func Load(stdin []byte) (*NetConf, error) {
 	}
 	if _, err := conf.AssignFamilies(); err != nil {
 		return nil, bad("%v", err)
-	}
-	if conf.FeatureControl.FloatingIPs {
-		return nil, bad("feature_control.floating_ips: floating IPs are not implemented in Palisade")
 	}
 	return conf, nil
 }

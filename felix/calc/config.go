@@ -62,6 +62,9 @@ type Config struct {
 	// WorkloadSourceSpoofing is "Disabled" or "Any": whether workloads'
 	// allowSpoofedSourcePrefixes are honoured.
 	WorkloadSourceSpoofing string
+	// FloatingIPs is "Enabled" or "Disabled" (Calico's default): whether
+	// workloads' ipNATs are programmed.
+	FloatingIPs string
 	// Spec is the merged FelixConfiguration spec before defaults.
 	Spec v3.FelixConfigurationSpec
 }
@@ -124,6 +127,7 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		RouteRefreshInterval:        90 * time.Second,
 		LogSeverityScreen:           orDefault(spec.LogSeverityScreen, "Info"),
 		WorkloadSourceSpoofing:      orDefault(spec.WorkloadSourceSpoofing, "Disabled"),
+		FloatingIPs:                 oneOf("floatingIPs", spec.FloatingIPs, "Disabled", "Enabled"),
 		Spec:                        spec,
 	}
 	if spec.IptablesBackend != nil && *spec.IptablesBackend != "" {
@@ -155,6 +159,19 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		c.RouteRefreshInterval = spec.RouteRefreshInterval.Duration
 	}
 	return c
+}
+
+// FloatingIPsActive says whether workloads' ipNATs are programmed, and
+// when not, why (for a warning): floatingIPs must be Enabled and the
+// dataplane iptables (the eBPF one cannot translate them).
+func (c *Config) FloatingIPsActive() (bool, string) {
+	switch {
+	case c.FloatingIPs != "Enabled":
+		return false, "FelixConfiguration floatingIPs is Disabled"
+	case c.Spec.BPFEnabled != nil && *c.Spec.BPFEnabled:
+		return false, "the eBPF dataplane (bpfEnabled) does not program floating IPs"
+	}
+	return true, ""
 }
 
 // protoPorts reads failsafe ports. One whose net does not parse is left

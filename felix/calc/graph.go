@@ -2,6 +2,7 @@ package calc
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	log "github.com/sirupsen/logrus"
@@ -157,7 +158,7 @@ func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
 	}
 	g.policies.setEndpoint(id, &localEndpoint{
 		id: id, it: it, iface: wep.Spec.InterfaceName, mac: wep.Spec.MAC, profiles: wep.Spec.Profiles,
-		spoof: spoofPrefixes(id, wep.Spec.AllowSpoofedSourcePrefixes), ipNATs: wep.Spec.IPNATs,
+		spoof: spoofPrefixes(id, wep.Spec.AllowSpoofedSourcePrefixes), ipNATs: ipNATs(id, wep.Spec.IPNATs, it.nets),
 	})
 }
 
@@ -326,6 +327,7 @@ func (g *Graph) Flush() {
 	if g.configDirty {
 		cfg := MergeConfig(g.felixGlobal, g.felixNode)
 		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")
+		g.policies.setFloating(cfg.FloatingIPsActive())
 		g.dp.OnConfigUpdate(cfg)
 		g.configDirty = false
 	}
@@ -339,6 +341,28 @@ func (g *Graph) Flush() {
 		g.out.sentInSync = true
 		g.dp.OnInSync()
 	}
+}
+
+// ipNATs reads a workload's ipNATs. One whose addresses do not parse,
+// differ in family, or whose internalIP is not one of the workload's own
+// addresses is left out (it would translate to something the workload
+// is not), with a warning.
+func ipNATs(id EndpointID, in []v3.IPNAT, nets []netip.Prefix) []NAT {
+	var out []NAT
+	for _, n := range in {
+		i, err1 := netip.ParseAddr(n.InternalIP)
+		e, err2 := netip.ParseAddr(n.ExternalIP)
+		i, e = i.Unmap(), e.Unmap()
+		ok := err1 == nil && err2 == nil && i.Is4() == e.Is4() &&
+			slices.ContainsFunc(nets, func(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() && p.Addr() == i })
+		if !ok {
+			log.WithFields(log.Fields{"endpoint": id.String(), "internalIP": n.InternalIP, "externalIP": n.ExternalIP}).
+				Warn("ipNAT left out: its addresses do not parse, differ in family, or internalIP is not one of the endpoint's addresses")
+			continue
+		}
+		out = append(out, NAT{Internal: i, External: e})
+	}
+	return out
 }
 
 // spoofPrefixes reads allowSpoofedSourcePrefixes; one that does not parse

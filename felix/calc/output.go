@@ -212,6 +212,10 @@ type Endpoint struct {
 	// workload may send from besides its own addresses; set only when
 	// FelixConfiguration workloadSourceSpoofing is Any.
 	AllowSpoofedSourcePrefixes []netip.Prefix
+	// IPNATs (workloads only) are the floating IPs to DNAT to the
+	// workload, from its ipNATs; set only when FelixConfiguration
+	// floatingIPs is Enabled and the dataplane is not eBPF.
+	IPNATs []NAT
 	// Tiers are the normal policies (for a host endpoint: those for
 	// traffic to and from the host itself).
 	Tiers []TierPolicies
@@ -225,6 +229,12 @@ type Endpoint struct {
 	// Profiles that exist, in the endpoint's order; they apply in a
 	// direction only when no tier has a policy for it.
 	Profiles []string
+}
+
+// NAT is a one-to-one NAT: External (the floating IP) is translated to
+// Internal, one of the workload's addresses of the same family.
+type NAT struct {
+	Internal, External netip.Addr
 }
 
 // HasPolicy reports whether any tier has a policy for the direction.

@@ -28,8 +28,8 @@ type localEndpoint struct {
 	host     bool
 	// spoof are the workload's allowSpoofedSourcePrefixes.
 	spoof []netip.Prefix
-	// ipNATs is the workload's ipNATs (floating IPs), not acted on.
-	ipNATs   []v3.IPNAT
+	// ipNATs is the workload's ipNATs (floating IPs).
+	ipNATs   []NAT
 	policies map[datastore.Key]*policyInfo
 }
 
@@ -89,8 +89,13 @@ type policyResolver struct {
 	// endpoint that has some is named in a warning, once (spoofWarned).
 	spoofAllowed bool
 	spoofWarned  map[EndpointID]bool
-	// natWarned are the endpoints whose ipNATs were named in a warning.
-	natWarned map[EndpointID]bool
+	// floating says whether ipNATs are programmed (FelixConfiguration
+	// floatingIPs Enabled, not the eBPF dataplane); when not, each
+	// endpoint with ipNATs is named once in a warning saying why
+	// (floatingWhy; natWarned).
+	floating    bool
+	floatingWhy string
+	natWarned   map[EndpointID]bool
 }
 
 func newPolicyResolver(labels *labelIndex, compiler *ruleCompiler, out *sequencer) *policyResolver {
@@ -475,6 +480,12 @@ func (r *policyResolver) flush(dp Dataplane) {
 			for _, n := range append(slices.Clone(e.IPv4Nets), e.IPv6Nets...) {
 				routes = append(routes, Route{Dst: n, Iface: ep.iface})
 			}
+			// A floating IP is routed to its workload too, as Calico
+			// does: traffic the host sends to it (DNAT'd in nat OUTPUT,
+			// after routing) and BGP's next hop resolve to the workload.
+			for _, n := range e.IPNATs {
+				routes = append(routes, Route{Dst: netip.PrefixFrom(n.External, n.External.BitLen()), Iface: ep.iface})
+			}
 		}
 		r.out.setEndpointRoutes(id, routes)
 	}
@@ -515,6 +526,21 @@ func (r *policyResolver) setSpoofAllowed(allowed bool) {
 	}
 }
 
+// setFloating follows floatingIPs (and the dataplane): the endpoints
+// with ipNATs are sent again when it changes.
+func (r *policyResolver) setFloating(on bool, why string) {
+	if on == r.floating && why == r.floatingWhy {
+		return
+	}
+	r.floating, r.floatingWhy = on, why
+	clear(r.natWarned)
+	for id, ep := range r.endpoints {
+		if len(ep.ipNATs) > 0 {
+			r.dirtyEndpoints[id] = struct{}{}
+		}
+	}
+}
+
 func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 	e := &Endpoint{ID: ep.id, InterfaceName: ep.iface, MAC: ep.mac}
 	switch {
@@ -527,11 +553,15 @@ func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 		log.WithFields(log.Fields{"endpoint": ep.id.String(), "allowSpoofedSourcePrefixes": ep.spoof}).
 			Warn("allowSpoofedSourcePrefixes ignored: FelixConfiguration workloadSourceSpoofing is not Any, so the workload may send from its own addresses only")
 	}
-	if len(ep.ipNATs) > 0 != r.natWarned[ep.id] {
-		r.natWarned[ep.id] = len(ep.ipNATs) > 0
-		if len(ep.ipNATs) > 0 {
-			log.WithField("endpoint", ep.id.String()).Warn("WorkloadEndpoint ipNATs (floating IPs) accepted but not acted on")
-		}
+	switch {
+	case len(ep.ipNATs) == 0:
+		delete(r.natWarned, ep.id)
+	case r.floating:
+		e.IPNATs = slices.Clone(ep.ipNATs)
+	case !r.natWarned[ep.id]:
+		r.natWarned[ep.id] = true
+		log.WithFields(log.Fields{"endpoint": ep.id.String(), "ipNATs": ep.ipNATs}).
+			Warn("WorkloadEndpoint ipNATs (floating IPs) not programmed: " + r.floatingWhy + "; nothing answers at the floating addresses")
 	}
 	for _, n := range ep.it.nets {
 		if n.Addr().Is4() {

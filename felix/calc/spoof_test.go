@@ -68,28 +68,79 @@ func TestAllowSpoofedSourcePrefixesGated(t *testing.T) {
 	}
 }
 
-// TestIPNATsWarnedOnce: ipNATs are not acted on, and said so once per
-// endpoint.
-func TestIPNATsWarnedOnce(t *testing.T) {
+// TestIPNATsGated: a workload's ipNATs reach the dataplane only with
+// floatingIPs Enabled and not in eBPF mode; otherwise they are left out
+// and named in a warning once per endpoint, saying why. One whose
+// internalIP is not the workload's is always left out.
+func TestIPNATsGated(t *testing.T) {
 	hook := logtest.NewGlobal()
 	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	warnings := func(why string) int {
+		n := 0
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "ipNATs (floating IPs) not programmed: "+why) {
+				n++
+			}
+		}
+		hook.Reset()
+		return n
+	}
+	fc := func(floating string, bpf bool) Update {
+		return up(&v3.FelixConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindFelixConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"},
+			Spec: v3.FelixConfigurationSpec{FloatingIPs: floating, BPFEnabled: &bpf}})
+	}
 	w := wep("ns", "a", testNode, "10.0.0.1", nil, func(w *v3.WorkloadEndpoint) {
-		w.Spec.IPNATs = []v3.IPNAT{{InternalIP: "10.0.0.1", ExternalIP: "192.0.2.1"}}
+		w.Spec.IPNetworks = append(w.Spec.IPNetworks, "fd00::1/128")
+		w.Spec.IPNATs = []v3.IPNAT{{InternalIP: "10.0.0.1", ExternalIP: "192.0.2.1"}, {InternalIP: "fd00::1", ExternalIP: "2001:db8::1"},
+			{InternalIP: "10.0.0.2", ExternalIP: "192.0.2.2"}}
 	})
-	g := NewGraph(testNode, newRecorder())
+	rec := newRecorder()
+	g := NewGraph(testNode, rec)
 	g.OnUpdate(up(nsProfile("ns", nil)))
 	g.OnUpdate(up(w))
 	g.OnInSync()
 	g.Flush()
+	id := wid("ns", "a")
+	if got := rec.endpoints[id].IPNATs; got != nil {
+		t.Errorf("floatingIPs unset (Disabled): ipNATs %v sent", got)
+	}
+	if n := warnings("FelixConfiguration floatingIPs is Disabled"); n != 1 {
+		t.Errorf("%d warnings, want 1", n)
+	}
 	g.OnUpdate(up(w))
 	g.Flush()
-	n := 0
-	for _, e := range hook.AllEntries() {
-		if strings.Contains(e.Message, "ipNATs") {
-			n++
-		}
+	if n := warnings(""); n != 0 {
+		t.Errorf("%d more warnings for the same endpoint, want none", n)
 	}
-	if n != 1 {
-		t.Errorf("%d warnings about ipNATs, want 1", n)
+	g.OnUpdate(fc("Enabled", false))
+	g.Flush()
+	ap := netip.MustParseAddr
+	want := []NAT{{ap("10.0.0.1"), ap("192.0.2.1")}, {ap("fd00::1"), ap("2001:db8::1")}}
+	if got := rec.endpoints[id].IPNATs; !slices.Equal(got, want) {
+		t.Errorf("floatingIPs Enabled: ipNATs %v, want %v (the one not the workload's left out)", got, want)
+	}
+	fipRoutes := func() (n int) {
+		for _, p := range []string{"192.0.2.1/32", "2001:db8::1/128", "192.0.2.2/32"} {
+			if _, ok := rec.routes[netip.MustParsePrefix(p)]; ok {
+				n++
+			}
+		}
+		return n
+	}
+	if rec.routes[netip.MustParsePrefix("192.0.2.1/32")] != w.Spec.InterfaceName || rec.routes[netip.MustParsePrefix("2001:db8::1/128")] != w.Spec.InterfaceName || fipRoutes() != 2 {
+		t.Errorf("floatingIPs Enabled: routes %v, want the two floating IPs through %s", rec.routes, w.Spec.InterfaceName)
+	}
+	g.OnUpdate(fc("Enabled", true))
+	g.Flush()
+	if got := rec.endpoints[id].IPNATs; got != nil || fipRoutes() != 0 {
+		t.Errorf("eBPF dataplane: ipNATs %v sent, routes %v", got, rec.routes)
+	}
+	if n := warnings("the eBPF dataplane"); n != 1 {
+		t.Errorf("%d eBPF warnings, want 1", n)
+	}
+	g.OnUpdate(fc("Disabled", false))
+	g.Flush()
+	if got := rec.endpoints[id].IPNATs; got != nil {
+		t.Errorf("floatingIPs Disabled again: ipNATs %v still sent", got)
 	}
 }

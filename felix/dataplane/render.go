@@ -19,6 +19,9 @@ import (
 //     interface, or the config changes;
 //   - the workload dispatch, rendered again when a workload endpoint
 //     comes, goes or changes interface;
+//   - cali-rpf-skip and the floating IP chains, rendered again when a
+//     workload with spoofed prefixes (with IPNATs) comes, goes or
+//     changes them;
 //   - each endpoint's own chains, from the endpoint and the policies and
 //     profiles it refers to, rendered again when any of those changes;
 //   - each policy's and profile's chains, rendered again when it changes.
@@ -39,9 +42,14 @@ type renderer struct {
 	rpfSkip      rules.Chain
 	rpfSkipDirty bool
 	spoofers     map[calc.EndpointID]*calc.Endpoint
-	endpoints    map[calc.EndpointID]*epRender
-	policies     map[calc.PolicyID]*itemRender[*calc.Policy]
-	profiles     map[string]*itemRender[*calc.Profile]
+	// fip is cali-fip-dnat and cali-fip-snat (nat), rendered apart from
+	// the base from the workloads with IPNATs (natters).
+	fip       []rules.Chain
+	fipDirty  bool
+	natters   map[calc.EndpointID]*calc.Endpoint
+	endpoints map[calc.EndpointID]*epRender
+	policies  map[calc.PolicyID]*itemRender[*calc.Policy]
+	profiles  map[string]*itemRender[*calc.Profile]
 	// The endpoints rendered with each policy and profile (present or
 	// not): rendered again when it changes.
 	policyUsers  map[calc.PolicyID]map[calc.EndpointID]struct{}
@@ -63,7 +71,8 @@ type itemRender[T comparable] struct {
 }
 
 func newRenderer(version int) *renderer {
-	return &renderer{version: version, baseDirty: true, rpfSkipDirty: true, spoofers: map[calc.EndpointID]*calc.Endpoint{}, endpoints: map[calc.EndpointID]*epRender{},
+	return &renderer{version: version, baseDirty: true, rpfSkipDirty: true, fipDirty: true, spoofers: map[calc.EndpointID]*calc.Endpoint{},
+		natters: map[calc.EndpointID]*calc.Endpoint{}, endpoints: map[calc.EndpointID]*epRender{},
 		policies: map[calc.PolicyID]*itemRender[*calc.Policy]{}, profiles: map[string]*itemRender[*calc.Profile]{},
 		policyUsers: map[calc.PolicyID]map[calc.EndpointID]struct{}{}, profileUsers: map[string]map[calc.EndpointID]struct{}{}, sizes: map[string]int{}}
 }
@@ -155,7 +164,8 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		clear(r.policyUsers)
 		clear(r.profileUsers)
 		clear(r.spoofers)
-		r.rpfSkipDirty = true
+		clear(r.natters)
+		r.rpfSkipDirty, r.fipDirty = true, true
 	}
 	// Policies and profiles first: the endpoints that refer to one that
 	// changed are rendered again below.
@@ -227,12 +237,29 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		}
 		r.spoofers[id] = ep
 	}
+	// natter keeps the workloads with IPNATs (nil: gone); the floating
+	// IP chains are rendered again when one changes.
+	natter := func(id calc.EndpointID, ep *calc.Endpoint) {
+		old := r.natters[id]
+		if ep == nil || id.Kind != calc.WorkloadEndpoint || len(ep.IPNATs) == 0 || ep.InterfaceName == "" {
+			if old != nil {
+				delete(r.natters, id)
+				r.fipDirty = true
+			}
+			return
+		}
+		if old == nil || !slices.Equal(old.IPNATs, ep.IPNATs) {
+			r.fipDirty = true
+		}
+		r.natters[id] = ep
+	}
 	for id, er := range r.endpoints {
 		if eps[id] == nil {
 			r.forget(id, er)
 			delete(r.endpoints, id)
 			touch(id)
 			spoofer(id, nil)
+			natter(id, nil)
 		}
 	}
 	for id, ep := range eps {
@@ -246,6 +273,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			touch(id)
 		}
 		spoofer(id, ep)
+		natter(id, ep)
 		if er != nil {
 			r.forget(id, er)
 		}
@@ -281,7 +309,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			Policies: map[calc.PolicyID]*calc.Policy{}, Profiles: map[string]*calc.Profile{}})
 		r.base = &rules.Ruleset{IPVersion: r.version, Jumps: full.Jumps,
 			Tables: pick(full, func(n string) bool {
-				return !isEndpointChain(n) && !isPolicyChain(n) && !rules.IsDispatchChain(n) && n != rules.ChainRPFSkip
+				return !isEndpointChain(n) && !isPolicyChain(n) && !rules.IsDispatchChain(n) && n != rules.ChainRPFSkip && !rules.IsFloatingChain(n)
 			})}
 		r.baseDirty, r.dispatchDirty = false, true
 		r.dispatchCache = rules.DispatchCache{}
@@ -303,6 +331,11 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		r.rpfSkipDirty = false
 	}
 
+	if r.fipDirty {
+		r.fip = rules.FloatingChains(rules.Input{Config: cfg, IPVersion: r.version}, slices.Collect(maps.Values(r.natters)))
+		r.fipDirty = false
+	}
+
 	out := &rules.Ruleset{IPVersion: r.version, Jumps: r.base.Jumps, Tables: map[string][]rules.Chain{}}
 	for t, cs := range r.base.Tables {
 		// Sized as the last result, so appending rarely grows it.
@@ -310,6 +343,7 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 	}
 	out.Tables["filter"] = append(out.Tables["filter"], r.dispatch...)
 	out.Tables["raw"] = append(out.Tables["raw"], r.rpfSkip)
+	out.Tables["nat"] = append(out.Tables["nat"], r.fip...)
 	add := func(m map[string][]rules.Chain) {
 		for t, cs := range m {
 			out.Tables[t] = append(out.Tables[t], cs...)

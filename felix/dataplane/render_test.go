@@ -90,6 +90,18 @@ func (w *world) spoof(i int, prefixes ...string) {
 	w.eps[id] = &e
 }
 
+// float gives workload i IPNATs of its address to the floating IPs (a
+// new value, as the graph sends).
+func (w *world) float(i int, floating ...string) {
+	id := calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: fmt.Sprint("w", i)}
+	e := *w.eps[id]
+	e.IPNATs = nil
+	for _, f := range floating {
+		e.IPNATs = append(e.IPNATs, calc.NAT{Internal: e.IPv4Nets[0].Addr(), External: netip.MustParseAddr(f)})
+	}
+	w.eps[id] = &e
+}
+
 // TestRendererMatchesRender checks that the incremental renderer gives
 // exactly rules.Render's chains, through a series of changes.
 func TestRendererMatchesRender(t *testing.T) {
@@ -126,6 +138,16 @@ func TestRendererMatchesRender(t *testing.T) {
 			w.cfg = &c
 		}},
 		{"spoofer removed", func() { delete(w.eps, calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: "w2"}) }},
+		{"floating IP", func() { w.float(0, "203.0.113.10") }},
+		{"second floating workload", func() { w.float(7, "203.0.113.17", "203.0.113.1") }},
+		{"floating IP changed", func() { w.float(0, "203.0.113.11") }},
+		{"floating IPs cleared", func() { w.float(7) }},
+		{"config changed with floating IPs", func() {
+			c := *w.cfg
+			c.DefaultEndpointToHostAction = "Drop"
+			w.cfg = &c
+		}},
+		{"floating workload removed", func() { delete(w.eps, calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: "w0"}) }},
 	}
 	for _, s := range steps {
 		s.change()

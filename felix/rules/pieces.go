@@ -93,3 +93,16 @@ func RPFSkipChain(in Input, workloads []*calc.Endpoint) Chain {
 	hashRules(ChainRPFSkip, rules)
 	return Chain{Name: ChainRPFSkip, Rules: rules}
 }
+
+// IsFloatingChain reports whether a chain is cali-fip-dnat or
+// cali-fip-snat.
+func IsFloatingChain(name string) bool { return name == ChainFIPDNAT || name == ChainFIPSNAT }
+
+// FloatingChains renders cali-fip-dnat and cali-fip-snat (nat table)
+// from the IPNATs of the workload endpoints of the family.
+func FloatingChains(in Input, workloads []*calc.Endpoint) []Chain {
+	dnat, snat := floatingRules(workloads, in.IPVersion)
+	hashRules(ChainFIPDNAT, dnat)
+	hashRules(ChainFIPSNAT, snat)
+	return []Chain{{Name: ChainFIPDNAT, Rules: dnat}, {Name: ChainFIPSNAT, Rules: snat}}
+}

@@ -3,6 +3,7 @@ package rules
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -18,6 +19,9 @@ const (
 	ChainPostrouting    = "cali-POSTROUTING"
 	ChainRawOutput      = "cali-OUTPUT"
 	ChainNATOutgoing    = "cali-nat-outgoing"
+	ChainNATOutput      = "cali-OUTPUT"
+	ChainFIPDNAT        = "cali-fip-dnat"
+	ChainFIPSNAT        = "cali-fip-snat"
 	ChainWorkloadToHost = "cali-wl-to-host"
 	ChainFromWlDispatch = "cali-from-wl-dispatch"
 	ChainToWlDispatch   = "cali-to-wl-dispatch"
@@ -254,10 +258,16 @@ func Render(in Input) *Ruleset {
 	b.untracked(hosts)
 	b.preDNAT(hosts)
 
-	// nat: masquerade from pools with natOutgoing to anywhere outside the
-	// pools.
-	b.add("nat", ChainPrerouting, nil)
-	b.add("nat", ChainPostrouting, []Rule{{Action: ChainNATOutgoing}})
+	// nat: floating IPs (DNAT to the workload on the way in, from
+	// outside and from the host itself; SNAT of a workload reaching its
+	// own floating IP), then masquerade from pools with natOutgoing to
+	// anywhere outside the pools.
+	b.add("nat", ChainPrerouting, []Rule{{Action: ChainFIPDNAT}})
+	b.add("nat", ChainNATOutput, []Rule{{Action: ChainFIPDNAT}})
+	b.add("nat", ChainPostrouting, []Rule{{Action: ChainFIPSNAT}, {Action: ChainNATOutgoing}})
+	dnat, snat := floatingRules(workloads, in.IPVersion)
+	b.add("nat", ChainFIPDNAT, dnat)
+	b.add("nat", ChainFIPSNAT, snat)
 	b.add("nat", ChainNATOutgoing, []Rule{{
 		Match: fmt.Sprintf("-m set --match-set %s src -m set ! --match-set %s dst",
 			IPSetName(calc.IPSetMasqPools, in.IPVersion), IPSetName(calc.IPSetAllPools, in.IPVersion)),
@@ -268,7 +278,7 @@ func Render(in Input) *Ruleset {
 	for _, j := range []struct{ table, kernel, ours string }{
 		{"raw", "PREROUTING", ChainPrerouting}, {"raw", "OUTPUT", ChainRawOutput},
 		{"mangle", "PREROUTING", ChainPrerouting},
-		{"nat", "PREROUTING", ChainPrerouting}, {"nat", "POSTROUTING", ChainPostrouting},
+		{"nat", "PREROUTING", ChainPrerouting}, {"nat", "OUTPUT", ChainNATOutput}, {"nat", "POSTROUTING", ChainPostrouting},
 		{"filter", "INPUT", ChainFilterInput}, {"filter", "FORWARD", ChainFilterForward}, {"filter", "OUTPUT", ChainFilterOutput},
 	} {
 		r := []Rule{{Action: j.ours}}
@@ -666,6 +676,40 @@ func (b *builder) preDNAT(hosts []*calc.Endpoint) {
 // which has nothing for workloads) when their source is one of the
 // workload's allowSpoofedSourcePrefixes of this family; the rest are
 // dropped. workloads are sorted by interface.
+// floatingRules are the rules of cali-fip-dnat and cali-fip-snat for the
+// family, as Calico writes them: a DNAT of each floating IP to its
+// workload address (sorted by floating IP), and an SNAT to the floating
+// IP of a workload's packet to its own address (its own floating IP,
+// translated back: the reply must come back through the host). Replies
+// to DNAT'd connections are translated back by conntrack. A floating IP
+// named by two NATs is translated to the first workload address of the
+// sort only (one packet cannot go to two).
+func floatingRules(workloads []*calc.Endpoint, family int) (dnat, snat []Rule) {
+	var nats []calc.NAT
+	for _, e := range workloads {
+		for _, n := range e.IPNATs {
+			if n.External.Is6() == (family == 6) {
+				nats = append(nats, n)
+			}
+		}
+	}
+	slices.SortFunc(nats, func(a, b calc.NAT) int {
+		return cmp.Or(a.External.Compare(b.External), a.Internal.Compare(b.Internal))
+	})
+	nats = slices.CompactFunc(nats, func(a, b calc.NAT) bool { return a.External == b.External })
+	host := func(a netip.Addr) string { return netip.PrefixFrom(a, a.BitLen()).String() }
+	for _, n := range nats {
+		dnat = append(dnat, Rule{Match: "-d " + host(n.External), Action: "DNAT --to-destination " + n.Internal.String()})
+	}
+	// One SNAT per workload address (to its first floating IP).
+	slices.SortStableFunc(nats, func(a, b calc.NAT) int { return a.Internal.Compare(b.Internal) })
+	nats = slices.CompactFunc(nats, func(a, b calc.NAT) bool { return a.Internal == b.Internal })
+	for _, n := range nats {
+		snat = append(snat, Rule{Match: "-s " + host(n.Internal) + " -d " + host(n.Internal), Action: "SNAT --to-source " + n.External.String()})
+	}
+	return dnat, snat
+}
+
 func rpfSkipRules(workloads []*calc.Endpoint, family int) []Rule {
 	var out []Rule
 	for _, e := range workloads {

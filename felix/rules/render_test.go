@@ -131,6 +131,19 @@ func base() []v3.Resource {
 	}
 }
 
+// floaters are local pods with floating IPs (two of them, and a dual-stack
+// one), and a remote pod whose ipNATs are another node's.
+func floaters() []v3.Resource {
+	a := pod("prod", "fa", "10.65.0.5/32", map[string]string{"app": "fa"}, node)
+	a.Spec.IPNATs = []v3.IPNAT{{InternalIP: "10.65.0.5", ExternalIP: "203.0.113.9"}, {InternalIP: "10.65.0.5", ExternalIP: "203.0.113.5"}}
+	b := pod("prod", "fb", "10.65.0.6/32", map[string]string{"app": "fb"}, node)
+	b.Spec.IPNetworks = append(b.Spec.IPNetworks, "fd00:65::6/128")
+	b.Spec.IPNATs = []v3.IPNAT{{InternalIP: "fd00:65::6", ExternalIP: "2001:db8:f::6"}, {InternalIP: "10.65.0.6", ExternalIP: "203.0.113.6"}}
+	r := pod("prod", "fr", "10.65.3.7/32", map[string]string{"app": "fr"}, "node-b")
+	r.Spec.IPNATs = []v3.IPNAT{{InternalIP: "10.65.3.7", ExternalIP: "203.0.113.7"}}
+	return []v3.Resource{a, b, r}
+}
+
 type catalogueCase struct {
 	name      string
 	resources []v3.Resource
@@ -246,6 +259,8 @@ func catalogue() []catalogueCase {
 			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
 			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "nonat"}, Spec: v3.IPPoolSpec{CIDR: "10.66.0.0/16"}},
 		}, []int{4}},
+		{"floating-ips", append(floaters(), felixConfig(v3.FelixConfigurationSpec{FloatingIPs: "Enabled"})), []int{4, 6}},
+		{"floating-ips-disabled", floaters(), []int{4}},
 	}
 	for i := range cases {
 		cases[i].resources = append(base(), cases[i].resources...)

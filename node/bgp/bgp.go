@@ -213,6 +213,10 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 	if err != nil {
 		return st, err
 	}
+	floating, floatingOn, err := readFloating(ctx, cfg)
+	if err != nil {
+		return st, err
+	}
 	affs, err := alloc.ListAffinities(ctx)
 	if err != nil {
 		return st, err
@@ -252,7 +256,8 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 		}
 	}
 	st.peers, st.errors = peers.Compute(in)
-	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Blocks: blocks, Config: conf}
+	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Blocks: blocks, Config: conf,
+		Floating: floating, FloatingEnabled: floatingOn}
 	if st.peers.Local.IPv4.IsValid() {
 		pin.IPv4 = st.peers.Local.IPv4.Addr()
 	}
@@ -297,6 +302,44 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 		st.ignored = append(st.ignored, e.Error())
 	}
 	return st, nil
+}
+
+// readFloating lists the floating IPs of the cluster's workloads (their
+// WorkloadEndpoints' ipNATs) and says whether this node's felix programs
+// them: its FelixConfiguration (node.<name> over default) has floatingIPs
+// Enabled and bpfEnabled not set, as felix/calc decides.
+func readFloating(ctx context.Context, cfg Config) ([]paths.Floating, bool, error) {
+	weps, err := listAs[*v3.WorkloadEndpoint](ctx, cfg.Store, v3.KindWorkloadEndpoint)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []paths.Floating
+	for _, w := range weps {
+		for _, n := range w.Spec.IPNATs {
+			if a, err := netip.ParseAddr(n.ExternalIP); err == nil {
+				out = append(out, paths.Floating{Node: w.Spec.Node, Addr: a})
+			}
+		}
+	}
+	fcs, err := listAs[*v3.FelixConfiguration](ctx, cfg.Store, v3.KindFelixConfiguration)
+	if err != nil {
+		return nil, false, err
+	}
+	floatingIPs, bpf := "", false
+	for _, name := range []string{"default", "node." + cfg.NodeName} {
+		for _, fc := range fcs {
+			if fc.Name != name {
+				continue
+			}
+			if fc.Spec.FloatingIPs != "" {
+				floatingIPs = fc.Spec.FloatingIPs
+			}
+			if fc.Spec.BPFEnabled != nil {
+				bpf = *fc.Spec.BPFEnabled
+			}
+		}
+	}
+	return out, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
 }
 
 // listAs lists one kind.
@@ -353,9 +396,10 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for _, kind := range []string{v3.KindNode, v3.KindBGPPeer, v3.KindBGPConfiguration, v3.KindIPPool} {
-		go watchKind(wctx, cfg, kind, poke)
+	for _, kind := range []string{v3.KindNode, v3.KindBGPPeer, v3.KindBGPConfiguration, v3.KindIPPool, v3.KindFelixConfiguration} {
+		go watchKind(wctx, cfg, kind, poke, nil)
 	}
+	go watchKind(wctx, cfg, v3.KindWorkloadEndpoint, poke, floatingChange())
 	svcs := &serviceFeed{ctx: wctx, node: cfg.NodeName, connect: cfg.Kubernetes, log: cfg.Log.WithField("component", "services"), poke: poke}
 	defer svcs.stop()
 
@@ -511,7 +555,29 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 }
 
 // watchKind pokes on every change of one kind, re-watching after errors.
-func watchKind(ctx context.Context, cfg Config, kind string, poke func()) {
+// floatingChange says which WorkloadEndpoint events matter to BGP: those
+// of endpoints that have (or had) ipNATs, so ordinary pod churn does not
+// start a reconcile each.
+func floatingChange() func(datastore.Event) bool {
+	had := map[string]bool{}
+	return func(ev datastore.Event) bool {
+		w, ok := ev.Object.(*v3.WorkloadEndpoint)
+		if !ok {
+			return true
+		}
+		key := w.Namespace + "/" + w.Name
+		has := len(w.Spec.IPNATs) > 0 && ev.Type != datastore.Deleted
+		changed := has || had[key]
+		if has {
+			had[key] = true
+		} else {
+			delete(had, key)
+		}
+		return changed
+	}
+}
+
+func watchKind(ctx context.Context, cfg Config, kind string, poke func(), relevant func(datastore.Event) bool) {
 	for ctx.Err() == nil {
 		w, err := cfg.Store.Watch(ctx, datastore.ListOptions{Kind: kind}, "")
 		if err != nil {
@@ -524,7 +590,7 @@ func watchKind(ctx context.Context, cfg Config, kind string, poke func()) {
 			continue
 		}
 		for ev := range w.Events() {
-			if ev.Type != datastore.Error {
+			if ev.Type != datastore.Error && (relevant == nil || relevant(ev)) {
 				poke()
 			}
 		}

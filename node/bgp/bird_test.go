@@ -121,6 +121,21 @@ func rrConf(bird1 bool, nodes map[string]string) string {
 	return sb.String()
 }
 
+// startRRClients creates and starts nodes n1 and n2 (at addrs), each
+// with a block, and waits until the route reflector rr has both blocks.
+func (f *fabric) startRRClients(rr *birdPeer, addrs map[string]string) map[string]netip.Prefix {
+	f.t.Helper()
+	blocks := map[string]netip.Prefix{}
+	for _, n := range []string{"n1", "n2"} {
+		f.node(n, addrs[n]+"/24", nil)
+		blocks[n] = f.block(n)
+		f.start(n)
+	}
+	rr.waitHas(blocks["n1"], true)
+	rr.waitHas(blocks["n2"], true)
+	return blocks
+}
+
 // TestBIRDRouteReflector: the seed's topology, mesh off, every node peering
 // with a BIRD route reflector through a global BGPPeer; BIRD 2 and 1.6.
 func TestBIRDRouteReflector(t *testing.T) {
@@ -138,14 +153,7 @@ func TestBIRDRouteReflector(t *testing.T) {
 			f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "rr"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 64512}})
 			addrs := map[string]string{"n1": "198.18.0.1", "n2": "198.18.0.2"}
 			rr := f.startBird("rr", "198.18.0.250/24", bin, ctl, rrConf(version == "bird1.6", addrs))
-			blocks := map[string]netip.Prefix{}
-			for _, n := range []string{"n1", "n2"} {
-				f.node(n, addrs[n]+"/24", nil)
-				blocks[n] = f.block(n)
-				f.start(n)
-			}
-			rr.waitHas(blocks["n1"], true)
-			rr.waitHas(blocks["n2"], true)
+			blocks := f.startRRClients(rr, addrs)
 			f.waitRoute(f.ns["n1"], blocks["n2"], addrs["n2"])
 			f.waitRoute(f.ns["n2"], blocks["n1"], addrs["n1"])
 		})

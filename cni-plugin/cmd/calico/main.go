@@ -145,7 +145,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		undo.Push(what, fn)
 	}
 	want := workload.Endpoint(w, addrs, profiles(conf, w), veth.HostName, mac)
-	kube.Decorate(want)
+	if err := kube.Decorate(want, addrs); err != nil {
+		return err
+	}
 	err = together(
 		func() (err error) {
 			if made, err = dataplane.Setup(veth); err != nil {

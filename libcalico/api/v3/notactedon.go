@@ -55,6 +55,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
 	"iptablesFilterDenyAction": true, "iptablesMarkMask": true, "logSeverityScreen": true,
 	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
+	// WorkloadEndpoint ipNATs (felix/calc, the nat table's cali-fip-*).
+	"floatingIPs": true,
 	// The VXLAN overlay (felix/dataplane/vxlan).
 	"vxlanEnabled": true, "vxlanMTU": true, "vxlanMTUV6": true, "vxlanPort": true, "vxlanVNI": true, "mtuIfacePattern": true,
 	// The eBPF dataplane's.

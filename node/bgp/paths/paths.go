@@ -1,7 +1,8 @@
 // Package paths computes, purely from resources and IPAM, the routes one
 // node originates over BGP: its confirmed pod blocks (in pools exported
 // over BGP), a host route for each address it holds in another node's
-// block (a borrowed address), and the cluster's service ranges, with the
+// block (a borrowed address) and for each floating IP of its workloads,
+// and the cluster's service ranges, with the
 // communities BGPConfiguration attaches to them; and the blackhole routes
 // that stand for its blocks in its own kernel.
 package paths
@@ -27,6 +28,9 @@ const (
 	KindBlock    Kind = "block"
 	KindBorrowed Kind = "borrowed"
 	KindService  Kind = "service"
+	// KindFloating is a floating IP (a WorkloadEndpoint's ipNATs
+	// externalIP) of a workload on this node.
+	KindFloating Kind = "floating"
 	// KindServiceIP is one Service address (a /32 or /128): a Service
 	// with a Local traffic policy from a node holding a ready endpoint
 	// of it, or a LoadBalancer address with aggregation Disabled.
@@ -98,10 +102,21 @@ type Input struct {
 	Blocks []ipam.Block
 	Pools  []v3.IPPool
 	Config *v3.BGPConfigurationSpec
+	// Floating are the floating IPs of the cluster's workloads;
+	// FloatingEnabled says this node's felix programs them (FelixConfiguration
+	// floatingIPs Enabled, not eBPF): only then are NodeName's advertised.
+	Floating        []Floating
+	FloatingEnabled bool
 	// Services are the cluster's Kubernetes Services, as far as
 	// advertisement needs them; only read when Config names service
 	// CIDRs.
 	Services []Service
+}
+
+// Floating is a floating IP and the node of the workload it goes to.
+type Floating struct {
+	Node string
+	Addr netip.Addr
 }
 
 // Service is one Kubernetes Service as seen from NodeName.
@@ -219,6 +234,22 @@ func Compute(in Input) (Result, []error) {
 				res.Lent = append(res.Lent, host)
 			case !claimed[blk] && holder == in.NodeName && exported(host):
 				add(host, KindBorrowed)
+			}
+		}
+	}
+	// Floating IPs: a host route from the node of their workload (in an
+	// exported pool, as borrowed addresses); one of another node's in a
+	// block of ours is theirs to advertise.
+	for _, f := range in.Floating {
+		host := netip.PrefixFrom(f.Addr.Unmap(), f.Addr.Unmap().BitLen())
+		switch {
+		case f.Node == in.NodeName:
+			if in.FloatingEnabled && exported(host) {
+				add(host, KindFloating)
+			}
+		case slices.ContainsFunc(res.Blocks, func(b netip.Prefix) bool { return b.Contains(host.Addr()) }):
+			if !slices.Contains(res.Lent, host) {
+				res.Lent = append(res.Lent, host)
 			}
 		}
 	}

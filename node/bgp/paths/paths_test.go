@@ -90,6 +90,31 @@ var cases = []struct {
 		},
 	},
 	{
+		// Floating IPs of node-a's workloads are host routes from node-a
+		// (in an exported pool only); another node's floating IP in one
+		// of node-a's blocks is lent (node-b advertises it).
+		name: "floating",
+		in: Input{
+			NodeName: "node-a", IPv4: v4, IPv6: v6, FloatingEnabled: true,
+			Pools:      []v3.IPPool{pool("pods", "10.244.0.0/24", false), pool("pods6", "fd00:244::/120", false), pool("private", "10.245.0.0/24", true)},
+			Affinities: []ipam.Affinity{aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed)},
+			Floating: []Floating{{"node-a", netip.MustParseAddr("10.244.0.200")}, {"node-a", netip.MustParseAddr("fd00:244::f9")},
+				{"node-a", netip.MustParseAddr("10.245.0.9")}, {"node-a", netip.MustParseAddr("203.0.113.9")},
+				{"node-b", netip.MustParseAddr("10.244.0.201")}, {"node-b", netip.MustParseAddr("10.244.0.9")}},
+		},
+	},
+	{
+		// The same with floatingIPs not Enabled on node-a: none of its
+		// own are advertised.
+		name: "floating-disabled",
+		in: Input{
+			NodeName: "node-a", IPv4: v4, IPv6: v6,
+			Pools:      []v3.IPPool{pool("pods", "10.244.0.0/24", false)},
+			Affinities: []ipam.Affinity{aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed)},
+			Floating:   []Floating{{"node-a", netip.MustParseAddr("10.244.0.200")}, {"node-b", netip.MustParseAddr("10.244.0.9")}},
+		},
+	},
+	{
 		// Only node-a's confirmed affinities are its blocks; pending ones
 		// (a claim in progress) and pending-deletion ones are not, nor are
 		// other nodes' blocks.

@@ -1,0 +1,210 @@
+package felix
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+)
+
+// floatingFelixConfig is the FelixConfiguration of the floating IP test,
+// with floatingIPs as given.
+func floatingFelixConfig(floating string) string {
+	return fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec:
+  iptablesBackend: NFT
+  ipv6Support: true
+  floatingIPs: %s
+  iptablesRefreshInterval: 1s
+  routeRefreshInterval: 2s
+`, floating)
+}
+
+// waitWarning waits for felix to log a warning containing msg.
+func (c *cluster) waitWarning(hook *logtest.Hook, msg string) {
+	c.t.Helper()
+	c.waitFor("the warning "+strconv.Quote(msg), func() bool {
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, msg) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestFloatingIPs: a WorkloadEndpoint's ipNATs, with floatingIPs
+// Enabled, make the pod reachable at its floating addresses (IPv4 and
+// IPv6) from a client in another namespace, from the host, and from the
+// pod itself: the pod sees the client's own address, and the replies
+// come back from the floating address (a connected UDP socket takes
+// datagrams from the address it sent to only). With floatingIPs Disabled
+// (the default, with a warning), or once the ipNATs are gone, nothing
+// answers at the floating addresses.
+func TestFloatingIPs(t *testing.T) {
+	hook := logtest.NewGlobal()
+	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	c := newClusterIPv6(t, "NFT", true)
+	c.apply(floatingFelixConfig("Disabled") + `---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-v6}
+spec: {cidr: "fd65::/64"}
+`)
+	node6, ext6 := netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
+	c.node.MustRun(t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
+	c.ext.MustRun(t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
+	c.ext.MustRun(t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	web := c.addDualPod("ns-a", "web", "10.65.0.20", "fd65::20", nil, "sa-x")
+	other := c.addDualPod("ns-a", "other", "10.65.0.21", "fd65::21", nil, "sa-x")
+	fip4, fip6 := netip.MustParseAddr("10.65.200.9"), netip.MustParseAddr("fd65::f:9")
+
+	w := *web.wep
+	w.ResourceVersion = ""
+	w.Spec.IPNATs = []v3.IPNAT{{InternalIP: web.ip.String(), ExternalIP: fip4.String()}, {InternalIP: web.ip6.String(), ExternalIP: fip6.String()}}
+	if _, err := c.store.Apply(c.ctx, &w); err != nil {
+		t.Fatal(err)
+	}
+
+	type client struct {
+		name      string
+		run       *nsexec.Runner
+		src, src6 netip.Addr // the source the pod must see
+	}
+	clients := []client{
+		{"ext", c.extRun, extAddr, ext6},
+		{"other pod", other.run, other.ip, other.ip6},
+		// The pod itself: DNAT'd back to itself and SNAT'd to its
+		// floating address, so the reply comes back through the host.
+		{"the pod itself", web.run, fip4, fip6},
+	}
+	// reach probes fip from cl once: TCP and UDP, whether both got an
+	// answer and whether the pod saw the right source.
+	reach := func(cl client, fip netip.Addr) (bool, string) {
+		want := cl.src
+		if fip.Is6() {
+			want = cl.src6
+		}
+		tcp, errT := nstest.TCP(cl.run, fip, 8080)
+		udp, errU := nstest.UDP(cl.run, fip, 8080)
+		if errT != nil || errU != nil {
+			return false, fmt.Sprintf("tcp: %v, udp: %v", errT, errU)
+		}
+		for _, seen := range []string{tcp, udp} {
+			if host, _, _ := net.SplitHostPort(seen); host != want.String() {
+				return true, fmt.Sprintf("the pod saw source %s, want %s", host, want)
+			}
+		}
+		return true, ""
+	}
+	expect := func(what string, reachable bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var bad []string
+			for _, cl := range clients {
+				for _, fip := range []netip.Addr{fip4, fip6} {
+					ok, note := reach(cl, fip)
+					switch {
+					case ok != reachable:
+						bad = append(bad, fmt.Sprintf("%s → %s: reachable %t, want %t (%s)", cl.name, fip, ok, reachable, note))
+					case ok && note != "":
+						bad = append(bad, fmt.Sprintf("%s → %s: %s", cl.name, fip, note))
+					}
+				}
+			}
+			if len(bad) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s:\n  %s", what, strings.Join(bad, "\n  "))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The pod's own addresses answer throughout (the probes can work).
+	for _, cl := range clients[:2] {
+		for _, dst := range []netip.Addr{web.ip, web.ip6} {
+			c.waitFor(fmt.Sprintf("%s reaching the pod at %s", cl.name, dst), func() bool {
+				_, err := nstest.TCP(cl.run, dst, 8080)
+				return err == nil
+			})
+		}
+	}
+
+	c.waitWarning(hook, "not programmed: FelixConfiguration floatingIPs is Disabled")
+	expect("floatingIPs Disabled", false)
+
+	c.apply(floatingFelixConfig("Enabled"))
+	expect("floatingIPs Enabled", true)
+	// The host itself reaches the pod through the nat OUTPUT hook (it
+	// sees the node's address on eth-ext or the pool route's source).
+	c.waitFor("the host reaching the floating addresses", func() bool {
+		_, e4 := nstest.TCP(c.nodeRun, fip4, 8080)
+		_, e6 := nstest.TCP(c.nodeRun, fip6, 8080)
+		return e4 == nil && e6 == nil
+	})
+
+	// The ipNATs go: nothing answers at the floating addresses.
+	w2 := *web.wep
+	w2.ResourceVersion = ""
+	if _, err := c.store.Apply(c.ctx, &w2); err != nil {
+		t.Fatal(err)
+	}
+	expect("ipNATs removed", false)
+
+	// Back, then floatingIPs Disabled again.
+	if _, err := c.store.Apply(c.ctx, &w); err != nil {
+		t.Fatal(err)
+	}
+	expect("ipNATs back", true)
+	c.apply(floatingFelixConfig("Disabled"))
+	expect("floatingIPs Disabled again", false)
+}
+
+// TestFloatingIPsBPF: the eBPF dataplane cannot translate floating IPs,
+// so with floatingIPs Enabled it programs none (fail closed): nothing
+// answers at the floating address, the pod's own address still does, and
+// felix names the endpoint in a warning saying why.
+func TestFloatingIPsBPF(t *testing.T) {
+	hook := logtest.NewGlobal()
+	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	c := newCluster(t, "BPF")
+	c.apply(c.felixConfig() + "  floatingIPs: Enabled\n")
+	web := c.addPod("ns-a", "web", "10.65.0.20", nil, "sa-x")
+	fip := netip.MustParseAddr("10.65.200.9")
+	w := *web.wep
+	w.ResourceVersion = ""
+	w.Spec.IPNATs = []v3.IPNAT{{InternalIP: web.ip.String(), ExternalIP: fip.String()}}
+	if _, err := c.store.Apply(c.ctx, &w); err != nil {
+		t.Fatal(err)
+	}
+	c.waitWarning(hook, "not programmed: the eBPF dataplane")
+	c.waitFor("the pod reachable at its own address", func() bool {
+		_, err := nstest.TCP(c.extRun, web.ip, 8080)
+		return err == nil
+	})
+	for range 5 {
+		if _, err := nstest.TCP(c.extRun, fip, 8080); err == nil {
+			t.Fatalf("the pod answers at its floating address %s on the eBPF dataplane", fip)
+		}
+		if _, err := nstest.UDP(c.extRun, fip, 8080); err == nil {
+			t.Fatalf("the pod answers UDP at its floating address %s on the eBPF dataplane", fip)
+		}
+	}
+	if out := c.node.MustRun(t, "iptables-nft-save", "-t", "nat"); strings.Contains(out, "DNAT") {
+		t.Errorf("DNAT rules in eBPF mode:\n%s", out)
+	}
+}
