@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // createKubePod creates the pod's namespace (when missing) and its Pod
 // object as the scheduler leaves it: spec.nodeName set, the default
 // service account, a container per served port with its named port,
-// and the ipAddrs annotation for a requested address.
+// the ipAddrs annotation for a requested address, the given annotations,
+// and, for a StatefulSet's pod, the set (made when missing) as its
+// controller owner.
 func (l *Lab) createKubePod(ctx context.Context, p Pod, n Node, o PodOptions) error {
 	kc, err := l.Kube()
 	if err != nil {
@@ -31,8 +34,24 @@ func (l *Lab) createKubePod(ctx context.Context, p Pod, n Node, o PodOptions) er
 		Spec: corev1.PodSpec{NodeName: n.Name, ServiceAccountName: "default", AutomountServiceAccountToken: new(bool),
 			TerminationGracePeriodSeconds: new(int64)},
 	}
+	if len(o.Annotations) > 0 {
+		pod.Annotations = maps.Clone(o.Annotations)
+	}
 	if o.IP.IsValid() {
-		pod.Annotations = map[string]string{k8s.AnnotationIPAddrs: fmt.Sprintf("[%q]", o.IP.String())}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[k8s.AnnotationIPAddrs] = fmt.Sprintf("[%q]", o.IP.String())
+	}
+	if !o.Owner.IsZero() {
+		ord, _ := k8s.StatefulSetOrdinal(o.Owner.Name, p.Name)
+		set, err := l.ensureStatefulSet(ctx, p.Namespace, o.Owner, ord)
+		if err != nil {
+			return err
+		}
+		if err := ownPod(pod, set, ord); err != nil {
+			return err
+		}
 	}
 	for _, s := range o.Serve {
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
