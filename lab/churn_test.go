@@ -666,7 +666,7 @@ func labChurnSeed(t testing.TB) uint64 {
 }
 
 // TestLabChurn is the lab's churn of `make test`: about 1,000 plugin runs
-// over three nodes, nine pods at a time, 15% of the plugin processes and
+// over three nodes, twelve pods at a time, 15% of the plugin processes and
 // two calico-nodes SIGKILLed. Afterwards no two live pods share an
 // address, IPAM holds nothing but theirs once calico-kube-controllers'
 // garbage collection has run, no cali interface or pod namespace is left
