@@ -64,7 +64,9 @@ type labChurnStats struct {
 	mu                          sync.Mutex
 	adds, addsOK, dels, retries int
 	kills, agentKills, pods     int
-	unexpected                  []string
+	// picked is how many runs were given a moment to be killed at.
+	picked     int
+	unexpected []string
 	// addTime, delTime and kubeTime are the time spent in ADDs, DELs and
 	// kubelet's API calls.
 	addTime, delTime, kubeTime time.Duration
@@ -82,8 +84,8 @@ func (s *labChurnStats) String() string {
 	avg := func(d time.Duration, n int) time.Duration {
 		return (d / time.Duration(max(n, 1))).Round(time.Millisecond)
 	}
-	return fmt.Sprintf("%d plugin runs (%d ADD, %d of them networked a pod; %d DEL, %d of them retries), %d plugins SIGKILLed, %d calico-node SIGKILLed, %d pods, in %s: %.1f allocations/s; on average ADD %s, DEL %s, a pod's API calls %s",
-		s.runs.Load(), s.adds, s.addsOK, s.dels, s.retries, s.kills, s.agentKills, s.pods, s.elapsed.Round(time.Millisecond), s.rate(),
+	return fmt.Sprintf("%d plugin runs (%d ADD, %d of them networked a pod; %d DEL, %d of them retries), %d plugins SIGKILLed (%.0f%%), %d calico-node SIGKILLed, %d pods, in %s: %.1f allocations/s; on average ADD %s, DEL %s, a pod's API calls %s",
+		s.runs.Load(), s.adds, s.addsOK, s.dels, s.retries, s.kills, 100*float64(s.kills)/float64(max(1, s.runs.Load())), s.agentKills, s.pods, s.elapsed.Round(time.Millisecond), s.rate(),
 		avg(s.addTime, s.adds), avg(s.delTime, s.dels), avg(s.kubeTime, s.pods))
 }
 
@@ -221,11 +223,21 @@ func nsLinks(t testing.TB, ns string) []string {
 // run so far (a run takes 0.1–1.5 s here, as busy as the machine is), so
 // kills land in every step: start-up, IPAM, the veth, the endpoint,
 // felix's wait.
+//
+// A run may end before its moment; the share of runs picked grows so
+// that the share of runs killed is killRate.
 func (c *churner) killAfter(rng *rand.Rand, add bool) time.Duration {
-	if rng.Float64() >= c.cfg.killRate {
+	c.st.mu.Lock()
+	pick := c.cfg.killRate
+	if c.st.kills >= 10 {
+		pick = min(1, c.cfg.killRate*float64(c.st.picked)/float64(c.st.kills))
+	}
+	c.st.mu.Unlock()
+	if rng.Float64() >= pick {
 		return 0
 	}
 	c.st.mu.Lock()
+	c.st.picked++
 	total, n := c.st.delTime, c.st.dels
 	if add {
 		total, n = c.st.addTime, c.st.adds
