@@ -3,11 +3,18 @@ package lab
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
 )
 
 // TestCLI drives the lab binary as a user would, each command its own
@@ -124,4 +131,90 @@ func cmdExit(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// TestCLIStatefulSetPod drives `lab pod add --owner --annotations` against
+// a lab with Kubernetes: the StatefulSet is made, the Pod carries the
+// annotations, the set's labels and its controller ownerReference; a
+// second ordinal scales the set up; the pod re-created on the other node
+// (ipReleasePolicy immutable) prints the same address; a pod name that is
+// not <set>-<ordinal> is refused with nothing made.
+func TestCLIStatefulSetPod(t *testing.T) {
+	requireLab(t)
+	kubeBin := kubetest.Bin(t)
+	bin := filepath.Join(binDir, "lab")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("%s not built (make build)", bin)
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := "tstsc" + hex.EncodeToString(b)
+	root := t.TempDir()
+	lab := func(wantOK bool, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--name", name, "--state-dir", root, "--bin-dir", binDir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != wantOK {
+			t.Fatalf("lab %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+			lab(true, "down")
+		}
+	})
+	lab(true, "up", "--nodes", "2", "--kubernetes", "--kube-bin-dir", kubeBin)
+	const policy = "cni.projectcalico.org/ipReleasePolicy"
+	addr := func(out string) string {
+		f := strings.Fields(strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]))
+		if len(f) != 2 {
+			t.Fatalf("pod add printed %q, want <pod> <address> last", out)
+		}
+		return f[1]
+	}
+	first := addr(lab(true, "pod", "add", "node1", "default/db-0", "--owner", "statefulset/db", "--labels", "tier=db",
+		"--annotations", policy+"=immutable,example.com/note=a=b"))
+	var pod corev1.Pod
+	if err := json.Unmarshal([]byte(lab(true, "kubectl", "--", "get", "pod", "-n", "default", "db-0", "-o", "json")), &pod); err != nil {
+		t.Fatal(err)
+	}
+	var set appsv1.StatefulSet
+	if err := json.Unmarshal([]byte(lab(true, "kubectl", "--", "get", "statefulset", "-n", "default", "db", "-o", "json")), &set); err != nil {
+		t.Fatal(err)
+	}
+	ref := metav1.GetControllerOf(&pod)
+	if ref == nil || ref.Kind != "StatefulSet" || ref.APIVersion != "apps/v1" || ref.Name != "db" || ref.UID != set.UID ||
+		ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+		t.Errorf("db-0's controller ownerReference %+v, want StatefulSet db (uid %s)", ref, set.UID)
+	}
+	if pod.Annotations[policy] != "immutable" || pod.Annotations["example.com/note"] != "a=b" {
+		t.Errorf("db-0's annotations %v", pod.Annotations)
+	}
+	for k, v := range map[string]string{"tier": "db", statefulSetLabel: "db", appsv1.StatefulSetPodNameLabel: "db-0", appsv1.PodIndexLabel: "0"} {
+		if pod.Labels[k] != v {
+			t.Errorf("db-0's label %s = %q, want %q (labels %v)", k, pod.Labels[k], v, pod.Labels)
+		}
+	}
+	if set.Spec.Replicas == nil || *set.Spec.Replicas != 1 {
+		t.Errorf("StatefulSet db made with %v replicas, want 1", set.Spec.Replicas)
+	}
+	if pod.Status.PodIP != first {
+		t.Errorf("db-0's podIP %q, lab printed %s", pod.Status.PodIP, first)
+	}
+	lab(true, "pod", "add", "node2", "default/db-2", "--owner", "sts/db", "--annotations", policy+"=immutable")
+	if out := lab(true, "kubectl", "--", "get", "statefulset", "-n", "default", "db", "-o", "jsonpath={.spec.replicas}"); out != "3" {
+		t.Errorf("after db-2, StatefulSet db has %q replicas, want 3", out)
+	}
+	lab(true, "pod", "del", "node1", "default/db-0")
+	if again := addr(lab(true, "pod", "add", "node2", "default/db-0", "--owner", "statefulset/db", "--annotations", policy+"=immutable")); again != first {
+		t.Errorf("db-0 re-created on node2 got %s, before %s", again, first)
+	}
+	if out := lab(false, "pod", "add", "node1", "default/web-0", "--owner", "statefulset/db"); !strings.Contains(out, "is named db-<ordinal>") {
+		t.Errorf("a pod not named db-<ordinal>: %s", out)
+	}
+	if out := lab(false, "kubectl", "--", "get", "pod", "-n", "default", "web-0"); !strings.Contains(out, "NotFound") {
+		t.Errorf("the refused pod was made: %s", out)
+	}
+	lab(true, "down")
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -16,23 +17,40 @@ import (
 // createKubePod creates the pod's namespace (when missing) and its Pod
 // object as the scheduler leaves it: spec.nodeName set, the default
 // service account, a container per served port with its named port,
-// and the ipAddrs annotation for a requested address.
+// the ipAddrs annotation for a requested address, the given annotations,
+// and, for a StatefulSet's pod, the set (made when missing) as its
+// controller owner.
 func (l *Lab) createKubePod(ctx context.Context, p Pod, n Node, o PodOptions) error {
 	kc, err := l.Kube()
 	if err != nil {
 		return err
 	}
-	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", p.Namespace, err)
+	if err := l.ensureKubeNamespace(ctx, p.Namespace, false); err != nil {
+		return err
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels},
 		Spec: corev1.PodSpec{NodeName: n.Name, ServiceAccountName: "default", AutomountServiceAccountToken: new(bool),
 			TerminationGracePeriodSeconds: new(int64)},
 	}
+	if len(o.Annotations) > 0 {
+		pod.Annotations = maps.Clone(o.Annotations)
+	}
 	if o.IP.IsValid() {
-		pod.Annotations = map[string]string{k8s.AnnotationIPAddrs: fmt.Sprintf("[%q]", o.IP.String())}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[k8s.AnnotationIPAddrs] = fmt.Sprintf("[%q]", o.IP.String())
+	}
+	if !o.Owner.IsZero() {
+		ord, _ := k8s.StatefulSetOrdinal(o.Owner.Name, p.Name)
+		set, err := l.ensureStatefulSet(ctx, p.Namespace, o.Owner, ord)
+		if err != nil {
+			return err
+		}
+		if err := ownPod(pod, set, ord); err != nil {
+			return err
+		}
 	}
 	for _, s := range o.Serve {
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
@@ -45,10 +63,18 @@ func (l *Lab) createKubePod(ctx context.Context, p Pod, n Node, o PodOptions) er
 	}
 	// A new namespace gets its default service account from
 	// kube-controller-manager a moment later; until then the pod is
-	// refused.
+	// refused. A namespace deleted since this process made it is made
+	// again.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err = kc.CoreV1().Pods(p.Namespace).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
+		if apierrors.IsNotFound(err) && time.Now().Before(deadline) {
+			if err := l.ensureKubeNamespace(ctx, p.Namespace, true); err != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		if err == nil || !strings.Contains(err.Error(), "serviceaccount") || time.Now().After(deadline) {
 			break
 		}
@@ -57,6 +83,24 @@ func (l *Lab) createKubePod(ctx context.Context, p Pod, n Node, o PodOptions) er
 	if err != nil {
 		return fmt.Errorf("creating pod %s: %w", p.Key(), err)
 	}
+	return nil
+}
+
+// ensureKubeNamespace creates a Kubernetes namespace unless this process
+// has already seen it (or again, after it was deleted, with recheck).
+func (l *Lab) ensureKubeNamespace(ctx context.Context, name string, recheck bool) error {
+	if _, ok := l.kubeNamespaces.Load(name); ok && !recheck {
+		return nil
+	}
+	kc, err := l.Kube()
+	if err != nil {
+		return err
+	}
+	_, err = kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	l.kubeNamespaces.Store(name, true)
 	return nil
 }
 

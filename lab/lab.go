@@ -279,6 +279,9 @@ type Lab struct {
 	times UpTimes
 	// kube is the client of the lab's API server, made on first use.
 	kube kubernetes.Interface
+	// kubeNamespaces are the Kubernetes namespaces this process has made
+	// or found (name → true).
+	kubeNamespaces sync.Map
 }
 
 // UpTimes says how long Up took to start the agents and establish the

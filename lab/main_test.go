@@ -78,14 +78,19 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// newLab brings a lab up with a unique name and removes it when the test
-// ends, showing the agents' logs first if it failed.
+// newLab brings a lab up with a unique name (o.Name, "t" by default, and
+// random hex: a prefix of its own lets a test's leftovers be told from
+// another worktree's) and removes it when the test ends, showing the
+// agents' logs first if it failed.
 func newLab(t testing.TB, o Options) *Lab {
 	t.Helper()
 	requireLab(t)
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
-	o.Name = "t" + hex.EncodeToString(b)
+	if o.Name == "" {
+		o.Name = "t"
+	}
+	o.Name += hex.EncodeToString(b)
 	o.BinDir, o.StateRoot = binDir, testRoot
 	if testing.Verbose() {
 		o.Progress = &logWriter{t: t}

@@ -127,6 +127,13 @@ type PodOptions struct {
 	// IP asks for this address (the pod's cni.projectcalico.org/ipAddrs
 	// annotation; Kubernetes only).
 	IP netip.Addr
+	// Annotations are set on the Pod object before the CNI ADD
+	// (Kubernetes only): cni.projectcalico.org/ipReleasePolicy, say.
+	Annotations map[string]string
+	// Owner is the workload that owns the pod (Kubernetes only): the
+	// StatefulSet is created when missing and the pod gets the controller
+	// ownerReference its controller would set (see ParseOwner).
+	Owner Owner
 }
 
 // AddPod creates a pod with no labels and no server.
@@ -154,6 +161,9 @@ func (l *Lab) AddPodWith(ctx context.Context, node, namespace, name string, o Po
 	kube := l.st.Options.Kubernetes
 	if o.IP.IsValid() && !kube {
 		return Pod{}, fmt.Errorf("pod %s/%s: --ip asks through the pod's ipAddrs annotation: the lab needs --kubernetes", namespace, name)
+	}
+	if err := o.check(namespace, name, kube); err != nil {
+		return Pod{}, err
 	}
 	id := make([]byte, 32)
 	_, _ = rand.Read(id)

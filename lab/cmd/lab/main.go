@@ -196,11 +196,27 @@ func newExec(g *globals) *cobra.Command {
 
 func newPod(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "pod", Short: "Add or delete pods (through the calico CNI plugin)"}
-	var labels, serve, ip string
+	var labels, serve, ip, annotations, owner string
 	add := &cobra.Command{
 		Use:   "add <node> <namespace>/<pod>",
 		Short: "Create a pod on a node with CNI ADD (with --kubernetes, a Pod object first)",
-		Args:  cobra.ExactArgs(2),
+		Long: `add creates a pod on a node as kubelet would: with --kubernetes its Pod object
+first (spec.nodeName set, --labels and --annotations on it), then a network
+namespace and the calico CNI plugin's ADD, then the Pod's status.
+
+--owner statefulset/NAME makes the pod a StatefulSet's, as its controller
+would: the pod must be named NAME-<ordinal>; the StatefulSet is created when
+missing (or scaled up to ordinal+1 replicas when it has fewer), and the pod
+gets its template's labels, the statefulset.kubernetes.io/pod-name and
+apps.kubernetes.io/pod-index labels, and the controller ownerReference. With
+the annotation cni.projectcalico.org/ipReleasePolicy=immutable (or never) the
+pod keeps its address when it is re-created, on any node:
+
+  lab pod add node1 default/db-0 --owner statefulset/db \
+      --annotations cni.projectcalico.org/ipReleasePolicy=immutable`,
+		Example: `  lab pod add node1 default/web --labels app=web --serve 80/tcp
+  lab pod add node2 default/db-0 --owner statefulset/db --annotations cni.projectcalico.org/ipReleasePolicy=never`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ns, name, err := lab.ParsePodKey(args[1])
 			if err != nil {
@@ -217,6 +233,12 @@ func newPod(g *globals) *cobra.Command {
 				if o.IP, err = netip.ParseAddr(ip); err != nil {
 					return fmt.Errorf("--ip %q: %w", ip, err)
 				}
+			}
+			if o.Annotations, err = lab.ParseAnnotations(annotations); err != nil {
+				return err
+			}
+			if o.Owner, err = lab.ParseOwner(owner); err != nil {
+				return err
 			}
 			l, err := g.open(cmd)
 			if err != nil {
@@ -235,6 +257,8 @@ func newPod(g *globals) *cobra.Command {
 	f.StringVar(&labels, "labels", "", "Labels k=v,k=v (the Pod's; without --kubernetes, its WorkloadEndpoint's)")
 	f.StringVar(&serve, "serve", "", "Ports the pod's server answers on, as 80/tcp,81/udp,80/sctp (named container ports serve-<port>-<protocol>)")
 	f.StringVar(&ip, "ip", "", "Ask for this address (the cni.projectcalico.org/ipAddrs annotation; needs --kubernetes)")
+	f.StringVar(&annotations, "annotations", "", "Annotations k=v,k=v set on the Pod object before the CNI ADD (needs --kubernetes)")
+	f.StringVar(&owner, "owner", "", "The pod's owner: statefulset/NAME, created when missing; the pod is named NAME-<ordinal> (needs --kubernetes)")
 	c.AddCommand(add, &cobra.Command{
 		Use:   "del <node> <namespace>/<pod>",
 		Short: "Delete a pod with CNI DEL",
