@@ -51,7 +51,10 @@ type Options struct {
 	// 4,194,304).
 	IPSetEntries int
 	Timeouts     Timeouts
-	Log          *log.Entry
+	// NoCounters turns packet counting off (benchmarks measure what
+	// counting costs against it; felix always counts).
+	NoCounters bool
+	Log        *log.Entry
 }
 
 // Objects are the maps and fixed programs of one namespace.
@@ -112,6 +115,11 @@ func Open(opts Options) (*Objects, error) {
 	}
 	if err := setTimeouts(spec, opts.Timeouts); err != nil {
 		return nil, err
+	}
+	if opts.NoCounters {
+		if err := spec.Variables["count_packets"].Set(uint32(0)); err != nil {
+			return nil, fmt.Errorf("bpf: turning counting off: %w", err)
+		}
 	}
 	o := &Objects{Dir: filepath.Join(opts.Root, id), Maps: map[string]*ebpf.Map{}, ns: opts.NS, log: opts.Log}
 	o.MapsDir = filepath.Join(o.Dir, "maps-"+specHash(spec))
