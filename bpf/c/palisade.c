@@ -593,6 +593,9 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 	*epp = ep;
 	if (!ep)
 		return -(drop(st, PAL_C_NO_ENDPOINT) + 16);
+	/* Bytes are counted from the IP header on, as iptables counts them. */
+	if (st->len > (ep->l2len & 0xff))
+		st->len -= ep->l2len & 0xff;
 	if (ep->flags & PAL_EP_BLOCKED)
 		return -(drop(st, PAL_C_BLOCKED) + 16);
 	int ipv6;

@@ -97,7 +97,7 @@ struct state {
 	__u32 frag_id;
 	__u8 resume; /* slot of pal_progs the policy program returns to */
 	__u8 pad[3];
-	__u32 len;     /* the packet's length (skb->len), for byte counters */
+	__u32 len;     /* the IP packet's length (as iptables counts bytes) */
 	__u32 pad2;
 	__u64 rule_id; /* counter key of what decided: its stable rule id */
 };
