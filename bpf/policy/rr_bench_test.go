@@ -212,4 +212,3 @@ func exchanges(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, d time.Dura
 	}
 	return float64(n) / time.Since(start).Seconds()
 }
-
