@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/inspect"
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 )
@@ -119,6 +121,15 @@ spec:
 				if edited[ref(1)].Packets < after[ref(1)].Packets {
 					t.Errorf("eBPF: the unchanged rule 1 went from %d to %d packets when another rule changed", after[ref(1)].Packets, edited[ref(1)].Packets)
 				}
+				// The old rule 2's counter, which no program holds now, is
+				// deleted by the next sweep (every 10 s).
+				deadline := time.Now().Add(25 * time.Second)
+				for stale := staleRuleCounters(t, c); stale > 0; stale = staleRuleCounters(t, c) {
+					if time.Now().After(deadline) {
+						t.Fatalf("eBPF: %d rule counters of no current program still there", stale)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 			} else if edited[ref(1)].Packets >= after[ref(1)].Packets {
 				t.Errorf("iptables: rule 1 kept %d packets (before the edit %d) though its chain was rewritten", edited[ref(1)].Packets, after[ref(1)].Packets)
 			}
@@ -150,4 +161,40 @@ func sendUDP(t *testing.T, run *nsexec.Runner, dst netip.Addr, port, n, size int
 	}); err != nil {
 		t.Fatalf("sending to %s:%d: %v", dst, port, err)
 	}
+}
+
+// staleRuleCounters counts the eBPF rule counters whose id no program of
+// their interface's stage holds.
+func staleRuleCounters(t *testing.T, c *cluster) int {
+	t.Helper()
+	v, err := c.bpfView()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	ifs, err := v.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := v.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[inspect.CounterKey]bool{}
+	for _, in := range ifs {
+		for st, s := range in.Stages {
+			if s != nil && s.Desc != nil {
+				for _, sl := range s.Desc.Slots {
+					held[inspect.CounterKey{Ifindex: in.Ifindex, Stage: st, Rule: sl.ID}] = true
+				}
+			}
+		}
+	}
+	n := 0
+	for _, ct := range cs {
+		if ct.Stage != palbpf.StageGeneral && !held[ct.Key()] {
+			n++
+		}
+	}
+	return n
 }
