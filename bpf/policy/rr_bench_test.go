@@ -2,8 +2,6 @@ package policy
 
 import (
 	"encoding/json"
-	"io"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -108,7 +106,10 @@ func BenchmarkCountingRR(b *testing.B) {
 		}
 	}
 	use(on)
-	ln := echoServer(b, nodeRun, netip.AddrPortFrom(nodeIP, 8080))
+	ln, err := nstest.Echo(nodeRun, netip.AddrPortFrom(nodeIP, 8080).String())
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer ln.Close()
 	dst := netip.AddrPortFrom(nodeIP, 8080)
 	const d = 750 * time.Millisecond
@@ -117,9 +118,9 @@ func BenchmarkCountingRR(b *testing.B) {
 			var counting, ref float64
 			for range 4 {
 				use(on)
-				counting += exchanges(b, podRun, dst, d, mode == "crr")
+				counting += rate(b, podRun, dst, d, mode == "crr")
 				use(off)
-				ref += exchanges(b, podRun, dst, d, mode == "crr")
+				ref += rate(b, podRun, dst, d, mode == "crr")
 			}
 			counting, ref = counting/4, ref/4
 			b.ReportMetric(counting, "rr/s")
@@ -144,71 +145,11 @@ func runner(b *testing.B, ns nstest.NS) *nsexec.Runner {
 	return r
 }
 
-// echoServer echoes every byte on each connection to addr in run's
-// namespace.
-func echoServer(b *testing.B, run *nsexec.Runner, addr netip.AddrPort) net.Listener {
-	var l net.Listener
-	if err := run.Do(func() error {
-		var err error
-		l, err = net.Listen("tcp4", addr.String())
-		return err
-	}); err != nil {
+// rate is nstest.RR's rate, failing the benchmark on an error.
+func rate(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, d time.Duration, perConn bool) float64 {
+	r, err := nstest.RR(run, dst, d, perConn)
+	if err != nil {
 		b.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-	return l
-}
-
-// exchanges is the rate of one-byte request/response exchanges from run's
-// namespace to dst for d: on one connection, or a new one each (crr).
-func exchanges(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, d time.Duration, crr bool) float64 {
-	dial := func() net.Conn {
-		var c net.Conn
-		if err := run.Do(func() error {
-			var err error
-			c, err = net.DialTimeout("tcp4", dst.String(), time.Second)
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
-	buf := []byte{'x'}
-	exchange := func(c net.Conn) {
-		if _, err := c.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	n := 0
-	start := time.Now()
-	if crr {
-		for time.Since(start) < d {
-			c := dial()
-			exchange(c)
-			c.Close()
-			n++
-		}
-	} else {
-		c := dial()
-		defer c.Close()
-		for time.Since(start) < d {
-			exchange(c)
-			n++
-		}
-	}
-	return float64(n) / time.Since(start).Seconds()
+	return r
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/palisade-net/palisade/bpf/inspect"
 	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane"
 )
 
 // CounterIndex says which counters of pal_counters belong to which policy
@@ -128,12 +129,7 @@ func (x *CounterIndex) Read(ctx context.Context) ([]calc.RuleCounter, error) {
 			}
 		}
 	}
-	out := make([]calc.RuleCounter, 0, len(sums))
-	for _, s := range sums {
-		out = append(out, *s)
-	}
-	calc.SortRuleCounters(out)
-	return out, err
+	return dataplane.SortedCounters(sums), err
 }
 
 // collectCounters deletes the rule counters no program of an interface's
