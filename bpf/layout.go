@@ -26,8 +26,10 @@ type (
 	CTValue = palisadeCtValue
 	// FragKey is a fragmented packet's entry.
 	FragKey = palisadeFragKey
-	// CounterKey is a packet counter's key.
-	CounterKey = palisadeCounterKey
+	// CounterKey is a packet counter's key; CounterValue its value on one
+	// CPU (the map is per CPU: sum them).
+	CounterKey   = palisadeCounterKey
+	CounterValue = palisadeCounterValue
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by

@@ -51,7 +51,10 @@ type Options struct {
 	// 4,194,304).
 	IPSetEntries int
 	Timeouts     Timeouts
-	Log          *log.Entry
+	// NoCounters turns packet counting off (benchmarks measure what
+	// counting costs against it; felix always counts).
+	NoCounters bool
+	Log        *log.Entry
 }
 
 // Objects are the maps and fixed programs of one namespace.
@@ -113,6 +116,11 @@ func Open(opts Options) (*Objects, error) {
 	if err := setTimeouts(spec, opts.Timeouts); err != nil {
 		return nil, err
 	}
+	if opts.NoCounters {
+		if err := spec.Variables["count_packets"].Set(uint32(0)); err != nil {
+			return nil, fmt.Errorf("bpf: turning counting off: %w", err)
+		}
+	}
 	o := &Objects{Dir: filepath.Join(opts.Root, id), Maps: map[string]*ebpf.Map{}, ns: opts.NS, log: opts.Log}
 	o.MapsDir = filepath.Join(o.Dir, "maps-"+specHash(spec))
 	if err := os.MkdirAll(o.MapsDir, 0o700); err != nil {
@@ -153,15 +161,26 @@ func Open(opts Options) (*Objects, error) {
 			o.EntryID[k][h], _ = info.ID()
 		}
 	}
-	for slot, name := range []string{"pal_resume_wl_in", "pal_resume_wl_out", "pal_resume_hep_in", "pal_resume_hep_out"} {
-		p := progs[name]
-		o.resume = append(o.resume, p)
-		if err := o.Maps[MapProgs].Put(uint32(slot), uint32(p.FD())); err != nil {
-			o.Close()
-			return nil, fmt.Errorf("bpf: resume program %s in slot %d: %w", name, slot, err)
-		}
+	for _, name := range []string{"pal_resume_wl_in", "pal_resume_wl_out", "pal_resume_hep_in", "pal_resume_hep_out"} {
+		o.resume = append(o.resume, progs[name])
+	}
+	if err := o.UseResume(); err != nil {
+		o.Close()
+		return nil, err
 	}
 	return o, nil
+}
+
+// UseResume puts o's resume programs in their slots of MapProgs (Open
+// does; a benchmark that opens the namespace twice, counting and not,
+// swaps them with it).
+func (o *Objects) UseResume() error {
+	for slot, p := range o.resume {
+		if err := o.Maps[MapProgs].Put(uint32(slot), uint32(p.FD())); err != nil {
+			return fmt.Errorf("bpf: resume program in slot %d: %w", slot, err)
+		}
+	}
+	return nil
 }
 
 // Close releases the handles; everything pinned stays.

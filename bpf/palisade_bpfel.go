@@ -16,9 +16,15 @@ import (
 type palisadeCounterKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
-	Slot    uint16
 	Stage   uint8
-	Pad     uint8
+	Pad     [3]uint8
+	Rule    uint64
+}
+
+type palisadeCounterValue struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
 }
 
 type palisadeCtKey struct {
@@ -121,6 +127,10 @@ type palisadeState struct {
 	FragId   uint32
 	Resume   uint8
 	Pad      [3]uint8
+	Len      uint32
+	Pad2     uint32
+	_        [4]byte
+	RuleId   uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -148,6 +158,7 @@ const (
 	palisadeProgPalResumeWlOut  = "pal_resume_wl_out"
 	palisadeProgPalWlIn         = "pal_wl_in"
 	palisadeProgPalWlOut        = "pal_wl_out"
+	palisadeVarCountPackets     = "count_packets"
 	palisadeVarCtIcmp           = "ct_icmp"
 	palisadeVarCtOther          = "ct_other"
 	palisadeVarCtTcpEst         = "ct_tcp_est"
@@ -233,14 +244,15 @@ type palisadeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type palisadeVariableSpecs struct {
-	CtIcmp      *ebpf.VariableSpec `ebpf:"ct_icmp"`
-	CtOther     *ebpf.VariableSpec `ebpf:"ct_other"`
-	CtTcpEst    *ebpf.VariableSpec `ebpf:"ct_tcp_est"`
-	CtTcpFin    *ebpf.VariableSpec `ebpf:"ct_tcp_fin"`
-	CtTcpRst    *ebpf.VariableSpec `ebpf:"ct_tcp_rst"`
-	CtTcpSyn    *ebpf.VariableSpec `ebpf:"ct_tcp_syn"`
-	CtUdp       *ebpf.VariableSpec `ebpf:"ct_udp"`
-	FragTimeout *ebpf.VariableSpec `ebpf:"frag_timeout"`
+	CountPackets *ebpf.VariableSpec `ebpf:"count_packets"`
+	CtIcmp       *ebpf.VariableSpec `ebpf:"ct_icmp"`
+	CtOther      *ebpf.VariableSpec `ebpf:"ct_other"`
+	CtTcpEst     *ebpf.VariableSpec `ebpf:"ct_tcp_est"`
+	CtTcpFin     *ebpf.VariableSpec `ebpf:"ct_tcp_fin"`
+	CtTcpRst     *ebpf.VariableSpec `ebpf:"ct_tcp_rst"`
+	CtTcpSyn     *ebpf.VariableSpec `ebpf:"ct_tcp_syn"`
+	CtUdp        *ebpf.VariableSpec `ebpf:"ct_udp"`
+	FragTimeout  *ebpf.VariableSpec `ebpf:"frag_timeout"`
 }
 
 // palisadeObjects contains all objects after they have been loaded into the kernel.
@@ -298,14 +310,15 @@ func (m *palisadeMaps) Close() error {
 //
 // It can be passed to loadPalisadeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type palisadeVariables struct {
-	CtIcmp      *ebpf.Variable `ebpf:"ct_icmp"`
-	CtOther     *ebpf.Variable `ebpf:"ct_other"`
-	CtTcpEst    *ebpf.Variable `ebpf:"ct_tcp_est"`
-	CtTcpFin    *ebpf.Variable `ebpf:"ct_tcp_fin"`
-	CtTcpRst    *ebpf.Variable `ebpf:"ct_tcp_rst"`
-	CtTcpSyn    *ebpf.Variable `ebpf:"ct_tcp_syn"`
-	CtUdp       *ebpf.Variable `ebpf:"ct_udp"`
-	FragTimeout *ebpf.Variable `ebpf:"frag_timeout"`
+	CountPackets *ebpf.Variable `ebpf:"count_packets"`
+	CtIcmp       *ebpf.Variable `ebpf:"ct_icmp"`
+	CtOther      *ebpf.Variable `ebpf:"ct_other"`
+	CtTcpEst     *ebpf.Variable `ebpf:"ct_tcp_est"`
+	CtTcpFin     *ebpf.Variable `ebpf:"ct_tcp_fin"`
+	CtTcpRst     *ebpf.Variable `ebpf:"ct_tcp_rst"`
+	CtTcpSyn     *ebpf.Variable `ebpf:"ct_tcp_syn"`
+	CtUdp        *ebpf.Variable `ebpf:"ct_udp"`
+	FragTimeout  *ebpf.Variable `ebpf:"frag_timeout"`
 }
 
 // palisadePrograms contains all programs after they have been loaded into the kernel.

@@ -196,7 +196,7 @@ spec: {cidr: "fd65::/64"}
 			continue
 		}
 		for _, ct := range cs {
-			if ct.Ifindex == in.Ifindex && ct.Stage == palbpf.StageGeneral && palbpf.Reasons[ct.Slot] == "dropped: source address not the workload's" {
+			if ct.Ifindex == in.Ifindex && ct.Stage == palbpf.StageGeneral && palbpf.Reasons[ct.Rule] == "dropped: source address not the workload's" {
 				spoofed += ct.Packets
 			}
 		}
@@ -247,7 +247,7 @@ func TestICMPErrorOfEstablishedFlow(t *testing.T) {
 				cs, _ := v.Counters()
 				related := uint64(0)
 				for _, ct := range cs {
-					if ct.Stage == palbpf.StageGeneral && palbpf.Reasons[ct.Slot] == "allowed: ICMP error of a tracked flow" {
+					if ct.Stage == palbpf.StageGeneral && palbpf.Reasons[ct.Rule] == "allowed: ICMP error of a tracked flow" {
 						related += ct.Packets
 					}
 				}

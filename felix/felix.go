@@ -94,6 +94,8 @@ type served struct {
 	healthE *libmetrics.Endpoint
 	metricE *libmetrics.Endpoint
 	extra   prometheus.Collector
+	// rules are the per-rule counters (felix_policy_rule_*).
+	rules prometheus.Collector
 	// metrics is nil while prometheusMetricsEnabled was never on; read
 	// by the syncer's goroutines and the metrics endpoint.
 	metrics atomic.Pointer[felixMetrics]
@@ -133,7 +135,7 @@ func (s *served) configure(cfg *calc.Config) (remake bool) {
 	if want.MetricsAddr != "" {
 		fm := s.metrics.Load()
 		if fm == nil || fm.opts.GoMetrics != want.GoMetrics || fm.opts.ProcessMetrics != want.ProcessMetrics {
-			m := metrics.New(metrics.Options{Go: want.GoMetrics, Process: want.ProcessMetrics, Extra: []prometheus.Collector{s.extra}})
+			m := metrics.New(metrics.Options{Go: want.GoMetrics, Process: want.ProcessMetrics, Extra: []prometheus.Collector{s.extra, s.rules}})
 			s.metrics.Store(&felixMetrics{m: m, opts: want, handler: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})})
 			remake = true
 		}
@@ -195,8 +197,13 @@ func Run(ctx context.Context, cfg Config) error {
 		go p.run(ctx, cfg.Store)
 		dsHealth = p.result
 	}
+	if cfg.Inspector == nil {
+		// The per-rule metrics read the counters through one.
+		cfg.Inspector = NewInspector()
+	}
 	srv := &served{over: over, health: newHealth(dsHealth),
-		extra: libmetrics.NewBadValues(datastore.BadValuesOf(cfg.Store))}
+		extra: libmetrics.NewBadValues(datastore.BadValuesOf(cfg.Store)),
+		rules: metrics.NewRuleCounters(cfg.Inspector, logger)}
 	srv.healthE = libmetrics.NewEndpoint("health", srv.health.handler(), logger)
 	srv.metricE = libmetrics.NewEndpoint("metrics", http.HandlerFunc(srv.serveMetrics), logger)
 	defer srv.healthE.Close()

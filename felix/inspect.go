@@ -6,6 +6,7 @@ import (
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
+	bpfdp "github.com/palisade-net/palisade/felix/dataplane/bpf"
 )
 
 // Inspector lets other goroutines ask a running felix about its state:
@@ -22,26 +23,28 @@ func NewInspector() *Inspector {
 	return &Inspector{reqs: make(chan func(*calc.Graph, *selector))}
 }
 
-// ErrNoBPFCounters says the node runs the eBPF dataplane, whose per-rule
-// counters are not read: its counters are kept by an interface's stage
-// and a slot of the program, and a slot's count stays when a changed
-// policy gives the interface a new program, so the sums would name the
-// wrong rules.
-var ErrNoBPFCounters = fmt.Errorf("%w: the eBPF dataplane's per-rule counters are not read by Palisade yet (they are kept by program slot and survive policy changes); per-rule counters need the iptables dataplane", calc.ErrNoCounters)
+// counterReader reads the per-rule counters a dataplane indexed on
+// felix's main loop (dataplane.CounterIndex, bpf.CounterIndex).
+type counterReader interface {
+	Read(ctx context.Context) ([]calc.RuleCounter, error)
+}
 
-// counters is the iptables driver when it runs and knows its backend:
-// the dataplane whose per-rule counters are read. It is nil with
-// ErrNoBPFCounters on the eBPF dataplane, and nil before the dataplane
+// counterIndex indexes the counters of the rules keep accepts (every one
+// when nil) in the dataplane that runs: the iptables driver once it knows
+// its backend, or the eBPF driver. It is nil before the dataplane
 // started.
-func counters(s *selector) (*dataplane.Driver, error) {
+func counterIndex(s *selector, keep func(calc.RuleRef) bool) (counterReader, error) {
 	switch d := s.d.(type) {
 	case *dataplane.Driver:
 		if d.Backend() != "" {
-			return d, nil
+			return d.CounterIndex(keep), nil
 		}
-	case nil:
-	default:
-		return nil, ErrNoBPFCounters
+	case *bpfdp.Driver:
+		x, err := d.CounterIndex(keep)
+		if err != nil {
+			return nil, err
+		}
+		return x, nil
 	}
 	return nil, nil
 }
@@ -68,7 +71,7 @@ func (in *Inspector) do(ctx context.Context, fn func(*calc.Graph, *selector)) er
 func (in *Inspector) Explain(ctx context.Context, q calc.Query) (*calc.Explanation, error) {
 	var x *calc.Explanation
 	var err error
-	var idx *dataplane.CounterIndex
+	var idx counterReader
 	var node string
 	if derr := in.do(ctx, func(g *calc.Graph, s *selector) {
 		node = g.Hostname()
@@ -84,12 +87,12 @@ func (in *Inspector) Explain(ctx context.Context, q calc.Query) (*calc.Explanati
 				eachRule(&s, func(ref calc.RuleRef, _ *calc.RuleResult) { refs[ref] = true })
 			}
 		}
-		d, cerr := counters(s)
-		switch {
-		case cerr != nil && len(refs) > 0:
+		if len(refs) == 0 {
+			return
+		}
+		var cerr error
+		if idx, cerr = counterIndex(s, func(r calc.RuleRef) bool { return refs[r] }); cerr != nil {
 			x.Notes = append(x.Notes, "no rule counters on "+node+": "+cerr.Error())
-		case d != nil && len(refs) > 0:
-			idx = d.CounterIndex(func(r calc.RuleRef) bool { return refs[r] })
 		}
 	}); derr != nil {
 		return nil, derr
@@ -142,16 +145,12 @@ func eachRule(s *calc.Side, fn func(calc.RuleRef, *calc.RuleResult)) {
 }
 
 // RuleCounters implements calc.CounterSource: the counters of every
-// policy and profile rule felix has written. On the eBPF dataplane it
-// fails with ErrNoBPFCounters.
+// policy and profile rule felix has written, on either dataplane.
 func (in *Inspector) RuleCounters(ctx context.Context) ([]calc.RuleCounter, error) {
-	var idx *dataplane.CounterIndex
+	var idx counterReader
 	var cerr error
 	if err := in.do(ctx, func(_ *calc.Graph, s *selector) {
-		var d *dataplane.Driver
-		if d, cerr = counters(s); d != nil {
-			idx = d.CounterIndex(nil)
-		}
+		idx, cerr = counterIndex(s, nil)
 	}); err != nil {
 		return nil, err
 	}

@@ -2,20 +2,27 @@ package felix
 
 import (
 	"context"
-	"errors"
-	"slices"
-	"strings"
+	"fmt"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/inspect"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 )
 
 // TestInspectorCounters runs felix with an Inspector on the iptables and
-// the eBPF dataplane: on iptables the rule that allowed a probe counts it
-// in RuleCounters and in the explanation; on eBPF, whose counters are not
-// read, RuleCounters fails with calc.ErrNoCounters and the explanation
-// says why it has no counters, instead of giving numbers of no rule.
+// the eBPF dataplane. The rule the explanation names as the decider of a
+// connection is the one whose counter moved, in RuleCounters and in the
+// explanation; datagrams sent one flow each move the allowing rule and the
+// denying rule by exactly the packets and bytes sent, and the policy's
+// other rule not at all. Then a rule of the policy changes: on iptables
+// the policy's chain is rewritten and its counters start again; on eBPF
+// the unchanged rules keep counting (their counters are keyed by the
+// rule) and the changed one starts from zero.
 func TestInspectorCounters(t *testing.T) {
 	for _, dp := range []string{"NFT", "BPF"} {
 		t.Run(dp, func(t *testing.T) {
@@ -26,46 +33,168 @@ func TestInspectorCounters(t *testing.T) {
 			runFelix(t, c.ctx, c.cancel, cfg)
 			c.addPod("ns-a", "web", "10.65.0.1", map[string]string{"app": "web"}, "sa-w")
 			c.addPod("ns-a", "client", "10.65.0.2", map[string]string{"app": "client"}, "sa-x")
-			rs := c.apply(`apiVersion: projectcalico.org/v3
+			const policy = `apiVersion: projectcalico.org/v3
 kind: NetworkPolicy
 metadata: {name: web, namespace: ns-a}
 spec:
   selector: app == 'web'
   types: [Ingress]
-  ingress: [{action: Allow, protocol: TCP, source: {selector: app == 'client'}, destination: {ports: [8080]}}]
-`)
+  ingress:
+  - {action: Allow, protocol: TCP, source: {selector: app == 'client'}, destination: {ports: [8080]}}
+  - {action: Allow, protocol: UDP, source: {selector: app == 'client'}, destination: {ports: [8080]}}
+  - {action: Deny, protocol: UDP, destination: {ports: [%d]}}
+`
+			rs := c.apply(fmt.Sprintf(policy, 9000))
 			c.waitPolicies(rs, true)
 			c.expect(probe{from: "client", to: "web", proto: "tcp", port: 8080, allowed: true},
 				probe{from: "client", to: "web", proto: "tcp", port: 8081})
-			ref := calc.RuleRef{Kind: "NetworkPolicy", Tier: "default", Namespace: "ns-a", Name: "web", Direction: "ingress", Index: 0}
+			ref := func(i int) calc.RuleRef {
+				return calc.RuleRef{Kind: "NetworkPolicy", Tier: "default", Namespace: "ns-a", Name: "web", Direction: "ingress", Index: i}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			q := calc.Query{From: calc.End{Namespace: "ns-a", Name: "client"}, To: calc.End{Namespace: "ns-a", Name: "web"}, Protocol: 6, SrcPort: 40000, DstPort: 8080}
 			x, err := in.Explain(ctx, q)
-			if err != nil || x.Verdict != calc.VerdictAllow || x.Sides[1].Decider.Rule == nil || *x.Sides[1].Decider.Rule != ref {
+			if err != nil || x.Verdict != calc.VerdictAllow || x.Sides[1].Decider.Rule == nil || *x.Sides[1].Decider.Rule != ref(0) {
 				t.Fatalf("explain: %v %+v", err, x)
 			}
 			var counted *uint64
 			eachRule(&x.Sides[1], func(r calc.RuleRef, res *calc.RuleResult) {
-				if r == ref {
+				if r == ref(0) {
 					counted = res.Packets
 				}
 			})
-			cs, err := in.RuleCounters(ctx)
-			noCounters := slices.ContainsFunc(x.Notes, func(n string) bool { return strings.Contains(n, ErrNoBPFCounters.Error()) })
-			if dp == "BPF" {
-				if !errors.Is(err, calc.ErrNoCounters) || !noCounters || counted != nil {
-					t.Fatalf("eBPF: RuleCounters %v (want ErrNoCounters), explanation notes %q, rule counter %v (want none)", err, x.Notes, counted)
+			if counted == nil || *counted == 0 || len(x.Notes) > 0 {
+				t.Fatalf("the deciding rule's counter in the explanation: %v (want > 0), notes %q", counted, x.Notes)
+			}
+			read := func() map[calc.RuleRef]calc.RuleCounter {
+				t.Helper()
+				cs, err := in.RuleCounters(ctx)
+				if err != nil {
+					t.Fatalf("RuleCounters: %v", err)
 				}
-				return
+				out := map[calc.RuleRef]calc.RuleCounter{}
+				for _, c := range cs {
+					out[c.RuleRef] = c
+				}
+				return out
 			}
-			if err != nil || noCounters || counted == nil || *counted == 0 {
-				t.Fatalf("iptables: RuleCounters %v, notes %q, counter in the explanation %v (want > 0)", err, x.Notes, counted)
+			before := read()
+			if c0 := before[ref(0)]; c0.Packets < *counted || c0.Action != calc.Allow || before[ref(2)].Action != calc.Deny {
+				t.Fatalf("RuleCounters %+v: want rule 0 an Allow with >= %d packets, rule 2 a Deny", before, *counted)
 			}
-			i := slices.IndexFunc(cs, func(c calc.RuleCounter) bool { return c.RuleRef == ref })
-			if i < 0 || cs[i].Packets == 0 || cs[i].Action != calc.Allow {
-				t.Fatalf("iptables: no counted Allow rule %v in %+v", ref, cs)
+			_, webIP, _ := c.endpoint("web", false)
+			client := c.pods["client"].run
+			const size = 100 // payload; the IP packet is 128 bytes
+			sendUDP(t, client, webIP, 8080, 5, size)
+			sendUDP(t, client, webIP, 9000, 3, size)
+			after := read()
+			moved := func(r calc.RuleRef, packets int) {
+				t.Helper()
+				dp, db := after[r].Packets-before[r].Packets, after[r].Bytes-before[r].Bytes
+				if dp != uint64(packets) || db != uint64(packets*(28+size)) {
+					t.Errorf("rule %d: moved by %d packets, %d bytes; want %d and %d", r.Index, dp, db, packets, packets*(28+size))
+				}
+			}
+			moved(ref(0), 0)
+			moved(ref(1), 5)
+			moved(ref(2), 3)
+
+			// Rule 2 changes; rules 0 and 1 do not.
+			rs = c.apply(fmt.Sprintf(policy, 9001))
+			c.expect(probe{from: "client", to: "web", proto: "udp", port: 9000, allowed: false})
+			// The edit is live once a datagram to 9001 moves rule 2.
+			sent := 0
+			c.waitFor("the changed policy in the dataplane", func() bool {
+				c0 := read()[ref(2)].Packets
+				sendUDP(t, client, webIP, 9001, 1, size)
+				sent++
+				return read()[ref(2)].Packets == c0+1
+			})
+			edited := read()
+			sendUDP(t, client, webIP, 8080, 2, size)
+			final := read()
+			if got := final[ref(1)].Packets - edited[ref(1)].Packets; got != 2 {
+				t.Errorf("rule 1 after the edit moved by %d packets, want 2", got)
+			}
+			if dp == "BPF" {
+				if edited[ref(1)].Packets < after[ref(1)].Packets {
+					t.Errorf("eBPF: the unchanged rule 1 went from %d to %d packets when another rule changed", after[ref(1)].Packets, edited[ref(1)].Packets)
+				}
+				// The old rule 2's counter, which no program holds now, is
+				// deleted by the next sweep (every 10 s).
+				deadline := time.Now().Add(25 * time.Second)
+				for stale := staleRuleCounters(t, c); stale > 0; stale = staleRuleCounters(t, c) {
+					if time.Now().After(deadline) {
+						t.Fatalf("eBPF: %d rule counters of no current program still there", stale)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			} else if edited[ref(1)].Packets >= after[ref(1)].Packets {
+				t.Errorf("iptables: rule 1 kept %d packets (before the edit %d) though its chain was rewritten", edited[ref(1)].Packets, after[ref(1)].Packets)
+			}
+			if n := edited[ref(2)].Packets; n == 0 || n > uint64(sent) {
+				t.Errorf("the changed rule 2 has %d packets, %d sent to its port since the edit (the old rule had %d)", n, sent, after[ref(2)].Packets)
 			}
 		})
 	}
+}
+
+// sendUDP sends n datagrams of size bytes from run's namespace to
+// dst:port, each from a socket of its own (a new flow each, so each meets
+// policy).
+func sendUDP(t *testing.T, run *nsexec.Runner, dst netip.Addr, port, n, size int) {
+	t.Helper()
+	if err := run.Do(func() error {
+		for range n {
+			c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, uint16(port))))
+			if err != nil {
+				return err
+			}
+			_, err = c.Write(make([]byte, size))
+			c.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("sending to %s:%d: %v", dst, port, err)
+	}
+}
+
+// staleRuleCounters counts the eBPF rule counters whose id no program of
+// their interface's stage holds.
+func staleRuleCounters(t *testing.T, c *cluster) int {
+	t.Helper()
+	v, err := c.bpfView()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	ifs, err := v.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := v.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[inspect.CounterKey]bool{}
+	for _, in := range ifs {
+		for st, s := range in.Stages {
+			if s != nil && s.Desc != nil {
+				for _, sl := range s.Desc.Slots {
+					held[inspect.CounterKey{Ifindex: in.Ifindex, Stage: st, Rule: sl.ID}] = true
+				}
+			}
+		}
+	}
+	n := 0
+	for _, ct := range cs {
+		if ct.Stage != palbpf.StageGeneral && !held[ct.Key()] {
+			n++
+		}
+	}
+	return n
 }

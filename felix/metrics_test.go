@@ -231,3 +231,67 @@ spec:
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestRuleMetrics scrapes felix_policy_rule_packets_total and
+// felix_policy_rule_bytes_total on the iptables and the eBPF dataplane:
+// datagrams one flow each move the allowing and the denying rule's series
+// by exactly what was sent, labelled with the policy's tier, namespace,
+// name, direction, rule index and action; when the policy is deleted its
+// series go.
+func TestRuleMetrics(t *testing.T) {
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) {
+			c := newClusterNoFelix(t, dp, false)
+			mp := freePort(t)
+			c.apply(fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: node.%s}
+spec: {prometheusMetricsEnabled: true, prometheusMetricsHost: 127.0.0.1, prometheusMetricsPort: %d}
+`, nodeName, mp))
+			runFelix(t, c.ctx, c.cancel, c.felixConfigOf())
+			c.addPod("ns-a", "web", "10.65.0.1", map[string]string{"app": "web"}, "sa-w")
+			c.addPod("ns-a", "client", "10.65.0.2", map[string]string{"app": "client"}, "sa-x")
+			rs := c.apply(`apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: web, namespace: ns-a}
+spec:
+  selector: app == 'web'
+  types: [Ingress]
+  ingress:
+  - {action: Allow, protocol: UDP, source: {selector: app == 'client'}, destination: {ports: [8080]}}
+  - {action: Deny, protocol: UDP, destination: {ports: [9000]}}
+`)
+			c.waitPolicies(rs, true)
+			c.expect(probe{from: "client", to: "web", proto: "udp", port: 8080, allowed: true})
+			url := fmt.Sprintf("http://127.0.0.1:%d/metrics", mp)
+			waitStatus(t, url, http.StatusOK, 20*time.Second)
+			labels := func(i int, action string) []string {
+				return []string{"kind", "NetworkPolicy", "tier", "default", "namespace", "ns-a", "name", "web",
+					"direction", "ingress", "rule_index", fmt.Sprint(i), "action", action}
+			}
+			series := func(fams map[string]*dto.MetricFamily) (p0, b0, p1, b1 float64) {
+				return value(fams, "felix_policy_rule_packets_total", labels(0, "Allow")...), value(fams, "felix_policy_rule_bytes_total", labels(0, "Allow")...),
+					value(fams, "felix_policy_rule_packets_total", labels(1, "Deny")...), value(fams, "felix_policy_rule_bytes_total", labels(1, "Deny")...)
+			}
+			p0, b0, p1, b1 := series(scrape(t, url))
+			if p0 < 1 || p1 < 0 {
+				t.Fatalf("before: rule 0 %v packets (want >= 1, the probe), rule 1 %v (want a series)", p0, p1)
+			}
+			_, webIP, _ := c.endpoint("web", false)
+			const size = 50
+			sendUDP(t, c.pods["client"].run, webIP, 8080, 4, size)
+			sendUDP(t, c.pods["client"].run, webIP, 9000, 6, size)
+			q0, c0, q1, c1 := series(scrape(t, url))
+			if q0-p0 != 4 || c0-b0 != 4*(28+size) || q1-p1 != 6 || c1-b1 != 6*(28+size) {
+				t.Errorf("moved: rule 0 by %v packets %v bytes (want 4, %d); rule 1 by %v packets %v bytes (want 6, %d)",
+					q0-p0, c0-b0, 4*(28+size), q1-p1, c1-b1, 6*(28+size))
+			}
+			c.remove(rs)
+			c.waitPolicies(rs, false)
+			c.waitFor("the deleted policy's series to go", func() bool {
+				f := scrape(t, url)
+				return value(f, "felix_policy_rule_packets_total", "name", "web") < 0 && value(f, "felix_policy_rule_bytes_total", "name", "web") < 0
+			})
+		})
+	}
+}

@@ -320,10 +320,6 @@ func (pl *policyLab) checkDeciderCounters(t *testing.T, seen grid, xs map[cell]*
 			t.Errorf("%s: calico-node on %s says %s, the datastore's explanation %s", seen.name(k), side.Node, before.Verdict, x.Verdict)
 		}
 		ref := *side.Decider.Rule
-		if pl.l.Options().BPF {
-			pl.checkNoBPFCounters(t, side.Node, before)
-			continue
-		}
 		n0, ok := counterOf(before, side, ref)
 		if !ok {
 			t.Fatalf("%s: calico-node on %s gives no counter for the deciding %s rule %d of %s", seen.name(k), side.Node, ref.Direction, ref.Index, ref.Name)
@@ -370,28 +366,6 @@ func (pl *policyLab) checkDeciderCounters(t *testing.T, seen grid, xs map[cell]*
 				}
 			})
 		}
-	}
-}
-
-// checkNoBPFCounters: on the eBPF dataplane, whose per-rule counters are
-// not read, the node's explanation gives no counter and says why, and
-// policy stats fails saying so instead of printing numbers.
-func (pl *policyLab) checkNoBPFCounters(t *testing.T, node string, x *calc.Explanation) {
-	t.Helper()
-	const why = "the eBPF dataplane's per-rule counters are not read"
-	if !slices.ContainsFunc(x.Notes, func(n string) bool { return strings.Contains(n, why) }) {
-		t.Errorf("explain --at-node %s on eBPF: notes %q, want one saying %q", node, x.Notes, why)
-	}
-	for _, s := range x.Sides {
-		eachTried(s, func(rr calc.RuleRef, r calc.RuleResult) {
-			if r.Packets != nil {
-				t.Errorf("explain --at-node %s on eBPF: rule %d of %s has a counter (%d)", node, rr.Index, rr.Name, *r.Packets)
-			}
-		})
-	}
-	out, err := pl.l.Calicoctl(context.Background(), node, nil, "policy", "stats", "--node", node)
-	if err == nil || !strings.Contains(err.Error(), why) {
-		t.Errorf("policy stats on eBPF node %s: %v\n%s, want an error saying %q", node, err, out, why)
 	}
 }
 

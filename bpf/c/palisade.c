@@ -35,6 +35,8 @@ volatile const __u64 ct_udp = 60ULL * 1000000000;
 volatile const __u64 ct_icmp = 5ULL * 1000000000;
 volatile const __u64 ct_other = 600ULL * 1000000000;
 volatile const __u64 frag_timeout = 30ULL * 1000000000;
+/* Counting on (1) or off (0, benchmarks only: the cost of counting). */
+volatile const __u32 count_packets = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -120,7 +122,7 @@ struct {
 	__uint(max_entries, 524288);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct counter_key);
-	__type(value, __u64);
+	__type(value, struct counter_value);
 } pal_counters SEC(".maps");
 
 struct {
@@ -133,22 +135,25 @@ struct {
  * a global function may be NULL as far as the verifier knows. */
 #define GLOBAL __attribute__((noinline))
 
-GLOBAL int count(__u32 ifindex, __u32 stage, __u32 slot)
+GLOBAL int count(__u32 ifindex, __u32 stage, __u64 rule, __u32 len)
 {
-	struct counter_key k = {.ifindex = ifindex, .slot = slot, .stage = stage};
-	__u64 *v = bpf_map_lookup_elem(&pal_counters, &k);
+	if (!count_packets)
+		return 0;
+	struct counter_key k = {.ifindex = ifindex, .stage = stage, .rule = rule};
+	struct counter_value *v = bpf_map_lookup_elem(&pal_counters, &k);
 	if (v) {
-		*v += 1;
+		v->packets += 1;
+		v->bytes += len;
 		return 0;
 	}
-	__u64 one = 1;
-	bpf_map_update_elem(&pal_counters, &k, &one, BPF_NOEXIST);
+	struct counter_value first = {.packets = 1, .bytes = len};
+	bpf_map_update_elem(&pal_counters, &k, &first, BPF_NOEXIST);
 	return 0;
 }
 
 static __always_inline int drop(struct state *st, __u16 reason)
 {
-	count(st->ifindex, PAL_COUNTER_GENERAL, reason);
+	count(st->ifindex, PAL_COUNTER_GENERAL, reason, st->len);
 	return PAL_TCX_DROP;
 }
 
@@ -162,7 +167,7 @@ static __always_inline int allow(struct __sk_buff *skb, struct state *st)
 
 static __always_inline int allow_because(struct __sk_buff *skb, struct state *st, __u16 reason)
 {
-	count(st->ifindex, PAL_COUNTER_GENERAL, reason);
+	count(st->ifindex, PAL_COUNTER_GENERAL, reason, st->len);
 	return allow(skb, st);
 }
 
@@ -469,7 +474,7 @@ GLOBAL int ct_create(struct state *st)
 	ct_key_of(st, &k, a);
 	struct ct_value v = {.created = now, .last_seen = now, .flags = a ? PAL_CT_ORIG_A : 0};
 	if (bpf_map_update_elem(&pal_ct, &k, &v, BPF_ANY) < 0)
-		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_CT_FULL);
+		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_CT_FULL, st->len);
 	return 0;
 }
 
@@ -580,6 +585,7 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 	struct ep *ep = bpf_map_lookup_elem(&pal_ep, &ifindex);
 	__builtin_memset(st, 0, sizeof(*st));
 	st->ifindex = ifindex;
+	st->len = skb->len;
 	st->phase = PAL_PHASE_START;
 	st->resume = resume;
 	if (out)
@@ -587,6 +593,9 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 	*epp = ep;
 	if (!ep)
 		return -(drop(st, PAL_C_NO_ENDPOINT) + 16);
+	/* Bytes are counted from the IP header on, as iptables counts them. */
+	if (st->len > (ep->l2len & 0xff))
+		st->len -= ep->l2len & 0xff;
 	if (ep->flags & PAL_EP_BLOCKED)
 		return -(drop(st, PAL_C_BLOCKED) + 16);
 	int ipv6;
@@ -618,7 +627,7 @@ static __always_inline int resumed(struct __sk_buff *skb, struct state *st, stru
 	*epp = ep;
 	if (!ep || ifindex != skb->ifindex)
 		return -(drop(st, PAL_C_NO_ENDPOINT) + 16);
-	count(ifindex, st->phase, st->rule);
+	count(ifindex, st->phase, st->rule_id, st->len);
 	struct state tmp = {};
 	int l4 = parse_ip(skb, &tmp, ep->l2len & 0xff, st->family == 6);
 	if (l4 < 0)
@@ -719,7 +728,7 @@ after_prednat:
 	if (to_host(skb, st)) {
 		st->flags |= PAL_F_TOHOST;
 		if (st->flags & (PAL_F_FAILSAFE | PAL_F_PREDNAT_OK)) {
-			count(st->ifindex, PAL_COUNTER_GENERAL, (st->flags & PAL_F_FAILSAFE) ? PAL_C_FAILSAFE : PAL_C_PREDNAT_ALLOW);
+			count(st->ifindex, PAL_COUNTER_GENERAL, (st->flags & PAL_F_FAILSAFE) ? PAL_C_FAILSAFE : PAL_C_PREDNAT_ALLOW, st->len);
 			ct_create(st);
 			return allow(skb, st);
 		}
@@ -728,7 +737,7 @@ after_prednat:
 forward:
 	if (ep->slots[PAL_STAGE_FWD_IN])
 		return run_stage(skb, st, ep, PAL_STAGE_FWD_IN);
-	count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NO_FWD_POLICY);
+	count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NO_FWD_POLICY, st->len);
 	ct_create(st);
 	return allow(skb, st);
 }
@@ -761,7 +770,7 @@ after_untracked:
 		return allow_because(skb, st, PAL_C_RELATED);
 	if (local) {
 		if (failsafe(st, 1)) {
-			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FAILSAFE);
+			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FAILSAFE, st->len);
 			ct_create(st);
 			return allow(skb, st);
 		}
@@ -769,7 +778,7 @@ after_untracked:
 	}
 	if (ep->slots[PAL_STAGE_FWD_OUT])
 		return run_stage(skb, st, ep, PAL_STAGE_FWD_OUT);
-	count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NO_FWD_POLICY);
+	count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NO_FWD_POLICY, st->len);
 	ct_create(st);
 	return allow(skb, st);
 }

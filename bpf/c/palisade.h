@@ -92,11 +92,14 @@ struct state {
 	__u32 ifindex;
 	__u8 phase;   /* stage just run, PAL_PHASE_START before */
 	__u8 verdict; /* PAL_VERDICT_* of that stage */
-	__u16 rule;   /* counter slot of what decided */
+	__u16 rule;   /* description slot of what decided (Log events) */
 	__u32 flags;  /* PAL_F_* */
 	__u32 frag_id;
 	__u8 resume; /* slot of pal_progs the policy program returns to */
 	__u8 pad[3];
+	__u32 len;     /* the IP packet's length (as iptables counts bytes) */
+	__u32 pad2;
+	__u64 rule_id; /* counter key of what decided: its stable rule id */
 };
 
 /* An interface's entry: what it is and its stages' programs (index into
@@ -183,12 +186,22 @@ struct frag_value {
 	__u64 last_seen;
 };
 
-/* Per-rule and per-reason packet counters. */
+/* Per-rule and per-reason packet and byte counters (per CPU, summed when
+ * read). rule is, for a policy stage, the stable id of the rule (or
+ * implicit end) that decided, as the program's description names it: a
+ * hash of where the rule is and what it says, so a rewritten program
+ * keeps counting its unchanged rules and never counts a changed one
+ * under the old one's key. For PAL_COUNTER_GENERAL it is a PAL_C_*. */
 struct counter_key {
 	__u32 ifindex;
-	__u16 slot;
 	__u8 stage; /* PAL_STAGE_* or PAL_COUNTER_GENERAL */
-	__u8 pad;
+	__u8 pad[3];
+	__u64 rule;
+};
+
+struct counter_value {
+	__u64 packets;
+	__u64 bytes;
 };
 
 #endif

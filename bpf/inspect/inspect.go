@@ -222,26 +222,42 @@ func (v *View) Policies() (map[string]bool, error) {
 	return out, nil
 }
 
-// Counter is a packet count of an interface.
+// Counter is a packet and byte count of an interface.
 type Counter struct {
 	Ifindex int
-	// Stage is a palbpf.Stage* or palbpf.StageGeneral (then Slot is a
+	// Stage is a palbpf.Stage* or palbpf.StageGeneral (then Rule is a
 	// reason, palbpf.Reasons).
-	Stage   int
-	Slot    int
+	Stage int
+	// Rule is the counted rule's id (policy.Slot.ID) in its stage.
+	Rule    uint64
 	Packets uint64
+	Bytes   uint64
 }
 
+// CounterKey names a counter: interface, stage and rule id.
+type CounterKey struct {
+	Ifindex, Stage int
+	Rule           uint64
+}
+
+// Key is c's key.
+func (c Counter) Key() CounterKey { return CounterKey{c.Ifindex, c.Stage, c.Rule} }
+
 // Counters reads every counter, summed over the CPUs.
-func (v *View) Counters() ([]Counter, error) {
+func (v *View) Counters() ([]Counter, error) { return ReadCounters(v.maps[palbpf.MapCounters]) }
+
+// ReadCounters reads every counter of a counters map, summed over the
+// CPUs.
+func ReadCounters(m *ebpf.Map) ([]Counter, error) {
 	var out []Counter
 	var k palbpf.CounterKey
-	var per []uint64
-	it := v.maps[palbpf.MapCounters].Iterate()
+	var per []palbpf.CounterValue
+	it := m.Iterate()
 	for it.Next(&k, &per) {
-		c := Counter{Ifindex: int(k.Ifindex), Stage: int(k.Stage), Slot: int(k.Slot)}
+		c := Counter{Ifindex: int(k.Ifindex), Stage: int(k.Stage), Rule: k.Rule}
 		for _, n := range per {
-			c.Packets += n
+			c.Packets += n.Packets
+			c.Bytes += n.Bytes
 		}
 		out = append(out, c)
 	}
@@ -253,9 +269,20 @@ func (v *View) Counters() ([]Counter, error) {
 		if a.Stage != b.Stage {
 			return a.Stage < b.Stage
 		}
-		return a.Slot < b.Slot
+		return a.Rule < b.Rule
 	})
-	return out, it.Err()
+	if err := it.Err(); err != nil {
+		return out, fmt.Errorf("reading %s: %w", palbpf.MapCounters, err)
+	}
+	return out, nil
+}
+
+func countsOf(cs []Counter) map[CounterKey]Counter {
+	out := map[CounterKey]Counter{}
+	for _, c := range cs {
+		out[c.Key()] = c
+	}
+	return out
 }
 
 // RuleCount is how many packets the rules of a policy (or profile, as
@@ -270,10 +297,7 @@ func (v *View) RuleCount(ifaceName, policyKey, action string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	count := map[[3]int]uint64{}
-	for _, c := range cs {
-		count[[3]int{c.Ifindex, c.Stage, c.Slot}] = c.Packets
-	}
+	count := countsOf(cs)
 	var n uint64
 	for _, in := range ifs {
 		if ifaceName != "" && in.Name != ifaceName {
@@ -289,7 +313,7 @@ func (v *View) RuleCount(ifaceName, policyKey, action string) (uint64, error) {
 					key = "profile/" + sl.Profile
 				}
 				if key == policyKey && sl.Action == action {
-					n += count[[3]int{in.Ifindex, st, sl.Slot}]
+					n += count[CounterKey{in.Ifindex, st, sl.ID}].Packets
 				}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/bpf/policy"
 )
 
 // hookOf says which hook a stage runs at.
@@ -18,14 +19,6 @@ func hookOf(stage int) string {
 		return "in (TCX ingress: packets arriving by the interface)"
 	}
 	return "out (TCX egress: packets leaving by the interface)"
-}
-
-func countsOf(cs []Counter) map[[3]int]uint64 {
-	out := map[[3]int]uint64{}
-	for _, c := range cs {
-		out[[3]int{c.Ifindex, c.Stage, c.Slot}] = c.Packets
-	}
-	return out
 }
 
 // WritePolicy prints an interface's entry and the rules of each of its
@@ -71,7 +64,8 @@ func WritePolicy(w io.Writer, in Interface, cs []Counter) {
 			if s.Rule < 0 {
 				rule = "-"
 			}
-			fmt.Fprintf(tw, "    [%d]\t%s\trule %s\t%s\t%s\tpackets=%d\n", s.Slot, where, rule, s.Action, s.Match, count[[3]int{in.Ifindex, i, s.Slot}])
+			c := count[CounterKey{in.Ifindex, i, s.ID}]
+			fmt.Fprintf(tw, "    [%d]\t%s\trule %s\t%s\t%s\tpackets=%d\tbytes=%d\n", s.Slot, where, rule, s.Action, s.Match, c.Packets, c.Bytes)
 		}
 		tw.Flush()
 	}
@@ -88,25 +82,31 @@ func WriteCounters(w io.Writer, ifs []Interface, cs []Counter) {
 		stages[in.Ifindex] = in.Stages
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INTERFACE\tSTAGE\tWHAT\tPACKETS")
+	fmt.Fprintln(tw, "INTERFACE\tSTAGE\tWHAT\tPACKETS\tBYTES")
 	for _, c := range cs {
 		name := names[c.Ifindex]
 		if name == "" {
 			name = fmt.Sprintf("ifindex %d", c.Ifindex)
 		}
 		if c.Stage == palbpf.StageGeneral {
-			what := fmt.Sprintf("reason %d", c.Slot)
-			if c.Slot < len(palbpf.Reasons) {
-				what = palbpf.Reasons[c.Slot]
+			what := fmt.Sprintf("reason %d", c.Rule)
+			if c.Rule < uint64(len(palbpf.Reasons)) {
+				what = palbpf.Reasons[c.Rule]
 			}
-			fmt.Fprintf(tw, "%s\t-\t%s\t%d\n", name, what, c.Packets)
+			fmt.Fprintf(tw, "%s\t-\t%s\t%d\t%d\n", name, what, c.Packets, c.Bytes)
 			continue
 		}
-		stage, what := fmt.Sprint(c.Stage), fmt.Sprintf("slot %d", c.Slot)
+		stage, what := fmt.Sprint(c.Stage), fmt.Sprintf("rule id %#016x (no program of the stage has it)", c.Rule)
 		if c.Stage < palbpf.Stages {
 			stage = palbpf.StageNames[c.Stage]
-			if st := stages[c.Ifindex][c.Stage]; st != nil && st.Desc != nil && c.Slot < len(st.Desc.Slots) {
-				s := st.Desc.Slots[c.Slot]
+			var slot *policy.Slot
+			if st := stages[c.Ifindex][c.Stage]; st != nil && st.Desc != nil {
+				if i := slices.IndexFunc(st.Desc.Slots, func(s policy.Slot) bool { return s.ID == c.Rule }); i >= 0 {
+					slot = &st.Desc.Slots[i]
+				}
+			}
+			if slot != nil {
+				s := *slot
 				switch {
 				case s.Profile != "":
 					what = fmt.Sprintf("profile %s rule %d %s", s.Profile, s.Rule, s.Action)
@@ -117,7 +117,7 @@ func WriteCounters(w io.Writer, ifs []Interface, cs []Counter) {
 				}
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", name, stage, what, c.Packets)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", name, stage, what, c.Packets, c.Bytes)
 	}
 	tw.Flush()
 }

@@ -36,20 +36,24 @@ var (
 	offVerd   = int16(unsafe.Offsetof(st.Verdict))
 	offRule   = int16(unsafe.Offsetof(st.Rule))
 	offResume = int16(unsafe.Offsetof(st.Resume))
+	offLen    = int16(unsafe.Offsetof(st.Len))
+	offRuleID = int16(unsafe.Offsetof(st.RuleId))
 	stateSize = int32(unsafe.Sizeof(st))
 )
 
 // The program's stack (R10-relative): the LPM keys of the source and the
 // destination (their address filled once), a named-port key, a counter
-// key and a value of one.
+// key and a first counter value.
 var (
 	setKeySize  = int16(unsafe.Sizeof(bpf.SetKey{}))
 	portKeySize = int16(unsafe.Sizeof(bpf.PortKey{}))
 	stkSrcKey   = -align8(setKeySize)
 	stkDstKey   = stkSrcKey - align8(setKeySize)
 	stkPortKey  = stkDstKey - align8(portKeySize)
-	stkCounter  = stkPortKey - 8
-	stkOne      = stkCounter - 8
+	counterKey  = int16(unsafe.Sizeof(bpf.CounterKey{}))
+	counterVal  = int16(unsafe.Sizeof(bpf.CounterValue{}))
+	stkCounter  = stkPortKey - align8(counterKey)
+	stkValue    = stkCounter - align8(counterVal)
 )
 
 func align8(n int16) int16 { return (n + 7) &^ 7 }
@@ -161,8 +165,17 @@ func (g *gen) prologue(src, dst bool) {
 	}
 }
 
-// epilogue: the verdict is in the state; back to the resume program.
+// epilogue: the verdict tails store the verdict and the rule id (R1) in
+// the state; then back to the resume program.
 func (g *gen) epilogue() {
+	for _, t := range verdicts {
+		g.label(t.label)
+		g.emit(
+			g.commented("verdict "+t.label[len("verdict_"):], asm.StoreImm(rState, offVerd, int64(t.v), asm.Byte)),
+			asm.StoreMem(rState, offRuleID, asm.R1, asm.DWord),
+			asm.Ja.Label("out"),
+		)
+	}
 	g.label("out")
 	g.emit(
 		g.commented("tail call the resume program", asm.Mov.Reg(asm.R1, rCtx)),
@@ -174,46 +187,63 @@ func (g *gen) epilogue() {
 	)
 }
 
-// slot records a counter slot and returns its number.
-func (g *gen) slot(s Slot) int {
+// slot records a counter slot, with its stable rule id, and returns it.
+func (g *gen) slot(s Slot) Slot {
 	s.Slot = len(g.slots)
+	s.ID = RuleID(s)
 	g.slots = append(g.slots, s)
-	return s.Slot
+	return s
 }
 
-// verdict ends the walk with v, counted at slot s.
+// verdicts are the labels of the shared verdict tails, by verdict.
+var verdicts = []struct {
+	v     uint8
+	label string
+}{{verdictAllow, "verdict_allow"}, {verdictDeny, "verdict_deny"}, {verdictNone, "verdict_none"}}
+
+// verdict ends the walk with v, counted under slot s's rule id: the id
+// goes in R1 and a shared tail stores it with the verdict (three
+// instructions a rule, which keeps a thousand rules within MaxInsns).
 func (g *gen) verdict(v uint8, s Slot) {
-	n := g.slot(s)
-	g.emit(
-		g.commented(fmt.Sprintf("slot %d: %s (%s)", n, s.Action, s.Match), asm.StoreImm(rState, offVerd, int64(v), asm.Byte)),
-		asm.StoreImm(rState, offRule, int64(n), asm.Half),
-		asm.Ja.Label("out"),
-	)
+	s = g.slot(s)
+	for _, t := range verdicts {
+		if t.v == v {
+			g.emit(
+				g.commented(fmt.Sprintf("slot %d: %s (%s)", s.Slot, s.Action, s.Match), asm.LoadImm(asm.R1, int64(s.ID), asm.DWord)),
+				asm.Ja.Label(t.label),
+			)
+		}
+	}
 }
 
-// count adds one to the counter of slot n (for Pass and Log rules, which
-// do not end the walk).
-func (g *gen) count(n int) {
+// count adds the packet to the counter of slot s (for Pass and Log
+// rules, which do not end the walk): the key is the interface, the stage
+// and the rule id, as the resume program counts a verdict.
+func (g *gen) count(s Slot) {
 	have, done := g.newLabel("count_have"), g.newLabel("count_done")
 	g.emit(
 		asm.LoadMem(asm.R1, rState, offIf, asm.Word),
 		asm.StoreMem(asm.RFP, stkCounter, asm.R1, asm.Word),
-		asm.StoreImm(asm.RFP, stkCounter+4, int64(n), asm.Half),
 		asm.LoadMem(asm.R1, rState, offPhase, asm.Byte),
-		asm.StoreMem(asm.RFP, stkCounter+6, asm.R1, asm.Byte),
-		asm.StoreImm(asm.RFP, stkCounter+7, 0, asm.Byte),
+		asm.StoreMem(asm.RFP, stkCounter+4, asm.R1, asm.Byte),
+		asm.StoreImm(asm.RFP, stkCounter+5, 0, asm.Byte),
+		asm.StoreImm(asm.RFP, stkCounter+6, 0, asm.Half),
+		asm.LoadImm(asm.R1, int64(s.ID), asm.DWord),
+		asm.StoreMem(asm.RFP, stkCounter+8, asm.R1, asm.DWord),
 		mapRef(asm.R1, bpf.MapCounters),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, int32(stkCounter)),
 		asm.FnMapLookupElem.Call(),
 		asm.JNE.Imm(asm.R0, 0, have),
 		asm.Mov.Imm(asm.R1, 1),
-		asm.StoreMem(asm.RFP, stkOne, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, stkValue, asm.R1, asm.DWord),
+		asm.LoadMem(asm.R1, rState, offLen, asm.Word),
+		asm.StoreMem(asm.RFP, stkValue+8, asm.R1, asm.DWord),
 		mapRef(asm.R1, bpf.MapCounters),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, int32(stkCounter)),
 		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, int32(stkOne)),
+		asm.Add.Imm(asm.R3, int32(stkValue)),
 		asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
 		asm.FnMapUpdateElem.Call(),
 		asm.Ja.Label(done),
@@ -223,6 +253,10 @@ func (g *gen) count(n int) {
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
 		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.LoadMem(asm.R1, asm.R0, 8, asm.DWord),
+		asm.LoadMem(asm.R2, rState, offLen, asm.Word),
+		asm.Add.Reg(asm.R1, asm.R2),
+		asm.StoreMem(asm.R0, 8, asm.R1, asm.DWord),
 	)
 	g.label(done)
 }
@@ -232,6 +266,8 @@ func (g *gen) count(n int) {
 func (g *gen) rule(r calc.Rule, s Slot, pass string) {
 	s.Action = string(r.Action)
 	s.Match = Describe(r)
+	s.Index = r.Index
+	s.content = r
 	next := g.newLabel("rule_end")
 	g.emit(g.commented(fmt.Sprintf("%s %s rule %d: %s %s", s.Tier+s.Profile, s.Policy, s.Rule, s.Action, s.Match), asm.Mov.Reg(rState, rState)))
 	g.match(r, next)
@@ -244,16 +280,16 @@ func (g *gen) rule(r calc.Rule, s Slot, pass string) {
 		g.count(g.slot(s))
 		g.emit(asm.Ja.Label(pass))
 	case calc.Log:
-		n := g.slot(s)
+		s = g.slot(s)
 		g.emit(
-			asm.StoreImm(rState, offRule, int64(n), asm.Half),
+			asm.StoreImm(rState, offRule, int64(s.Slot), asm.Half),
 			mapRef(asm.R1, bpf.MapEvents),
 			asm.Mov.Reg(asm.R2, rState),
 			asm.Mov.Imm(asm.R3, stateSize),
 			asm.Mov.Imm(asm.R4, 0),
 			asm.FnRingbufOutput.Call(),
 		)
-		g.count(n)
+		g.count(s)
 	default:
 		g.fail = fmt.Errorf("rule %d of %s%s: unknown action %q", s.Rule, s.Policy, s.Profile, r.Action)
 	}

@@ -10,7 +10,9 @@ package policy
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	"github.com/cilium/ebpf/asm"
@@ -54,16 +56,43 @@ type Profile struct {
 // Slot is one counter slot: a rule, or an implicit end.
 type Slot struct {
 	Slot int `json:"slot"`
+	// ID is the rule's stable identity and its counters' key (RuleID).
+	ID uint64 `json:"id"`
 	// Tier and Policy, or Profile, name where the rule is; Rule is its
-	// index there, -1 for an implicit end.
-	Tier    string `json:"tier,omitempty"`
-	Policy  string `json:"policy,omitempty"`
-	Profile string `json:"profile,omitempty"`
-	Rule    int    `json:"rule"`
+	// position among the stage's rules of the policy, -1 for an implicit
+	// end. Namespace and Name are the policy's (Namespace empty for a
+	// GlobalNetworkPolicy); Index is the rule's index in its policy or
+	// profile as written (calc.Rule.Index), -1 for an implicit end.
+	Tier      string `json:"tier,omitempty"`
+	Policy    string `json:"policy,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Profile   string `json:"profile,omitempty"`
+	Rule      int    `json:"rule"`
+	Index     int    `json:"index"`
 	// Action is Allow, Deny, Pass or Log (implicit ends: Deny or None).
 	Action string `json:"action"`
 	// Match says what the rule matches, or why the walk ended there.
 	Match string `json:"match"`
+	// content is the compiled rule, for RuleID.
+	content calc.Rule
+}
+
+// RuleID is a slot's stable identity, the key its packets are counted
+// under: the first 8 bytes of a SHA-256 of where the rule is (tier,
+// policy or profile, its index) and all it says (the compiled rule), or
+// of the implicit end. It does not depend on the program: a program
+// rewritten because another rule changed keeps counting the unchanged
+// ones under the same keys, and a changed rule (or one that moved) gets
+// a new key, so no count is ever read as another rule's.
+func RuleID(s Slot) uint64 {
+	h := sha256.New()
+	fmt.Fprintf(h, "tier=%q policy=%q profile=%q index=%d action=%q match=%q\n", s.Tier, s.Policy, s.Profile, s.Index, s.Action, s.Match)
+	if s.Rule >= 0 {
+		b, _ := json.Marshal(s.content)
+		h.Write(b)
+	}
+	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
 }
 
 // Program is a compiled stage.
@@ -93,11 +122,11 @@ func Compile(in Input) (*Program, error) {
 		pass := fmt.Sprintf("tier%d_end", ti)
 		for _, p := range t.Policies {
 			for i, r := range p.Rules {
-				g.rule(r, Slot{Tier: t.Name, Policy: p.ID.String(), Rule: i}, pass)
+				g.rule(r, Slot{Tier: t.Name, Policy: p.ID.String(), Namespace: p.ID.Namespace, Name: p.ID.Name, Rule: i}, pass)
 			}
 		}
 		if in.Final && t.DefaultAction != calc.Pass {
-			g.verdict(verdictDeny, Slot{Tier: t.Name, Rule: -1, Action: "Deny", Match: "end of tier " + t.Name + ": no policy allowed or passed the packet"})
+			g.verdict(verdictDeny, Slot{Tier: t.Name, Rule: -1, Index: -1, Action: "Deny", Match: "end of tier " + t.Name + ": no policy allowed or passed the packet"})
 		}
 		g.label(pass)
 	}
@@ -105,13 +134,13 @@ func Compile(in Input) (*Program, error) {
 		for pi, p := range in.Profiles {
 			next := fmt.Sprintf("profile%d_end", pi)
 			for i, r := range p.Rules {
-				g.rule(r, Slot{Profile: p.Name, Rule: i}, next)
+				g.rule(r, Slot{Profile: p.Name, Name: p.Name, Rule: i}, next)
 			}
 			g.label(next)
 		}
-		g.verdict(verdictDeny, Slot{Rule: -1, Action: "Deny", Match: "no policy or profile allowed the packet"})
+		g.verdict(verdictDeny, Slot{Rule: -1, Index: -1, Action: "Deny", Match: "no policy or profile allowed the packet"})
 	} else {
-		g.verdict(verdictNone, Slot{Rule: -1, Action: "None", Match: "no decision: the walk goes on"})
+		g.verdict(verdictNone, Slot{Rule: -1, Index: -1, Action: "None", Match: "no decision: the walk goes on"})
 	}
 	g.epilogue()
 	if err := g.err(); err != nil {

@@ -109,7 +109,7 @@ var cases = []struct {
 func listing(p *Program) string {
 	var b strings.Builder
 	for _, s := range p.Slots {
-		fmt.Fprintf(&b, "slot %d: tier=%q policy=%q profile=%q rule=%d %s: %s\n", s.Slot, s.Tier, s.Policy, s.Profile, s.Rule, s.Action, s.Match)
+		fmt.Fprintf(&b, "slot %d: id=%#016x tier=%q policy=%q profile=%q rule=%d index=%d %s: %s\n", s.Slot, s.ID, s.Tier, s.Policy, s.Profile, s.Rule, s.Index, s.Action, s.Match)
 	}
 	fmt.Fprintf(&b, "\n%v", p.Insns)
 	return b.String()

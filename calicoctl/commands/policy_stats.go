@@ -27,8 +27,8 @@ rule was last written). POLICY limits the list to the policies or profiles
 of that name (NAME, NAMESPACE/NAME or TIER.NAME).
 
 The counters come from the calico-node running here (its status socket in
---run-dir); --node names the node it must be. They are the iptables
-dataplane's: a node running the eBPF dataplane answers that it has none.`,
+--run-dir); --node names the node it must be. They are the dataplane's:
+iptables rule counters, or the eBPF dataplane's counter map.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			output = strings.ToLower(output)

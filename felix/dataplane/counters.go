@@ -120,10 +120,16 @@ func (x *CounterIndex) Read(ctx context.Context) ([]calc.RuleCounter, error) {
 			}
 		}
 	}
+	return SortedCounters(sums), errors.Join(errs...)
+}
+
+// SortedCounters lists the sums of a dataplane's counters in
+// calc.SortRuleCounters order.
+func SortedCounters(sums map[calc.RuleRef]*calc.RuleCounter) []calc.RuleCounter {
 	out := make([]calc.RuleCounter, 0, len(sums))
 	for _, s := range sums {
 		out = append(out, *s)
 	}
 	calc.SortRuleCounters(out)
-	return out, errors.Join(errs...)
+	return out
 }

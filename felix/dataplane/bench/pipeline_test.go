@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -206,62 +205,21 @@ func itoa(i int) string {
 
 // echo serves one-byte request/response on port in run's namespace.
 func echo(b *testing.B, run *nsexec.Runner, port int) net.Listener {
-	var l net.Listener
-	if err := run.Do(func() error {
-		var err error
-		l, err = net.Listen("tcp4", ":"+itoa(port))
-		return err
-	}); err != nil {
+	l, err := nstest.Echo(run, ":"+itoa(port))
+	if err != nil {
 		b.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 1)
-				for {
-					if _, err := io.ReadFull(c, buf); err != nil {
-						return
-					}
-					if _, err := c.Write(buf); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
 	return l
 }
 
 // rr runs one-byte request/response transactions over one connection for
 // d and returns the rate per second.
 func rr(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, d time.Duration) float64 {
-	var c net.Conn
-	if err := run.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp4", dst.String(), time.Second)
-		return err
-	}); err != nil {
+	r, err := nstest.RR(run, dst, d, false)
+	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	buf := []byte{'x'}
-	n := 0
-	start := time.Now()
-	for time.Since(start) < d {
-		if _, err := c.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			b.Fatal(err)
-		}
-		n++
-	}
-	return float64(n) / time.Since(start).Seconds()
+	return r
 }
 
 // BenchmarkRequestResponse compares the pod→pod TCP request/response

@@ -302,6 +302,11 @@ func (d *Driver) Apply(ctx context.Context) error {
 		if n > 0 {
 			d.log.WithField("entries", n).Debug("Conntrack entries expired")
 		}
+		if ifaceErr == nil {
+			if err := d.collectCounters(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	if ifaceErr == nil && len(errs) == 0 {
 		errs = append(errs, d.reportStatus()...)

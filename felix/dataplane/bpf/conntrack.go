@@ -92,7 +92,7 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 	if len(gone) > 0 {
 		counters := objs.Maps[palbpf.MapCounters]
 		var ck palbpf.CounterKey
-		var cv []uint64
+		var cv []palbpf.CounterValue
 		var cstale []palbpf.CounterKey
 		it = counters.Iterate()
 		for it.Next(&ck, &cv) {

@@ -62,7 +62,7 @@ func TestCollectConntrack(t *testing.T) {
 		}
 	}
 	counters := objs.Maps[palbpf.MapCounters]
-	per := make([]uint64, len(mustCPUs(t)))
+	per := make([]palbpf.CounterValue, len(mustCPUs(t)))
 	for _, idx := range []uint32{5, 9} {
 		if err := counters.Put(palbpf.CounterKey{Ifindex: idx, Stage: palbpf.StageGeneral}, per); err != nil {
 			t.Fatal(err)
