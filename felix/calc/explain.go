@@ -518,6 +518,14 @@ func (x *explainer) InSet(id string, addr netip.Addr, proto uint8, port uint16) 
 	if s == nil {
 		return false
 	}
+	if s.service != "" {
+		m := addr.String()
+		if s.svcPorts {
+			m += "," + ProtocolName(proto) + ":" + fmt.Sprint(port)
+		}
+		_, ok := x.g.labels.services.members(s.service, s.svcPorts)[m]
+		return ok
+	}
 	want := ""
 	if s.namedPort != "" {
 		want = addr.String() + "," + ProtocolName(proto) + ":" + fmt.Sprint(port)
@@ -546,6 +554,12 @@ func (x *explainer) Describe(id string) string {
 
 // describe says what a set holds, for people.
 func (s *ipSetSpec) describe() string {
+	if s.service != "" {
+		if s.svcPorts {
+			return "endpoints of Service " + s.service + " on its ports"
+		}
+		return "endpoints of Service " + s.service
+	}
 	sel := "all()"
 	if s.sel != nil {
 		sel = s.sel.String()
