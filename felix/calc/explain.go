@@ -626,6 +626,10 @@ func (x *explainer) compile(p *policyInfo) {
 		return
 	}
 	cp, specs, notes := x.r.compilePolicy(p)
+	if !x.g.labels.services.synced && (namesService(p.inRules) || namesService(p.outRules)) {
+		x.out.Incomplete = true
+		x.note("policy %s names a Service: felix matches the endpoints of its EndpointSlices, read from the Kubernetes API, which this explanation does not read", p.id)
+	}
 	x.compiled[p.key] = cp
 	x.byID[cp.ID] = cp
 	x.addSpecs(specs)
