@@ -5,8 +5,15 @@ import (
 	"net/netip"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/kubeslices"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
 )
 
 // sliceFeed is felix's EndpointSlice source for a kernel test: the test
@@ -102,4 +109,62 @@ spec:
 			c.expect(deny("client", "web", "tcp", 8080), deny("client", "other", "tcp", 8080))
 		})
 	}
+}
+
+// TestServicePolicyKube is TestServicePolicy's egress half end to end:
+// felix reads the EndpointSlices that a real kube-controller-manager makes
+// from pods in a real kube-apiserver (through kubeslices, as calico-node
+// wires it), and a pod deleted in Kubernetes loses its place in the
+// Service, so the client can no longer reach it.
+func TestServicePolicyKube(t *testing.T) {
+	kc := kubetest.Start(t)
+	if err := kc.StartControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClusterNoFelix(t, "NFT", false)
+	cfg := c.felixConfigOf()
+	cfg.EndpointSlices = &kubeslices.Source{Connect: func() (kubernetes.Interface, error) { return kc.Client, nil }, Log: cfg.Log}
+	runFelix(t, c.ctx, c.cancel, cfg)
+	setupPods(c)
+
+	ctx := c.ctx
+	for _, ns := range []string{"ns-a", "ns-b"} {
+		if _, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kc.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "backend", Namespace: "ns-a"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"tier": "backend"},
+		Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+	}}
+	if _, err := kc.Client.CoreV1().Services("ns-a").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	backend := map[string]string{"tier": "backend"}
+	if err := kc.ReadyPod(ctx, "ns-a", "web", nodeName, "10.65.0.1", backend); err != nil {
+		t.Fatal(err)
+	}
+	// A pod of ns-a in Kubernetes holding other's address.
+	if err := kc.ReadyPod(ctx, "ns-a", "other", nodeName, "10.65.0.3", backend); err != nil {
+		t.Fatal(err)
+	}
+
+	rs := c.apply(`apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: to-backend, namespace: ns-a}
+spec:
+  selector: app == 'client'
+  types: [Egress]
+  egress: [{action: Allow, destination: {services: {name: backend}}}]
+`)
+	c.waitPolicies(rs, true)
+	c.expect(allow("client", "web", "tcp", 8080), allow("client", "other", "tcp", 8080),
+		deny("client", "web", "tcp", 8081), deny("client", "ext", "tcp", 8080))
+	if err := kc.Client.CoreV1().Pods("ns-a").Delete(ctx, "other", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(allow("client", "web", "tcp", 8080), deny("client", "other", "tcp", 8080))
 }
