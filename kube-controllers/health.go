@@ -34,6 +34,7 @@ type Health struct {
 	writes      *prometheus.GaugeVec
 	queues      *queueMetrics
 	reclaimed   *prometheus.CounterVec
+	lbAllocated prometheus.Gauge
 }
 
 type controllerHealth struct {
@@ -61,8 +62,10 @@ func newHealth() *Health {
 		Help: "Writes made to etcd by each controller since it started"}, []string{"controller"})
 	h.reclaimed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipam_allocations_gc_reclamations",
 		Help: "Count of Calico IP allocations that have been reclaimed by the GC."}, []string{"ippool", "node"})
+	h.lbAllocated = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipam_loadbalancer_allocations",
+		Help: "Number of LoadBalancer Service addresses the loadbalancer controller holds in IPAM (on the leader)."})
 	h.queues = newQueueMetrics()
-	h.reg.MustRegister(h.readyGauge, h.leaderGauge, h.writes, h.reclaimed)
+	h.reg.MustRegister(h.readyGauge, h.leaderGauge, h.writes, h.reclaimed, h.lbAllocated)
 	h.queues.register(h.reg)
 	return h
 }

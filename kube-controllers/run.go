@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -367,6 +368,9 @@ func runControllers(ctx context.Context, client kubernetes.Interface, store *etc
 		case config.Node:
 			cs = append(cs, controllers.NewNodes(d, controllers.NodeOptions{SyncLabels: run.SyncLabels, LeakGracePeriod: run.LeakGracePeriod,
 				Reclaimed: reclaimedCounter(ctx, store, h.reclaimed)}))
+		case config.LoadBalancer:
+			cs = append(cs, controllers.NewLoadBalancer(d, controllers.LoadBalancerOptions{AssignIPs: run.AssignIPs,
+				Allocated: h.lbAllocated.Set}))
 		}
 	}
 	h.set(func(h *Health) {
@@ -478,8 +482,9 @@ func compact(ctx context.Context, store *etcdv3.Store, period time.Duration) {
 
 // trim keeps of each informer object only what the controllers read, so
 // a large cluster's caches stay small: no managed fields or annotations
-// anywhere, and of a pod only its identity, labels, node, service
-// account and addresses.
+// anywhere (but a Service's projectcalico.org ones, which ask for its
+// LoadBalancer addresses), and of a pod only its identity, labels, node,
+// service account and addresses.
 func trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
@@ -489,6 +494,18 @@ func trim(obj any) (any, error) {
 			Spec:   corev1.PodSpec{NodeName: o.Spec.NodeName, ServiceAccountName: o.Spec.ServiceAccountName},
 			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
+	case *corev1.Service:
+		o.SetManagedFields(nil)
+		var keep map[string]string
+		for k, v := range o.Annotations {
+			if strings.HasPrefix(k, "projectcalico.org/") {
+				if keep == nil {
+					keep = map[string]string{}
+				}
+				keep[k] = v
+			}
+		}
+		o.SetAnnotations(keep)
 	case metav1.Object:
 		o.SetManagedFields(nil)
 		o.SetAnnotations(nil)

@@ -237,10 +237,11 @@ func (p perm) String() string {
 //   - calico-kube-controllers (kube-controllers/run.go, controllers/):
 //     informers (list, watch) over pods and nodes (node.go,
 //     workloadendpoint.go), namespaces and service accounts (profiles.go)
-//     NetworkPolicies (policy.go) and StatefulSets (node.go, sticky
-//     addresses); a Get of a node (node.go), of a pod (node.go,
-//     workloadendpoint.go) and of a StatefulSet (node.go) to confirm it is
-//     gone; the
+//     NetworkPolicies (policy.go), Services (loadbalancer.go) and
+//     StatefulSets (node.go, sticky addresses); a merge patch of a
+//     Service's status and the create of an Event on it (loadbalancer.go);
+//     a Get of a node (node.go), of a pod (node.go, workloadendpoint.go)
+//     and of a StatefulSet (node.go) to confirm it is gone; the
 //     leader election's LeaseLock: get, create, update (release is an
 //     update) of its Lease in kube-system; /readyz (every authenticated
 //     user may).
@@ -255,6 +256,8 @@ var needs = map[string][]perm{
 		{"get", "", "nodes", "", ""}, {"list", "", "nodes", "", ""}, {"watch", "", "nodes", "", ""},
 		{"list", "", "namespaces", "", ""}, {"watch", "", "namespaces", "", ""},
 		{"list", "", "serviceaccounts", "", ""}, {"watch", "", "serviceaccounts", "", ""},
+		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
+		{"patch", "", "services/status", "", ""}, {"create", "", "events", "", ""},
 		{"list", "networking.k8s.io", "networkpolicies", "", ""}, {"watch", "networking.k8s.io", "networkpolicies", "", ""},
 		{"get", "apps", "statefulsets", "", ""}, {"list", "apps", "statefulsets", "", ""}, {"watch", "apps", "statefulsets", "", ""},
 		{"create", "coordination.k8s.io", "leases", "kube-system", ""},
@@ -274,7 +277,9 @@ var needs = map[string][]perm{
 var nearMisses = map[string][]perm{
 	"calico-kube-controllers": {
 		{"update", "", "pods", "default", ""}, {"patch", "", "nodes", "", ""}, {"delete", "", "nodes", "", ""},
-		{"get", "", "secrets", "kube-system", ""}, {"list", "", "services", "", ""}, {"get", "", "namespaces", "", "default"},
+		{"get", "", "secrets", "kube-system", ""}, {"get", "", "namespaces", "", "default"},
+		{"update", "", "services", "default", ""}, {"patch", "", "services", "default", ""}, {"update", "", "services/status", "default", ""},
+		{"patch", "", "events", "default", ""}, {"list", "", "endpoints", "", ""},
 		{"create", "networking.k8s.io", "networkpolicies", "default", ""},
 		{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager"},
 		{"delete", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},

@@ -15,8 +15,13 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/apiconfig"
 	"github.com/palisade-net/palisade/libcalico/buildinfo"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
@@ -26,6 +31,7 @@ type ipamCheckOptions struct {
 	showAllIPs     bool
 	showProblemIPs bool
 	output         string
+	kubeconfig     string
 }
 
 func newIPAMCheckCommand(a *app) *cobra.Command {
@@ -33,11 +39,12 @@ func newIPAMCheckCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check the integrity of the IPAM datastructures",
-		Long: "Check cross-references IPAM's allocations with the WorkloadEndpoints and nodes\n" +
-			"that use addresses, in Calico's sections: addresses allocated but not in use\n" +
-			"(leaked), addresses in use but not allocated or outside every active pool,\n" +
-			"addresses with several owners, handles with no address, and handles named in\n" +
-			"blocks that do not exist. With -o it writes Calico's JSON report, which\n" +
+		Long: "Check cross-references IPAM's allocations with the WorkloadEndpoints, nodes\n" +
+			"and LoadBalancer Services (read with --kubeconfig) that use addresses, in\n" +
+			"Calico's sections: addresses allocated but not in use (leaked), addresses in\n" +
+			"use but not allocated or outside every active pool, addresses with several\n" +
+			"owners, handles with no address, and handles named in blocks that do not\n" +
+			"exist. With -o it writes Calico's JSON report, which\n" +
 			"`ipam release --from-report` takes. It changes nothing.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,6 +54,7 @@ func newIPAMCheckCommand(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&o.showAllIPs, "show-all-ips", false, "Print all IPs that are checked.")
 	cmd.Flags().BoolVar(&o.showProblemIPs, "show-problem-ips", false, "Print all IPs that are leaked or not allocated properly.")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Path to output report file.")
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig file of the API server holding the Services (default: KUBECONFIG, then kubeconfig in the config file).")
 	return cmd
 }
 
@@ -86,6 +94,8 @@ type checkAllocation struct {
 	Owners   []string `json:"owners"`
 
 	attrs map[string]string
+	// lb: a Service's LoadBalancer address, in use while its Service is.
+	lb bool
 }
 
 // checkHandle is a handle as the report names it (Calico's field names;
@@ -236,7 +246,14 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 		}
 	}
 	fmt.Fprintf(out, "Found %d workload IPs.\n", numWEPIPs)
-	fmt.Fprintf(out, "Workloads and nodes are using %d IPs.\n", len(c.inUse))
+	if lb := c.loadBalancerAllocations(); len(lb) > 0 {
+		if err := a.checkLoadBalancerServices(ctx, c, lb, o.kubeconfig); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Workloads, nodes and Services are using %d IPs.\n", len(c.inUse))
+	} else {
+		fmt.Fprintf(out, "Workloads and nodes are using %d IPs.\n", len(c.inUse))
+	}
 	fmt.Fprintln(out)
 
 	fmt.Fprintln(out, "Loading all handles")
@@ -373,6 +390,7 @@ func (c *ipamChecker) recordAllocation(b ipam.Block, al ipam.Allocation) {
 		ca.Reserved = al.Attrs[ipam.AttrReleasePolicy]
 		ca.Borrowed = ca.Node != "" && ca.Node != b.Host
 	}
+	ca.lb = al.IsLoadBalancer()
 	if al.HandleID != "" {
 		c.inUseHandles[al.HandleID] = true
 	}
@@ -424,4 +442,74 @@ func normaliseIP(s string) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	return a.Unmap(), nil
+}
+
+// loadBalancerAllocations are the Services' LoadBalancer addresses.
+func (c *ipamChecker) loadBalancerAllocations() []*checkAllocation {
+	var out []*checkAllocation
+	for _, ip := range slices.SortedFunc(maps.Keys(c.allocations), netip.Addr.Compare) {
+		for _, al := range c.allocations[ip] {
+			if al.lb {
+				out = append(out, al)
+			}
+		}
+	}
+	return out
+}
+
+// checkLoadBalancerServices marks each LoadBalancer address in use by its
+// Service when that Service exists (the same object: its handle names
+// the Service's UID) and is still of type LoadBalancer; the others are
+// left not in use, so they count as leaked, as Calico's check does. With
+// no kubeconfig the Services cannot be read: the addresses are then
+// taken as in use, never called leaked on a guess (a report's leaked
+// addresses are what `ipam release --from-report` frees).
+func (a *app) checkLoadBalancerServices(ctx context.Context, c *ipamChecker, lb []*checkAllocation, kubeconfig string) error {
+	out := c.out
+	fmt.Fprintln(out, "Loading all LoadBalancer Services.")
+	if kubeconfig == "" {
+		var err error
+		if kubeconfig, err = apiconfig.Kubeconfig(a.configPath, a.env.Getenv); err != nil {
+			return fmt.Errorf("Failed to create Calico API client: %w", err)
+		}
+	}
+	owner := func(al *checkAllocation) string {
+		return fmt.Sprintf("Service(%s/%s)", al.Namespace, al.attrs[ipam.AttrService])
+	}
+	if kubeconfig == "" {
+		for _, al := range lb {
+			c.recordInUse(netip.MustParseAddr(al.IP), owner(al))
+		}
+		fmt.Fprintf(out, "No kubeconfig (--kubeconfig, KUBECONFIG or kubeconfig in the calicoctl config): %d LoadBalancer IPs taken as in use by their Services, not checked.\n", len(lb))
+		return nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to the Kubernetes API of %s: %w", kubeconfig, err)
+	}
+	list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("failed to list Services: %w", err)
+	}
+	want := map[string]bool{} // handles of the LoadBalancer Services
+	for _, svc := range list.Items {
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil {
+			want[ipam.LoadBalancerHandle(svc.Namespace, svc.Name, string(svc.UID))] = true
+		}
+	}
+	used, gone := 0, 0
+	for _, al := range lb {
+		if !want[al.Handle] {
+			gone++
+			continue
+		}
+		c.recordInUse(netip.MustParseAddr(al.IP), owner(al))
+		used++
+	}
+	fmt.Fprintf(out, "Found %d LoadBalancer Service IPs (and %d LoadBalancer IPs whose Service no longer exists or is no longer a LoadBalancer).\n", used, gone)
+	return nil
 }

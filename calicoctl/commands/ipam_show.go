@@ -97,6 +97,10 @@ func showIP(ctx context.Context, out io.Writer, s *ipamSession, ip netip.Addr) e
 		fmt.Fprintf(out, "Reserved (%s) for pod %s/%s of %s %s; %s\n", al.Attrs[ipam.AttrReleasePolicy], al.Attrs["namespace"], al.Attrs["pod"],
 			al.Attrs[ipam.AttrOwnerKind], al.Attrs[ipam.AttrOwnerName], user)
 	}
+	if al.IsLoadBalancer() {
+		ns, name := al.LoadBalancerService()
+		fmt.Fprintf(out, "LoadBalancer address of Service %s/%s\n", ns, name)
+	}
 	if al.HandleID != "" {
 		fmt.Fprintf(out, "Handle ID: %s\n", al.HandleID)
 	}
@@ -147,16 +151,20 @@ func showUsage(ctx context.Context, out io.Writer, s *ipamSession, blocks bool) 
 	return showReservedCount(ctx, out, s)
 }
 
-// showReservedCount says how many of the addresses in use are sticky
-// reservations (printed only when there are any).
+// showReservedCount says how many of the addresses in use are Services'
+// LoadBalancer addresses and sticky reservations (each printed only when
+// there are any).
 func showReservedCount(ctx context.Context, out io.Writer, s *ipamSession) error {
 	blocks, err := s.alloc.ListBlocks(ctx)
 	if err != nil {
 		return fmt.Errorf("listing IPAM blocks: %w", err)
 	}
-	reserved, idle := 0, 0
+	reserved, idle, lb := 0, 0, 0
 	for _, b := range blocks {
 		for _, al := range b.Allocations {
+			if al.IsLoadBalancer() {
+				lb++
+			}
 			if al.IsSticky() {
 				reserved++
 				if !al.InUse() {
@@ -164,6 +172,9 @@ func showReservedCount(ctx context.Context, out io.Writer, s *ipamSession) error
 				}
 			}
 		}
+	}
+	if lb > 0 {
+		fmt.Fprintf(out, "%d of the IPs in use are LoadBalancer addresses of Services.\n", lb)
 	}
 	if reserved == 0 {
 		return nil

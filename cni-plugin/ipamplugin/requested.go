@@ -37,7 +37,8 @@ func (p Plugin) AddRequested(ctx context.Context, prep Prepared, addrs []netip.A
 	}
 	var assigned []netip.Addr
 	for _, a := range want {
-		err := p.Alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: a, HandleID: handle, Attrs: attributes(p.Workload), Hostname: p.Workload.Node})
+		err := p.Alloc.AssignIP(ctx, ipam.AssignIPArgs{IP: a, HandleID: handle, Attrs: attributes(p.Workload), Hostname: p.Workload.Node,
+			Intent: ipam.IntentWorkload})
 		if err != nil {
 			// Only what this call assigned.
 			if rerr := p.ReleaseAssigned(ctx, handle, assigned); rerr != nil {

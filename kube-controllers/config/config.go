@@ -27,13 +27,12 @@ const (
 	Namespace        = "namespace"
 	ServiceAccount   = "serviceaccount"
 	WorkloadEndpoint = "workloadendpoint"
-	// LoadBalancer is Calico's LoadBalancer IPAM controller, which
-	// Palisade does not have: naming it is an error.
+	// LoadBalancer is the LoadBalancer IPAM controller.
 	LoadBalancer = "loadbalancer"
 )
 
 // AllControllers are the controllers Palisade runs, in start order.
-var AllControllers = []string{Policy, Namespace, ServiceAccount, WorkloadEndpoint, Node}
+var AllControllers = []string{Policy, Namespace, ServiceAccount, WorkloadEndpoint, Node, LoadBalancer}
 
 // Defaults, as Calico's.
 const (
@@ -154,6 +153,9 @@ type Run struct {
 	HealthEnabled bool
 	// MetricsPort is the port of the health and metrics server (0: none).
 	MetricsPort int
+	// AssignIPs is the loadbalancer controller's AllServices or
+	// RequestedServicesOnly.
+	AssignIPs string
 }
 
 // IsEnabled says whether controller name runs.
@@ -179,6 +181,7 @@ func Default() *v3.KubeControllersConfiguration {
 				WorkloadEndpoint: &v3.WorkloadEndpointControllerConfig{ReconcilerPeriod: period()},
 				ServiceAccount:   &v3.ServiceAccountControllerConfig{ReconcilerPeriod: period()},
 				Namespace:        &v3.NamespaceControllerConfig{ReconcilerPeriod: period()},
+				LoadBalancer:     &v3.LoadBalancerControllerConfig{AssignIPs: "AllServices"},
 			},
 		},
 	}
@@ -221,8 +224,17 @@ func Merge(spec v3.KubeControllersConfigurationSpec, env map[string]string, heal
 	if c.Node != nil {
 		enabled[Node], periods[Node] = true, c.Node.ReconcilerPeriod
 	}
+	r.AssignIPs = "AllServices"
 	if c.LoadBalancer != nil {
-		warnings = append(warnings, "spec.controllers.loadBalancer: Palisade has no LoadBalancer IPAM controller; not run")
+		enabled[LoadBalancer] = true
+		if c.LoadBalancer.AssignIPs != "" {
+			r.AssignIPs = c.LoadBalancer.AssignIPs
+		}
+		switch r.AssignIPs {
+		case "AllServices", "RequestedServicesOnly":
+		default:
+			return r, status, warnings, fmt.Errorf("spec.controllers.loadBalancer.assignIPs %q: want AllServices or RequestedServicesOnly", r.AssignIPs)
+		}
 	}
 	if v, ok := env["ENABLED_CONTROLLERS"]; ok {
 		status.EnvironmentVars["ENABLED_CONTROLLERS"] = v
@@ -231,8 +243,6 @@ func Merge(spec v3.KubeControllersConfigurationSpec, env map[string]string, heal
 			name = strings.ToLower(strings.TrimSpace(name))
 			switch {
 			case name == "":
-			case name == LoadBalancer:
-				warnings = append(warnings, "ENABLED_CONTROLLERS names loadbalancer: Palisade has no LoadBalancer IPAM controller; not run")
 			case slices.Contains(AllControllers, name):
 				enabled[name] = true
 			default:
@@ -382,6 +392,8 @@ func (r Run) Spec() v3.KubeControllersConfigurationSpec {
 			}
 			s.Controllers.Node = &v3.NodeControllerConfig{ReconcilerPeriod: period(name), SyncLabels: sync,
 				HostEndpoint: &v3.AutoHostEndpointConfig{AutoCreate: "Disabled"}, LeakGracePeriod: v3.NewDuration(r.LeakGracePeriod)}
+		case LoadBalancer:
+			s.Controllers.LoadBalancer = &v3.LoadBalancerControllerConfig{AssignIPs: r.AssignIPs}
 		}
 	}
 	return s

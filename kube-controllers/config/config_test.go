@@ -49,7 +49,7 @@ func TestMerge(t *testing.T) {
 	if err != nil || len(warnings) != 0 {
 		t.Fatal(err, warnings)
 	}
-	if got := strings.Join(r.Enabled, ","); got != "policy,namespace,serviceaccount,workloadendpoint,node" {
+	if got := strings.Join(r.Enabled, ","); got != "policy,namespace,serviceaccount,workloadendpoint,node,loadbalancer" || r.AssignIPs != "AllServices" {
 		t.Errorf("default controllers %s", got)
 	}
 	if r.LeakGracePeriod != 15*time.Minute || r.ReconcilerPeriod[Policy] != 5*time.Minute || r.MetricsPort != 9094 || !r.SyncLabels || r.CompactionPeriod != 10*time.Minute {
@@ -85,9 +85,15 @@ func TestMerge(t *testing.T) {
 	}
 
 	spec = def
-	spec.Controllers.LoadBalancer = &v3.LoadBalancerControllerConfig{AssignIPs: "AllServices"}
-	if _, _, warnings, err = Merge(spec, nil, nil); err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "loadBalancer") {
-		t.Errorf("loadBalancer: %v %v", warnings, err)
+	spec.Controllers.LoadBalancer = &v3.LoadBalancerControllerConfig{AssignIPs: "RequestedServicesOnly"}
+	r, st, warnings, err = Merge(spec, nil, nil)
+	if err != nil || len(warnings) != 0 || r.AssignIPs != "RequestedServicesOnly" || !r.IsEnabled(LoadBalancer) ||
+		st.RunningConfig.Controllers.LoadBalancer == nil || st.RunningConfig.Controllers.LoadBalancer.AssignIPs != "RequestedServicesOnly" {
+		t.Errorf("loadBalancer: %+v %v %v", r, warnings, err)
+	}
+	spec.Controllers.LoadBalancer = &v3.LoadBalancerControllerConfig{AssignIPs: "Some"}
+	if _, _, _, err = Merge(spec, nil, nil); err == nil || !strings.Contains(err.Error(), "assignIPs") {
+		t.Errorf("assignIPs Some: %v", err)
 	}
 	for _, bad := range []map[string]string{
 		{"ENABLED_CONTROLLERS": "policy,routes"},

@@ -288,11 +288,12 @@ func (n *Nodes) reconcileNode(ctx context.Context, cn *v3.Node, kn string) error
 	return nil
 }
 
-// collectLeaks looks at every pod address IPAM holds: one whose pod is
-// gone, or no longer has it, is a candidate leak; a candidate seen again
-// at least the grace period after it was first seen is released (by its
-// handle, so an address handed to someone else meanwhile is never
-// touched). Candidates no longer leaked are forgotten.
+// collectLeaks looks at every pod address IPAM holds (never a Service's
+// LoadBalancer address: the loadbalancer controller owns those): one
+// whose pod is gone, or no longer has it, is a candidate leak; a
+// candidate seen again at least the grace period after it was first seen
+// is released (by its handle, so an address handed to someone else
+// meanwhile is never touched). Candidates no longer leaked are forgotten.
 func (n *Nodes) collectLeaks(ctx context.Context) error {
 	if n.alloc == nil || n.opts.LeakGracePeriod <= 0 {
 		return nil
@@ -312,6 +313,9 @@ func (n *Nodes) collectLeaks(ctx context.Context) error {
 	nodeOf := map[string]string{}
 	for _, b := range blocks {
 		for _, a := range b.Allocations {
+			if a.IsLoadBalancer() {
+				continue // a Service's: only the loadbalancer controller releases it
+			}
 			ns, pod := a.Attrs["namespace"], a.Attrs["pod"]
 			if ns == "" || pod == "" || a.HandleID == "" {
 				continue // not a pod's address

@@ -46,22 +46,48 @@ var envOverrides = []struct {
 // describes. Endpoints stay empty when nothing names one: the caller
 // decides the default. DialTimeout is left for the caller too.
 func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
+	spec, err := loadSpec(path, getenv)
+	if err != nil {
+		return etcdv3.Config{}, err
+	}
+	return etcdConfig(spec)
+}
+
+// Kubeconfig is the kubeconfig file the CalicoAPIConfig at path names
+// (spec.kubeconfig, overridden by KUBECONFIG or CALICO_KUBECONFIG), or ""
+// when none is named. Palisade's datastore is etcd; the Kubernetes API is
+// read only where a command needs Kubernetes objects (ipam check reads
+// the Services holding LoadBalancer addresses).
+func Kubeconfig(path string, getenv func(string) string) (string, error) {
+	spec, err := loadSpec(path, getenv)
+	if err != nil {
+		return "", err
+	}
+	for _, name := range []string{"KUBECONFIG", "CALICO_KUBECONFIG"} {
+		if v := getenv(name); v != "" {
+			return v, nil
+		}
+	}
+	return spec.Kubeconfig, nil
+}
+
+func loadSpec(path string, getenv func(string) string) (v3.CalicoAPIConfigSpec, error) {
 	var spec v3.CalicoAPIConfigSpec
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && path == DefaultPath:
 	case err != nil:
-		return etcdv3.Config{}, fmt.Errorf("reading config file %s: %w", path, err)
+		return spec, fmt.Errorf("reading config file %s: %w", path, err)
 	default:
 		var cfg v3.CalicoAPIConfig
 		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-			return etcdv3.Config{}, fmt.Errorf("config file %s: %w", path, err)
+			return spec, fmt.Errorf("config file %s: %w", path, err)
 		}
 		if cfg.Kind != "" && cfg.Kind != v3.KindCalicoAPIConfig {
-			return etcdv3.Config{}, fmt.Errorf("config file %s: kind is %q, want %s", path, cfg.Kind, v3.KindCalicoAPIConfig)
+			return spec, fmt.Errorf("config file %s: kind is %q, want %s", path, cfg.Kind, v3.KindCalicoAPIConfig)
 		}
 		if cfg.APIVersion != "" && cfg.APIVersion != v3.APIVersion {
-			return etcdv3.Config{}, fmt.Errorf("config file %s: apiVersion is %q, want %s", path, cfg.APIVersion, v3.APIVersion)
+			return spec, fmt.Errorf("config file %s: apiVersion is %q, want %s", path, cfg.APIVersion, v3.APIVersion)
 		}
 		spec = cfg.Spec
 	}
@@ -72,6 +98,10 @@ func Load(path string, getenv func(string) string) (etcdv3.Config, error) {
 			o.set(&spec, v)
 		}
 	}
+	return spec, nil
+}
+
+func etcdConfig(spec v3.CalicoAPIConfigSpec) (etcdv3.Config, error) {
 	switch spec.DatastoreType {
 	case "", v3.DatastoreEtcdV3:
 	default:

@@ -169,6 +169,10 @@ func TestPoolSelection(t *testing.T) {
 		{name: "requested disabled pool", args: AutoAssignArgs{Num4: 1, Hostname: "plain", IPv4Pools: []string{"off"}}, wantErr: ErrPoolNotUsable},
 		{name: "requested manual pool", args: AutoAssignArgs{Num4: 1, Hostname: "plain", IPv4Pools: []string{"10.4.0.0/16"}}, want: "10.4.0.0/16"},
 		{name: "no ipv6 pool", args: AutoAssignArgs{Num6: 1, Hostname: "plain"}, wantErr: ErrNoPools},
+		{name: "load balancer intent", args: AutoAssignArgs{Num4: 1, Hostname: LoadBalancerHost, Intent: IntentLoadBalancer}, want: "10.5.0.0/16"},
+		{name: "load balancer from workload pool", args: AutoAssignArgs{Num4: 1, Hostname: LoadBalancerHost, IPv4Pools: []string{"main"}, Intent: IntentLoadBalancer}, wantErr: ErrNoPools},
+		{name: "load balancer from unset uses", args: AutoAssignArgs{Num4: 1, Hostname: LoadBalancerHost, IPv4Pools: []string{"unset"}, Intent: IntentLoadBalancer}, wantErr: ErrNoPools},
+		{name: "workload from load balancer pool", args: AutoAssignArgs{Num4: 1, Hostname: "plain", IPv4Pools: []string{"lb"}}, wantErr: ErrNoPools},
 	}
 	e := newEnv(t)
 	e.pool("main", "10.0.0.0/16", func(s *v3.IPPoolSpec) { s.NodeSelector = "!has(rack)" })
@@ -178,6 +182,10 @@ func TestPoolSelection(t *testing.T) {
 		s.AllowedUses = []v3.IPPoolAllowedUse{v3.IPPoolAllowedUseTunnel}
 	})
 	e.pool("manual", "10.4.0.0/16", func(s *v3.IPPoolSpec) { s.AssignmentMode = &manual })
+	e.pool("lb", "10.5.0.0/16", func(s *v3.IPPoolSpec) {
+		s.AllowedUses = []v3.IPPoolAllowedUse{v3.IPPoolAllowedUseLoadBalancer}
+	})
+	e.pool("unset", "10.6.0.0/16", func(s *v3.IPPoolSpec) { s.NodeSelector = "has(nothing)" })
 	e.node("rack1-node", map[string]string{"rack": "r1"})
 	tests[1].want = "10.2.0.0/16" // rack1-node is selected by rack1 only
 	for _, tc := range tests {
@@ -421,5 +429,33 @@ func TestUtilizationAndConfig(t *testing.T) {
 	}
 	if _, err := e.alloc.GetUtilization(ctx, UtilizationOptions{Pools: []string{"nope"}}); !errors.Is(err, ErrPoolNotUsable) {
 		t.Errorf("utilization of a missing pool: %v", err)
+	}
+}
+
+// TestAssignIPIntent: a specific address asked for with an intent must
+// lie in a pool allowing it, so a LoadBalancer address never comes from
+// a workload pool, nor a workload's from a LoadBalancer pool.
+func TestAssignIPIntent(t *testing.T) {
+	e := newEnv(t)
+	e.pool("main", "10.0.0.0/16", nil)
+	e.pool("lb", "10.5.0.0/16", func(s *v3.IPPoolSpec) {
+		s.AllowedUses = []v3.IPPoolAllowedUse{v3.IPPoolAllowedUseLoadBalancer}
+	})
+	for _, tc := range []struct {
+		ip      string
+		intent  Intent
+		wantErr error
+	}{
+		{"10.5.0.7", IntentLoadBalancer, nil},
+		{"10.0.0.7", IntentLoadBalancer, ErrNoPools},
+		{"10.5.0.8", IntentWorkload, ErrNoPools},
+		{"10.0.0.8", IntentWorkload, nil},
+	} {
+		err := e.alloc.AssignIP(ctxT(t), AssignIPArgs{IP: netip.MustParseAddr(tc.ip), HandleID: "h-" + tc.ip, Hostname: LoadBalancerHost, Intent: tc.intent})
+		if tc.wantErr != nil {
+			wantErrIs(t, err, tc.wantErr)
+		} else if err != nil {
+			t.Errorf("%s for %s: %v", tc.ip, tc.intent, err)
+		}
 	}
 }

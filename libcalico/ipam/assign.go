@@ -39,6 +39,9 @@ func (a *Allocator) AssignIP(ctx context.Context, args AssignIPArgs) error {
 	if !ok {
 		return fmt.Errorf("assign IP %s: %w", ip, ErrNotInPool)
 	}
+	if args.Intent != "" && !p.allows(args.Intent) {
+		return fmt.Errorf("assign IP %s: ippool %q allows no %s use: %w", ip, p.name, args.Intent, ErrNoPools)
+	}
 	cidr := p.blockFor(ip)
 	key := blockKey(cidr)
 	logCtx := log.WithFields(log.Fields{"ip": ip, "handle": args.HandleID, "block": cidr})

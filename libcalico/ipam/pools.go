@@ -67,10 +67,12 @@ func (p pool) version() int {
 	return 6
 }
 
-// allows reports whether the pool serves intent.
+// allows reports whether the pool serves intent. A pool listing no uses
+// has Calico's default, Workload and Tunnel: LoadBalancer addresses come
+// only from pools that name that use.
 func (p pool) allows(intent Intent) bool {
 	if len(p.uses) == 0 {
-		return true
+		return intent != IntentLoadBalancer
 	}
 	return slices.Contains(p.uses, v3.IPPoolAllowedUse(intent))
 }

@@ -3,14 +3,22 @@ package ipam
 import "net/netip"
 
 // Intent is what an address will be used for; a pool serves only the
-// intents its spec.allowedUses lists (both when it lists none).
+// intents its spec.allowedUses lists (Workload and Tunnel when it lists
+// none).
 type Intent string
 
 // Intents.
 const (
 	IntentWorkload Intent = "Workload"
 	IntentTunnel   Intent = "Tunnel"
+	// IntentLoadBalancer is a Service's LoadBalancer address; only pools
+	// listing LoadBalancer serve it, and those serve nothing else.
+	IntentLoadBalancer Intent = "LoadBalancer"
 )
+
+// LoadBalancerHost is the virtual node LoadBalancer addresses are
+// assigned for (their blocks are affine to it), as Calico's.
+const LoadBalancerHost = "load-balancer"
 
 // AutoAssignArgs asks for addresses chosen by IPAM.
 type AutoAssignArgs struct {
@@ -55,6 +63,9 @@ type AssignIPArgs struct {
 	// Hostname is the node a block created for the address is affine to;
 	// empty creates it without affinity.
 	Hostname string
+	// Intent, when set, is the use the address is for: its pool must
+	// allow it (ErrNoPools otherwise). Empty skips the check.
+	Intent Intent
 }
 
 // Allocation is one allocated address and who holds it.

@@ -26,19 +26,10 @@ const svcChanges = 200
 // disables a static /32 (birdc), seen by the same external BIRD. Reported:
 // p50 and p99 of both, and the ratio of the p99s.
 func BenchmarkServiceEndpointChange(b *testing.B) {
-	f := newFabric(b)
-	kc, kubeconfig := f.kube()
-	ctx := context.Background()
-	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{
+	f, kc, kubeconfig, tor := serviceBench(b, v3.BGPConfigurationSpec{
 		ServiceLoadBalancerIPs: []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.19.201.0/24"}},
-	}})
-	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "tor"}, Spec: v3.BGPPeerSpec{PeerIP: "198.18.0.250", ASNumber: 65001}})
-	tor := f.startBird("tor", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
-protocol device { }
-protocol direct { ipv4; interface "eth0"; }
-protocol bgp n1 { local 198.18.0.250 as 65001; neighbor 198.18.0.1 as 64512; ipv4 { import all; export none; }; }
-protocol bgp ref { local 198.18.0.250 as 65001; neighbor 198.18.0.3 as 64513; ipv4 { import all; export none; }; }
-`)
+	}, "protocol bgp ref { local 198.18.0.250 as 65001; neighbor 198.18.0.3 as 64513; ipv4 { import all; export none; }; }\n")
+	ctx := context.Background()
 	ref := f.startBird("ref", "198.18.0.3/24", bird2Bin, bird2Ctl, `router id 198.18.0.3;
 protocol device { }
 protocol direct { ipv4; interface "eth0"; }

@@ -37,11 +37,9 @@ var NotActedOn = map[string][]string{
 		"spec.qosControls",
 	},
 	KindKubeControllersConfiguration: {
-		// calico-kube-controllers has no LoadBalancer IPAM controller and
-		// no profiling endpoint; host endpoint templates only matter with
-		// autoCreate, which it refuses.
+		// calico-kube-controllers has no profiling endpoint; host endpoint
+		// templates only matter with autoCreate, which it refuses.
 		"spec.debugProfilePort",
-		"spec.controllers.loadBalancer",
 		"spec.controllers.node.hostEndpoint.templates",
 		"spec.controllers.node.hostEndpoint.createDefaultHostEndpoint",
 	},

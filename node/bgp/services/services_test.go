@@ -57,10 +57,20 @@ func TestFrom(t *testing.T) {
 		{"endpoint without node", dual, []*discoveryv1.EndpointSlice{slice(discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}})}, webElsewhere},
 		{"headless, internal Local", headless, nil, paths.Service{Name: "ns/db", InternalLocal: true}},
 		{"clusterIP only", legacy, nil, paths.Service{Name: "ns/old", ClusterIPs: addrs("10.96.0.30")}},
+		{"many endpoints, the ready local one last", dual, []*discoveryv1.EndpointSlice{slice(ep("n2", ptr(true)), ep("n3", nil), ep("n1", ptr(false)), ep("n4", ptr(true)), ep("n1", ptr(true)))}, webHere},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := From("n1", tc.svc, tc.slices); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("From:\n got %+v\nwant %+v", got, tc.want)
+			}
+			// The informers' slimmed copies give the same answer.
+			slim, _ := slimService(tc.svc)
+			var slimmed []*discoveryv1.EndpointSlice
+			for _, es := range tc.slices {
+				slimmed = append(slimmed, slimSlice("n1", es).(*discoveryv1.EndpointSlice))
+			}
+			if got := From("n1", slim.(*corev1.Service), slimmed); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("From the slimmed objects:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -57,6 +58,11 @@ func Start(ctx context.Context, client kubernetes.Interface, node string, logger
 		svcs:   f.Core().V1().Services().Informer(),
 		slices: f.Discovery().V1().EndpointSlices().Informer(),
 	}
+	// The caches keep only what From reads: whole objects (managed
+	// fields, annotations, every endpoint's addresses and hints) made
+	// calico-node hold far more than it uses in a large cluster.
+	_ = w.svcs.SetTransform(slimService)
+	_ = w.slices.SetTransform(func(obj any) (any, error) { return slimSlice(node, obj), nil })
 	_ = w.slices.AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
 		s, ok := obj.(*discoveryv1.EndpointSlice)
 		if !ok {
@@ -83,6 +89,54 @@ func Start(ctx context.Context, client kubernetes.Interface, node string, logger
 		}
 	}()
 	return w
+}
+
+// slimService is svc with only what From reads.
+func slimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion},
+		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ClusterIP: svc.Spec.ClusterIP, ClusterIPs: svc.Spec.ClusterIPs,
+			ExternalIPs: svc.Spec.ExternalIPs, ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy, InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy},
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: in.IP})
+	}
+	return out, nil
+}
+
+// slimSlice is an EndpointSlice reduced to what From reads as seen from
+// node: its Service label and at most two endpoints, the first ready one
+// on node and the first ready one elsewhere (From asks only whether a
+// ready endpoint exists here, and anywhere).
+func slimSlice(node string, obj any) any {
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj
+	}
+	out := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: es.Name, Namespace: es.Namespace, UID: es.UID, ResourceVersion: es.ResourceVersion},
+		AddressType: es.AddressType,
+	}
+	if name, ok := es.Labels[discoveryv1.LabelServiceName]; ok {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: name}
+	}
+	local, remote := false, false
+	for _, ep := range es.Endpoints {
+		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			continue
+		}
+		here := ep.NodeName != nil && *ep.NodeName == node
+		if (here && local) || (!here && remote) {
+			continue
+		}
+		local, remote = local || here, remote || !here
+		out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{NodeName: ep.NodeName, Conditions: discoveryv1.EndpointConditions{Ready: ep.Conditions.Ready}})
+	}
+	return out
 }
 
 // Stop ends the informers.
