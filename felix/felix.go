@@ -75,6 +75,16 @@ type Config struct {
 	// when it does), for /readiness; when nil felix reads the datastore
 	// once a second itself.
 	DatastoreHealth func() error
+	// EndpointSlices, when set, feeds the Kubernetes EndpointSlices
+	// (calico-node: kubeslices.Source) for rules that name a Service;
+	// without it such rules fail closed.
+	EndpointSlices UpdateSource
+}
+
+// UpdateSource is a source of calculation-graph updates beside the
+// datastore's syncer. Run sends until ctx ends.
+type UpdateSource interface {
+	Run(ctx context.Context, out func([]calc.Update))
 }
 
 // Retry bounds after a failed dataplane apply.
@@ -247,6 +257,12 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	}
 	go func() { syncDone <- syncer.Run(ctx) }()
 	defer func() { cancel(); <-syncDone }()
+	if cfg.EndpointSlices != nil {
+		slicesDone := make(chan struct{})
+		fw := forwarder{ctx: ctx, c: events, srv: srv}
+		go func() { defer close(slicesDone); cfg.EndpointSlices.Run(ctx, fw.OnUpdates) }()
+		defer func() { cancel(); <-slicesDone }()
+	}
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

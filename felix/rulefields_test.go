@@ -47,7 +47,8 @@ spec:
   - {action: Allow, ipVersion: 4, protocol: TCP}
   - {action: Allow, ipVersion: 6, protocol: UDP}
 `, probes: []probe{allow("client", "web", "tcp", 8080), deny("client", "web", "udp", 8080)}},
-	// Service matching is not implemented: the Allow must match nothing,
+	// Without an EndpointSlice source (felix outside Kubernetes) a rule
+	// naming a Service cannot be enforced: the Allow must match nothing,
 	// not all TCP egress.
 	{name: "destination.services on Allow matches nothing", yaml: gnpHead + `metadata: {name: to-kubernetes}
 spec:

@@ -518,6 +518,14 @@ func (x *explainer) InSet(id string, addr netip.Addr, proto uint8, port uint16) 
 	if s == nil {
 		return false
 	}
+	if s.service != "" {
+		m := addr.String()
+		if s.svcPorts {
+			m += "," + ProtocolName(proto) + ":" + fmt.Sprint(port)
+		}
+		_, ok := x.g.labels.services.members(s.service, s.svcPorts)[m]
+		return ok
+	}
 	want := ""
 	if s.namedPort != "" {
 		want = addr.String() + "," + ProtocolName(proto) + ":" + fmt.Sprint(port)
@@ -546,6 +554,12 @@ func (x *explainer) Describe(id string) string {
 
 // describe says what a set holds, for people.
 func (s *ipSetSpec) describe() string {
+	if s.service != "" {
+		if s.svcPorts {
+			return "endpoints of Service " + s.service + " on its ports"
+		}
+		return "endpoints of Service " + s.service
+	}
 	sel := "all()"
 	if s.sel != nil {
 		sel = s.sel.String()
@@ -612,6 +626,10 @@ func (x *explainer) compile(p *policyInfo) {
 		return
 	}
 	cp, specs, notes := x.r.compilePolicy(p)
+	if !x.g.labels.services.synced && (namesService(p.inRules) || namesService(p.outRules)) {
+		x.out.Incomplete = true
+		x.note("policy %s names a Service: felix matches the endpoints of its EndpointSlices, read from the Kubernetes API, which this explanation does not read", p.id)
+	}
 	x.compiled[p.key] = cp
 	x.byID[cp.ID] = cp
 	x.addSpecs(specs)

@@ -222,7 +222,7 @@ spec:
   egress: [{action: Allow, protocol: TCP, destination: {services: {name: web, namespace: prod}}}]
 `, q: tcpTo(pod("prod", "client"), pod("prod", "web"), 80),
 			verdict: VerdictDeny, sides: []string{"end-of-tier", "rule Profile kns.prod ingress 0"},
-			miss: "never tried: destination.services cannot be enforced, so it matches nothing"},
+			miss: "never tried: destination.services (EndpointSlices not read from the Kubernetes API) cannot be enforced, so it matches nothing"},
 		{name: "services on a Deny denies the rest", yaml: `
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy

@@ -62,6 +62,7 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 		nodeNames:   map[string]string{},
 		overlay:     newRouteResolver(hostname),
 	}
+	g.compiler.services = g.labels.services
 	g.policies = newPolicyResolver(g.labels, g.compiler, out)
 	g.labels.ref(&ipSetSpec{id: IPSetMasqPools, pools: true})
 	g.labels.ref(&ipSetSpec{id: IPSetAllPools, pools: true})
@@ -126,6 +127,14 @@ func (g *Graph) OnUpdate(u Update) {
 			g.overlay.onBlock(b.CIDR, b)
 		} else if cidr, err := netip.ParsePrefix(k.Name); err == nil {
 			g.overlay.onBlock(cidr, nil)
+		}
+	case KindEndpointSlice:
+		s, _ := u.Value.(*EndpointSlice)
+		g.labels.services.onSlice(k.Namespace, k.Name, s)
+	case KindEndpointSlicesSynced:
+		if !g.labels.services.synced {
+			g.labels.services.synced = true
+			g.policies.servicesSynced()
 		}
 	default:
 		log.WithField("kind", k.Kind).Debug("Ignoring an update of a kind felix does not use")
@@ -324,6 +333,7 @@ func (g *Graph) onFelixConfiguration(name string, r v3.Resource) {
 // Dataplane, in dependency order.
 func (g *Graph) Flush() {
 	g.labels.scanPending()
+	g.labels.syncServices()
 	if g.configDirty {
 		cfg := MergeConfig(g.felixGlobal, g.felixNode)
 		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")

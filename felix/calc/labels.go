@@ -108,19 +108,24 @@ type ipSetSpec struct {
 	saSel   *selector.Selector
 	// namedPort and proto make it an ip,port set.
 	namedPort, proto string
+	// service ("namespace/name") makes it the set of a Service's
+	// endpoints, filled by the service index: addresses, or with
+	// svcPorts address,proto:port members.
+	service  string
+	svcPorts bool
 	// pools marks the IP pool sets, whose members are set directly.
 	pools bool
 }
 
 func (s *ipSetSpec) setType() IPSetType {
-	if s.namedPort != "" {
+	if s.namedPort != "" || s.svcPorts {
 		return IPSetIPPort
 	}
 	return IPSetNet
 }
 
 func (s *ipSetSpec) matches(it *item) bool {
-	if s.pools {
+	if s.pools || s.service != "" {
 		return false
 	}
 	if s.namespace != "" && (!it.namespaced || it.ns != s.namespace) {
@@ -231,6 +236,11 @@ type labelIndex struct {
 	// namespace/pod.
 	hosts map[*item]struct{}
 	pods  map[string][]*item
+	// services fills the sets of rules naming a Service; svcSets holds
+	// those sets by Service (they are not filed in byKey or unkeyed: no
+	// item is ever in one).
+	services *serviceIndex
+	svcSets  map[string]map[*ipSetState]struct{}
 }
 
 // indexLookups files an item by its addresses, and a host endpoint or
@@ -325,6 +335,8 @@ func newLabelIndex(out *sequencer) *labelIndex {
 		wide:          map[*item]struct{}{},
 		hosts:         map[*item]struct{}{},
 		pods:          map[string][]*item{},
+		services:      newServiceIndex(),
+		svcSets:       map[string]map[*ipSetState]struct{}{},
 	}
 }
 
@@ -464,7 +476,12 @@ func (x *labelIndex) reevaluate(keep func(*item) bool) {
 func (x *labelIndex) scanPending() {
 	live := x.pending[:0]
 	for _, s := range x.pending {
-		if !s.dead {
+		switch {
+		case s.dead:
+		case s.spec.service != "":
+			s.pending = false
+			x.fillService(s)
+		default:
 			live = append(live, s)
 		}
 	}
@@ -537,7 +554,14 @@ func (x *labelIndex) ref(spec *ipSetSpec) {
 	}
 	s := &ipSetState{spec: spec, refs: 1, members: map[string]int{}, pending: true}
 	x.sets[spec.id] = s
-	x.index(s)
+	if spec.service != "" {
+		if x.svcSets[spec.service] == nil {
+			x.svcSets[spec.service] = map[*ipSetState]struct{}{}
+		}
+		x.svcSets[spec.service][s] = struct{}{}
+	} else {
+		x.index(s)
+	}
 	x.out.setActivated(s)
 	x.pending = append(x.pending, s)
 }
@@ -553,6 +577,13 @@ func (x *labelIndex) unref(id string) {
 	}
 	s.dead = true
 	delete(x.sets, id)
-	x.unindex(s)
+	if svc := s.spec.service; svc != "" {
+		delete(x.svcSets[svc], s)
+		if len(x.svcSets[svc]) == 0 {
+			delete(x.svcSets, svc)
+		}
+	} else {
+		x.unindex(s)
+	}
 	x.out.setDeactivated(id)
 }

@@ -511,6 +511,32 @@ func (r *policyResolver) flush(dp Dataplane) {
 	clear(r.profileRemovals)
 }
 
+// servicesSynced compiles again the active policies and profiles with
+// rules naming a Service, which failed closed until the EndpointSlices
+// were read.
+func (r *policyResolver) servicesSynced() {
+	for _, p := range r.policies {
+		if p.compiled == nil || !namesService(p.inRules) && !namesService(p.outRules) {
+			continue
+		}
+		old := slices.Clone(p.setIDs)
+		r.activate(p)
+		for _, id := range old {
+			r.labels.unref(id)
+		}
+	}
+	for name, pi := range r.profiles {
+		if pi.compiled != nil && (namesService(pi.profile.Spec.Ingress) || namesService(pi.profile.Spec.Egress)) {
+			r.profileActivity(name, pi, true)
+		}
+	}
+}
+
+// namesService reports whether a rule names a Service.
+func namesService(rules []v3.Rule) bool {
+	return slices.ContainsFunc(rules, func(r v3.Rule) bool { return r.Source.Services != nil || r.Destination.Services != nil })
+}
+
 // setSpoofAllowed follows workloadSourceSpoofing: the endpoints with
 // allowSpoofedSourcePrefixes are sent again when it changes.
 func (r *policyResolver) setSpoofAllowed(allowed bool) {

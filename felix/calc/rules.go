@@ -21,6 +21,9 @@ import (
 // caches parsed selectors, which repeat a lot across policies.
 type ruleCompiler struct {
 	parsed map[string]*selector.Selector
+	// services, once synced, lets rules name a Service; nil or not yet
+	// synced, such a rule fails closed.
+	services *serviceIndex
 }
 
 func newRuleCompiler() *ruleCompiler {
@@ -295,10 +298,22 @@ func (c *ruleCompiler) entity(e v3.EntityRule, namespace string, proto portProto
 	if out.notNets, ok = parseNets(e.NotNets); !ok {
 		gap(side + ".notNets")
 	}
-	if e.Services != nil {
-		// Service matching (the endpoints of a Kubernetes Service) is not
-		// implemented.
-		gap(side + ".services")
+	var svcSet *ipSetSpec
+	if svc := e.Services; svc != nil {
+		ns := svc.Namespace
+		if ns == "" {
+			ns = namespace
+		}
+		switch {
+		case c.services == nil || !c.services.synced:
+			gap(side + ".services (EndpointSlices not read from the Kubernetes API)")
+		case ns == "" || svc.Name == "":
+			gap(side + ".services")
+		default:
+			// A source matches the Service's endpoints, a destination
+			// their addresses with their slices' ports.
+			svcSet = withID(&ipSetSpec{service: ns + "/" + svc.Name, svcPorts: side == "destination"})
+		}
 	}
 	base := &ipSetSpec{}
 	sel, ok := c.parse(e.Selector)
@@ -369,6 +384,17 @@ func (c *ruleCompiler) entity(e v3.EntityRule, namespace string, proto portProto
 	}
 	out.ports, out.namedPorts = ports(e.Ports, "ports")
 	out.notPorts, out.notNamedPorts = ports(e.NotPorts, "notPorts")
+	switch {
+	case svcSet == nil:
+	case !svcSet.svcPorts:
+		out.sets = append(out.sets, svcSet)
+	case len(out.ports) > 0 || len(out.namedPorts) > 0:
+		// Ports would be alternatives to the Service's ports, not limits
+		// (validation rejects them).
+		gap(side + ".ports (with services)")
+	default:
+		out.namedPorts = []*ipSetSpec{svcSet}
+	}
 	return out
 }
 
@@ -391,7 +417,7 @@ func namedPortSpecs(base *ipSetSpec, name, proto string) []*ipSetSpec {
 // withID gives a spec its stable ID: the selector's UniqueID when it is a
 // plain selector, otherwise a hash of every field in canonical form.
 func withID(s *ipSetSpec) *ipSetSpec {
-	plain := s.namespace == "" && s.nsSel == nil && !s.nsGlobal && !s.hasSA && s.namedPort == ""
+	plain := s.namespace == "" && s.nsSel == nil && !s.nsGlobal && !s.hasSA && s.namedPort == "" && s.service == ""
 	if plain {
 		sel := s.sel
 		if sel == nil {
@@ -418,6 +444,16 @@ func withID(s *ipSetSpec) *ipSetSpec {
 		b.WriteString(";sa=" + strings.Join(s.saNames, ",") + ";sasel=" + str(s.saSel))
 	}
 	prefix := "s:"
+	if s.service != "" {
+		// Only the Service names the set's members.
+		b.Reset()
+		b.WriteString("svc=" + s.service)
+		prefix = "v:"
+		if s.svcPorts {
+			b.WriteString(";ports")
+			prefix = "w:"
+		}
+	}
 	if s.namedPort != "" {
 		prefix = "n:"
 		b.WriteString(";port=" + s.proto + "/" + s.namedPort)

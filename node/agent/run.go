@@ -13,11 +13,13 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/palisade-net/palisade/felix"
+	"github.com/palisade-net/palisade/felix/kubeslices"
 	"github.com/palisade-net/palisade/libcalico/client"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 	libmetrics "github.com/palisade-net/palisade/libcalico/metrics"
 	"github.com/palisade-net/palisade/node/bgp"
+	"github.com/palisade-net/palisade/node/bgp/services"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
 )
@@ -169,7 +171,7 @@ func Run(ctx context.Context, o Options) (err error) {
 			felixDone <- felix.Run(ctx, felix.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
 				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger, Getenv: o.Getenv, DatastoreHealth: ds.err,
-				Inspector: inspector,
+				Inspector: inspector, EndpointSlices: endpointSlices(o.Getenv, logger),
 			})
 		}()
 		logger.Info("felix started")
@@ -237,4 +239,16 @@ func waitBGP(running bool, done <-chan error) <-chan struct{} {
 		close(c)
 	}()
 	return c
+}
+
+// endpointSlices is felix's source of Kubernetes EndpointSlices (for
+// rules naming a Service), over the client calico-node's BGP service
+// advertisement also uses: the kubeconfig KUBECONFIG names, or the
+// in-cluster service account. Nil outside Kubernetes, where such rules
+// fail closed.
+func endpointSlices(getenv func(string) string, logger *log.Entry) felix.UpdateSource {
+	if getenv == nil || getenv("KUBECONFIG") == "" && getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil
+	}
+	return &kubeslices.Source{Connect: services.ClientFromEnv, Log: logger}
 }
