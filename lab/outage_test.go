@@ -233,7 +233,7 @@ const outageTestLength = 20 * time.Second
 // cleanly and calicoctl node status says the datastore does not answer;
 // once etcd is back, a policy written at that moment is enforced within
 // recoverWithin, and each agent has logged the loss once and the return
-// once. A short outage first shows the recovery does not depend on the
+// once. A short outage (yet one the agents' probes must notice) first shows the recovery does not depend on the
 // outage's length. Then a new pod can be created.
 func TestEtcdOutage(t *testing.T) {
 	l := newLab(t, Options{Nodes: 2, Etcd: EtcdExternal})
@@ -243,7 +243,10 @@ func TestEtcdOutage(t *testing.T) {
 		d      time.Duration
 		outage func(testing.TB, *Lab) (func(), func() time.Time)
 	}{
-		{"killed", 3 * time.Second, stopExternal},
+		// Short, but longer than the agent needs to notice (a probe a
+		// second, each given 3 s): a 3 s outage could end inside one
+		// probe's timeout and never be seen, as CI once showed.
+		{"killed", 7 * time.Second, stopExternal},
 		{"killed", outageTestLength, stopExternal},
 		{"frozen", outageTestLength, freezeExternal},
 	} {
