@@ -2,7 +2,9 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"net"
 	"net/netip"
 	"os"
@@ -365,18 +367,23 @@ func testKillAgent(t *testing.T, o Options) {
 // made) removes every namespace, process and file it made.
 func TestUpFailureCleansUp(t *testing.T) {
 	requireLab(t)
-	o := Options{Name: "tfail", Nodes: 2, RR: RRBird1, Bird1: t.TempDir(), BinDir: binDir, StateRoot: testRoot}
+	// A name of its own: another run of the suite on this machine must not
+	// see (or be blamed for) this run's namespaces.
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := "tfail" + hex.EncodeToString(b)
+	o := Options{Name: name, Nodes: 2, RR: RRBird1, Bird1: t.TempDir(), BinDir: binDir, StateRoot: testRoot}
 	_, err := Up(context.Background(), o)
 	if err == nil || !strings.Contains(err.Error(), "BIRD (rr)") && !strings.Contains(err.Error(), "bird") {
 		t.Fatalf("Up with no BIRD 1.6: want an error naming BIRD, got %v", err)
 	}
 	ents, _ := os.ReadDir(netnsDir)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "pl-tfail-") {
+		if strings.HasPrefix(e.Name(), "pl-"+name+"-") {
 			t.Errorf("namespace %s left behind", e.Name())
 		}
 	}
-	if _, err := os.Stat(filepath.Join(testRoot, "tfail")); err == nil {
+	if _, err := os.Stat(filepath.Join(testRoot, name)); err == nil {
 		t.Errorf("state directory left behind")
 	}
 }
