@@ -63,12 +63,49 @@ func Kubeconfig(path string, getenv func(string) string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if set := unreadK8sFields(spec); len(set) > 0 {
+		return "", fmt.Errorf("config file %s: %s not supported: Palisade reaches the Kubernetes API only through a kubeconfig file; set spec.kubeconfig or KUBECONFIG instead", path, strings.Join(set, ", "))
+	}
 	for _, name := range []string{"KUBECONFIG", "CALICO_KUBECONFIG"} {
 		if v := getenv(name); v != "" {
 			return v, nil
 		}
 	}
 	return spec.Kubeconfig, nil
+}
+
+// unreadK8sFields names the Kubernetes connection fields of spec other
+// than kubeconfig that are set. Palisade's datastore is etcd, so, as in
+// Calico with datastoreType etcdv3, they mean nothing to Load; where the
+// Kubernetes API is read (Kubeconfig), they are refused rather than
+// ignored, so a command never talks to another cluster than the one
+// they describe.
+func unreadK8sFields(spec v3.CalicoAPIConfigSpec) []string {
+	var set []string
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{
+		{"kubeconfigInline", spec.KubeconfigInline != ""},
+		{"k8sAPIEndpoint", spec.K8sAPIEndpoint != ""},
+		{"k8sKeyFile", spec.K8sKeyFile != ""},
+		{"k8sCertFile", spec.K8sCertFile != ""},
+		{"k8sCAFile", spec.K8sCAFile != ""},
+		{"k8sAPIToken", spec.K8sAPIToken != ""},
+		{"k8sInsecureSkipTLSVerify", spec.K8sInsecureSkipTLSVerify},
+		{"k8sDisableNodePoll", spec.K8sDisableNodePoll},
+		{"k8sClientQPS", spec.K8sClientQPS != 0},
+	} {
+		if f.on {
+			set = append(set, "spec."+f.name)
+		}
+	}
+	if len(set) == 1 {
+		set[0] += " is"
+	} else if len(set) > 1 {
+		set[len(set)-1] += " are"
+	}
+	return set
 }
 
 func loadSpec(path string, getenv func(string) string) (v3.CalicoAPIConfigSpec, error) {

@@ -113,3 +113,51 @@ func TestLoadClient(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeconfig: the kubeconfig comes from KUBECONFIG, CALICO_KUBECONFIG
+// or spec.kubeconfig; the other Kubernetes connection fields are refused
+// by name instead of being ignored.
+func TestKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	named := write("named.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  kubeconfig: /etc/kube.conf\n")
+	endpoint := write("endpoint.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  k8sAPIEndpoint: https://10.0.0.1:6443\n  k8sAPIToken: secret\n")
+	qps := write("qps.cfg", "apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nspec:\n  kubeconfig: /etc/kube.conf\n  k8sClientQPS: 50\n")
+	cases := []struct {
+		name, path string
+		env        map[string]string
+		want       string
+		wantErr    string
+	}{
+		{name: "spec.kubeconfig", path: named, want: "/etc/kube.conf"},
+		{name: "KUBECONFIG wins", path: named, env: map[string]string{"KUBECONFIG": "/k", "CALICO_KUBECONFIG": "/c"}, want: "/k"},
+		{name: "CALICO_KUBECONFIG", path: named, env: map[string]string{"CALICO_KUBECONFIG": "/c"}, want: "/c"},
+		{name: "none named", path: write("empty.cfg", "kind: CalicoAPIConfig\n"), want: ""},
+		{name: "endpoint and token refused", path: endpoint,
+			wantErr: "config file " + endpoint + ": spec.k8sAPIEndpoint, spec.k8sAPIToken are not supported: Palisade reaches the Kubernetes API only through a kubeconfig file; set spec.kubeconfig or KUBECONFIG instead"},
+		{name: "one field refused beside a kubeconfig", path: qps,
+			wantErr: "config file " + qps + ": spec.k8sClientQPS is not supported: Palisade reaches the Kubernetes API only through a kubeconfig file; set spec.kubeconfig or KUBECONFIG instead"},
+		{name: "refused even when KUBECONFIG is set", path: endpoint, env: map[string]string{"KUBECONFIG": "/k"},
+			wantErr: "config file " + endpoint + ": spec.k8sAPIEndpoint, spec.k8sAPIToken are not supported: Palisade reaches the Kubernetes API only through a kubeconfig file; set spec.kubeconfig or KUBECONFIG instead"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Kubeconfig(c.path, func(k string) string { return c.env[k] })
+			if c.wantErr != "" {
+				if err == nil || err.Error() != c.wantErr {
+					t.Fatalf("err = %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("Kubeconfig = %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
