@@ -116,6 +116,11 @@ type Options struct {
 	// BPF turns on felix's eBPF dataplane (FelixConfiguration default
 	// bpfEnabled: true) on every node.
 	BPF bool `json:"bpf"`
+	// FloatingIPs lets pods have floating IPs (docs/floating-ips.md): the
+	// CNI configuration's feature_control.floating_ips, FelixConfiguration
+	// default floatingIPs: Enabled, and the pool FloatingPoolCIDR to take
+	// them from.
+	FloatingIPs bool `json:"floatingIPs,omitempty"`
 	// Metrics turns on felix's health endpoint and Prometheus metrics and
 	// the BGP metrics on every node, with Calico's variables
 	// (FELIX_HEALTHENABLED, FELIX_PROMETHEUSMETRICSENABLED,
@@ -553,6 +558,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		// Node 1's moves over from iptables.
 		l.say("calicoctl apply: FelixConfiguration default bpfEnabled: true")
 		if err := l.Apply(ctx, bpfFelixConfig); err != nil {
+			return nil, err
+		}
+	}
+	if o.FloatingIPs {
+		if err := l.enableFloatingIPs(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -61,6 +61,9 @@ func (l *Lab) writeCNIConf(n Node) error {
 		plugin["kubernetes"] = map[string]any{"kubeconfig": l.KubeconfigPath()}
 		plugin["policy"] = map[string]any{"type": "k8s"}
 	}
+	if l.st.Options.FloatingIPs {
+		conf["plugins"].([]map[string]any)[0]["feature_control"] = map[string]any{"floating_ips": true}
+	}
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
 		return err
