@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -163,15 +164,24 @@ func createServices(b *testing.B, c kubernetes.Interface, ns string, n int, mk f
 				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 					Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
 				eps := mk(i, svc)
-				out, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+				out, err := createRetrying(ctx, func() (*corev1.Service, error) {
+					return c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+				}, func() (*corev1.Service, error) {
+					return c.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+				})
 				if err != nil {
 					errs <- fmt.Errorf("creating %s/%s: %w", ns, name, err)
 					continue
 				}
-				if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+				slice := &discoveryv1.EndpointSlice{
 					ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 					AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps,
-				}, metav1.CreateOptions{}); err != nil {
+				}
+				if _, err := createRetrying(ctx, func() (*discoveryv1.EndpointSlice, error) {
+					return c.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+				}, func() (*discoveryv1.EndpointSlice, error) {
+					return c.DiscoveryV1().EndpointSlices(ns).Get(ctx, slice.Name, metav1.GetOptions{})
+				}); err != nil {
 					errs <- fmt.Errorf("creating the EndpointSlice of %s/%s: %w", ns, name, err)
 					continue
 				}
@@ -190,6 +200,33 @@ func createServices(b *testing.B, c kubernetes.Interface, ns string, n int, mk f
 	for err := range errs {
 		b.Fatal(err)
 	}
+}
+
+// createRetrying creates an object, trying again when the API server
+// timed out (on a busy machine it does, with 10,000 objects coming in):
+// a create that timed out may still have been stored, so on a retry an
+// "already exists" is the object, read back with get.
+func createRetrying[T any](ctx context.Context, create, get func() (T, error)) (T, error) {
+	var out T
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		out, err = create()
+		switch {
+		case err == nil:
+			return out, nil
+		case attempt > 0 && apierrors.IsAlreadyExists(err):
+			return get()
+		case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err):
+			select {
+			case <-ctx.Done():
+				return out, err
+			case <-time.After(time.Duration(attempt+1) * time.Second):
+			}
+		default:
+			return out, err
+		}
+	}
+	return out, err
 }
 
 // lbReady counts the Services in ns with an address in status.
