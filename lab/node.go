@@ -79,7 +79,12 @@ func (l *Lab) nodeEnv(n Node) []string {
 		"CALICO_LOG_LEVEL=" + o.LogLevel,
 	}
 	if o.Kubernetes {
-		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
+		// As the DaemonSet's service account gives it: calico-node reads
+		// Services and EndpointSlices (BGP service advertisement, felix's
+		// Service rules) from the API server. The lab's API server runs
+		// AlwaysAllow (no RBAC), so the admin kubeconfig grants no more
+		// than any other would there.
+		env = append(env, "CALICO_K8S_NODE_REF="+n.Name, "KUBECONFIG="+l.KubeconfigPath())
 	}
 	if o.Metrics {
 		env = append(env, "FELIX_HEALTHENABLED=true", "FELIX_PROMETHEUSMETRICSENABLED=true", "BGP_PROMETHEUSMETRICSENABLED=true")
