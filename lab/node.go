@@ -191,6 +191,11 @@ func (l *Lab) AddNode(ctx context.Context) (Node, error) {
 	if err := l.startNode(ctx, n); err != nil {
 		return n, err
 	}
+	if l.st.Options.KubeProxy {
+		if err := l.startKubeProxy(ctx, n); err != nil {
+			return n, err
+		}
+	}
 	_, err = l.WaitSessions(ctx, 60*time.Second)
 	return n, err
 }
@@ -221,9 +226,11 @@ func (l *Lab) RemoveNode(ctx context.Context, name string) error {
 		return err
 	}
 	role := "calico-node/" + name
-	if p, ok := l.Proc(role); ok {
-		if err := p.Stop(10 * time.Second); err != nil {
-			return err
+	for _, r := range []string{"kube-proxy/" + name, role} {
+		if p, ok := l.Proc(r); ok {
+			if err := p.Stop(10 * time.Second); err != nil {
+				return err
+			}
 		}
 	}
 	var errs []error
@@ -240,6 +247,7 @@ func (l *Lab) RemoveNode(ctx context.Context, name string) error {
 	}
 	l.mu.Lock()
 	delete(l.st.Procs, role)
+	delete(l.st.Procs, "kube-proxy/"+name)
 	errs = append(errs, l.save())
 	l.mu.Unlock()
 	errs = append(errs, os.RemoveAll(l.nodeDir(name)))

@@ -117,7 +117,8 @@ func newUp(g *globals) *cobra.Command {
 	f.BoolVar(&o.IPv6, "ipv6", false, "IPv6 too: node addresses and the pool "+lab.PoolCIDR6)
 	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
-	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager and kubectl (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
+	f.BoolVar(&o.KubeProxy, "kube-proxy", false, "Run the real kube-proxy (iptables mode) in every node's namespace (needs --kubernetes)")
+	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager, kubectl and kube-proxy (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
 	return c
 }
 
