@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -346,6 +347,52 @@ spec:
 		waitBorder(t, l, host)
 		if answer, err := connect(ctx, l, "ext", lb, time.Second); err == nil {
 			t.Errorf("ext still reaches the deleted Service's %s: %q", lb, answer)
+		}
+	})
+
+	t.Run("kube-proxy killed is restarted by its supervisor", func(t *testing.T) {
+		n := nodes[0]
+		p, _ := l.Proc("kube-proxy/" + n.Name)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.PID, p.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var child int
+		if _, err := fmt.Sscan(string(b), &child); err != nil {
+			t.Fatalf("kube-proxy's supervisor (pid %d) has no child: %q", p.PID, b)
+		}
+		if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.PID, p.PID))
+			if f := strings.Fields(string(b)); len(f) == 0 || f[0] == fmt.Sprint(child) {
+				return fmt.Errorf("kube-proxy on %s not restarted yet", n.Name)
+			}
+			return l.kubeProxyHealthy(ctx, n)
+		})
+	})
+
+	t.Run("a node added gets kube-proxy, a node removed loses it", func(t *testing.T) {
+		n, err := l.AddNode(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := l.Proc("kube-proxy/" + n.Name)
+		if !ok || !p.Alive() {
+			t.Fatalf("no kube-proxy running on the added %s", n.Name)
+		}
+		if err := l.kubeProxyHealthy(ctx, n); err != nil {
+			t.Errorf("kube-proxy on %s: %v", n.Name, err)
+		}
+		if err := l.RemoveNode(ctx, n.Name); err != nil {
+			t.Fatal(err)
+		}
+		if p.Alive() {
+			t.Errorf("kube-proxy of the removed %s still runs (pid %d)", n.Name, p.PID)
+		}
+		if _, ok := l.Proc("kube-proxy/" + n.Name); ok {
+			t.Errorf("the removed %s's kube-proxy is still recorded", n.Name)
 		}
 	})
 }
