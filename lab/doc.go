@@ -15,7 +15,9 @@
 //	  ├─ pl-demo-node2  eth0 198.18.0.12/24  calico-node
 //	  ├─ pl-demo-node3  eth0 198.18.0.13/24  calico-node
 //	  ├─ pl-demo-rr     eth0 198.18.0.250/24 BIRD route reflector (AS 64512)
-//	  ├─ pl-demo-border eth0 198.18.0.251/24 BIRD border router (AS 65001)
+//	  ├─ pl-demo-border eth0 198.18.0.251/24 BIRD border router (AS 65001),
+//	  │    ext0 198.19.0.1/24 ─ pl-demo-ext eth0 198.19.0.10/24 (a client outside)
+//	  ├─ pl-demo-kube   eth0 198.18.0.252/24 Kubernetes control plane (option)
 //	  ├─ pl-demo-etcd   eth0 198.18.0.253/24 external etcd (option)
 //	  └─ pl-demo-etcd1…3 eth0 198.18.0.241-243/24 etcd cluster (option)
 //	pods: pl-demo-pod-<namespace>.<pod>, eth0 from calico-ipam, a cali veth

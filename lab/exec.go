@@ -13,7 +13,7 @@ import (
 )
 
 // Target resolves what exec and InNamespace accept: a node name, "rr",
-// "border", "etcd" (or a cluster's "etcd1" to "etcd3"), "router" (a
+// "border", "ext" (the client behind the border), "etcd" (or a cluster's "etcd1" to "etcd3"), "router" (a
 // two-subnet lab's), "fabric", or a pod
 // as "namespace/name".
 func (l *Lab) Target(target string) (ns string, err error) {
@@ -26,7 +26,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	switch target {
 	case "fabric":
 		return l.fabricNS(), nil
-	case "rr", "border", "etcd", "etcd1", "etcd2", "etcd3", "router", "kube":
+	case "rr", "border", "ext", "etcd", "etcd1", "etcd2", "etcd3", "router", "kube":
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, ns := range l.st.Namespaces {
@@ -39,7 +39,7 @@ func (l *Lab) Target(target string) (ns string, err error) {
 	for _, n := range l.Nodes() {
 		names = append(names, n.Name)
 	}
-	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, etcd, etcd1-3, router, kube, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
+	return "", fmt.Errorf("lab %s has no %q: want a node (%s), rr, border, ext, etcd, etcd1-3, router, kube, fabric or a pod namespace/name", l.st.Name, target, strings.Join(names, ", "))
 }
 
 // InNamespace runs fn on a thread inside the target's network namespace;

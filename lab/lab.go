@@ -146,8 +146,13 @@ type Options struct {
 	// etcd, kube-controller-manager, calico-kube-controllers): every pod
 	// is then a Pod object, wired by the CNI plugin in Kubernetes mode.
 	Kubernetes bool `json:"kubernetes"`
-	// KubeBinDir holds kube-apiserver, kube-controller-manager and kubectl
-	// (default $PALISADE_KUBE_BIN, else hack/kube-tools.sh's cache).
+	// KubeProxy runs the real kube-proxy (iptables mode) in every node's
+	// namespace, watching the lab's API server (needs Kubernetes; not
+	// with BPF, whose dataplane replaces kube-proxy).
+	KubeProxy bool `json:"kubeProxy,omitempty"`
+	// KubeBinDir holds kube-apiserver, kube-controller-manager, kubectl
+	// and kube-proxy (default $PALISADE_KUBE_BIN, else
+	// hack/kube-tools.sh's cache).
 	KubeBinDir string `json:"kubeBinDir"`
 	// Progress receives one line per step; nil prints nothing.
 	Progress io.Writer `json:"-"`
@@ -226,6 +231,12 @@ func (o *Options) defaults() error {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
+	if o.KubeProxy && !o.Kubernetes {
+		return fmt.Errorf("lab %q: --kube-proxy needs --kubernetes (kube-proxy watches the lab's API server)", o.Name)
+	}
+	if o.KubeProxy && o.BPF {
+		return fmt.Errorf("lab %q: --kube-proxy with --bpf: felix's eBPF dataplane replaces kube-proxy (as in Calico, run one or the other)", o.Name)
+	}
 	if o.Kubernetes {
 		o.KubeBinDir = o.kubeBinDir()
 		if err := kubeapi.CheckBinDir(o.KubeBinDir); err != nil {
@@ -233,6 +244,9 @@ func (o *Options) defaults() error {
 		}
 		if _, err := os.Stat(filepath.Join(o.BinDir, "calico-kube-controllers")); err != nil {
 			return fmt.Errorf("lab %q: calico-kube-controllers not found in %s (make build, or set PALISADE_BIN)", o.Name, o.BinDir)
+		}
+		if _, err := os.Stat(filepath.Join(o.KubeBinDir, "kube-proxy")); o.KubeProxy && err != nil {
+			return fmt.Errorf("lab %q: --kube-proxy: kube-proxy not found in %s (hack/kube-tools.sh builds it)", o.Name, o.KubeBinDir)
 		}
 	}
 	return o.overlayDefaults()
@@ -519,6 +533,9 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		if err := l.startBird(ctx, "border"); err != nil {
 			return nil, err
 		}
+		if err := l.makeExternal(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if o.Kubernetes {
 		if err := l.startKube(ctx); err != nil {
@@ -587,6 +604,11 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	l.say("✓ %d calico-node(s) running after %s", o.Nodes, l.times.Agents.Round(10*time.Millisecond))
 	if o.Kubernetes {
 		if err := l.startKubeControllers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if o.KubeProxy {
+		if err := l.startKubeProxies(ctx, l.Nodes()); err != nil {
 			return nil, err
 		}
 	}

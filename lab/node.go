@@ -79,7 +79,12 @@ func (l *Lab) nodeEnv(n Node) []string {
 		"CALICO_LOG_LEVEL=" + o.LogLevel,
 	}
 	if o.Kubernetes {
-		env = append(env, "CALICO_K8S_NODE_REF="+n.Name)
+		// As the DaemonSet's service account gives it: calico-node reads
+		// Services and EndpointSlices (BGP service advertisement, felix's
+		// Service rules) from the API server. The lab's API server runs
+		// AlwaysAllow (no RBAC), so the admin kubeconfig grants no more
+		// than any other would there.
+		env = append(env, "CALICO_K8S_NODE_REF="+n.Name, "KUBECONFIG="+l.KubeconfigPath())
 	}
 	if o.Metrics {
 		env = append(env, "FELIX_HEALTHENABLED=true", "FELIX_PROMETHEUSMETRICSENABLED=true", "BGP_PROMETHEUSMETRICSENABLED=true")
@@ -186,6 +191,11 @@ func (l *Lab) AddNode(ctx context.Context) (Node, error) {
 	if err := l.startNode(ctx, n); err != nil {
 		return n, err
 	}
+	if l.st.Options.KubeProxy {
+		if err := l.startKubeProxy(ctx, n); err != nil {
+			return n, err
+		}
+	}
 	_, err = l.WaitSessions(ctx, 60*time.Second)
 	return n, err
 }
@@ -216,9 +226,11 @@ func (l *Lab) RemoveNode(ctx context.Context, name string) error {
 		return err
 	}
 	role := "calico-node/" + name
-	if p, ok := l.Proc(role); ok {
-		if err := p.Stop(10 * time.Second); err != nil {
-			return err
+	for _, r := range []string{"kube-proxy/" + name, role} {
+		if p, ok := l.Proc(r); ok {
+			if err := p.Stop(10 * time.Second); err != nil {
+				return err
+			}
 		}
 	}
 	var errs []error
@@ -235,6 +247,7 @@ func (l *Lab) RemoveNode(ctx context.Context, name string) error {
 	}
 	l.mu.Lock()
 	delete(l.st.Procs, role)
+	delete(l.st.Procs, "kube-proxy/"+name)
 	errs = append(errs, l.save())
 	l.mu.Unlock()
 	errs = append(errs, os.RemoveAll(l.nodeDir(name)))

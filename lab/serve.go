@@ -17,7 +17,8 @@ import (
 
 // A pod's server answers on the ports of `lab pod add --serve`, as the
 // upstream network-policy e2e's agnhost does: a TCP connection gets the
-// pod's name and is closed, a UDP datagram is answered with it, and an
+// pod's name and the peer address it saw ("ns/pod from 198.19.0.10:40312")
+// and is closed, a UDP datagram is answered with it, and an
 // SCTP INIT is answered with an INIT-ACK. The kernel here has no SCTP
 // stack, so SCTP is served on a raw socket (netfilter still matches and
 // tracks SCTP, so policy applies to it).
@@ -123,7 +124,9 @@ func serve(name string, ports []ServePort) error {
 						errc <- err
 						return
 					}
-					_, _ = c.Write([]byte(name))
+					// The pod's name, then the peer it saw (a
+					// client's own address, or a node's after SNAT).
+					_, _ = c.Write([]byte(name + " from " + c.RemoteAddr().String()))
 					_ = c.Close()
 				}
 			}()

@@ -51,6 +51,7 @@ func (l *Lab) Status(ctx context.Context, w io.Writer) error {
 			fmt.Fprintf(w, "  (%v)\n", err)
 		}
 		fmt.Fprint(w, indent(routes))
+		fmt.Fprint(w, l.kubeProxyStatus(ctx, n))
 	}
 	for _, role := range []string{"rr", "border"} {
 		if _, ok := l.Proc("bird/" + role); !ok {

@@ -118,7 +118,8 @@ func newUp(g *globals) *cobra.Command {
 	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	f.BoolVar(&o.FloatingIPs, "floating-ips", false, "Floating IPs (cni.projectcalico.org/floatingIPs): the CNI config's feature_control.floating_ips, FelixConfiguration floatingIPs: Enabled, and the pool "+lab.FloatingPoolCIDR)
 	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
-	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager and kubectl (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
+	f.BoolVar(&o.KubeProxy, "kube-proxy", false, "Run the real kube-proxy (iptables mode) in every node's namespace (needs --kubernetes)")
+	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager, kubectl and kube-proxy (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
 	return c
 }
 
