@@ -1,8 +1,6 @@
 package lab
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -26,24 +24,7 @@ func TestCLI(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("%s not built (make build)", bin)
 	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "tcli" + hex.EncodeToString(b)
-	root := t.TempDir()
-	lab := func(wantOK bool, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--name", name, "--state-dir", root, "--bin-dir", binDir}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if (err == nil) != wantOK {
-			t.Fatalf("lab %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
-			lab(true, "down")
-		}
-	})
+	name, root, lab := labCLI(t, bin, "tcli")
 	out := lab(true, "up", "--nodes", "2", "--rr", "bird2", "--border")
 	for _, want := range []string{"Established", "lab " + name + " is up"} {
 		if !strings.Contains(out, want) {
@@ -146,24 +127,7 @@ func TestCLIStatefulSetPod(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("%s not built (make build)", bin)
 	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "tstsc" + hex.EncodeToString(b)
-	root := t.TempDir()
-	lab := func(wantOK bool, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--name", name, "--state-dir", root, "--bin-dir", binDir}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if (err == nil) != wantOK {
-			t.Fatalf("lab %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
-			lab(true, "down")
-		}
-	})
+	_, _, lab := labCLI(t, bin, "tstsc")
 	lab(true, "up", "--nodes", "2", "--kubernetes", "--kube-bin-dir", kubeBin)
 	const policy = "cni.projectcalico.org/ipReleasePolicy"
 	addr := func(out string) string {
@@ -217,4 +181,27 @@ func TestCLIStatefulSetPod(t *testing.T) {
 		t.Errorf("the refused pod was made: %s", out)
 	}
 	lab(true, "down")
+}
+
+// labCLI runs the lab binary bin for one lab of its own (a unique name
+// starting with prefix, in its own state directory), failing the test
+// when a command's success is not wantOK; the lab is taken down at the
+// end when it is still there.
+func labCLI(t *testing.T, bin, prefix string) (name, root string, lab func(wantOK bool, args ...string) string) {
+	name, root = uniqueName(prefix), t.TempDir()
+	lab = func(wantOK bool, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--name", name, "--state-dir", root, "--bin-dir", binDir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != wantOK {
+			t.Fatalf("lab %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+			lab(true, "down")
+		}
+	})
+	return name, root, lab
 }

@@ -2,9 +2,7 @@ package lab
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"net"
 	"net/netip"
 	"os"
@@ -369,9 +367,7 @@ func TestUpFailureCleansUp(t *testing.T) {
 	requireLab(t)
 	// A name of its own: another run of the suite on this machine must not
 	// see (or be blamed for) this run's namespaces.
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "tfail" + hex.EncodeToString(b)
+	name := uniqueName("tfail")
 	o := Options{Name: name, Nodes: 2, RR: RRBird1, Bird1: t.TempDir(), BinDir: binDir, StateRoot: testRoot}
 	_, err := Up(context.Background(), o)
 	if err == nil || !strings.Contains(err.Error(), "BIRD (rr)") && !strings.Contains(err.Error(), "bird") {

@@ -85,12 +85,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 func newLab(t testing.TB, o Options) *Lab {
 	t.Helper()
 	requireLab(t)
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
 	if o.Name == "" {
 		o.Name = "t"
 	}
-	o.Name += hex.EncodeToString(b)
+	o.Name = uniqueName(o.Name)
 	o.BinDir, o.StateRoot = binDir, testRoot
 	if testing.Verbose() {
 		o.Progress = &logWriter{t: t}
@@ -154,4 +152,12 @@ func requireReachable(t testing.TB, l *Lab, why string) {
 	var b bytes.Buffer
 	m.Print(&b)
 	t.Logf("%s:\n%s", why, b.String())
+}
+
+// uniqueName is prefix and six random hex digits: a lab (and its
+// namespaces, pl-<name>-…) no other test run on this machine shares.
+func uniqueName(prefix string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }
