@@ -187,13 +187,13 @@ func TestServiceRuleGaps(t *testing.T) {
 	}
 }
 
-// BenchmarkServiceEndpointChange is the graph's work when one endpoint of
+// BenchmarkServiceRuleEndpointChange is the graph's work when one endpoint of
 // a Service named by policy changes (its slice rewritten with one address
 // replaced, then Flush), with 10,000 Services of 5 endpoints each (50,000
 // endpoints) of which 200 are named by active policies. The reference
 // (x/ref) is the same graph's work when one remote WorkloadEndpoint's
 // labels move it between two selector sets, then Flush.
-func BenchmarkServiceEndpointChange(b *testing.B) {
+func BenchmarkServiceRuleEndpointChange(b *testing.B) {
 	g := NewGraph(testNode, &counter{})
 	g.OnUpdate(up(wep("prod", "client", testNode, "10.0.0.1", map[string]string{"app": "client"})))
 	addrs := func(svc, gen int) []string {
