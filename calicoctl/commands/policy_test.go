@@ -18,12 +18,7 @@ import (
 // and workload-to-host traffic) and compares each output with its golden
 // file.
 func TestPolicyExplainGolden(t *testing.T) {
-	c := newCluster(t)
-	cat, err := os.ReadFile(filepath.Join("..", "testdata", "explain", "catalogue.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.mustRun(t, string(cat), "apply", "-f", "-")
+	c := catalogueCluster(t)
 	cases := []struct {
 		name    string
 		args    []string
@@ -65,12 +60,7 @@ func TestPolicyExplainGolden(t *testing.T) {
 // TestPolicyExplainBadInput: every wrong question is named and exits 1,
 // printing nothing on standard output.
 func TestPolicyExplainBadInput(t *testing.T) {
-	c := newCluster(t)
-	cat, err := os.ReadFile(filepath.Join("..", "testdata", "explain", "catalogue.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.mustRun(t, string(cat), "apply", "-f", "-")
+	c := catalogueCluster(t)
 	cases := []struct {
 		name string
 		args []string
@@ -103,4 +93,17 @@ func TestPolicyExplainBadInput(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "asking calico-node on") {
 		t.Errorf("stats with no node: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// catalogueCluster is a cluster holding the explain catalogue
+// (testdata/explain/catalogue.yaml).
+func catalogueCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := newCluster(t)
+	cat, err := os.ReadFile(filepath.Join("..", "testdata", "explain", "catalogue.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mustRun(t, string(cat), "apply", "-f", "-")
+	return c
 }
