@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,8 +256,10 @@ func BenchmarkRequestResponse(b *testing.B) {
 	if _, ok := until(cli.run, dst, true, time.Now(), 10*time.Second); !ok {
 		b.Fatal("the toggle policy never let the client through")
 	}
-	// measure alternates the policy path with the bypass.
+	// measure alternates the policy path with the bypass, once felix is
+	// idle.
 	measure := func(on, off func()) (policy, base float64) {
+		settle(b, 30*time.Second)
 		for range 4 {
 			policy += rr(b, cli.run, dst, d)
 			on()
@@ -316,6 +319,28 @@ func BenchmarkRequestResponse(b *testing.B) {
 			b.ReportMetric(withPolicy/noPolicy/iptablesRatio, "vs-iptables-x/ref")
 		}
 	})
+}
+
+// settle waits until this process (felix runs in it, with the client
+// and the server) uses less than a tenth of a core over half a second:
+// after a switch felix went on loading programs and removing the other
+// dataplane's leftovers for seconds, which took CPU from the first
+// rounds measured, the policy legs.
+func settle(b *testing.B, limit time.Duration) {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		c0, t0 := cpu(), time.Now()
+		time.Sleep(500 * time.Millisecond)
+		if float64(cpu()-c0)/float64(time.Since(t0)) < 0.1 {
+			return
+		}
+	}
+	b.Logf("felix still busy after %s: measuring anyway", limit)
 }
 
 const bpfOn = `apiVersion: projectcalico.org/v3
