@@ -290,8 +290,13 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 	}
 	phase("cleanup")
-	if now.Sub(d.lastRefresh.gc) >= ctCollectEvery || len(d.ifaces.gone) > 0 {
-		d.lastRefresh.gc = now
+	// The sweep every ctCollectEvery; the entries of interfaces gone at
+	// once (the rule counters' sweep waits: no key of theirs is read).
+	periodic := now.Sub(d.lastRefresh.gc) >= ctCollectEvery
+	if periodic || len(d.ifaces.gone) > 0 {
+		if periodic {
+			d.lastRefresh.gc = now
+		}
 		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone)
 		d.conf.Metrics.ConntrackCleaned(n)
 		if err != nil {
@@ -302,7 +307,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 		if n > 0 {
 			d.log.WithField("entries", n).Debug("Conntrack entries expired")
 		}
-		if ifaceErr == nil {
+		if periodic && ifaceErr == nil {
 			if err := d.collectCounters(); err != nil {
 				errs = append(errs, err)
 			}
