@@ -31,7 +31,12 @@ const lbServices = 1000
 // from a LoadBalancer IP pool and calico-node advertising each address as
 // a /32 (serviceLoadBalancerAggregation: Disabled) to an external BIRD.
 // Measured: from the first create until every Service has its address in
-// status.loadBalancer.ingress and BIRD has all 1,000 /32s.
+// status.loadBalancer.ingress and BIRD has all 1,000 /32s (s-all-routed),
+// and from the moment the last Service and EndpointSlice were created
+// (s-routed-after-created, polled every 200 ms): how far Palisade lags
+// behind the API server. On this two-core machine the API server alone
+// needs 10-12 s for the objects (the reference below), so the issue's
+// "all 1,000 in 5 s" can only be read as the second figure here.
 //
 // The reference, in the same run and against the same API server with
 // the same controllers and calico-node watching: the test itself creates
@@ -68,7 +73,7 @@ func BenchmarkLoadBalancerServices(b *testing.B) {
 	go func() { done <- kubecontrollers.Run(ctx, kubecontrollers.Options{Static: st, RESTConfig: kc.Config}) }()
 	b.Cleanup(func() { cancel(); <-done })
 
-	var ours, addressed, ref []time.Duration
+	var ours, addressed, ref, lag []time.Duration
 	for i := 0; b.Loop(); i++ {
 		refNS, ns := fmt.Sprintf("lbref-%d", i), fmt.Sprintf("lb-%d", i)
 		for _, n := range []string{refNS, ns} {
@@ -83,6 +88,7 @@ func BenchmarkLoadBalancerServices(b *testing.B) {
 		base := torRoutes(b, tor)
 		start = time.Now()
 		createLBServices(b, kc, ns, "", false)
+		created := time.Now()
 		eventually(b, 60*time.Second, "every Service has its address", func() (bool, string) {
 			n := lbReady(b, kc.Client, ns)
 			return n == lbServices, fmt.Sprintf("%d of %d Services have an address", n, lbServices)
@@ -93,6 +99,7 @@ func BenchmarkLoadBalancerServices(b *testing.B) {
 			return n >= lbServices, fmt.Sprintf("BIRD has %d new routes of %d", n, lbServices)
 		})
 		ours = append(ours, time.Since(start))
+		lag = append(lag, time.Since(created))
 	}
 	mean := func(ds []time.Duration) float64 {
 		var s time.Duration
@@ -103,6 +110,7 @@ func BenchmarkLoadBalancerServices(b *testing.B) {
 	}
 	b.ReportMetric(mean(ours), "s-all-routed")
 	b.ReportMetric(mean(addressed), "s-all-addressed")
+	b.ReportMetric(mean(lag), "s-routed-after-created")
 	b.ReportMetric(mean(ref), "s-ref-api-only")
 	b.ReportMetric(mean(ours)/mean(ref), "x/ref")
 }
