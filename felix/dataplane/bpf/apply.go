@@ -259,6 +259,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 		errs = append(errs, ifaceErr)
 	}
 	phase("ifaces")
+	d.releaseRoutes()
 	if err := d.routes.Apply(); err != nil {
 		errs = append(errs, err)
 	}
@@ -290,8 +291,13 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 	}
 	phase("cleanup")
-	if now.Sub(d.lastRefresh.gc) >= ctCollectEvery || len(d.ifaces.gone) > 0 {
-		d.lastRefresh.gc = now
+	// The sweep every ctCollectEvery; the entries of interfaces gone at
+	// once (the rule counters' sweep waits: no key of theirs is read).
+	periodic := now.Sub(d.lastRefresh.gc) >= ctCollectEvery
+	if periodic || len(d.ifaces.gone) > 0 {
+		if periodic {
+			d.lastRefresh.gc = now
+		}
 		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone)
 		d.conf.Metrics.ConntrackCleaned(n)
 		if err != nil {
@@ -302,7 +308,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 		if n > 0 {
 			d.log.WithField("entries", n).Debug("Conntrack entries expired")
 		}
-		if ifaceErr == nil {
+		if periodic && ifaceErr == nil {
 			if err := d.collectCounters(); err != nil {
 				errs = append(errs, err)
 			}
@@ -314,6 +320,35 @@ func (d *Driver) Apply(ctx context.Context) error {
 	phase("gc")
 	d.updateEventView(want)
 	return errors.Join(errs...)
+}
+
+// releaseRoutes gives the routes manager the workload routes whose
+// interface has the entry programs attached and its entry written: the
+// other direction is closed by the iptables guard until then, this one by
+// the missing route (fail closed). A route of an interface that is not a
+// workload's goes at once.
+func (d *Driver) releaseRoutes() {
+	for dst, iface := range d.routeWant {
+		if _, ok := d.routeSet[dst]; ok {
+			continue
+		}
+		if d.isWorkloadIface(iface) && !d.ifaceReady(iface) {
+			continue
+		}
+		d.routes.Set(dst, iface)
+		d.routeSet[dst] = iface
+	}
+}
+
+// ifaceReady reports whether an interface holds what apply wants for it:
+// entry and sources written, both hooks attached.
+func (d *Driver) ifaceReady(name string) bool {
+	idx, ok := d.linkIndex[name]
+	if !ok {
+		return false
+	}
+	_, ok = d.ifaces.applied[idx]
+	return ok
 }
 
 // readBack reads the interfaces' entries, sources, attachments and set
@@ -415,6 +450,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 	links, err := d.links.snapshot()
 	if err != nil {
 		return nil, err
+	}
+	d.linkIndex = make(map[string]int, len(links))
+	for name, li := range links {
+		d.linkIndex[name] = li.index
 	}
 	var dropSlot uint32
 	slotsOf := func(st *epState) (out [palbpf.Stages]uint32) {
@@ -562,6 +601,9 @@ func (d *Driver) reportStatus() []error {
 		}
 		if st := d.states[id]; st == nil && id.Kind == calc.WorkloadEndpoint {
 			continue // not resolved yet
+		}
+		if _, exists := d.linkIndex[ep.InterfaceName]; exists && id.Kind == calc.WorkloadEndpoint && !d.ifaceReady(ep.InterfaceName) {
+			continue // its attachment is under way
 		}
 		if err := d.status.Programmed(ep); err != nil {
 			errs = append(errs, err)

@@ -18,7 +18,9 @@ const attachParallel = 32
 // made in parallel (the waits overlap), and a new workload interface is
 // attached, blocked, from the link watcher as soon as it appears rather
 // than by the next apply: by the time its endpoint arrives, only its
-// entry changes.
+// entry changes. An apply does not wait for an attachment the watcher has
+// under way (its endpoint's entry and IP set members are written
+// meanwhile, its route held back); done is called when it ends.
 type attacher struct {
 	mu   sync.Mutex
 	objs *palbpf.Objects
@@ -26,11 +28,15 @@ type attacher struct {
 	busy map[int]chan struct{}
 	// prefixes are the workload interface prefixes (for the watcher).
 	prefixes []string
+	done     func()
 }
 
-func newAttacher() *attacher {
-	return &attacher{att: map[[2]int]*palbpf.Attachment{}, busy: map[int]chan struct{}{}}
+func newAttacher(done func()) *attacher {
+	return &attacher{att: map[[2]int]*palbpf.Attachment{}, busy: map[int]chan struct{}{}, done: done}
 }
+
+// errBusy: the interface's attachment is under way elsewhere.
+var errBusy = errors.New("attachment under way")
 
 // load takes the attachments pinned in the kernel (at start and on every
 // read back), closing the handles it had.
@@ -83,8 +89,9 @@ func (a *attacher) hasLocked(idx, kind int) bool {
 }
 
 // ensure attaches (or updates) both hooks of an interface to kind's
-// entry programs, waiting for an attachment of it already under way.
-func (a *attacher) ensure(idx, kind int) error {
+// entry programs, waiting for an attachment of it already under way
+// (errBusy at once instead when nowait).
+func (a *attacher) ensure(idx, kind int, nowait bool) error {
 	for {
 		a.mu.Lock()
 		if a.objs == nil {
@@ -97,6 +104,9 @@ func (a *attacher) ensure(idx, kind int) error {
 		}
 		if ch, ok := a.busy[idx]; ok {
 			a.mu.Unlock()
+			if nowait {
+				return errBusy
+			}
 			<-ch
 			continue
 		}
@@ -126,7 +136,8 @@ func (a *attacher) ensure(idx, kind int) error {
 	}
 }
 
-// ensureAll attaches many interfaces (ifindex → kind) in parallel.
+// ensureAll attaches many interfaces (ifindex → kind) in parallel. An
+// interface whose attachment is under way (the watcher's) is left to it.
 func (a *attacher) ensureAll(want map[int]int) []error {
 	var mu sync.Mutex
 	var errs []error
@@ -136,7 +147,7 @@ func (a *attacher) ensureAll(want map[int]int) []error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := a.ensure(idx, kind); err != nil {
+			if err := a.ensure(idx, kind, true); err != nil && !errors.Is(err, errBusy) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -189,5 +200,8 @@ func (a *attacher) preattach(li linkInfo) {
 	if err := objs.Maps[palbpf.MapEndpoint].Update(uint32(li.index), ep, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 		return
 	}
-	_ = a.ensure(li.index, 0)
+	_ = a.ensure(li.index, 0, false)
+	if a.done != nil {
+		a.done()
+	}
 }

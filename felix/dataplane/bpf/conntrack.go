@@ -49,6 +49,50 @@ func monotonic() uint64 {
 	return uint64(ts.Nano())
 }
 
+// batchSize is how many entries one batch system call reads or deletes:
+// walking a map key by key costs two calls per entry, and a sweep of the
+// conntrack map on a busy node took tens of milliseconds of the main loop.
+const batchSize = 4096
+
+// walk reads a hash map in batches and calls fn with each batch's keys and
+// values (values holds perKey values per key: the CPUs of a per-CPU map).
+// Entries added or removed meanwhile may be missed; the next walk sees them.
+func walk[K, V any](m *ebpf.Map, perKey int, fn func(keys []K, vals []V)) error {
+	keys := make([]K, batchSize)
+	vals := make([]V, batchSize*perKey)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		if n > 0 {
+			fn(keys[:n], vals[:n*perKey])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// deleteAll deletes keys, in batches; keys already gone are not an error.
+// It returns how many it deleted.
+func deleteAll[K any](m *ebpf.Map, keys []K) (int, error) {
+	deleted := 0
+	for len(keys) > 0 {
+		n, err := m.BatchDelete(keys[:min(len(keys), batchSize)], nil)
+		deleted += n
+		keys = keys[n:]
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			keys = keys[1:] // the batch stopped at a key gone meanwhile
+		case err != nil:
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}
+
 // collectConntrack deletes the conntrack and fragment entries that expired
 // and, with the counters, those of interfaces gone. It returns how many
 // conntrack entries went.
@@ -56,52 +100,53 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 	now := monotonic()
 	var errs []error
 	ct := objs.Maps[palbpf.MapCT]
-	var k palbpf.CTKey
-	var v palbpf.CTValue
 	var stale []palbpf.CTKey
-	it := ct.Iterate()
-	for it.Next(&k, &v) {
-		if gone[k.Ifindex] || now > v.LastSeen && time.Duration(now-v.LastSeen) > ctTimeout(t, k.Proto, v.Flags) {
-			stale = append(stale, k)
+	if err := walk(ct, 1, func(keys []palbpf.CTKey, vals []palbpf.CTValue) {
+		for i, k := range keys {
+			v := &vals[i]
+			if gone[k.Ifindex] || now > v.LastSeen && time.Duration(now-v.LastSeen) > ctTimeout(t, k.Proto, v.Flags) {
+				stale = append(stale, k)
+			}
 		}
-	}
-	if err := it.Err(); err != nil {
+	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCT, err))
 	}
-	deleted := 0
-	for _, k := range stale {
-		if err := ct.Delete(k); err == nil {
-			deleted++
-		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
+	deleted, err := deleteAll(ct, stale)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCT, err))
 	}
 	frag := objs.Maps[palbpf.MapFrag]
-	var fk palbpf.FragKey
-	var fv uint64
 	var fstale []palbpf.FragKey
-	it = frag.Iterate()
-	for it.Next(&fk, &fv) {
-		if gone[fk.Ifindex] || now > fv && time.Duration(now-fv) > t.Fragment {
-			fstale = append(fstale, fk)
+	if err := walk(frag, 1, func(keys []palbpf.FragKey, vals []uint64) {
+		for i, k := range keys {
+			if gone[k.Ifindex] || now > vals[i] && time.Duration(now-vals[i]) > t.Fragment {
+				fstale = append(fstale, k)
+			}
 		}
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapFrag, err))
 	}
-	for _, k := range fstale {
-		_ = frag.Delete(k)
+	if _, err := deleteAll(frag, fstale); err != nil {
+		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapFrag, err))
 	}
 	if len(gone) > 0 {
 		counters := objs.Maps[palbpf.MapCounters]
-		var ck palbpf.CounterKey
-		var cv []palbpf.CounterValue
-		var cstale []palbpf.CounterKey
-		it = counters.Iterate()
-		for it.Next(&ck, &cv) {
-			if gone[ck.Ifindex] {
-				cstale = append(cstale, ck)
-			}
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			return deleted, errors.Join(append(errs, err)...)
 		}
-		for _, k := range cstale {
-			_ = counters.Delete(k)
+		var cstale []palbpf.CounterKey
+		if err := walk(counters, cpus, func(keys []palbpf.CounterKey, _ []palbpf.CounterValue) {
+			for _, k := range keys {
+				if gone[k.Ifindex] {
+					cstale = append(cstale, k)
+				}
+			}
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCounters, err))
+		}
+		if _, err := deleteAll(counters, cstale); err != nil {
+			errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCounters, err))
 		}
 	}
 	return deleted, errors.Join(errs...)

@@ -94,6 +94,90 @@ func TestCollectConntrack(t *testing.T) {
 	}
 }
 
+// TestCollectConntrackBatches: a sweep reads and deletes in batches; with
+// entries over several batches every expired one goes and every live one
+// stays, counters of an interface gone too.
+func TestCollectConntrackBatches(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "ctb")
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	objs, err := palbpf.Open(palbpf.Options{NS: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		objs.Close()
+		if err := palbpf.RemoveDir(objs.Dir); err != nil {
+			t.Error(err)
+		}
+	}()
+	timeouts, err := palbpf.DefaultTimeouts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := monotonic()
+	const n = 3*batchSize + 17
+	var keys []palbpf.CTKey
+	var vals []palbpf.CTValue
+	for i := range n {
+		k := palbpf.CTKey{Ifindex: 5, Proto: 17, Pa: uint16(i), Pb: uint16(i >> 16)}
+		v := palbpf.CTValue{LastSeen: now}
+		if i%3 == 0 {
+			v.LastSeen = now - uint64(2*time.Minute) // expired
+		}
+		if i%7 == 0 {
+			k.Ifindex = 9 // gone
+		}
+		keys, vals = append(keys, k), append(vals, v)
+	}
+	ct := objs.Maps[palbpf.MapCT]
+	if _, err := ct.BatchUpdate(keys, vals, nil); err != nil {
+		t.Fatal(err)
+	}
+	counters := objs.Maps[palbpf.MapCounters]
+	per := make([]palbpf.CounterValue, len(mustCPUs(t)))
+	for i := range 2*batchSize + 5 {
+		k := palbpf.CounterKey{Ifindex: uint32(5 + 4*(i%2)), Stage: palbpf.StageGeneral, Rule: uint64(i)}
+		if err := counters.Put(k, per); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := collectConntrack(objs, timeouts, map[uint32]bool{9: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	var v palbpf.CTValue
+	for i, k := range keys {
+		gone := i%3 == 0 || i%7 == 0
+		if gone {
+			want++
+		}
+		if err := ct.Lookup(k, &v); (err == nil) == gone {
+			t.Fatalf("entry %d: present %v, want %v", i, err == nil, !gone)
+		}
+	}
+	if got != want {
+		t.Errorf("collected %d entries, want %d", got, want)
+	}
+	left := map[uint32]int{}
+	var ck palbpf.CounterKey
+	it := counters.Iterate()
+	for it.Next(&ck, &per) {
+		left[ck.Ifindex]++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if left[9] != 0 || left[5] != batchSize+3 {
+		t.Errorf("counters left by interface %v, want none of 9 and %d of 5", left, batchSize+3)
+	}
+}
+
 func mustCPUs(t *testing.T) []struct{} {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {

@@ -139,19 +139,23 @@ func (d *Driver) collectCounters() error {
 	live := map[inspect.CounterKey]bool{}
 	d.liveCounters(func(k inspect.CounterKey, _ uint32, _ policy.Slot) { live[k] = true })
 	m := d.objs.Maps[palbpf.MapCounters]
-	cs, err := inspect.ReadCounters(m)
-	var errs []error
+	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
-		errs = append(errs, err)
+		return err
 	}
-	for _, c := range cs {
-		if c.Stage == palbpf.StageGeneral || live[c.Key()] {
-			continue
+	var stale []palbpf.CounterKey
+	var errs []error
+	if err := walk(m, cpus, func(keys []palbpf.CounterKey, _ []palbpf.CounterValue) {
+		for _, k := range keys {
+			if k.Stage != palbpf.StageGeneral && !live[inspect.CounterKey{Ifindex: int(k.Ifindex), Stage: int(k.Stage), Rule: k.Rule}] {
+				stale = append(stale, k)
+			}
 		}
-		k := palbpf.CounterKey{Ifindex: uint32(c.Ifindex), Stage: uint8(c.Stage), Rule: c.Rule}
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("deleting a stale rule counter: %w", err))
-		}
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCounters, err))
+	}
+	if _, err := deleteAll(m, stale); err != nil {
+		errs = append(errs, fmt.Errorf("deleting stale rule counters: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -81,6 +81,11 @@ type Driver struct {
 	stagesDirty     bool
 	changedPolicies map[calc.PolicyID]bool
 	changedProfiles map[string]bool
+	// routeWant are the calc's workload routes; routeSet those given to
+	// the routes manager: a route waits for its interface's programs.
+	routeWant, routeSet map[netip.Prefix]string
+	// linkIndex are the node's interfaces by name, as wanted last saw them.
+	linkIndex map[string]int
 	// failsafeDirty: the failsafe ports are written again.
 	failsafeDirty bool
 	inSync        bool
@@ -107,8 +112,10 @@ func New(conf Config) (*Driver, error) {
 		endpoints: map[calc.EndpointID]*calc.Endpoint{},
 		epDirty:   map[calc.EndpointID]struct{}{}, epRemoved: map[calc.EndpointID]struct{}{},
 		changedPolicies: map[calc.PolicyID]bool{}, changedProfiles: map[string]bool{},
-		sets: newSetMaps(logger), att: newAttacher(), wake: make(chan struct{}, 1),
+		sets: newSetMaps(logger), wake: make(chan struct{}, 1),
+		routeWant: map[netip.Prefix]string{}, routeSet: map[netip.Prefix]string{},
 	}
+	d.att = newAttacher(d.poke)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {
 		m.SetMetrics(conf.Metrics)
@@ -259,10 +266,22 @@ func (d *Driver) OnEndpointRemoved(id calc.EndpointID) {
 }
 
 // OnRouteUpdate implements calc.Dataplane.
-func (d *Driver) OnRouteUpdate(r calc.Route) { d.routes.Set(r.Dst, r.Iface) }
+func (d *Driver) OnRouteUpdate(r calc.Route) {
+	d.routeWant[r.Dst] = r.Iface
+	if set, ok := d.routeSet[r.Dst]; ok && set != r.Iface {
+		d.routes.Remove(r.Dst)
+		delete(d.routeSet, r.Dst)
+	}
+}
 
 // OnRouteRemoved implements calc.Dataplane.
-func (d *Driver) OnRouteRemoved(dst netip.Prefix) { d.routes.Remove(dst) }
+func (d *Driver) OnRouteRemoved(dst netip.Prefix) {
+	delete(d.routeWant, dst)
+	if _, ok := d.routeSet[dst]; ok {
+		d.routes.Remove(dst)
+		delete(d.routeSet, dst)
+	}
+}
 
 // OnInSync implements calc.Dataplane.
 func (d *Driver) OnInSync() { d.inSync = true }

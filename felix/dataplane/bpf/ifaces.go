@@ -223,6 +223,8 @@ func (s *ifaceState) apply(want map[int]ifaceWant) error {
 		if s.unchanged(idx, w) {
 			continue
 		}
+		// Not applied until all of it is (its route and status wait).
+		delete(s.applied, idx)
 		i := uint32(idx)
 		have := s.srcs[i]
 		if have == nil {

@@ -43,6 +43,7 @@ type programs struct {
 	// values are new pointers whenever they change); an entry holds the
 	// values, so their addresses are not reused while it exists.
 	compiled map[string]*compiledEntry
+	round    uint64
 	// drop is loaded in a slot for a stage that cannot be compiled.
 	dropSlot uint32
 	// loads counts programs loaded (tests, logs).
@@ -53,8 +54,9 @@ type programs struct {
 
 type compiledEntry struct {
 	prog *policy.Program
-	used bool
-	hold []any
+	// round is the last round of applies that took it.
+	round uint64
+	hold  []any
 }
 
 // idleKeep is how long an unused program stays loaded: an endpoint whose
@@ -123,14 +125,14 @@ func trimNUL(b []byte) []byte { return []byte(strings.TrimRight(string(b), "\x00
 func (ps *programs) compile(in *policy.Input) (*policy.Program, error) {
 	key, hold := inputKey(in)
 	if e := ps.compiled[key]; e != nil {
-		e.used = true
+		e.round = ps.round
 		return e.prog, nil
 	}
 	p, err := policy.Compile(*in)
 	if err != nil {
 		return nil, err
 	}
-	ps.compiled[key] = &compiledEntry{prog: p, used: true, hold: hold}
+	ps.compiled[key] = &compiledEntry{prog: p, round: ps.round, hold: hold}
 	return p, nil
 }
 
@@ -154,15 +156,27 @@ func inputKey(in *policy.Input) (string, []any) {
 	return b.String(), hold
 }
 
-// endCompile drops the cache entries this round of applies did not use.
+// endCompile ends a round of applies. It keeps the cache entries the
+// round used and, of the others, the latest one of each program still in
+// use: a new pod of a known deployment finds its stages compiled, though
+// the apply that compiled them was long ago (compiling a stage of ten
+// policies took a millisecond). Entries of values the calc replaced go
+// with their programs, or once a newer entry made the same program.
 func (ps *programs) endCompile() {
+	latest := make(map[string]uint64, len(ps.compiled))
+	for _, e := range ps.compiled {
+		latest[e.prog.Hash] = max(latest[e.prog.Hash], e.round)
+	}
 	for k, e := range ps.compiled {
-		if !e.used {
-			delete(ps.compiled, k)
+		if e.round == ps.round {
 			continue
 		}
-		e.used = false
+		if p := ps.byHash[e.prog.Hash]; p != nil && p.refs > 0 && e.round == latest[e.prog.Hash] {
+			continue
+		}
+		delete(ps.compiled, k)
 	}
+	ps.round++
 }
 
 // get returns the loaded program of a stage (loading it when new) and
