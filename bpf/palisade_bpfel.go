@@ -126,9 +126,10 @@ type palisadeState struct {
 	Flags    uint32
 	FragId   uint32
 	Resume   uint8
-	Pad      [3]uint8
+	TcpFlags uint8
+	Pad      [2]uint8
 	Len      uint32
-	Pad2     uint32
+	L4       uint32
 	_        [4]byte
 	RuleId   uint64
 }

@@ -294,7 +294,19 @@ GLOBAL int parse_l4(struct __sk_buff *skb, struct state *st, __u32 off)
 {
 	if (!st)
 		return -P_BAD;
-	if (has_ports(st->proto)) {
+	if (st->proto == IPPROTO_TCP) {
+		/* Ports to flags in one read; a header too short for the
+		 * flags (a tiny first fragment) is read for its ports, flags
+		 * 0, as before. */
+		__u8 h[14];
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) == 0) {
+			st->tcp_flags = h[13];
+		} else if (bpf_skb_load_bytes(skb, off, h, 4) < 0) {
+			return -P_BAD;
+		}
+		st->sport = (h[0] << 8) | h[1];
+		st->dport = (h[2] << 8) | h[3];
+	} else if (has_ports(st->proto)) {
 		__be16 p[2];
 		if (bpf_skb_load_bytes(skb, off, p, sizeof(p)) < 0)
 			return -P_BAD;
@@ -386,9 +398,37 @@ static __always_inline __u64 ct_timeout(__u8 proto, __u32 flags)
 	return ct_other;
 }
 
+/* ct_refresh is how far an entry's last_seen may lag its last packet:
+ * a sixteenth of its timeout, at most a second. An entry is rewritten
+ * only when it lagged more, or when its TCP state changed, so a busy
+ * flow does not write (and move between CPUs) a cache line on every
+ * packet; it expires between timeout - ct_refresh and timeout after its
+ * last packet. */
+static __always_inline __u64 ct_refresh(__u64 timeout)
+{
+	__u64 r = timeout >> 4;
+	return r < 1000000000ULL ? r : 1000000000ULL;
+}
+
+/* now is the conntrack clock: CLOCK_MONOTONIC_COARSE (a tick behind
+ * CLOCK_MONOTONIC at most, which felix's sweep reads), a fraction of
+ * bpf_ktime_get_ns's cost. */
+static __always_inline __u64 now(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
+
+/* idle is how long ago last was (0 for a time not yet reached: an entry
+ * written by a finer clock). */
+static __always_inline __u64 idle(__u64 t, __u64 last)
+{
+	return t > last ? t - last : 0;
+}
+
 /* ct_established reports whether the packet belongs to a flow this
- * interface allowed, and updates the entry. */
-GLOBAL int ct_established(struct __sk_buff *skb, struct state *st, __u32 l4)
+ * interface allowed, and updates the entry (its flags when the TCP state
+ * changed, its last_seen when that lagged by more than ct_refresh). */
+GLOBAL int ct_established(struct state *st)
 {
 	if (!st)
 		return 0;
@@ -400,23 +440,33 @@ GLOBAL int ct_established(struct __sk_buff *skb, struct state *st, __u32 l4)
 	struct ct_value *v = bpf_map_lookup_elem(&pal_ct, &k);
 	if (!v)
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	if (now - v->last_seen > ct_timeout(st->proto, v->flags))
+	__u64 t = now();
+	__u32 flags = v->flags, nflags = flags;
+	__u64 last = v->last_seen;
+	__u64 timeout = ct_timeout(st->proto, flags);
+	if (idle(t, last) > timeout)
 		return 0;
 	if (st->proto == IPPROTO_TCP) {
-		__u8 f = 0;
-		bpf_skb_load_bytes(skb, l4 + 13, &f, 1);
+		__u8 f = st->tcp_flags;
 		/* A new SYN on a closed flow's tuple is a new connection. */
-		if ((f & (TCP_SYN | TCP_ACK)) == TCP_SYN && (v->flags & (PAL_CT_RST | PAL_CT_FIN_A | PAL_CT_FIN_B)))
+		if ((f & (TCP_SYN | TCP_ACK)) == TCP_SYN && (flags & (PAL_CT_RST | PAL_CT_FIN_A | PAL_CT_FIN_B)))
 			return 0;
 		if (f & TCP_RST)
-			v->flags |= PAL_CT_RST;
+			nflags |= PAL_CT_RST;
 		if (f & TCP_FIN)
-			v->flags |= a ? PAL_CT_FIN_A : PAL_CT_FIN_B;
+			nflags |= a ? PAL_CT_FIN_A : PAL_CT_FIN_B;
 	}
-	if (!a != !(v->flags & PAL_CT_ORIG_A))
-		v->flags |= PAL_CT_REPLY;
-	v->last_seen = now;
+	if (!a != !(flags & PAL_CT_ORIG_A))
+		nflags |= PAL_CT_REPLY;
+	if (nflags != flags) {
+		/* A new state's timeout counts from this packet. Another CPU
+		 * may write the flags at once; a bit lost so is set again by
+		 * the next packet that carries it. */
+		v->flags = nflags;
+		v->last_seen = t;
+	} else if (idle(t, last) > ct_refresh(timeout)) {
+		v->last_seen = t;
+	}
 	return 1;
 }
 
@@ -452,7 +502,7 @@ GLOBAL int ct_related(struct __sk_buff *skb, struct state *st, __u32 l4)
 	struct ct_value *v = bpf_map_lookup_elem(&pal_ct, &k);
 	if (!v)
 		return 0;
-	return bpf_ktime_get_ns() - v->last_seen <= ct_timeout(in.proto, v->flags);
+	return idle(now(), v->last_seen) <= ct_timeout(in.proto, v->flags);
 }
 
 /* ct_create records an allowed flow (and the first fragment of a
@@ -461,18 +511,18 @@ GLOBAL int ct_create(struct state *st)
 {
 	if (!st || (st->flags & PAL_F_UNTRACKED))
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 t = now();
 	if (st->flags & PAL_F_FRAG) {
 		struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
 		__builtin_memcpy(fk.src, st->src, 16);
 		__builtin_memcpy(fk.dst, st->dst, 16);
-		struct frag_value fv = {.last_seen = now};
+		struct frag_value fv = {.last_seen = t};
 		bpf_map_update_elem(&pal_frag, &fk, &fv, BPF_ANY);
 	}
 	struct ct_key k = {};
 	int a = !!(st->flags & PAL_F_SRC_A);
 	ct_key_of(st, &k, a);
-	struct ct_value v = {.created = now, .last_seen = now, .flags = a ? PAL_CT_ORIG_A : 0};
+	struct ct_value v = {.created = t, .last_seen = t, .flags = a ? PAL_CT_ORIG_A : 0};
 	if (bpf_map_update_elem(&pal_ct, &k, &v, BPF_ANY) < 0)
 		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_CT_FULL, st->len);
 	return 0;
@@ -488,10 +538,11 @@ GLOBAL int frag_allowed(struct state *st)
 	struct frag_value *fv = bpf_map_lookup_elem(&pal_frag, &fk);
 	if (!fv)
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	if (now - fv->last_seen > frag_timeout)
+	__u64 t = now(), last = fv->last_seen;
+	if (idle(t, last) > frag_timeout)
 		return 0;
-	fv->last_seen = now;
+	if (idle(t, last) > ct_refresh(frag_timeout))
+		fv->last_seen = t;
 	return 1;
 }
 
@@ -615,11 +666,13 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 	}
 	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
 		return -(drop(st, PAL_C_MALFORMED) + 16);
+	st->l4 = l4;
 	return l4;
 }
 
-/* resumed finds a resumed packet's state and entry, and its layer 4
- * offset again (tail calls keep only the state). */
+/* resumed finds a resumed packet's state and entry; the layer 4 offset
+ * is the one the entry program parsed (in the state, which the tail
+ * calls keep). */
 static __always_inline int resumed(struct __sk_buff *skb, struct state *st, struct ep **epp)
 {
 	__u32 ifindex = st->ifindex;
@@ -628,11 +681,7 @@ static __always_inline int resumed(struct __sk_buff *skb, struct state *st, stru
 	if (!ep || ifindex != skb->ifindex)
 		return -(drop(st, PAL_C_NO_ENDPOINT) + 16);
 	count(ifindex, st->phase, st->rule_id, st->len);
-	struct state tmp = {};
-	int l4 = parse_ip(skb, &tmp, ep->l2len & 0xff, st->family == 6);
-	if (l4 < 0)
-		return -(drop(st, PAL_C_MALFORMED) + 16);
-	return l4;
+	return st->l4 & 0xffff;
 }
 
 /* The walks. Each starts at PAL_PHASE_START (from the entry program) or
@@ -645,7 +694,7 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 			return allow_because(skb, st, PAL_C_ND);
 		if (spoofed(st))
 			return drop(st, PAL_C_SPOOFED);
-		if (ct_established(skb, st, l4))
+		if (ct_established(st))
 			return allow_because(skb, st, PAL_C_ESTABLISHED);
 		if (ct_related(skb, st, l4))
 			return allow_because(skb, st, PAL_C_RELATED);
@@ -667,11 +716,11 @@ static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, 
 		if (skb->ingress_ifindex == 0) {
 			/* Open, and tracked: the workload's replies are
 			 * established, not new traffic to the host. */
-			if (!ct_established(skb, st, l4))
+			if (!ct_established(st))
 				ct_create(st);
 			return allow_because(skb, st, PAL_C_FROM_HOST);
 		}
-		if (ct_established(skb, st, l4))
+		if (ct_established(st))
 			return allow_because(skb, st, PAL_C_ESTABLISHED);
 		if (ct_related(skb, st, l4))
 			return allow_because(skb, st, PAL_C_RELATED);
@@ -716,7 +765,7 @@ static __always_inline int walk_hep_in(struct __sk_buff *skb, struct state *st, 
 	return allow(skb, st);
 
 after_untracked:
-	if (ct_established(skb, st, l4))
+	if (ct_established(st))
 		return allow_because(skb, st, PAL_C_ESTABLISHED);
 	if (ct_related(skb, st, l4))
 		return allow_because(skb, st, PAL_C_RELATED);
@@ -764,7 +813,7 @@ static __always_inline int walk_hep_out(struct __sk_buff *skb, struct state *st,
 	return allow(skb, st);
 
 after_untracked:
-	if (ct_established(skb, st, l4))
+	if (ct_established(st))
 		return allow_because(skb, st, PAL_C_ESTABLISHED);
 	if (ct_related(skb, st, l4))
 		return allow_because(skb, st, PAL_C_RELATED);

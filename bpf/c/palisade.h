@@ -95,10 +95,11 @@ struct state {
 	__u16 rule;   /* description slot of what decided (Log events) */
 	__u32 flags;  /* PAL_F_* */
 	__u32 frag_id;
-	__u8 resume; /* slot of pal_progs the policy program returns to */
-	__u8 pad[3];
+	__u8 resume;    /* slot of pal_progs the policy program returns to */
+	__u8 tcp_flags; /* TCP: the header's flags (0 when not read) */
+	__u8 pad[2];
 	__u32 len;     /* the IP packet's length (as iptables counts bytes) */
-	__u32 pad2;
+	__u32 l4;      /* offset of the layer 4 header, for the resume program */
 	__u64 rule_id; /* counter key of what decided: its stable rule id */
 };
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -78,9 +79,23 @@ type gen struct {
 	fail error
 	// src and dst: the set keys hold the packet's addresses.
 	src, dst bool
+	// known is what the guards around the code being emitted proved of
+	// the packet.
+	known known
+	// note is a comment for the next instruction emitted.
+	note string
 }
 
-func newGen() *gen { return &gen{refs: map[string]bool{}} }
+// known is what every packet reaching a point of the program has: a
+// protocol (0: any) and a destination port within [lo, hi].
+type known struct {
+	proto  uint8
+	lo, hi uint16
+}
+
+func anything() known { return known{lo: 0, hi: 0xffff} }
+
+func newGen() *gen { return &gen{refs: map[string]bool{}, known: anything()} }
 
 func (g *gen) err() error { return g.fail }
 
@@ -92,6 +107,16 @@ func (g *gen) emit(ins ...asm.Instruction) {
 		}
 		if ref := in.Reference(); ref != "" && in.OpCode.Class().IsJump() {
 			g.refs[ref] = true
+		}
+		if g.note != "" {
+			// The rule's comment goes on its first instruction (no
+			// instruction of its own: that would run for every packet).
+			c := g.note
+			if src := in.Source(); src != nil {
+				c += "; " + src.String()
+			}
+			in = in.WithSource(asm.Comment(c))
+			g.note = ""
 		}
 		if len(g.pending) > 0 {
 			// One symbol per instruction: extra labels get a no-op each.
@@ -261,6 +286,89 @@ func (g *gen) count(s Slot) {
 	g.label(done)
 }
 
+// placed is a rule and where it is.
+type placed struct {
+	r calc.Rule
+	s Slot
+}
+
+// guardFan is how many rules (or groups of rules) a guard covers.
+const guardFan = 16
+
+// rules emits a run of rules that a packet matching none of them falls
+// through (a tier's, across its policies, or a profile's). Groups of up
+// to guardFan rules, and groups of up to guardFan such groups, get a
+// guard: when every rule of the group needs the same protocol, or a
+// destination port range, a packet of another protocol or a port outside
+// the group's ranges jumps over the whole group, which none of its rules
+// could match. Inside a guard the rules skip the checks it made.
+func (g *gen) rules(rs []placed, pass string) {
+	chunk := guardFan
+	for (len(rs)+chunk-1)/chunk > guardFan {
+		chunk *= guardFan
+	}
+	for lo := 0; lo < len(rs); lo += chunk {
+		part := rs[lo:min(lo+chunk, len(rs))]
+		outer := g.known
+		skip := g.newLabel("group_end")
+		g.guard(part, skip)
+		if len(part) > guardFan {
+			g.rules(part, pass)
+		} else {
+			for _, p := range part {
+				g.rule(p.r, p.s, pass)
+			}
+		}
+		g.known = outer
+		g.label(skip)
+	}
+}
+
+// guard emits the checks of a group that make the packet jump to skip,
+// and records what they prove in g.known. A single rule gets none: its
+// own checks are the same.
+func (g *gen) guard(part []placed, skip string) {
+	if len(part) < 2 {
+		return
+	}
+	proto := part[0].r.Protocol
+	lo, hi, ports := uint16(0xffff), uint16(0), true
+	for _, p := range part {
+		if p.r.Protocol != proto {
+			proto = 0
+		}
+		if len(p.r.DstPorts) == 0 || len(p.r.DstNamedPortIPSets) > 0 {
+			ports = false
+		}
+		for _, pr := range p.r.DstPorts {
+			lo, hi = min(lo, pr.Min), max(hi, pr.Max)
+		}
+	}
+	first := true
+	comment := func(ins asm.Instruction) asm.Instruction {
+		if first {
+			first = false
+			return g.commented(fmt.Sprintf("guard of %d rules from %s %s rule %d", len(part), part[0].s.Tier+part[0].s.Profile, part[0].s.Policy, part[0].s.Rule), ins)
+		}
+		return ins
+	}
+	if proto != 0 && g.known.proto != proto {
+		g.emit(comment(asm.LoadMem(asm.R1, rState, offProto, asm.Byte)), asm.JNE.Imm(asm.R1, int32(proto), skip))
+		g.known.proto = proto
+	}
+	if ports && (lo > g.known.lo || hi < g.known.hi) {
+		g.emit(comment(asm.LoadMem(asm.R1, rState, offDport, asm.Half)))
+		if lo > g.known.lo {
+			g.emit(asm.JLT.Imm(asm.R1, int32(lo), skip))
+			g.known.lo = lo
+		}
+		if hi < g.known.hi {
+			g.emit(asm.JGT.Imm(asm.R1, int32(hi), skip))
+			g.known.hi = hi
+		}
+	}
+}
+
 // rule emits one rule; a packet it does not match goes on after it, and a
 // Pass jumps to pass.
 func (g *gen) rule(r calc.Rule, s Slot, pass string) {
@@ -269,7 +377,7 @@ func (g *gen) rule(r calc.Rule, s Slot, pass string) {
 	s.Index = r.Index
 	s.content = r
 	next := g.newLabel("rule_end")
-	g.emit(g.commented(fmt.Sprintf("%s %s rule %d: %s %s", s.Tier+s.Profile, s.Policy, s.Rule, s.Action, s.Match), asm.Mov.Reg(rState, rState)))
+	g.note = fmt.Sprintf("%s %s rule %d: %s %s", s.Tier+s.Profile, s.Policy, s.Rule, s.Action, s.Match)
 	g.match(r, next)
 	switch r.Action {
 	case calc.Allow:
@@ -305,7 +413,7 @@ func (g *gen) match(r calc.Rule, fail string) {
 	if r.IPVersion != 0 {
 		g.emit(asm.LoadMem(asm.R1, rState, offFamily, asm.Byte), asm.JNE.Imm(asm.R1, int32(r.IPVersion), fail))
 	}
-	if r.Protocol != 0 {
+	if r.Protocol != 0 && r.Protocol != g.known.proto {
 		g.emit(asm.LoadMem(asm.R1, rState, offProto, asm.Byte), asm.JNE.Imm(asm.R1, int32(r.Protocol), fail))
 	}
 	if r.NotProtocol != 0 {
@@ -313,7 +421,8 @@ func (g *gen) match(r calc.Rule, fail string) {
 	}
 	hasPorts := len(r.SrcPorts)+len(r.NotSrcPorts)+len(r.DstPorts)+len(r.NotDstPorts)+
 		len(r.SrcNamedPortIPSets)+len(r.NotSrcNamedPortIPSets)+len(r.DstNamedPortIPSets)+len(r.NotDstNamedPortIPSets) > 0
-	if hasPorts {
+	// A rule of a protocol with ports needs no further check of it.
+	if hasPorts && !slices.Contains(portProtocols, int32(r.Protocol)) {
 		ok := g.newLabel("has_ports")
 		g.emit(asm.LoadMem(asm.R1, rState, offProto, asm.Byte))
 		for _, p := range portProtocols {
@@ -323,7 +432,7 @@ func (g *gen) match(r calc.Rule, fail string) {
 		g.label(ok)
 	}
 	g.ports(r.SrcPorts, r.SrcNamedPortIPSets, offSport, offSrc, fail)
-	g.ports(r.DstPorts, r.DstNamedPortIPSets, offDport, offDst, fail)
+	g.dstPorts(r.DstPorts, r.DstNamedPortIPSets, fail)
 	g.notPorts(r.NotSrcPorts, r.NotSrcNamedPortIPSets, offSport, offSrc, fail)
 	g.notPorts(r.NotDstPorts, r.NotDstNamedPortIPSets, offDport, offDst, fail)
 	if r.ICMPType != nil || r.NotICMPType != nil {
@@ -397,6 +506,31 @@ func (g *gen) ports(ranges []calc.PortRange, named []string, offPort, offAddr in
 	g.portChecks(ranges, named, offPort, offAddr, ok)
 	g.emit(asm.Ja.Label(fail))
 	g.label(ok)
+}
+
+// dstPorts is ports for the destination port, which a guard may have
+// bounded: a single range needs only the checks of its ends the guard did
+// not make, and jumps to fail directly.
+func (g *gen) dstPorts(ranges []calc.PortRange, named []string, fail string) {
+	if len(ranges) != 1 || len(named) != 0 {
+		g.ports(ranges, named, offDport, offDst, fail)
+		return
+	}
+	p := ranges[0]
+	if p.Min <= g.known.lo && p.Max >= g.known.hi {
+		return // the guard proved it
+	}
+	g.emit(asm.LoadMem(asm.R1, rState, offDport, asm.Half))
+	if p.Min == p.Max {
+		g.emit(asm.JNE.Imm(asm.R1, int32(p.Min), fail))
+		return
+	}
+	if p.Min > g.known.lo {
+		g.emit(asm.JLT.Imm(asm.R1, int32(p.Min), fail))
+	}
+	if p.Max < g.known.hi {
+		g.emit(asm.JGT.Imm(asm.R1, int32(p.Max), fail))
+	}
 }
 
 // notPorts: the port must be in none of the ranges and sets.

@@ -120,11 +120,13 @@ func Compile(in Input) (*Program, error) {
 	g.prologue(usesSets(in))
 	for ti, t := range in.Tiers {
 		pass := fmt.Sprintf("tier%d_end", ti)
+		var rs []placed
 		for _, p := range t.Policies {
 			for i, r := range p.Rules {
-				g.rule(r, Slot{Tier: t.Name, Policy: p.ID.String(), Namespace: p.ID.Namespace, Name: p.ID.Name, Rule: i}, pass)
+				rs = append(rs, placed{r, Slot{Tier: t.Name, Policy: p.ID.String(), Namespace: p.ID.Namespace, Name: p.ID.Name, Rule: i}})
 			}
 		}
+		g.rules(rs, pass)
 		if in.Final && t.DefaultAction != calc.Pass {
 			g.verdict(verdictDeny, Slot{Tier: t.Name, Rule: -1, Index: -1, Action: "Deny", Match: "end of tier " + t.Name + ": no policy allowed or passed the packet"})
 		}
@@ -133,9 +135,11 @@ func Compile(in Input) (*Program, error) {
 	if in.Final {
 		for pi, p := range in.Profiles {
 			next := fmt.Sprintf("profile%d_end", pi)
+			var rs []placed
 			for i, r := range p.Rules {
-				g.rule(r, Slot{Profile: p.Name, Name: p.Name, Rule: i}, next)
+				rs = append(rs, placed{r, Slot{Profile: p.Name, Name: p.Name, Rule: i}})
 			}
+			g.rules(rs, next)
 			g.label(next)
 		}
 		g.verdict(verdictDeny, Slot{Rule: -1, Index: -1, Action: "Deny", Match: "no policy or profile allowed the packet"})

@@ -102,6 +102,24 @@ var cases = []struct {
 			"s:clients": {"10.0.0.1", "fd00::1"}},
 		probes: []probe{{tcp("10.0.0.1", "10.0.0.2", 80), true}, {tcp("10.0.0.1", "10.0.0.3", 80), false}, {tcp("10.0.0.1", "10.0.1.2", 80), false},
 			{tcp("fd00::1", "fd00::2", 80), true}, {tcp("fd00::1", "fd00::3", 80), false}}},
+	// Guards: the first policy's sixteen TCP rules (ports 1000–1015, one
+	// Pass to the next tier among them) are jumped over by a packet of
+	// another protocol or port; the second policy's rules, of several
+	// protocols and one with no port, get no guard.
+	{name: "guarded-groups", in: Input{Final: true, Tiers: []Tier{
+		{Name: "t1", DefaultAction: calc.Deny, Policies: []Policy{
+			{ID: calc.PolicyID{Tier: "t1", Name: "tcp"}, Rules: tcpPorts(1000, 16, 1007)},
+			{ID: calc.PolicyID{Tier: "t1", Name: "mixed"}, Rules: []calc.Rule{
+				{Action: calc.Allow, Protocol: 6, DstPorts: []calc.PortRange{{Min: 1016, Max: 1016}}},
+				{Action: calc.Allow, Protocol: 17, DstPorts: []calc.PortRange{{Min: 53, Max: 53}}},
+				{Action: calc.Allow, Protocol: 6, DstPorts: []calc.PortRange{{Min: 2000, Max: 2010}}},
+				{Action: calc.Allow, Protocol: 1}}}}},
+		{Name: "t2", DefaultAction: calc.Deny, Policies: []Policy{{ID: calc.PolicyID{Tier: "t2", Name: "passed"}, Rules: []calc.Rule{
+			{Action: calc.Allow, Protocol: 6, DstPorts: []calc.PortRange{{Min: 1007, Max: 1007}}}}}}}}},
+		probes: []probe{{tcp("10.0.0.1", "10.0.0.2", 1000), true}, {tcp("10.0.0.1", "10.0.0.2", 1015), true}, {tcp("10.0.0.1", "10.0.0.2", 999), false},
+			{tcp("10.0.0.1", "10.0.0.2", 1007), true}, {udp("10.0.0.1", "10.0.0.2", 1005), false}, {tcp("10.0.0.1", "10.0.0.2", 1016), true},
+			{udp("10.0.0.1", "10.0.0.2", 53), true}, {tcp("10.0.0.1", "10.0.0.2", 53), false}, {tcp("10.0.0.1", "10.0.0.2", 2010), true},
+			{tcp("10.0.0.1", "10.0.0.2", 2011), false}, {icmp("10.0.0.1", "10.0.0.2", 8), true}}},
 	{name: "untracked-no-decision", in: Input{Tiers: []Tier{{Name: "default", DefaultAction: calc.Deny, Policies: []Policy{{ID: calc.PolicyID{Tier: "default", Name: "u"}, Rules: []calc.Rule{
 		{Action: calc.Allow, Protocol: 17, DstPorts: []calc.PortRange{{Min: 8080, Max: 8080}}}}}}}}}},
 }
@@ -182,9 +200,37 @@ func TestLargePrograms(t *testing.T) {
 			if got, _ := e.send(false, bpf.In, e.a, 0, tcp("10.0.0.1", "10.0.0.2", last+1).bytes()); got != 2 {
 				t.Errorf("no rule's port: verdict %d", got)
 			}
+			// Inside guarded groups: a middle rule's port, and the same
+			// port in UDP (no rule's protocol) or to an address outside
+			// the set.
+			mid := uint16(10000 + n/2 + 3)
+			if got, _ := e.send(false, bpf.In, e.a, 0, tcp("10.0.0.1", "10.0.0.2", mid).bytes()); got != -1 {
+				t.Errorf("a middle rule's port: verdict %d", got)
+			}
+			if got, _ := e.send(false, bpf.In, e.a, 0, udp("10.0.0.1", "10.0.0.2", mid).bytes()); got != 2 {
+				t.Errorf("UDP to a middle rule's port: verdict %d", got)
+			}
+			if got, _ := e.send(false, bpf.In, e.a, 0, tcp("10.0.0.1", "10.0.0.3", mid).bytes()); got != 2 {
+				t.Errorf("a middle rule's port, not to a set member: verdict %d", got)
+			}
 			e.clearCT()
 		})
 	}
+}
+
+// tcpPorts is n rules allowing one TCP port each from first on; the one
+// of port pass is a Pass instead.
+func tcpPorts(first uint16, n int, pass uint16) []calc.Rule {
+	var rs []calc.Rule
+	for i := range n {
+		p := first + uint16(i)
+		a := calc.Allow
+		if p == pass {
+			a = calc.Pass
+		}
+		rs = append(rs, calc.Rule{Action: a, Protocol: 6, DstPorts: []calc.PortRange{{Min: p, Max: p}}, Index: i})
+	}
+	return rs
 }
 
 // manyRules is a stage of n rules, each allowing one TCP port to a set
