@@ -32,6 +32,16 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the testnode build when the run ends: every run of
+// this package used to leave a directory with the binary in /tmp.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // testnode builds the node binary once per test run.
 func testnode(t testing.TB) string {
 	buildOnce.Do(func() {
