@@ -18,27 +18,7 @@ import (
 // of interfaces gone are deleted, with the counters of those interfaces;
 // live ones stay.
 func TestCollectConntrack(t *testing.T) {
-	nstest.RequireRoot(t)
-	ns := nstest.New(t, nstest.Prefix(), "ct")
-	run, err := nsexec.New(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer run.Close()
-	objs, err := palbpf.Open(palbpf.Options{NS: run})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		objs.Close()
-		if err := palbpf.RemoveDir(objs.Dir); err != nil {
-			t.Error(err)
-		}
-	}()
-	timeouts, err := palbpf.DefaultTimeouts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs, timeouts := openObjects(t, "ct")
 	now := monotonic()
 	ago := func(d time.Duration) uint64 { return now - uint64(d) }
 	entries := []struct {
@@ -98,27 +78,7 @@ func TestCollectConntrack(t *testing.T) {
 // entries over several batches every expired one goes and every live one
 // stays, counters of an interface gone too.
 func TestCollectConntrackBatches(t *testing.T) {
-	nstest.RequireRoot(t)
-	ns := nstest.New(t, nstest.Prefix(), "ctb")
-	run, err := nsexec.New(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer run.Close()
-	objs, err := palbpf.Open(palbpf.Options{NS: run})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		objs.Close()
-		if err := palbpf.RemoveDir(objs.Dir); err != nil {
-			t.Error(err)
-		}
-	}()
-	timeouts, err := palbpf.DefaultTimeouts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs, timeouts := openObjects(t, "ctb")
 	now := monotonic()
 	const n = 3*batchSize + 17
 	var keys []palbpf.CTKey
@@ -176,6 +136,35 @@ func TestCollectConntrackBatches(t *testing.T) {
 	if left[9] != 0 || left[5] != batchSize+3 {
 		t.Errorf("counters left by interface %v, want none of 9 and %d of 5", left, batchSize+3)
 	}
+}
+
+// openObjects opens the eBPF objects in a namespace of the test's own,
+// all removed when the test ends, and returns them with the default
+// conntrack timeouts.
+func openObjects(t *testing.T, name string) (*palbpf.Objects, palbpf.Timeouts) {
+	t.Helper()
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), name)
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run.Close() })
+	objs, err := palbpf.Open(palbpf.Options{NS: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		objs.Close()
+		if err := palbpf.RemoveDir(objs.Dir); err != nil {
+			t.Error(err)
+		}
+	})
+	timeouts, err := palbpf.DefaultTimeouts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs, timeouts
 }
 
 func mustCPUs(t *testing.T) []struct{} {
