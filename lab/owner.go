@@ -58,25 +58,57 @@ func ParseOwner(s string) (Owner, error) {
 	return Owner{Kind: "StatefulSet", Name: name}, nil
 }
 
+// pairs splits k=v,k=v (space around a pair trimmed, a value may hold
+// "=" and be empty); when a piece is not k=v, ok is false and bad is
+// that piece.
+func pairs(s string) (kvs [][2]string, bad string, ok bool) {
+	for _, kv := range strings.Split(s, ",") {
+		k, v, found := strings.Cut(strings.TrimSpace(kv), "=")
+		if !found || k == "" {
+			return nil, kv, false
+		}
+		kvs = append(kvs, [2]string{k, v})
+	}
+	return kvs, "", true
+}
+
+// ParseLabels reads --labels: k=v,k=v (a key given twice keeps its last
+// value).
+func ParseLabels(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	kvs, _, ok := pairs(s)
+	if !ok {
+		return nil, fmt.Errorf("--labels %q: want k=v,k=v", s)
+	}
+	out := map[string]string{}
+	for _, kv := range kvs {
+		out[kv[0]] = kv[1]
+	}
+	return out, nil
+}
+
 // ParseAnnotations reads --annotations: k=v,k=v, each key a qualified
 // name (prefix/name), values free but for commas; a value may be empty.
 func ParseAnnotations(s string) (map[string]string, error) {
 	if s == "" {
 		return nil, nil
 	}
+	kvs, bad, ok := pairs(s)
+	if !ok {
+		return nil, fmt.Errorf("--annotations %q: %q is not k=v (want k=v,k=v)", s, bad)
+	}
 	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--annotations %q: %q is not k=v (want k=v,k=v)", s, kv)
-		}
+	for _, kv := range kvs {
+		k := kv[0]
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return nil, fmt.Errorf("--annotations %q: key %q: %s", s, k, strings.Join(errs, "; "))
 		}
 		if _, dup := out[k]; dup {
 			return nil, fmt.Errorf("--annotations %q: key %q given twice", s, k)
 		}
-		out[k] = v
+		out[k] = kv[1]
 	}
 	return out, nil
 }

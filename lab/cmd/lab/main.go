@@ -225,7 +225,7 @@ pod keeps its address when it is re-created, on any node:
 				return err
 			}
 			var o lab.PodOptions
-			if o.Labels, err = parseLabels(labels); err != nil {
+			if o.Labels, err = lab.ParseLabels(labels); err != nil {
 				return err
 			}
 			if o.Serve, err = lab.ParseServe(serve); err != nil {
@@ -278,22 +278,6 @@ pod keeps its address when it is re-created, on any node:
 		},
 	})
 	return c
-}
-
-// parseLabels reads k=v,k=v.
-func parseLabels(s string) (map[string]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--labels %q: want k=v,k=v", s)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 func newProbe(g *globals) *cobra.Command {
