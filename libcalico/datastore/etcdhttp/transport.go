@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -31,14 +32,18 @@ const maxErrorBody = 200
 
 // transport is etcdcore.Transport over etcd's JSON gateway. Requests go
 // to the endpoint that last answered; one whose connection cannot even be
-// dialled hands over to the next. A request that reached etcd is never
-// sent again elsewhere, since it may have been applied.
+// dialled hands over to the next. A write that reached etcd is never sent
+// again, since it may have been applied; a read is sent again, as etcd's
+// gRPC client does, while an election or a lost member makes it fail for
+// a moment (see readRetry).
 type transport struct {
 	client    *http.Client
 	endpoints []string
-	cur       atomic.Int32
-	user      string
-	password  string
+	// readBudget bounds how long one read keeps being sent again.
+	readBudget time.Duration
+	cur        atomic.Int32
+	user       string
+	password   string
 
 	mu    sync.Mutex
 	token string
@@ -64,8 +69,11 @@ func (e *etcdError) Error() string { return e.Message }
 // The gRPC codes and messages the client reacts to.
 const (
 	codePermissionDenied = 7
-	msgInvalidToken      = "etcdserver: invalid auth token"
-	msgAuthNotEnabled    = "etcdserver: authentication is not enabled"
+	// codeUnavailable is what etcd answers while it cannot serve for a
+	// moment: "leader changed", "no leader", "request timed out".
+	codeUnavailable   = 14
+	msgInvalidToken   = "etcdserver: invalid auth token"
+	msgAuthNotEnabled = "etcdserver: authentication is not enabled"
 )
 
 // newTransport checks the endpoints and prepares the HTTP client; it
@@ -75,7 +83,7 @@ func newTransport(cfg etcdcore.Config) (*transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &transport{user: cfg.Username, password: cfg.Password}
+	t := &transport{user: cfg.Username, password: cfg.Password, readBudget: cfg.Timeout()}
 	for _, ep := range cfg.Endpoints {
 		u, err := url.Parse(ep)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -102,7 +110,7 @@ func (t *transport) Range(ctx context.Context, key string, prefix bool) (etcdcor
 		req.RangeEnd = []byte(etcdcore.PrefixEnd(key))
 	}
 	var resp rangeResponse
-	if err := t.call(ctx, pathRange, req, &resp); err != nil {
+	if err := t.call(ctx, pathRange, req, &resp, true); err != nil {
 		return etcdcore.RangeResult{}, err
 	}
 	return etcdcore.RangeResult{KVs: keyValues(resp.KVs), Revision: int64(resp.Header.Revision)}, nil
@@ -119,7 +127,7 @@ func (t *transport) Txn(ctx context.Context, cmps []etcdcore.Compare, then, els 
 		req.Compare = append(req.Compare, wc)
 	}
 	var resp txnResponse
-	if err := t.call(ctx, pathTxn, req, &resp); err != nil {
+	if err := t.call(ctx, pathTxn, req, &resp, readOnly(then) && readOnly(els)); err != nil {
 		return etcdcore.TxnResult{}, err
 	}
 	out := etcdcore.TxnResult{Succeeded: resp.Succeeded, Revision: int64(resp.Header.Revision), Results: make([]etcdcore.OpResult, len(resp.Responses))}
@@ -180,20 +188,100 @@ func (t *transport) needsToken() bool {
 }
 
 // call posts in and decodes the answer into out, authenticating again
-// once when etcd says the token expired.
-func (t *transport) call(ctx context.Context, path string, in, out any) error {
+// once when etcd says the token expired. A read (read set) is sent again
+// while it fails in a way that passes (readRetry).
+func (t *transport) call(ctx context.Context, path string, in, out any, read bool) error {
 	if err := t.authenticateOnce(ctx); err != nil {
 		return err
 	}
-	err := t.send(ctx, path, in, out, true)
-	var ee *etcdError
-	if t.user != "" && errors.As(err, &ee) && ee.Message == msgInvalidToken {
-		if aerr := t.authenticate(ctx); aerr != nil {
-			return aerr
+	attempt := func() error {
+		err := t.send(ctx, path, in, out, true)
+		var ee *etcdError
+		if t.user != "" && errors.As(err, &ee) && ee.Message == msgInvalidToken {
+			if aerr := t.authenticate(ctx); aerr != nil {
+				return aerr
+			}
+			err = t.send(ctx, path, in, out, true)
 		}
-		err = t.send(ctx, path, in, out, true)
+		return err
 	}
-	return err
+	if !read {
+		return attempt()
+	}
+	return t.readRetry(ctx, attempt)
+}
+
+// Pauses between the attempts of a read: doubling from the first to the
+// last, each with up to half again of jitter.
+const (
+	firstReadPause = 25 * time.Millisecond
+	lastReadPause  = 400 * time.Millisecond
+)
+
+// readRetry runs a read until it succeeds, fails in a way that does not
+// pass, or t.readBudget (the dial timeout) is spent. What passes: etcd
+// answering Unavailable (an election under way: "leader changed", "no
+// leader"), and a connection lost after the request went out and before
+// the answer (the member died); the latter moves to the next endpoint. A
+// dial that every endpoint refuses does not pass: the read fails at once,
+// as before. An election in a healthy cluster ends within about a second.
+func (t *transport) readRetry(ctx context.Context, attempt func() error) error {
+	deadline := time.Now().Add(t.readBudget)
+	pause := firstReadPause
+	for {
+		err := attempt()
+		if err == nil || !passing(err) || ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, datastore.ErrUnavailable) && len(t.endpoints) > 1 {
+			t.moveOn(err)
+		}
+		wait := pause + time.Duration(rand.Int64N(int64(pause/2)+1))
+		if time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		case <-timer.C:
+		}
+		pause = min(2*pause, lastReadPause)
+	}
+}
+
+// passing says a read's failure is one that passes by itself.
+func passing(err error) bool {
+	var ee *etcdError
+	if errors.As(err, &ee) {
+		return ee.Code == codeUnavailable
+	}
+	return errors.Is(err, datastore.ErrUnavailable) && !isDialError(err)
+}
+
+// moveOn makes the endpoint after the one err names the current one.
+func (t *transport) moveOn(err error) {
+	var ue *datastore.UnavailableError
+	if !errors.As(err, &ue) {
+		return
+	}
+	for i, ep := range t.endpoints {
+		if ep == ue.Endpoint {
+			t.cur.CompareAndSwap(int32(i), int32((i+1)%len(t.endpoints)))
+			return
+		}
+	}
+}
+
+// readOnly says a transaction's operations only read.
+func readOnly(ops []etcdcore.Op) bool {
+	for _, o := range ops {
+		if o.Kind == etcdcore.Put || o.Kind == etcdcore.Delete {
+			return false
+		}
+	}
+	return true
 }
 
 // send posts in to the current endpoint, or to the next ones while they
