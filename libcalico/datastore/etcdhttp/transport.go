@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -251,13 +252,20 @@ func (t *transport) readRetry(ctx context.Context, attempt func() error) error {
 	}
 }
 
-// passing says a read's failure is one that passes by itself.
+// passing says a read's failure is one that passes by itself: etcd's
+// Unavailable, or a connection that reached etcd and was then lost (reset
+// or closed before the answer). A refused dial, a TLS handshake etcd
+// rejects and a timeout do not pass.
 func passing(err error) bool {
 	var ee *etcdError
 	if errors.As(err, &ee) {
 		return ee.Code == codeUnavailable
 	}
-	return errors.Is(err, datastore.ErrUnavailable) && !isDialError(err)
+	if !errors.Is(err, datastore.ErrUnavailable) || isDialError(err) {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // moveOn makes the endpoint after the one err names the current one.
