@@ -134,6 +134,17 @@ func Addr16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
+// Src4 is an IPv4 address as Endpoint.Src4 holds it: its four bytes in
+// network order, read as the program reads them (host order); 0 for an
+// address that is not IPv4.
+func Src4(a netip.Addr) uint32 {
+	if !a.Is4() {
+		return 0
+	}
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
+
 // PrefixLen16 is a prefix's length in the 128-bit form of Addr16.
 func PrefixLen16(p netip.Prefix) int {
 	if p.Addr().Is4() {

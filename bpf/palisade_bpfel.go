@@ -52,7 +52,7 @@ type palisadeEp struct {
 	Flags uint32
 	L2len uint32
 	Slots [7]uint32
-	Pad   uint32
+	Src4  uint32
 }
 
 type palisadeFailsafeKey struct {

@@ -593,6 +593,13 @@ static __always_inline int nd(struct state *st)
 	return st->dst[0] == 0xff || (st->dst[0] == 0xfe && (st->dst[1] & 0xc0) == 0x80);
 }
 
+/* own_src4 reports the workload's own IPv4 address as the source: the
+ * common case, decided without pal_src's trie walk. */
+static __always_inline int own_src4(struct state *st, struct ep *ep)
+{
+	return st->family == 4 && ep->src4 && *(__u32 *)&st->src[12] == ep->src4;
+}
+
 /* spoofed reports a source address the workload may not send from. */
 GLOBAL int spoofed(struct state *st)
 {
@@ -658,7 +665,7 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 		return -(PAL_TCX_NEXT + 16);
 	int l4 = parse_ip(skb, st, ep->l2len & 0xff, ipv6);
 	if (l4 == -P_FRAG_LATER) {
-		if ((ep->flags & PAL_EP_WORKLOAD) && !out && spoofed(st))
+		if ((ep->flags & PAL_EP_WORKLOAD) && !out && !own_src4(st, ep) && spoofed(st))
 			return -(drop(st, PAL_C_SPOOFED) + 16);
 		if (frag_allowed(st))
 			return -(allow_because(skb, st, PAL_C_FRAG_ALLOW) + 16);
@@ -692,7 +699,7 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 	if (st->phase == PAL_PHASE_START) {
 		if (nd(st))
 			return allow_because(skb, st, PAL_C_ND);
-		if (spoofed(st))
+		if (!own_src4(st, ep) && spoofed(st))
 			return drop(st, PAL_C_SPOOFED);
 		if (ct_established(st))
 			return allow_because(skb, st, PAL_C_ESTABLISHED);

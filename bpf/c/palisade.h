@@ -109,7 +109,9 @@ struct ep {
 	__u32 flags;
 	__u32 l2len;
 	__u32 slots[PAL_STAGES];
-	__u32 pad;
+	/* A workload's own IPv4 address (network order; 0 for none): the
+	 * source nearly all its packets carry, checked before pal_src. */
+	__u32 src4;
 };
 
 /* Anti-spoofing: the addresses a workload may send from. LPM key: 32 bits

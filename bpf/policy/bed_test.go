@@ -96,10 +96,24 @@ func (e *bed) load(in Input) uint32 {
 	return slot
 }
 
-// endpoint writes an interface's entry and its allowed sources.
+// endpoint writes an interface's entry and its allowed sources; the
+// entry holds the first IPv4 /32 of them as its own address, as felix
+// writes it.
 func (e *bed) endpoint(ifindex int, flags uint32, slots map[int]uint32, sources ...string) {
 	e.t.Helper()
-	ep := bpf.Endpoint{Flags: flags, L2len: 14}
+	src4 := uint32(0)
+	for _, s := range sources {
+		if p := netip.MustParsePrefix(s); p.Addr().Is4() && p.Bits() == 32 && src4 == 0 {
+			src4 = bpf.Src4(p.Addr())
+		}
+	}
+	e.entry(ifindex, bpf.Endpoint{Flags: flags, L2len: 14, Src4: src4}, slots, sources...)
+}
+
+// entry writes ep, with slots, as an interface's entry, and its allowed
+// sources.
+func (e *bed) entry(ifindex int, ep bpf.Endpoint, slots map[int]uint32, sources ...string) {
+	e.t.Helper()
 	for st, s := range slots {
 		ep.Slots[st] = s
 	}

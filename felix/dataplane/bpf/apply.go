@@ -495,7 +495,7 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 		if d.isWorkloadIface(name) {
 			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}}
 			if st := workloads[name]; st != nil {
-				w.ep = palbpf.Endpoint{Flags: palbpf.EndpointWorkload | toHostDrop, L2len: li.l2, Slots: slotsOf(st)}
+				w.ep = palbpf.Endpoint{Flags: palbpf.EndpointWorkload | toHostDrop, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
 				if st.srcs == nil || st.srcsFor != li.index {
 					st.srcs, st.srcsFor = sources(li.index, st.ep, d.cfg), li.index
 				}
@@ -522,6 +522,18 @@ func (d *Driver) isWorkloadIface(name string) bool {
 		}
 	}
 	return false
+}
+
+// ownSrc4 is the workload's first IPv4 address (/32), which its entry
+// holds for the programs to check before the sources' trie; 0 for none.
+// It is always one of sources too.
+func ownSrc4(ep *calc.Endpoint) uint32 {
+	for _, p := range ep.IPv4Nets {
+		if p.Bits() == 32 {
+			return palbpf.Src4(p.Addr())
+		}
+	}
+	return 0
 }
 
 // sources are the addresses a workload may send from: its own, and its
