@@ -106,7 +106,7 @@ func BenchmarkCountingRR(b *testing.B) {
 		}
 	}
 	use(on)
-	ln, err := nstest.Echo(nodeRun, netip.AddrPortFrom(nodeIP, 8080).String())
+	ln, err := nstest.StartEcho(nodeRun, netip.AddrPortFrom(nodeIP, 8080).String())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -213,8 +213,8 @@ func itoa(i int) string {
 }
 
 // echo serves one-byte request/response on port in run's namespace.
-func echo(b *testing.B, run *nsexec.Runner, port int) *nstest.EchoServer {
-	l, err := nstest.Echo(run, ":"+itoa(port))
+func echo(b *testing.B, run *nsexec.Runner, port int) *nstest.Echo {
+	l, err := nstest.StartEcho(run, ":"+itoa(port))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,22 +11,24 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 )
 
 // The request/response pair below works as netperf's TCP_RR does: each
-// side is a thread blocked in the kernel on its socket, so between two
-// packets nothing runs but the kernel's path (and the dataplane's work on
-// it). Go's poller would park and wake a goroutine on every packet, which
-// on a two-core machine added more variance than the path's own cost.
+// side is a process of its own (this binary run again, see init), a
+// thread blocked in the kernel on its socket, so between two packets
+// nothing runs but the kernel's path (and the dataplane's work on it).
+// In the test's process, Go's poller parked and woke a goroutine on every
+// packet, and a thread back from a blocking read waited for a processor
+// that felix (which the benchmarks run in-process) held: on two cores
+// that varied more than the path's own cost.
 
 // rrTimeout bounds a connect and every read and write of the pair: a
 // path that stops answering fails the run instead of hanging it.
 const rrTimeout = 5 * time.Second
 
-// EchoServer sends every byte it receives back, on each connection.
-type EchoServer struct {
+// echoServer sends every byte it receives back, on each connection
+// (in the echo process).
+type echoServer struct {
 	fd int
 
 	mu     sync.Mutex
@@ -35,37 +37,33 @@ type EchoServer struct {
 	wg     sync.WaitGroup
 }
 
-// Echo serves request/response exchanges on addr (":port" for every
-// address) in run's namespace until Close.
-func Echo(run *nsexec.Runner, addr string) (*EchoServer, error) {
+// serveEcho serves request/response exchanges on addr (":port" for every
+// address) in this process's namespace until Close.
+func serveEcho(addr string) (*echoServer, error) {
 	sa, err := sockaddr(addr)
 	if err != nil {
 		return nil, err
 	}
-	var fd int
-	if err := run.Do(func() error {
-		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
-			return err
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err == nil {
+		if err = unix.Bind(fd, sa); err == nil {
+			err = unix.Listen(fd, 128)
 		}
-		if err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err == nil {
-			if err = unix.Bind(fd, sa); err == nil {
-				err = unix.Listen(fd, 128)
-			}
-		}
-		if err != nil {
-			unix.Close(fd)
-		}
-		return err
-	}); err != nil {
+	}
+	if err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("echo on %s: %w", addr, err)
 	}
-	s := &EchoServer{fd: fd, conns: map[int]bool{}}
+	s := &echoServer{fd: fd, conns: map[int]bool{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
 }
 
-func (s *EchoServer) accept() {
+func (s *echoServer) accept() {
 	defer s.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -92,7 +90,7 @@ func (s *EchoServer) accept() {
 }
 
 // serve echoes one connection until its peer closes it or Close.
-func (s *EchoServer) serve(c int) {
+func (s *echoServer) serve(c int) {
 	defer s.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -104,10 +102,7 @@ func (s *EchoServer) serve(c int) {
 	}()
 	buf := make([]byte, 4096)
 	for {
-		n, err := unix.Read(c, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, err := spinRead(c, buf, time.Time{})
 		if err != nil || n == 0 {
 			return
 		}
@@ -119,7 +114,7 @@ func (s *EchoServer) serve(c int) {
 
 // Close stops serving: the listener and every connection are shut down
 // (which wakes their threads) and closed.
-func (s *EchoServer) Close() error {
+func (s *echoServer) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -135,10 +130,8 @@ func (s *EchoServer) Close() error {
 	return unix.Close(s.fd)
 }
 
-// RR runs one-byte request/response exchanges from run's namespace to
-// dst for d, on one connection or, with perConn, on a new connection
-// each (connect-request-response), and returns their rate per second.
-func RR(run *nsexec.Runner, dst netip.AddrPort, d time.Duration, perConn bool) (float64, error) {
+// rrHere runs RR's exchanges from this process's namespace.
+func rrHere(dst netip.AddrPort, d time.Duration, perConn bool) (float64, error) {
 	if !dst.Addr().Is4() {
 		return 0, fmt.Errorf("request/response to %s: IPv4 only", dst)
 	}
@@ -150,23 +143,19 @@ func RR(run *nsexec.Runner, dst netip.AddrPort, d time.Duration, perConn bool) (
 		if err := writeAll(c, buf); err != nil {
 			return err
 		}
-		for {
-			n, err := unix.Read(c, buf)
-			switch {
-			case errors.Is(err, unix.EINTR):
-				continue
-			case err != nil:
-				return fmt.Errorf("reading the answer: %w", err)
-			case n == 0:
-				return errors.New("reading the answer: connection closed")
-			}
-			return nil
+		n, err := spinRead(c, buf, time.Now().Add(rrTimeout))
+		switch {
+		case err != nil:
+			return fmt.Errorf("reading the answer: %w", err)
+		case n == 0:
+			return errors.New("reading the answer: connection closed")
 		}
+		return nil
 	}
 	var c int
 	var err error
 	if !perConn {
-		if c, err = dial(run, sa); err != nil {
+		if c, err = dial(sa); err != nil {
 			return 0, err
 		}
 		defer unix.Close(c)
@@ -175,7 +164,7 @@ func RR(run *nsexec.Runner, dst netip.AddrPort, d time.Duration, perConn bool) (
 	start := time.Now()
 	for time.Since(start) < d {
 		if perConn {
-			if c, err = dial(run, sa); err != nil {
+			if c, err = dial(sa); err != nil {
 				return 0, err
 			}
 		}
@@ -191,14 +180,9 @@ func RR(run *nsexec.Runner, dst netip.AddrPort, d time.Duration, perConn bool) (
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-// dial connects a blocking socket made in run's namespace.
-func dial(run *nsexec.Runner, sa *unix.SockaddrInet4) (int, error) {
-	var fd int
-	err := run.Do(func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		return err
-	})
+// dial connects a blocking socket.
+func dial(sa *unix.SockaddrInet4) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -224,6 +208,49 @@ func dial(run *nsexec.Runner, sa *unix.SockaddrInet4) (int, error) {
 		return 0, fmt.Errorf("connecting to %s:%d: %w", net.IP(sa.Addr[:]), sa.Port, err)
 	}
 	return fd, nil
+}
+
+// spinFor is how long spinRead polls before it blocks: far longer than
+// an answer on a live path takes, far shorter than an idle connection
+// lasts.
+const spinFor = 500 * time.Microsecond
+
+// spinRead reads what fd has. It first polls without sleeping (a read
+// that finds nothing yields the CPU to whatever else is runnable and
+// tries again), so an answer is taken as soon as it is there, without
+// the sleep and wake-up a blocking read costs (on a virtual machine tens
+// of microseconds, more than the path measured); after spinFor it blocks
+// instead, so an idle connection costs no CPU. It gives up at deadline
+// (none when zero).
+func spinRead(fd int, buf []byte, deadline time.Time) (int, error) {
+	spinUntil := time.Now().Add(spinFor)
+	for i := 0; ; i++ {
+		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			return n, nil
+		case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR):
+			return 0, err
+		}
+		if i%64 != 63 {
+			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
+		}
+		now := time.Now()
+		if !deadline.IsZero() && now.After(deadline) {
+			return 0, unix.ETIMEDOUT
+		}
+		if now.Before(spinUntil) {
+			continue
+		}
+		wait := -1
+		if !deadline.IsZero() {
+			wait = int(deadline.Sub(now).Milliseconds()) + 1
+		}
+		if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, wait); err != nil && !errors.Is(err, unix.EINTR) {
+			return 0, err
+		}
+	}
 }
 
 func writeAll(fd int, b []byte) error {
