@@ -162,7 +162,7 @@ func RemoveAll(root string, ns NetNS) error {
 	if err != nil {
 		return err
 	}
-	return RemoveDir(filepath.Join(root, id))
+	return errors.Join(removeAllTC(ns), RemoveDir(filepath.Join(root, id)))
 }
 
 // RemoveDir detaches the pinned links of a namespace's directory and

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +44,8 @@ type bed struct {
 }
 
 // dataplanes are the sub-benchmarks of each pipeline benchmark: felix's
-// iptables dataplane and its eBPF one (bpfEnabled), in one table.
+// iptables dataplane and its eBPF one (bpfEnabled), in one table. A
+// benchmark may add "bpf-tc": the eBPF dataplane with bpfAttachType TC.
 var dataplanes = []string{"iptables", "bpf"}
 
 func newBed(b *testing.B, dataplane string) *bed {
@@ -69,10 +71,14 @@ func newBed(b *testing.B, dataplane string) *bed {
 	if err := nstest.Sysctl(e.nodeRun, "net/ipv4/ip_forward", "1"); err != nil {
 		b.Fatal(err)
 	}
+	attachType := "" // bpf: TCX, Calico's default
+	if dataplane == "bpf-tc" {
+		attachType = ", bpfAttachType: TC"
+	}
 	e.apply(`apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
-spec: {ipv6Support: false, bpfEnabled: ` + strconv.FormatBool(dataplane == "bpf") + `}
+spec: {ipv6Support: false, bpfEnabled: ` + strconv.FormatBool(strings.HasPrefix(dataplane, "bpf")) + attachType + `}
 ---
 apiVersion: projectcalico.org/v3
 kind: IPPool

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 )
@@ -13,26 +14,45 @@ import (
 // attachParallel bounds the attachments made at once.
 const attachParallel = 32
 
-// attacher owns the TCX attachments. Each attachment waits for an RCU
-// grace period in the kernel (tens of ms on a busy machine), so they are
-// made in parallel (the waits overlap), and a new workload interface is
-// attached, blocked, from the link watcher as soon as it appears rather
-// than by the next apply: by the time its endpoint arrives, only its
-// entry changes. An apply does not wait for an attachment the watcher has
-// under way (its endpoint's entry and IP set members are written
-// meanwhile, its route held back); done is called when it ends.
+// attacher owns the attachments of the entry programs: TCX links (pinned),
+// or, with FelixConfiguration bpfAttachType TC, cls_bpf filters under a
+// clsact qdisc (palbpf.AttachTC). A TCX attachment waits for an RCU grace
+// period while it holds the rtnl lock (tens of ms on a busy machine, per
+// hook), so they are made in parallel (the waits overlap), and a new
+// workload interface is attached, blocked, from the link watcher as soon
+// as it appears rather than by the next apply: by the time its endpoint
+// arrives, only its entry changes. A cls_bpf filter attaches in a
+// fraction of a millisecond. An apply does not wait for an attachment
+// the watcher has under way (its endpoint's entry and IP set members are
+// written meanwhile, its route held back); done is called when it ends.
 type attacher struct {
 	mu   sync.Mutex
 	objs *palbpf.Objects
 	att  map[[2]int]*palbpf.Attachment
-	busy map[int]chan struct{}
+	// tc are the interfaces whose entry programs run as our cls_bpf
+	// filters: the programs' IDs by hook.
+	tc map[int][2]ebpf.ProgramID
+	// useTC: bpfAttachType is TC.
+	useTC bool
+	busy  map[int]chan struct{}
 	// prefixes are the workload interface prefixes (for the watcher).
 	prefixes []string
 	done     func()
+	log      *log.Entry
 }
 
-func newAttacher(done func()) *attacher {
-	return &attacher{att: map[[2]int]*palbpf.Attachment{}, busy: map[int]chan struct{}{}, done: done}
+func newAttacher(done func(), logger *log.Entry) *attacher {
+	return &attacher{att: map[[2]int]*palbpf.Attachment{}, tc: map[int][2]ebpf.ProgramID{}, busy: map[int]chan struct{}{},
+		done: done, log: logger}
+}
+
+// setTC chooses the attachment: cls_bpf filters (true) or TCX links. An
+// interface attached the other way is attached again, and its old
+// attachment removed, at the next apply.
+func (a *attacher) setTC(tc bool) {
+	a.mu.Lock()
+	a.useTC = tc
+	a.mu.Unlock()
 }
 
 // errBusy: the interface's attachment is under way elsewhere.
@@ -51,6 +71,13 @@ func (a *attacher) load(objs *palbpf.Objects) error {
 		x.Close()
 	}
 	a.objs, a.att = objs, att
+	// Interfaces on cls_bpf filters keep them only while the filters are
+	// there (read back, like the links).
+	for idx, ids := range a.tc {
+		if got, err := objs.TCPrograms(idx); err != nil || got != ids {
+			delete(a.tc, idx)
+		}
+	}
 	return nil
 }
 
@@ -71,7 +98,7 @@ func (a *attacher) close() {
 }
 
 // has reports whether both hooks of an interface run the entry programs
-// of kind.
+// of kind, attached the way bpfAttachType says.
 func (a *attacher) has(idx, kind int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -79,33 +106,47 @@ func (a *attacher) has(idx, kind int) bool {
 }
 
 func (a *attacher) hasLocked(idx, kind int) bool {
+	if a.objs == nil {
+		return false
+	}
+	if a.useTC {
+		ids, ok := a.tc[idx]
+		return ok && ids == a.objs.EntryID[kind]
+	}
+	return a.hasTCXLocked(idx, kind)
+}
+
+// hasTCXLocked reports whether both hooks' TCX links run kind's entry
+// programs.
+func (a *attacher) hasTCXLocked(idx, kind int) bool {
 	for _, h := range []palbpf.Hook{palbpf.In, palbpf.Out} {
 		x := a.att[[2]int{idx, int(h)}]
-		if x == nil || a.objs == nil || x.Program != a.objs.EntryID[kind][h] {
+		if x == nil || x.Program != a.objs.EntryID[kind][h] {
 			return false
 		}
 	}
 	return true
 }
 
-// ensure attaches (or updates) both hooks of an interface to kind's
-// entry programs, waiting for an attachment of it already under way
-// (errBusy at once instead when nowait).
-func (a *attacher) ensure(idx, kind int, nowait bool) error {
+// claim makes the caller the only one attaching to an interface: it
+// returns the objects and a release func, or ok false when the interface
+// already has kind's programs (by has) or, with nowait, errBusy while
+// another attachment of it is under way.
+func (a *attacher) claim(idx, kind int, nowait bool, has func(idx, kind int) bool) (objs *palbpf.Objects, release func(), ok bool, err error) {
 	for {
 		a.mu.Lock()
 		if a.objs == nil {
 			a.mu.Unlock()
-			return errors.New("eBPF objects not open")
+			return nil, nil, false, errors.New("eBPF objects not open")
 		}
-		if a.hasLocked(idx, kind) {
+		if has(idx, kind) {
 			a.mu.Unlock()
-			return nil
+			return nil, nil, false, nil
 		}
-		if ch, ok := a.busy[idx]; ok {
+		if ch, busy := a.busy[idx]; busy {
 			a.mu.Unlock()
 			if nowait {
-				return errBusy
+				return nil, nil, false, errBusy
 			}
 			<-ch
 			continue
@@ -113,27 +154,94 @@ func (a *attacher) ensure(idx, kind int, nowait bool) error {
 		ch := make(chan struct{})
 		a.busy[idx] = ch
 		objs := a.objs
-		cur := [2]*palbpf.Attachment{a.att[[2]int{idx, 0}], a.att[[2]int{idx, 1}]}
 		a.mu.Unlock()
+		return objs, func() {
+			a.mu.Lock()
+			delete(a.busy, idx)
+			close(ch)
+			a.mu.Unlock()
+		}, true, nil
+	}
+}
 
-		var got [2]*palbpf.Attachment
-		var errs [2]error
-		var wg sync.WaitGroup
-		for _, h := range []palbpf.Hook{palbpf.In, palbpf.Out} {
-			wg.Go(func() { got[h], errs[h] = objs.Attach(cur[h], idx, h, kind) })
+// ensure attaches (or updates) both hooks of an interface to kind's
+// entry programs, the way bpfAttachType says, waiting for an attachment
+// of it already under way (errBusy at once instead when nowait); the
+// attachment of the other way, if any (left by a felix configured
+// otherwise), goes once the new one is in place.
+func (a *attacher) ensure(idx, kind int, nowait bool) error {
+	objs, release, ok, err := a.claim(idx, kind, nowait, a.hasLocked)
+	if !ok {
+		return err
+	}
+	defer release()
+	a.mu.Lock()
+	useTC := a.useTC
+	a.mu.Unlock()
+	if useTC {
+		return a.attachTC(objs, idx, kind)
+	}
+	return a.attachTCX(objs, idx, kind)
+}
+
+// attachTCX attaches both hooks with TCX (the caller holds the claim),
+// then removes our cls_bpf filters of the interface.
+func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
+	a.mu.Lock()
+	cur := [2]*palbpf.Attachment{a.att[[2]int{idx, 0}], a.att[[2]int{idx, 1}]}
+	a.mu.Unlock()
+	var got [2]*palbpf.Attachment
+	var errs [2]error
+	var wg sync.WaitGroup
+	for _, h := range []palbpf.Hook{palbpf.In, palbpf.Out} {
+		wg.Go(func() { got[h], errs[h] = objs.Attach(cur[h], idx, h, kind) })
+	}
+	wg.Wait()
+	a.mu.Lock()
+	for h, x := range got {
+		if x != nil {
+			a.att[[2]int{idx, h}] = x
 		}
-		wg.Wait()
-		a.mu.Lock()
-		for h, x := range got {
-			if x != nil {
-				a.att[[2]int{idx, h}] = x
-			}
-		}
-		delete(a.busy, idx)
-		close(ch)
-		a.mu.Unlock()
+	}
+	linked := errs[0] == nil && errs[1] == nil
+	a.mu.Unlock()
+	if !linked {
 		return errors.Join(errs[0], errs[1])
 	}
+	if cur[0] == nil || cur[1] == nil {
+		if err := objs.DetachTC(idx, false); err != nil {
+			return err
+		}
+	}
+	a.mu.Lock()
+	delete(a.tc, idx)
+	a.mu.Unlock()
+	return nil
+}
+
+// attachTC puts the filters on (the caller holds the claim), then
+// removes the interface's TCX links.
+func (a *attacher) attachTC(objs *palbpf.Objects, idx, kind int) error {
+	if err := objs.AttachTC(idx, kind); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.tc[idx] = objs.EntryID[kind]
+	var links []*palbpf.Attachment
+	for h := range 2 {
+		if x := a.att[[2]int{idx, h}]; x != nil {
+			links = append(links, x)
+			delete(a.att, [2]int{idx, h})
+		}
+	}
+	a.mu.Unlock()
+	var errs []error
+	for _, x := range links {
+		if err := x.Detach(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ensureAll attaches many interfaces (ifindex → kind) in parallel. An
@@ -163,6 +271,16 @@ func (a *attacher) detachOthers(keep func(idx int) bool) []error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var errs []error
+	for idx := range a.tc {
+		if keep(idx) || a.busy[idx] != nil {
+			continue
+		}
+		if err := a.objs.DetachTC(idx, true); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(a.tc, idx)
+	}
 	for key, x := range a.att {
 		if keep(key[0]) || a.busy[key[0]] != nil {
 			continue
@@ -176,11 +294,19 @@ func (a *attacher) detachOthers(keep func(idx int) bool) []error {
 	return errs
 }
 
+// attachedTCX reports whether both hooks of an interface have a TCX link.
+func (a *attacher) attachedTCX(idx int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.att[[2]int{idx, 0}] != nil && a.att[[2]int{idx, 1}] != nil
+}
+
 // attached reports whether an interface has an attachment of ours.
 func (a *attacher) attached(idx int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.att[[2]int{idx, 0}] != nil || a.att[[2]int{idx, 1}] != nil
+	_, onTC := a.tc[idx]
+	return onTC || a.att[[2]int{idx, 0}] != nil || a.att[[2]int{idx, 1}] != nil
 }
 
 // preattach blocks a new workload interface at once: an entry that drops

@@ -2,6 +2,9 @@ package bpf
 
 import (
 	"context"
+	"net"
+
+	"github.com/cilium/ebpf"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
@@ -18,12 +22,19 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
-// TestApplyDoesNotWaitForAttachmentUnderWay: while the link watcher's
-// attachment of a new workload interface is under way (two RCU grace
-// periods in the kernel), an apply writes the endpoint's entry without
-// waiting for it, and holds back its route and status (fail closed); once
-// the attachment is in place, the next apply adds both.
-func TestApplyDoesNotWaitForAttachmentUnderWay(t *testing.T) {
+// testDriver is a driver of the eBPF dataplane on a node namespace of
+// the test's, with one allow-all profile, in sync; and the node's and a
+// pod namespace's handles.
+type testDriver struct {
+	d           *Driver
+	status      string
+	nodeH, podH *netlink.Handle
+	podNS       netns.NsHandle
+	run         *nsexec.Runner
+}
+
+func newTestDriver(t *testing.T) *testDriver {
+	t.Helper()
 	nstest.RequireRoot(t)
 	prefix := nstest.Prefix()
 	node, pod := nstest.New(t, prefix, "node"), nstest.New(t, prefix, "pod")
@@ -33,19 +44,18 @@ func TestApplyDoesNotWaitForAttachmentUnderWay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer run.Close()
-	defer func() {
+	t.Cleanup(func() {
 		if err := palbpf.RemoveAll("", run); err != nil {
 			t.Error(err)
 		}
-	}()
+		run.Close()
+	})
 	status := t.TempDir()
 	d, err := New(Config{NetNS: node.Path(), StatusDir: status})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	ctx := context.Background()
+	t.Cleanup(d.Close)
 	off := false
 	d.OnConfigUpdate(calc.MergeConfig(&v3.FelixConfigurationSpec{IPv6Support: &off}, nil))
 	d.OnProfileUpdate(&calc.Profile{Name: "kns.a", Inbound: []calc.Rule{{Action: calc.Allow}}, Outbound: []calc.Rule{{Action: calc.Allow}}})
@@ -53,9 +63,21 @@ func TestApplyDoesNotWaitForAttachmentUnderWay(t *testing.T) {
 		d.OnIPSetUpdate(&calc.IPSet{ID: id, Type: calc.IPSetNet})
 	}
 	d.OnInSync()
-	if err := d.Apply(ctx); err != nil {
+	if err := d.Apply(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return &testDriver{d: d, status: status, nodeH: nodeH, podH: podH, podNS: podNS, run: run}
+}
+
+// TestApplyDoesNotWaitForAttachmentUnderWay: while the link watcher's
+// attachment of a new workload interface is under way, an apply writes
+// the endpoint's entry without waiting for it, and holds back its route
+// and status (fail closed); once the attachment is in place, the next
+// apply adds both.
+func TestApplyDoesNotWaitForAttachmentUnderWay(t *testing.T) {
+	td := newTestDriver(t)
+	d, status, nodeH, podH, podNS := td.d, td.status, td.nodeH, td.podH, td.podNS
+	ctx := context.Background()
 
 	const iface = "calitst0"
 	addr := netip.MustParseAddr("10.80.0.5")
@@ -147,4 +169,134 @@ func hasRoute(t *testing.T, h *netlink.Handle, addr netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// TestAttachTypeTC: with bpfAttachType TC a new workload interface's
+// entry programs run as cls_bpf filters, with no TCX link; switching to
+// TCX moves them to pinned links and the filters go, switching back
+// moves them to filters again and the links go, and the pod's traffic
+// passes all along; RemoveAll (the iptables dataplane taking over)
+// removes the filters and the qdisc.
+func TestAttachTypeTC(t *testing.T) {
+	td := newTestDriver(t)
+	d := td.d
+	ctx := context.Background()
+	attachType := func(typ string) {
+		t.Helper()
+		off := false
+		d.OnConfigUpdate(calc.MergeConfig(&v3.FelixConfigurationSpec{IPv6Support: &off, BPFAttachType: typ}, nil))
+		if err := d.Apply(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attachType("TC")
+	const iface = "calitst1"
+	addr := netip.MustParseAddr("10.80.0.6")
+	// The node's own address, for the echoes it sends the pod.
+	lo, err := td.nodeH.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := td.nodeH.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(198, 18, 0, 1), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nstest.Workload(td.nodeH, td.podH, td.podNS, iface, addr); err != nil {
+		t.Fatal(err)
+	}
+	link, err := td.nodeH.LinkByName(iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := link.Attrs().Index
+	deadline := time.Now().Add(10 * time.Second)
+	for !d.att.has(idx, 0) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never attached the new interface")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// onTC checks the interface's programs run as filters (and not as
+	// links), or as links (and not as filters).
+	onTC := func(when string, want bool) {
+		t.Helper()
+		ids, err := d.objs.TCPrograms(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		links, err := d.objs.Links()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var linked [2]ebpf.ProgramID
+		for h := range 2 {
+			if l := links[[2]int{idx, h}]; l != nil {
+				linked[h] = l.Program
+				l.Close()
+			}
+		}
+		entry, none := d.objs.EntryID[0], [2]ebpf.ProgramID{}
+		if want && (ids != entry || linked != none) {
+			t.Errorf("%s: filters run %v, links %v; want the entry programs %v as filters only", when, ids, linked, entry)
+		}
+		if !want && (ids != none || linked != entry) {
+			t.Errorf("%s: filters run %v, links %v; want the entry programs %v as links only", when, ids, linked, entry)
+		}
+	}
+	onTC("a new interface", true)
+	ep := &calc.Endpoint{ID: calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: "w"}, InterfaceName: iface,
+		IPv4Nets: []netip.Prefix{netip.PrefixFrom(addr, 32)}, Profiles: []string{"kns.a"}}
+	d.OnEndpointUpdate(ep)
+	d.OnRouteUpdate(calc.Route{Dst: netip.PrefixFrom(addr, 32), Iface: iface})
+	if err := d.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hasRoute(t, td.nodeH, addr) {
+		t.Fatal("no route to the pod with its programs as filters")
+	}
+	if err := nstest.ICMP(td.run, addr, 8, 0); err != nil {
+		t.Fatalf("the node does not reach the pod on cls_bpf filters: %v", err)
+	}
+	// Echoes all along the switches.
+	stop, pinged := make(chan struct{}), make(chan []error, 1)
+	go func() {
+		var errs []error
+		for {
+			select {
+			case <-stop:
+				pinged <- errs
+				return
+			default:
+			}
+			if err := nstest.ICMP(td.run, addr, 8, 0); err != nil {
+				errs = append(errs, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	attachType("TCX")
+	onTC("after the switch to TCX", false)
+	time.Sleep(50 * time.Millisecond)
+	attachType("TC")
+	onTC("after the switch back to TC", true)
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	if errs := <-pinged; len(errs) > 0 {
+		t.Errorf("%d echoes lost across the switches, the first: %v", len(errs), errs[0])
+	}
+	if err := palbpf.RemoveAll("", td.run); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := d.objs.TCPrograms(idx); err != nil || ids != [2]ebpf.ProgramID{} {
+		t.Errorf("filters left after RemoveAll: %v, %v", ids, err)
+	}
+	qs, err := td.nodeH.QdiscList(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Type() == "clsact" {
+			t.Error("the clsact qdisc is left after RemoveAll")
+		}
+	}
 }

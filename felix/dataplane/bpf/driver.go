@@ -115,7 +115,7 @@ func New(conf Config) (*Driver, error) {
 		sets: newSetMaps(logger), wake: make(chan struct{}, 1),
 		routeWant: map[netip.Prefix]string{}, routeSet: map[netip.Prefix]string{},
 	}
-	d.att = newAttacher(d.poke)
+	d.att = newAttacher(d.poke, logger)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {
 		m.SetMetrics(conf.Metrics)
@@ -191,6 +191,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.hosts.Configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
 	d.att.setPrefixes(cfg.InterfacePrefixes)
+	d.att.setTC(cfg.Spec.BPFAttachType == "TC")
 	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)
 }
