@@ -72,7 +72,8 @@ func (o *Objects) TCPrograms(ifindex int) ([2]ebpf.ProgramID, error) {
 	var ids [2]ebpf.ProgramID
 	err := o.ns.Do(func() error {
 		for _, h := range []Hook{In, Out} {
-			fs, err := netlink.FilterList(tcDevice(ifindex), h.tcParent())
+			var fs []netlink.Filter
+			err := retryDump(func() (err error) { fs, err = netlink.FilterList(tcDevice(ifindex), h.tcParent()); return err })
 			if err != nil {
 				if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 					continue // no clsact qdisc
@@ -104,7 +105,8 @@ func (o *Objects) DetachTC(ifindex int, dropQdisc bool) error {
 func detachTC(ifindex int, dropQdisc bool) error {
 	left, removed := false, false
 	for _, h := range []Hook{In, Out} {
-		fs, err := netlink.FilterList(tcDevice(ifindex), h.tcParent())
+		var fs []netlink.Filter
+		err := retryDump(func() (err error) { fs, err = netlink.FilterList(tcDevice(ifindex), h.tcParent()); return err })
 		if err != nil {
 			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
 				continue
@@ -143,7 +145,8 @@ func removeAllTC(ns NetNS) error {
 		ns = currentNS{}
 	}
 	return ns.Do(func() error {
-		links, err := netlink.LinkList()
+		var links []netlink.Link
+		err := retryDump(func() (err error) { links, err = netlink.LinkList(); return err })
 		if err != nil {
 			return fmt.Errorf("bpf: listing interfaces: %w", err)
 		}
@@ -155,4 +158,16 @@ func removeAllTC(ns NetNS) error {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// retryDump runs a netlink dump again while the kernel says it was
+// interrupted (what it lists changed meanwhile: interfaces come and go).
+func retryDump(dump func() error) error {
+	var err error
+	for range 20 {
+		if err = dump(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return err
+		}
+	}
+	return err
 }
