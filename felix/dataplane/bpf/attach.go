@@ -157,7 +157,9 @@ func (a *attacher) claim(idx, kind int, nowait bool, has func(idx, kind int) boo
 		a.mu.Unlock()
 		return objs, func() {
 			a.mu.Lock()
-			delete(a.busy, idx)
+			if a.busy[idx] == ch {
+				delete(a.busy, idx)
+			}
 			close(ch)
 			a.mu.Unlock()
 		}, true, nil

@@ -69,6 +69,28 @@ func newTestDriver(t *testing.T) *testDriver {
 	return &testDriver{d: d, status: status, nodeH: nodeH, podH: podH, podNS: podNS, run: run}
 }
 
+// workload plumbs a pod's veth (iface on the node) and waits for the
+// link watcher to attach its programs; it returns the node's side.
+func (td *testDriver) workload(t *testing.T, iface string, addr netip.Addr) (netlink.Link, int) {
+	t.Helper()
+	if err := nstest.Workload(td.nodeH, td.podH, td.podNS, iface, addr); err != nil {
+		t.Fatal(err)
+	}
+	link, err := td.nodeH.LinkByName(iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := link.Attrs().Index
+	deadline := time.Now().Add(10 * time.Second)
+	for !td.d.att.has(idx, 0) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never attached the new interface")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return link, idx
+}
+
 // TestApplyDoesNotWaitForAttachmentUnderWay: while the link watcher's
 // attachment of a new workload interface is under way, an apply writes
 // the endpoint's entry without waiting for it, and holds back its route
@@ -76,26 +98,12 @@ func newTestDriver(t *testing.T) *testDriver {
 // apply adds both.
 func TestApplyDoesNotWaitForAttachmentUnderWay(t *testing.T) {
 	td := newTestDriver(t)
-	d, status, nodeH, podH, podNS := td.d, td.status, td.nodeH, td.podH, td.podNS
+	d, status, nodeH := td.d, td.status, td.nodeH
 	ctx := context.Background()
 
 	const iface = "calitst0"
 	addr := netip.MustParseAddr("10.80.0.5")
-	if err := nstest.Workload(nodeH, podH, podNS, iface, addr); err != nil {
-		t.Fatal(err)
-	}
-	link, err := nodeH.LinkByName(iface)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx := link.Attrs().Index
-	deadline := time.Now().Add(10 * time.Second)
-	for !d.att.has(idx, 0) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher never attached the new interface")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	_, idx := td.workload(t, iface, addr)
 	if err := d.Apply(ctx); err != nil { // the interface, blocked
 		t.Fatal(err)
 	}
@@ -200,21 +208,7 @@ func TestAttachTypeTC(t *testing.T) {
 	if err := td.nodeH.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(198, 18, 0, 1), Mask: net.CIDRMask(32, 32)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nstest.Workload(td.nodeH, td.podH, td.podNS, iface, addr); err != nil {
-		t.Fatal(err)
-	}
-	link, err := td.nodeH.LinkByName(iface)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx := link.Attrs().Index
-	deadline := time.Now().Add(10 * time.Second)
-	for !d.att.has(idx, 0) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher never attached the new interface")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	link, idx := td.workload(t, iface, addr)
 	// onTC checks the interface's programs run as filters (and not as
 	// links), or as links (and not as filters).
 	onTC := func(when string, want bool) {
