@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 )
@@ -38,12 +37,10 @@ type attacher struct {
 	// prefixes are the workload interface prefixes (for the watcher).
 	prefixes []string
 	done     func()
-	log      *log.Entry
 }
 
-func newAttacher(done func(), logger *log.Entry) *attacher {
-	return &attacher{att: map[[2]int]*palbpf.Attachment{}, tc: map[int][2]ebpf.ProgramID{}, busy: map[int]chan struct{}{},
-		done: done, log: logger}
+func newAttacher(done func()) *attacher {
+	return &attacher{att: map[[2]int]*palbpf.Attachment{}, tc: map[int][2]ebpf.ProgramID{}, busy: map[int]chan struct{}{}, done: done}
 }
 
 // setTC chooses the attachment: cls_bpf filters (true) or TCX links. An

@@ -115,7 +115,7 @@ func New(conf Config) (*Driver, error) {
 		sets: newSetMaps(logger), wake: make(chan struct{}, 1),
 		routeWant: map[netip.Prefix]string{}, routeSet: map[netip.Prefix]string{},
 	}
-	d.att = newAttacher(d.poke, logger)
+	d.att = newAttacher(d.poke)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {
 		m.SetMetrics(conf.Metrics)
