@@ -127,16 +127,16 @@ func (a *attacher) hasTCXLocked(idx, kind int) bool {
 
 // claim makes the caller the only one attaching to an interface: it
 // returns the objects and a release func, or ok false when the interface
-// already has kind's programs (by has) or, with nowait, errBusy while
-// another attachment of it is under way.
-func (a *attacher) claim(idx, kind int, nowait bool, has func(idx, kind int) bool) (objs *palbpf.Objects, release func(), ok bool, err error) {
+// already has kind's programs or, with nowait, errBusy while another
+// attachment of it is under way.
+func (a *attacher) claim(idx, kind int, nowait bool) (objs *palbpf.Objects, release func(), ok bool, err error) {
 	for {
 		a.mu.Lock()
 		if a.objs == nil {
 			a.mu.Unlock()
 			return nil, nil, false, errors.New("eBPF objects not open")
 		}
-		if has(idx, kind) {
+		if a.hasLocked(idx, kind) {
 			a.mu.Unlock()
 			return nil, nil, false, nil
 		}
@@ -169,7 +169,7 @@ func (a *attacher) claim(idx, kind int, nowait bool, has func(idx, kind int) boo
 // attachment of the other way, if any (left by a felix configured
 // otherwise), goes once the new one is in place.
 func (a *attacher) ensure(idx, kind int, nowait bool) error {
-	objs, release, ok, err := a.claim(idx, kind, nowait, a.hasLocked)
+	objs, release, ok, err := a.claim(idx, kind, nowait)
 	if !ok {
 		return err
 	}
@@ -291,13 +291,6 @@ func (a *attacher) detachOthers(keep func(idx int) bool) []error {
 		delete(a.att, key)
 	}
 	return errs
-}
-
-// attachedTCX reports whether both hooks of an interface have a TCX link.
-func (a *attacher) attachedTCX(idx int) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.att[[2]int{idx, 0}] != nil && a.att[[2]int{idx, 1}] != nil
 }
 
 // attached reports whether an interface has an attachment of ours.
