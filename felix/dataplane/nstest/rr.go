@@ -14,9 +14,10 @@ import (
 )
 
 // The request/response pair below works as netperf's TCP_RR does: each
-// side is a process of its own (this binary run again, see init), a
-// thread blocked in the kernel on its socket, so between two packets
-// nothing runs but the kernel's path (and the dataplane's work on it).
+// side is a process of its own (this binary run again, see init), one
+// thread on its socket that polls briefly and then blocks (spinRead), so
+// between two packets nothing runs but the kernel's path (and the
+// dataplane's work on it).
 // In the test's process, Go's poller parked and woke a goroutine on every
 // packet, and a thread back from a blocking read waited for a processor
 // that felix (which the benchmarks run in-process) held: on two cores

@@ -16,17 +16,25 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 )
 
+// seeded starts an etcd holding /calico/ipam/v2/seed = "1", and a
+// context that ends with the test (30 s at most).
+func seeded(t *testing.T) ([]string, context.Context) {
+	t.Helper()
+	endpoints := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if _, err := etcdtest.NewStore(t, endpoints).Client().Put(ctx, "/calico/ipam/v2/seed", "1"); err != nil {
+		t.Fatal(err)
+	}
+	return endpoints, ctx
+}
+
 // TestReadMovesOnFromALostMember: a member that dies while a read waits
 // for its answer (the connection reset) costs the read nothing, which is
 // sent to the next endpoint; a write lost the same way fails, naming the
 // member, since it may have been applied.
 func TestReadMovesOnFromALostMember(t *testing.T) {
-	endpoints := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := etcdtest.NewStore(t, endpoints).Client().Put(ctx, "/calico/ipam/v2/seed", "1"); err != nil {
-		t.Fatal(err)
-	}
+	endpoints, ctx := seeded(t)
 
 	// lose starts op through a store whose first endpoint is a relay,
 	// resets the relay while op waits for its answer, and returns op's
@@ -85,12 +93,7 @@ func TestReadMovesOnFromALostMember(t *testing.T) {
 // is etcd's own answer in its gateway's JSON, given by a front that
 // passes every later request on to a real etcd.
 func TestReadWaitsOutAnElection(t *testing.T) {
-	endpoints := etcdtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := etcdtest.NewStore(t, endpoints).Client().Put(ctx, "/calico/ipam/v2/seed", "1"); err != nil {
-		t.Fatal(err)
-	}
+	endpoints, ctx := seeded(t)
 	target, err := url.Parse(endpoints[0])
 	if err != nil {
 		t.Fatal(err)
