@@ -106,15 +106,18 @@ var Reasons = []string{
 	"allowed: preDNAT policy",
 	"allowed: doNotTrack policy",
 	"allowed: later fragment of an allowed packet",
+	"forwarded: established, host conntrack bypassed",
 }
 
-// Resume slots: the first slots of MapProgs hold the resume programs;
-// policy programs take the slots from FirstPolicySlot.
+// Fixed slots: the first slots of MapProgs hold the resume programs and
+// the forward program (SlotForward, PAL_SLOT_FWD); policy programs take
+// the slots from FirstPolicySlot.
 const (
 	ResumeWorkloadIn = iota
 	ResumeWorkloadOut
 	ResumeHostIn
 	ResumeHostOut
+	SlotForward
 	FirstPolicySlot
 )
 

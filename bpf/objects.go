@@ -70,8 +70,12 @@ type Objects struct {
 	EntryID [2][2]ebpf.ProgramID
 	// Drop drops everything.
 	Drop *ebpf.Program
-	ns   NetNS
-	log  *log.Entry
+	// Forward is the host conntrack bypass (SlotForward), nil where the
+	// kernel cannot load it (ForwardErr says why).
+	Forward    *ebpf.Program
+	ForwardErr error
+	ns         NetNS
+	log        *log.Entry
 	// verifierLog, when set, logs the verifier's output of policy
 	// programs (tests).
 	verifierLog ebpf.LogLevel
@@ -141,10 +145,26 @@ func Open(opts Options) (*Objects, error) {
 		}
 		o.Maps[name] = m
 	}
+	// The forward program calls nf_conntrack's kfuncs: it is loaded on
+	// its own, so a kernel without them still runs everything else.
+	fwdSpec := spec.Copy()
+	delete(spec.Programs, progForward)
+	for name := range fwdSpec.Programs {
+		if name != progForward {
+			delete(fwdSpec.Programs, name)
+		}
+	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: o.Maps})
 	if err != nil {
 		o.Close()
 		return nil, fmt.Errorf("bpf: loading the programs: %w", err)
+	}
+	if fwd, err := ebpf.NewCollectionWithOptions(fwdSpec, ebpf.CollectionOptions{MapReplacements: o.Maps}); err != nil {
+		o.ForwardErr = err
+	} else {
+		o.Forward = fwd.Programs[progForward]
+		delete(fwd.Programs, progForward)
+		fwd.Close()
 	}
 	progs := coll.Programs
 	coll.Programs = nil
@@ -183,6 +203,30 @@ func (o *Objects) UseResume() error {
 	return nil
 }
 
+// progForward is the forward program's name in the object.
+const progForward = "pal_fwd"
+
+// SetForward turns the host conntrack bypass on (the forward program in
+// its slot) or off (the slot empty: established packets take the
+// kernel's path). It fails when on is asked of a kernel that could not
+// load the program.
+func (o *Objects) SetForward(on bool) error {
+	progs := o.Maps[MapProgs]
+	if !on {
+		if err := progs.Delete(uint32(SlotForward)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("bpf: emptying the forward slot: %w", err)
+		}
+		return nil
+	}
+	if o.Forward == nil {
+		return fmt.Errorf("bpf: the forward program is not loaded: %w", o.ForwardErr)
+	}
+	if err := progs.Put(uint32(SlotForward), uint32(o.Forward.FD())); err != nil {
+		return fmt.Errorf("bpf: forward program in slot %d: %w", SlotForward, err)
+	}
+	return nil
+}
+
 // Close releases the handles; everything pinned stays.
 func (o *Objects) Close() {
 	for _, m := range o.Maps {
@@ -197,6 +241,9 @@ func (o *Objects) Close() {
 	}
 	if o.Drop != nil {
 		o.Drop.Close()
+	}
+	if o.Forward != nil {
+		o.Forward.Close()
 	}
 	for _, p := range o.resume {
 		p.Close()

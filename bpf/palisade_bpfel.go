@@ -127,11 +127,13 @@ type palisadeState struct {
 	FragId   uint32
 	Resume   uint8
 	TcpFlags uint8
-	Pad      [2]uint8
+	L3       uint16
 	Len      uint32
 	L4       uint32
 	_        [4]byte
 	RuleId   uint64
+	CtMs     uint32
+	Pad      uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -151,6 +153,7 @@ const (
 	palisadeMapPalSrc           = "pal_src"
 	palisadeMapPalState         = "pal_state"
 	palisadeProgPalDrop         = "pal_drop"
+	palisadeProgPalFwd          = "pal_fwd"
 	palisadeProgPalHepIn        = "pal_hep_in"
 	palisadeProgPalHepOut       = "pal_hep_out"
 	palisadeProgPalResumeHepIn  = "pal_resume_hep_in"
@@ -213,6 +216,7 @@ type palisadeSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type palisadeProgramSpecs struct {
 	PalDrop         *ebpf.ProgramSpec `ebpf:"pal_drop"`
+	PalFwd          *ebpf.ProgramSpec `ebpf:"pal_fwd"`
 	PalHepIn        *ebpf.ProgramSpec `ebpf:"pal_hep_in"`
 	PalHepOut       *ebpf.ProgramSpec `ebpf:"pal_hep_out"`
 	PalResumeHepIn  *ebpf.ProgramSpec `ebpf:"pal_resume_hep_in"`
@@ -327,6 +331,7 @@ type palisadeVariables struct {
 // It can be passed to loadPalisadeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type palisadePrograms struct {
 	PalDrop         *ebpf.Program `ebpf:"pal_drop"`
+	PalFwd          *ebpf.Program `ebpf:"pal_fwd"`
 	PalHepIn        *ebpf.Program `ebpf:"pal_hep_in"`
 	PalHepOut       *ebpf.Program `ebpf:"pal_hep_out"`
 	PalResumeHepIn  *ebpf.Program `ebpf:"pal_resume_hep_in"`
@@ -340,6 +345,7 @@ type palisadePrograms struct {
 func (p *palisadePrograms) Close() error {
 	return _PalisadeClose(
 		p.PalDrop,
+		p.PalFwd,
 		p.PalHepIn,
 		p.PalHepOut,
 		p.PalResumeHepIn,

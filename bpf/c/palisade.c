@@ -19,6 +19,7 @@
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
+#include <linux/netfilter/nf_conntrack_common.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -464,8 +465,12 @@ GLOBAL int ct_established(struct state *st)
 		 * the next packet that carries it. */
 		v->flags = nflags;
 		v->last_seen = t;
+		st->flags |= PAL_F_CT_WRITTEN;
+		st->ct_ms = ct_timeout(st->proto, nflags) / 1000000;
 	} else if (idle(t, last) > ct_refresh(timeout)) {
 		v->last_seen = t;
+		st->flags |= PAL_F_CT_WRITTEN;
+		st->ct_ms = timeout / 1000000;
 	}
 	return 1;
 }
@@ -663,7 +668,8 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 		ipv6 = 1;
 	else
 		return -(PAL_TCX_NEXT + 16);
-	int l4 = parse_ip(skb, st, ep->l2len & 0xff, ipv6);
+	st->l3 = ep->l2len & 0xff;
+	int l4 = parse_ip(skb, st, st->l3, ipv6);
 	if (l4 == -P_FRAG_LATER) {
 		if ((ep->flags & PAL_EP_WORKLOAD) && !out && !own_src4(st, ep) && spoofed(st))
 			return -(drop(st, PAL_C_SPOOFED) + 16);
@@ -701,8 +707,14 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 			return allow_because(skb, st, PAL_C_ND);
 		if (!own_src4(st, ep) && spoofed(st))
 			return drop(st, PAL_C_SPOOFED);
-		if (ct_established(st))
-			return allow_because(skb, st, PAL_C_ESTABLISHED);
+		if (ct_established(st)) {
+			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_ESTABLISHED, st->len);
+			/* The forward program sends it on, when it can; an
+			 * empty slot falls through. */
+			if (!(st->flags & PAL_F_FRAG))
+				bpf_tail_call(skb, &pal_progs, PAL_SLOT_FWD);
+			return allow(skb, st);
+		}
 		if (ct_related(skb, st, l4))
 			return allow_because(skb, st, PAL_C_RELATED);
 		if (to_host(skb, st))
@@ -872,6 +884,163 @@ PROGRAMS(wl_in, 0, PAL_RESUME_WL_IN)
 PROGRAMS(wl_out, 1, PAL_RESUME_WL_OUT)
 PROGRAMS(hep_in, 0, PAL_RESUME_HEP_IN)
 PROGRAMS(hep_out, 1, PAL_RESUME_HEP_OUT)
+
+/* The host conntrack bypass (FelixConfiguration bpfHostConntrackBypass).
+ * A packet of a flow the workload's interface has allowed is sent on by
+ * a FIB lookup straight to the egress of the interface the kernel would
+ * forward it by (bpf_redirect_neigh), skipping the host's netfilter
+ * (conntrack, iptables) and IP forwarding, when the host's conntrack
+ * tracks the flow without changing it: confirmed, its reply seen (TCP:
+ * its handshake done, assured), no NAT, no helper. Anything else — the
+ * host itself as destination, a TTL that runs out, a packet too big for
+ * the next link, ICMP, a flow kube-proxy or natOutgoing translates —
+ * takes the kernel's path as before. The host's entry is kept as long as
+ * ours: each time the program writes its own entry (a new TCP state, or
+ * every ct_refresh), the host entry's timeout is set to ours, so it
+ * closes with the flow though it sees none of its packets. The program
+ * is loaded on its own (its kfuncs need nf_conntrack's BTF): where the
+ * kernel has none, the slot stays empty and nothing is bypassed. */
+
+struct nf_conn {
+	unsigned long status;
+} __attribute__((preserve_access_index));
+
+/* The kernel's struct bpf_ct_opts as of Linux 6.0 (12 bytes, accepted
+ * by later kernels too). */
+struct pal_ct_opts {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u8 reserved[2];
+};
+
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct pal_ct_opts *opts, __u32 opts__sz) __ksym;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym;
+extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout) __ksym;
+
+#define PAL_NF_NEEDED (IPS_CONFIRMED | IPS_SEEN_REPLY)
+#define PAL_NF_CHANGES (IPS_SRC_NAT | IPS_DST_NAT | IPS_SEQ_ADJUST | IPS_HELPER)
+
+/* host_ct_plain reports whether the host's conntrack tracks the packet's
+ * flow without translating it (see above), and passes our entry's new
+ * timeout on to it. */
+static __always_inline int host_ct_plain(struct __sk_buff *skb, struct state *st)
+{
+	struct bpf_sock_tuple t = {};
+	__u32 tsz;
+	if (st->family == 4) {
+		t.ipv4.saddr = *(__u32 *)&st->src[12];
+		t.ipv4.daddr = *(__u32 *)&st->dst[12];
+		t.ipv4.sport = bpf_htons(st->sport);
+		t.ipv4.dport = bpf_htons(st->dport);
+		tsz = sizeof(t.ipv4);
+	} else {
+		__builtin_memcpy(t.ipv6.saddr, st->src, 16);
+		__builtin_memcpy(t.ipv6.daddr, st->dst, 16);
+		t.ipv6.sport = bpf_htons(st->sport);
+		t.ipv6.dport = bpf_htons(st->dport);
+		tsz = sizeof(t.ipv6);
+	}
+	struct pal_ct_opts o = {.netns_id = -1, .l4proto = st->proto};
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, tsz, &o, sizeof(o));
+	if (!ct)
+		return 0;
+	unsigned long status = ct->status;
+	int plain = (status & PAL_NF_NEEDED) == PAL_NF_NEEDED && !(status & PAL_NF_CHANGES) &&
+		    (st->proto != IPPROTO_TCP || (status & IPS_ASSURED));
+	if (plain && (st->flags & PAL_F_CT_WRITTEN) && st->ct_ms)
+		bpf_ct_change_timeout(ct, st->ct_ms);
+	bpf_ct_release(ct);
+	return plain;
+}
+
+#ifndef BPF_FIB_LKUP_RET_NO_NEIGH
+#define BPF_FIB_LKUP_RET_NO_NEIGH 7
+#endif
+
+/* forward sends the packet on (TC_ACT_REDIRECT), or returns -1 for the
+ * kernel's path. */
+static __always_inline int forward(struct __sk_buff *skb, struct state *st)
+{
+	if (st->flags & (PAL_F_OUT | PAL_F_FRAG))
+		return -1;
+	if (st->proto == IPPROTO_TCP) {
+		if (st->tcp_flags & TCP_SYN)
+			return -1;
+	} else if (st->proto != IPPROTO_UDP) {
+		return -1;
+	}
+	if (!host_ct_plain(skb, st))
+		return -1;
+	struct bpf_fib_lookup p = {};
+	p.ifindex = st->ifindex;
+	p.l4_protocol = st->proto;
+	p.sport = bpf_htons(st->sport);
+	p.dport = bpf_htons(st->dport);
+	if (st->family == 4) {
+		p.family = 2; /* AF_INET */
+		p.ipv4_src = *(__u32 *)&st->src[12];
+		p.ipv4_dst = *(__u32 *)&st->dst[12];
+	} else {
+		p.family = 10; /* AF_INET6 */
+		__builtin_memcpy(p.ipv6_src, st->src, 16);
+		__builtin_memcpy(p.ipv6_dst, st->dst, 16);
+	}
+	int rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -1;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, p.ifindex, &mtu, 0, 0) != 0)
+		return -1;
+	__u32 l3 = st->l3;
+	if (st->family == 4) {
+		/* The TTL, as the kernel's forwarding would: the header
+		 * checksum follows (the TTL is the high byte of its word). */
+		__be16 w;
+		if (bpf_skb_load_bytes(skb, l3 + 8, &w, 2) < 0)
+			return -1;
+		if ((bpf_ntohs(w) >> 8) <= 1)
+			return -1;
+		__be16 nw = bpf_htons(bpf_ntohs(w) - 0x100);
+		if (bpf_l3_csum_replace(skb, l3 + 10, w, nw, 2) < 0 || bpf_skb_store_bytes(skb, l3 + 8, &nw, 2, 0) < 0)
+			return -1;
+	} else {
+		__u8 hops;
+		if (bpf_skb_load_bytes(skb, l3 + 7, &hops, 1) < 0 || hops <= 1)
+			return -1;
+		hops--;
+		if (bpf_skb_store_bytes(skb, l3 + 7, &hops, 1, 0) < 0)
+			return -1;
+	}
+	struct bpf_redir_neigh nh = {};
+	nh.nh_family = p.family;
+	if (p.family == 2)
+		nh.ipv4_nh = p.ipv4_dst;
+	else
+		__builtin_memcpy(nh.ipv6_nh, p.ipv6_dst, 16);
+	return bpf_redirect_neigh(p.ifindex, &nh, sizeof(nh), 0);
+}
+
+/* pal_fwd runs in slot PAL_SLOT_FWD after a workload's entry program
+ * found its packet established (and counted it): sent on, or let through
+ * as the entry program would. */
+SEC("tc")
+int pal_fwd(struct __sk_buff *skb)
+{
+	struct state *st = state();
+	if (!st)
+		return PAL_TCX_DROP;
+	if (st->ifindex != skb->ifindex)
+		return drop(st, PAL_C_NO_ENDPOINT);
+	int rc = forward(skb, st);
+	if (rc == TC_ACT_REDIRECT) {
+		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
+		return rc;
+	}
+	return allow(skb, st);
+}
 
 /* pal_drop drops everything: what a policy program slot holds when its
  * program could not be built (fail closed). */

@@ -24,6 +24,11 @@
 #define PAL_STAGE_NORMAL_OUT 5
 #define PAL_STAGE_FWD_OUT 6
 #define PAL_STAGES 7
+/* Fixed slots of pal_progs: the resume programs (0-3, see palisade.c),
+ * then the forward program (empty when the host conntrack bypass is off
+ * or the kernel cannot run it); policy programs take the slots after. */
+#define PAL_SLOT_FWD 4
+
 /* pal_state.phase before any stage ran. */
 #define PAL_PHASE_START 0xff
 
@@ -48,6 +53,7 @@
 #define PAL_F_UNTRACKED 0x10 /* allowed by doNotTrack policy: no conntrack */
 #define PAL_F_FRAG 0x20      /* first fragment of a fragmented packet */
 #define PAL_F_SRC_A 0x40     /* the source is side a of the conntrack key */
+#define PAL_F_CT_WRITTEN 0x80 /* the conntrack entry was written (new state, or refreshed) */
 
 /* Counter slots of pal_counter_key.stage PAL_COUNTER_GENERAL. */
 #define PAL_COUNTER_GENERAL 0xff
@@ -68,7 +74,8 @@
 #define PAL_C_PREDNAT_ALLOW 14
 #define PAL_C_UNTRACKED_ALLOW 15
 #define PAL_C_FRAG_ALLOW 16
-#define PAL_C_MAX 17
+#define PAL_C_FORWARDED 17   /* established, sent on by the program (host conntrack bypass) */
+#define PAL_C_MAX 18
 
 /* Conntrack flags. */
 #define PAL_CT_ORIG_A 0x01   /* side a opened the flow */
@@ -97,10 +104,14 @@ struct state {
 	__u32 frag_id;
 	__u8 resume;    /* slot of pal_progs the policy program returns to */
 	__u8 tcp_flags; /* TCP: the header's flags (0 when not read) */
-	__u8 pad[2];
+	__u16 l3;       /* offset of the IP header */
 	__u32 len;     /* the IP packet's length (as iptables counts bytes) */
 	__u32 l4;      /* offset of the layer 4 header, for the resume program */
 	__u64 rule_id; /* counter key of what decided: its stable rule id */
+	/* With PAL_F_CT_WRITTEN: the timeout (ms) of the entry's state, for
+	 * the host's conntrack entry of a bypassed flow. */
+	__u32 ct_ms;
+	__u32 pad;
 };
 
 /* An interface's entry: what it is and its stages' programs (index into

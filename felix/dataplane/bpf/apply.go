@@ -227,6 +227,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 	}()
 	var errs []error
+	d.applyForward()
 	if d.failsafeDirty {
 		if err := d.applyFailsafe(); err != nil {
 			errs = append(errs, err)
@@ -320,6 +321,29 @@ func (d *Driver) Apply(ctx context.Context) error {
 	phase("gc")
 	d.updateEventView(want)
 	return errors.Join(errs...)
+}
+
+// hostConntrackBypass is FelixConfiguration bpfHostConntrackBypass,
+// true unless set false (Calico's default).
+func hostConntrackBypass(cfg *calc.Config) bool {
+	return cfg.Spec.BPFHostConntrackBypass == nil || *cfg.Spec.BPFHostConntrackBypass
+}
+
+// applyForward puts the forward program in its slot or empties it, as
+// bpfHostConntrackBypass says. A kernel that cannot run it (no
+// nf_conntrack kfuncs) is named once in the log; packets then take the
+// kernel's path.
+func (d *Driver) applyForward() {
+	want := hostConntrackBypass(d.cfg)
+	if d.forward != nil && *d.forward == want {
+		return
+	}
+	if err := d.objs.SetForward(want); err != nil {
+		d.log.WithError(err).Warn("bpfHostConntrackBypass: established flows take the kernel's path (netfilter and its conntrack)")
+	} else {
+		d.log.WithField("bpfHostConntrackBypass", want).Info("Host conntrack bypass set")
+	}
+	d.forward = &want
 }
 
 // releaseRoutes gives the routes manager the workload routes whose

@@ -88,9 +88,11 @@ type Driver struct {
 	linkIndex map[string]int
 	// failsafeDirty: the failsafe ports are written again.
 	failsafeDirty bool
-	inSync        bool
-	ready         bool
-	lastRefresh   struct{ iptables, routes, gc time.Time }
+	// forward is the host conntrack bypass as last set (nil: not yet).
+	forward     *bool
+	inSync      bool
+	ready       bool
+	lastRefresh struct{ iptables, routes, gc time.Time }
 
 	wake chan struct{}
 }

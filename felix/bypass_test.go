@@ -1,0 +1,385 @@
+package felix
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+)
+
+// tcpEcho serves one-byte echoes on port in run's namespace until the
+// test ends.
+func tcpEcho(t *testing.T, run *nsexec.Runner, port int) {
+	t.Helper()
+	var l net.Listener
+	if err := run.Do(func() error {
+		var err error
+		l, err = net.Listen("tcp", ":"+strconv.Itoa(port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 1)
+				for {
+					if _, err := c.Read(b); err != nil {
+						return
+					}
+					if _, err := c.Write(b); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// roundTrips opens one TCP connection from run's namespace to dst and
+// makes n one-byte request/response exchanges over it.
+func roundTrips(run *nsexec.Runner, dst netip.AddrPort, n int) error {
+	var c net.Conn
+	if err := run.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", dst.String(), 2*time.Second)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	b := []byte{'x'}
+	for i := range n {
+		if _, err := c.Write(b); err != nil {
+			return fmt.Errorf("exchange %d: %w", i, err)
+		}
+		if _, err := c.Read(b); err != nil {
+			return fmt.Errorf("exchange %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// forwardCounter is a rule without a target at the top of mangle FORWARD
+// that counts the packets of src → dst the kernel forwarded.
+type forwardCounter struct {
+	c    *cluster
+	cmd  string // iptables-nft or ip6tables-nft
+	args []string
+}
+
+func (c *cluster) countForwarded(src, dst netip.Addr) *forwardCounter {
+	c.t.Helper()
+	f := &forwardCounter{c: c, cmd: "iptables-nft", args: []string{"-s", src.String() + "/32", "-d", dst.String() + "/32", "-p", "tcp"}}
+	if src.Is6() {
+		f.cmd, f.args[1], f.args[3] = "ip6tables-nft", src.String()+"/128", dst.String()+"/128"
+	}
+	c.node.MustRun(c.t, append([]string{f.cmd, "-t", "mangle", "-I", "FORWARD"}, f.args...)...)
+	return f
+}
+
+// packets reads the rule's packet count.
+func (f *forwardCounter) packets() uint64 {
+	f.c.t.Helper()
+	out := f.c.node.MustRun(f.c.t, f.cmd+"-save", "-c", "-t", "mangle")
+	rule := "-A FORWARD " + strings.Join(f.args, " ")
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasSuffix(line, rule) {
+			continue
+		}
+		if m := counterRe.FindStringSubmatch(line); m != nil {
+			n, err := strconv.ParseUint(m[1], 10, 64)
+			if err != nil {
+				f.c.t.Fatal(err)
+			}
+			return n
+		}
+	}
+	f.c.t.Fatalf("no counting rule %q in %s mangle:\n%s", rule, f.cmd, out)
+	return 0
+}
+
+func (f *forwardCounter) remove() {
+	f.c.node.MustRun(f.c.t, append([]string{f.cmd, "-t", "mangle", "-D", "FORWARD"}, f.args...)...)
+}
+
+// forwardedByProgram sums the packets the eBPF programs sent on
+// themselves (host conntrack bypass) from an interface.
+func (c *cluster) forwardedByProgram(iface string) uint64 {
+	c.t.Helper()
+	v, err := c.bpfView()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer v.Close()
+	ifs, _ := v.Interfaces()
+	cs, _ := v.Counters()
+	n := uint64(0)
+	for _, in := range ifs {
+		if in.Name != iface {
+			continue
+		}
+		for _, ct := range cs {
+			if ct.Ifindex == in.Ifindex && ct.Stage == palbpf.StageGeneral && int(ct.Rule) < len(palbpf.Reasons) &&
+				palbpf.Reasons[ct.Rule] == "forwarded: established, host conntrack bypassed" {
+				n += ct.Packets
+			}
+		}
+	}
+	return n
+}
+
+// hostConntrackLeft lists the seconds left of the node's conntrack
+// entries of TCP flows src → dst:port (/proc/net/nf_conntrack).
+func hostConntrackLeft(t *testing.T, c *cluster, src, dst netip.Addr, port int) []int {
+	t.Helper()
+	out := c.node.MustRun(t, "cat", "/proc/net/nf_conntrack")
+	var left []int
+	for _, line := range strings.Split(out, "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 6 || fs[2] != "tcp" || !strings.Contains(line, "src="+src.String()+" dst="+dst.String()+" ") ||
+			!strings.Contains(line, " dport="+strconv.Itoa(port)+" ") {
+			continue
+		}
+		n, err := strconv.Atoi(fs[4])
+		if err != nil {
+			t.Fatalf("conntrack line %q: %v", line, err)
+		}
+		left = append(left, n)
+	}
+	return left
+}
+
+// receivedTTL sends datagrams over a connected UDP socket from run to
+// dst, where a socket asking for IP_RECVTTL (IPv6: IPV6_RECVHOPLIMIT)
+// reads them, and returns the TTLs they arrived with (the sender's is
+// 64). The receiver answers each, so the flow has its reply.
+func receivedTTL(t *testing.T, from, to *nsexec.Runner, dst netip.AddrPort, rounds int) []int {
+	t.Helper()
+	family, level, recv, send := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, unix.IPV6_UNICAST_HOPS
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}
+	var bind unix.Sockaddr = &unix.SockaddrInet6{Port: int(dst.Port())}
+	if dst.Addr().Is4() {
+		family, level, recv, send = unix.AF_INET, unix.IPPROTO_IP, unix.IP_RECVTTL, unix.IP_TTL
+		sa, bind = &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().As4()}, &unix.SockaddrInet4{Port: int(dst.Port())}
+	}
+	var srv, cli int
+	if err := to.Do(func() error {
+		var err error
+		if srv, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(srv, level, recv, 1); err != nil {
+			return err
+		}
+		return unix.Bind(srv, bind)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(srv)
+	if err := from.Do(func() error {
+		var err error
+		if cli, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(cli, level, send, 64); err != nil {
+			return err
+		}
+		return unix.Connect(cli, sa)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(cli)
+	tv := unix.NsecToTimeval((2 * time.Second).Nanoseconds())
+	_ = unix.SetsockoptTimeval(srv, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	_ = unix.SetsockoptTimeval(cli, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	var ttls []int
+	buf, oob := make([]byte, 16), make([]byte, 64)
+	for i := range rounds {
+		if _, err := unix.Write(cli, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		_, oobn, _, from, err := unix.Recvmsg(srv, buf, oob, 0)
+		if err != nil {
+			t.Fatalf("datagram %d not received: %v", i, err)
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) == 0 || len(msgs[0].Data) == 0 {
+			t.Fatalf("datagram %d: no TTL (%v)", i, err)
+		}
+		// IP_TTL is one byte, IPV6_HOPLIMIT a native int: its first
+		// byte either way on this little-endian machine.
+		ttls = append(ttls, int(msgs[0].Data[0]))
+		if err := unix.Sendto(srv, buf[:1], 0, from); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Read(cli, buf); err != nil {
+			t.Fatalf("answer %d not received: %v", i, err)
+		}
+	}
+	return ttls
+}
+
+// checkBypassed makes n exchanges from client to a server on dst (and
+// datagrams for their TTL) and checks the programs sent the flow on:
+// netfilter saw only its handshake, the TTL dropped by one.
+func checkBypassed(t *testing.T, c *cluster, client *pod, to *nsexec.Runner, dst netip.Addr, n int) {
+	t.Helper()
+	fw := c.countForwarded(addrOfFamily(client, dst), dst)
+	defer fw.remove()
+	before := c.forwardedByProgram(client.iface)
+	if err := roundTrips(client.run, netip.AddrPortFrom(dst, 9300), n); err != nil {
+		t.Fatal(err)
+	}
+	if got := fw.packets(); got > 10 {
+		t.Errorf("netfilter forwarded %d packets of %s → %s for %d exchanges; want only the handshake's", got, client.name, dst, n)
+	}
+	if got := c.forwardedByProgram(client.iface) - before; got < uint64(n-10) {
+		t.Errorf("the program sent on %d packets from %s, want at least %d", got, client.name, n-10)
+	}
+	for i, ttl := range receivedTTL(t, client.run, to, netip.AddrPortFrom(dst, 9301), 20) {
+		if ttl != 63 {
+			t.Errorf("datagram %d to %s arrived with TTL %d, want 63 (one hop)", i, dst, ttl)
+		}
+	}
+}
+
+func addrOfFamily(p *pod, like netip.Addr) netip.Addr {
+	if like.Is6() {
+		return p.ip6
+	}
+	return p.ip
+}
+
+// TestBPFHostConntrackBypass: with bpfHostConntrackBypass (Calico's
+// default, true), the packets of an established flow that the host's
+// conntrack tracks untranslated are sent on by the programs themselves —
+// pod to pod and pod to a host beyond the node — with the TTL decremented
+// once, so netfilter sees only the handshake; a flow that is translated
+// (a DNAT as kube-proxy writes, natOutgoing's masquerade) takes the
+// kernel's path for every packet and keeps working; turned off, every
+// packet takes the kernel's path.
+func TestBPFHostConntrackBypass(t *testing.T) {
+	c := newCluster(t, "BPF")
+	setupPods(c)
+	web, client := c.pods["web"], c.pods["client"]
+	c.waitProgrammed("ns-a", web.wep.Name)
+	c.waitProgrammed("ns-a", client.wep.Name)
+	tcpEcho(t, web.run, 9300)
+	tcpEcho(t, c.extRun, 9300)
+	const n = 200
+
+	t.Run("pod to pod", func(t *testing.T) {
+		c.t = t
+		checkBypassed(t, c, client, web.run, web.ip, n)
+		if got := c.forwardedByProgram(web.iface); got < n-10 {
+			t.Errorf("the program sent on %d packets from web, want at least %d", got, n-10)
+		}
+		// The closed flows' host conntrack entries saw no FIN, yet they
+		// expire with ours (30 s after both FINs), not in 5 days.
+		c.waitFor("the host's conntrack entries of the closed flows to expire soon", func() bool {
+			left := hostConntrackLeft(t, c, client.ip, web.ip, 9300)
+			for _, s := range left {
+				if s > 30 {
+					return false
+				}
+			}
+			return len(left) > 0
+		})
+	})
+
+	t.Run("pod to a host beyond the node", func(t *testing.T) {
+		c.t = t
+		checkBypassed(t, c, client, c.extRun, extAddr, n)
+	})
+
+	t.Run("DNAT as kube-proxy writes it", func(t *testing.T) {
+		c.t = t
+		vip := netip.MustParseAddr("10.96.0.10")
+		// A node routes the service range somewhere (its default route):
+		// without a route the programs take a ClusterIP for the host.
+		c.node.MustRun(t, "ip", "route", "add", "10.96.0.0/12", "via", extAddr.String())
+		defer c.node.MustRun(t, "ip", "route", "del", "10.96.0.0/12")
+		rule := []string{"PREROUTING", "-d", vip.String() + "/32", "-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", web.ip.String() + ":9300"}
+		c.node.MustRun(t, append([]string{"iptables-nft", "-t", "nat", "-I"}, rule...)...)
+		defer c.node.MustRun(t, append([]string{"iptables-nft", "-t", "nat", "-D"}, rule...)...)
+		fw := c.countForwarded(client.ip, web.ip)
+		defer fw.remove()
+		if err := roundTrips(client.run, netip.AddrPortFrom(vip, 80), n); err != nil {
+			t.Fatal(err)
+		}
+		if got := fw.packets(); got < n {
+			t.Errorf("netfilter forwarded %d packets of the translated flow for %d exchanges; want every one", got, n)
+		}
+	})
+
+	t.Run("natOutgoing", func(t *testing.T) {
+		c.t = t
+		c.apply(`apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-a}
+spec: {cidr: 10.65.0.0/16, natOutgoing: true}
+`)
+		c.waitFor("natOutgoing's masquerade", func() bool {
+			out, _ := c.node.Run("iptables-nft-save", "-t", "nat")
+			return strings.Contains(out, "MASQUERADE")
+		})
+		fw := c.countForwarded(client.ip, extAddr)
+		defer fw.remove()
+		if err := roundTrips(client.run, netip.AddrPortFrom(extAddr, 9300), n); err != nil {
+			t.Fatal(err)
+		}
+		if got := fw.packets(); got < n {
+			t.Errorf("netfilter forwarded %d packets of the masqueraded flow for %d exchanges; want every one", got, n)
+		}
+	})
+
+	t.Run("off", func(t *testing.T) {
+		c.t = t
+		c.apply(c.felixConfig() + "  bpfHostConntrackBypass: false\n")
+		// The slot is emptied at the next apply: wait until a fresh
+		// flow is no longer sent on by the program.
+		c.waitFor("established packets on the kernel's path", func() bool {
+			before := c.forwardedByProgram(client.iface)
+			return roundTrips(client.run, netip.AddrPortFrom(web.ip, 9300), 20) == nil && c.forwardedByProgram(client.iface) == before
+		})
+		fw := c.countForwarded(client.ip, web.ip)
+		defer fw.remove()
+		if err := roundTrips(client.run, netip.AddrPortFrom(web.ip, 9300), n); err != nil {
+			t.Fatal(err)
+		}
+		if got := fw.packets(); got < n {
+			t.Errorf("bypass off: netfilter forwarded %d packets for %d exchanges; want every one", got, n)
+		}
+	})
+}
+
+// TestBPFHostConntrackBypassIPv6: the bypass over IPv6, pod to pod, hop
+// limit decremented once.
+func TestBPFHostConntrackBypassIPv6(t *testing.T) {
+	c := newClusterIPv6(t, "BPF", true)
+	c.apply(`apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-v6}
+spec: {cidr: "fd65::/64"}
+`)
+	web := c.addDualPod("ns-a", "web", "10.65.0.1", "fd65::1", map[string]string{"app": "web"}, "sa-w")
+	client := c.addDualPod("ns-a", "client", "10.65.0.2", "fd65::2", map[string]string{"app": "client"}, "sa-x")
+	tcpEcho(t, web.run, 9300)
+	checkBypassed(t, c, client, web.run, web.ip6, 200)
+}
