@@ -116,23 +116,34 @@ func (e *bed) delete(kind, ns, name string) {
 }
 
 // startFelix runs felix on the node namespace until the benchmark ends.
-func (e *bed) startFelix() {
+func (e *bed) startFelix() { e.stop = e.runFelix(nodeName, e.node.Path(), e.status) }
+
+// runFelix runs felix for a node until the benchmark ends or the
+// returned stop is called.
+func (e *bed) runFelix(node, netns, statusDir string) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- felix.Run(ctx, felix.Config{NodeName: nodeName, Store: e.store, NetNS: e.node.Path(), StatusDir: e.status})
+		done <- felix.Run(ctx, felix.Config{NodeName: node, Store: e.store, NetNS: netns, StatusDir: statusDir})
 	}()
 	var once sync.Once
-	e.stop = func() { once.Do(func() { cancel(); <-done }) }
-	e.b.Cleanup(e.stop)
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	e.b.Cleanup(stop)
+	return stop
 }
 
 func addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 80, byte(i >> 8), byte(i)}) }
 
-// wep writes the WorkloadEndpoint of a pod.
+// wep writes the WorkloadEndpoint of a pod of the bed's node.
 func (e *bed) wep(pod, iface string, ip netip.Addr, labels map[string]string) string {
 	e.b.Helper()
-	w := wepOf(pod, iface, ip, labels)
+	return e.wepOn(nodeName, pod, iface, ip, labels)
+}
+
+// wepOn writes the WorkloadEndpoint of a pod of node.
+func (e *bed) wepOn(node, pod, iface string, ip netip.Addr, labels map[string]string) string {
+	e.b.Helper()
+	w := wepOf(node, pod, iface, ip, labels)
 	if _, err := e.store.Apply(e.ctx, w); err != nil {
 		e.b.Fatal(err)
 	}
@@ -143,18 +154,18 @@ func (e *bed) wep(pod, iface string, ip netip.Addr, labels map[string]string) st
 // create, no read first).
 func (e *bed) newWep(pod, iface string, ip netip.Addr, labels map[string]string) string {
 	e.b.Helper()
-	w := wepOf(pod, iface, ip, labels)
+	w := wepOf(nodeName, pod, iface, ip, labels)
 	if _, err := e.store.Create(e.ctx, w); err != nil {
 		e.b.Fatal(err)
 	}
 	return w.Name
 }
 
-func wepOf(pod, iface string, ip netip.Addr, labels map[string]string) *v3.WorkloadEndpoint {
+func wepOf(node, pod, iface string, ip netip.Addr, labels map[string]string) *v3.WorkloadEndpoint {
 	return &v3.WorkloadEndpoint{
 		TypeMeta:   v3.TypeMeta{Kind: v3.KindWorkloadEndpoint, APIVersion: v3.APIVersion},
-		ObjectMeta: v3.ObjectMeta{Name: names.WorkloadEndpointName(nodeName, "k8s", pod, "eth0"), Namespace: "bench", Labels: labels},
-		Spec: v3.WorkloadEndpointSpec{Orchestrator: "k8s", Node: nodeName, Pod: pod, Endpoint: "eth0",
+		ObjectMeta: v3.ObjectMeta{Name: names.WorkloadEndpointName(node, "k8s", pod, "eth0"), Namespace: "bench", Labels: labels},
+		Spec: v3.WorkloadEndpointSpec{Orchestrator: "k8s", Node: node, Pod: pod, Endpoint: "eth0",
 			InterfaceName: iface, IPNetworks: []string{ip.String() + "/32"}, Profiles: []string{"kns.bench"}},
 	}
 }
@@ -200,8 +211,14 @@ type pod struct {
 }
 
 // plumb makes a pod's namespace and veth (what the CNI plugin does before
-// it writes the WorkloadEndpoint).
+// it writes the WorkloadEndpoint) on the bed's node.
 func (e *bed) plumb(name string, ip netip.Addr) *pod {
+	e.b.Helper()
+	return e.plumbOn(e.nodeH, name, ip)
+}
+
+// plumbOn makes a pod's namespace and veth on the node of nodeH.
+func (e *bed) plumbOn(nodeH *netlink.Handle, name string, ip netip.Addr) *pod {
 	e.b.Helper()
 	p := &pod{name: name, ip: ip, iface: names.VethNameForWorkload("bench", name)}
 	p.ns = nstest.New(e.b, e.prefix, name)
@@ -211,7 +228,7 @@ func (e *bed) plumb(name string, ip netip.Addr) *pod {
 	}
 	e.b.Cleanup(func() { p.run.Close() })
 	podH, podNS := nstest.Handle(e.b, p.ns)
-	if err := nstest.Workload(e.nodeH, podH, podNS, p.iface, ip); err != nil {
+	if err := nstest.Workload(nodeH, podH, podNS, p.iface, ip); err != nil {
 		e.b.Fatal(err)
 	}
 	return p
@@ -233,7 +250,14 @@ func (e *bed) unplumb(p *pod) {
 // waitStatus waits for felix to report the endpoint programmed.
 func (e *bed) waitStatus(wep string, timeout time.Duration) {
 	e.b.Helper()
-	path := e.status + "/" + dataplane.StatusFileName("bench", wep)
+	e.waitStatusIn(e.status, wep, timeout)
+}
+
+// waitStatusIn waits for the endpoint's status file in a felix's status
+// directory.
+func (e *bed) waitStatusIn(dir, wep string, timeout time.Duration) {
+	e.b.Helper()
+	path := dir + "/" + dataplane.StatusFileName("bench", wep)
 	deadline := time.Now().Add(timeout)
 	for {
 		if _, err := statFile(path); err == nil {
@@ -311,3 +335,56 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// The link between the bed's node and a peer node: a veth, nodeAddr on
+// the node's side (peerLink), peerAddr on the peer's (nodeLink).
+var (
+	nodeAddr = netip.MustParseAddr("198.18.0.1")
+	peerAddr = netip.MustParseAddr("198.18.0.2")
+)
+
+const (
+	peerLink = "eth-peer"
+	nodeLink = "eth-node"
+)
+
+// peerNode is a second node for the benchmarks that cross nodes: a
+// namespace of its own linked to the bed's node, with its own felix
+// (startFelix) on the same datastore.
+type peerNode struct {
+	name   string
+	ns     nstest.NS
+	run    *nsexec.Runner
+	h      *netlink.Handle
+	status string
+}
+
+// addPeer makes a peer node, linked to the bed's node.
+func (e *bed) addPeer(name string) *peerNode {
+	e.b.Helper()
+	p := &peerNode{name: name, status: e.b.TempDir()}
+	p.ns = nstest.New(e.b, e.prefix, name)
+	var err error
+	if p.run, err = nsexec.New(p.ns.Path()); err != nil {
+		e.b.Fatal(err)
+	}
+	e.b.Cleanup(func() { p.run.Close() })
+	e.b.Cleanup(func() {
+		if err := palbpf.RemoveAll("", p.run); err != nil {
+			e.b.Error(err)
+		}
+	})
+	p.h, _ = nstest.Handle(e.b, p.ns)
+	if err := nstest.Sysctl(p.run, "net/ipv4/ip_forward", "1"); err != nil {
+		e.b.Fatal(err)
+	}
+	e.node.MustRun(e.b, "ip", "link", "add", peerLink, "type", "veth", "peer", "name", nodeLink, "netns", p.ns.Name)
+	e.node.MustRun(e.b, "ip", "addr", "add", nodeAddr.String()+"/24", "dev", peerLink)
+	e.node.MustRun(e.b, "ip", "link", "set", peerLink, "up")
+	p.ns.MustRun(e.b, "ip", "addr", "add", peerAddr.String()+"/24", "dev", nodeLink)
+	p.ns.MustRun(e.b, "ip", "link", "set", nodeLink, "up")
+	return p
+}
+
+// startFelix runs the peer's felix until the benchmark ends.
+func (p *peerNode) startFelix(e *bed) { e.runFelix(p.name, p.ns.Path(), p.status) }
