@@ -87,6 +87,12 @@ const (
 // (PAL_MARK_SEEN).
 const MarkSeen = 0x01000000
 
+// AttachedGroup is the device group felix gives a workload interface
+// once both its hooks run the entry programs; until then the iptables
+// guard drops what is forwarded to it (its route may be there already:
+// the CNI plugin adds it).
+const AttachedGroup = 0x5041
+
 // Reasons are the general counters (PAL_C_*), by slot.
 var Reasons = []string{
 	"allowed: established flow",

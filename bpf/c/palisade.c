@@ -956,6 +956,17 @@ static __always_inline int host_ct_plain(struct __sk_buff *skb, struct state *st
 	return plain;
 }
 
+/* ct_live_at reports whether interface ifindex has a live conntrack
+ * entry of the packet's flow. */
+static __always_inline int ct_live_at(struct state *st, __u32 ifindex)
+{
+	struct ct_key k = {};
+	ct_key_of(st, &k, !!(st->flags & PAL_F_SRC_A));
+	k.ifindex = ifindex;
+	struct ct_value *v = bpf_map_lookup_elem(&pal_ct, &k);
+	return v && idle(now(), v->last_seen) <= ct_timeout(st->proto, v->flags);
+}
+
 #ifndef BPF_FIB_LKUP_RET_NO_NEIGH
 #define BPF_FIB_LKUP_RET_NO_NEIGH 7
 #endif
@@ -991,6 +1002,19 @@ static __always_inline int forward(struct __sk_buff *skb, struct state *st)
 	int rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return -1;
+	/* To a workload: only through its own program. Its conntrack entry
+	 * of the flow says its programs are attached (they made it), so the
+	 * packet skips no guard that still had work to do (the iptables
+	 * guard drops what is forwarded to a workload interface not yet
+	 * attached); a blocked interface is left to that guard too. */
+	__u32 out = p.ifindex;
+	struct ep *dep = bpf_map_lookup_elem(&pal_ep, &out);
+	if (dep) {
+		if (dep->flags & PAL_EP_BLOCKED)
+			return -1;
+		if ((dep->flags & PAL_EP_WORKLOAD) && !ct_live_at(st, out))
+			return -1;
+	}
 	__u32 mtu = 0;
 	if (bpf_check_mtu(skb, p.ifindex, &mtu, 0, 0) != 0)
 		return -1;

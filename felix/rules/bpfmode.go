@@ -8,13 +8,15 @@ import (
 
 // BPFMode renders what the eBPF dataplane keeps in iptables: the nat
 // table (masquerade for natOutgoing, as Render writes it) and, in filter,
-// a guard that drops packets from workload interfaces that no BPF program
-// let through (a program marks what it allows with seenMark), so a new
-// workload interface sends nothing before its program is attached. With
-// defaultEndpointToHostAction Accept, workload traffic to the host that
-// the program let through is accepted, as the iptables dataplane does.
-// raw and mangle hold nothing of felix's.
-func BPFMode(in Input, seenMark uint32) *Ruleset {
+// guards that close a new workload interface until its BPF programs are
+// attached: packets from a workload interface that no program let through
+// (a program marks what it allows with seenMark) are dropped, and so are
+// packets forwarded to one whose device group is not attachedGroup (felix
+// sets it once both hooks are attached; the CNI plugin's route to the pod
+// is there before). With defaultEndpointToHostAction Accept, workload
+// traffic to the host that the program let through is accepted, as the
+// iptables dataplane does. raw and mangle hold nothing of felix's.
+func BPFMode(in Input, seenMark, attachedGroup uint32) *Ruleset {
 	if in.Config == nil {
 		in.Config = calc.MergeConfig(nil, nil)
 	}
@@ -36,7 +38,15 @@ func BPFMode(in Input, seenMark uint32) *Ruleset {
 		}
 	}
 	b.add("filter", ChainFilterInput, input)
-	b.add("filter", ChainFilterForward, guard)
+	forward := append([]Rule(nil), guard...)
+	for _, p := range cfg.InterfacePrefixes {
+		forward = append(forward, Rule{
+			Match:   fmt.Sprintf("-o %s%s -m devgroup ! --dst-group %#x", p, workloadIfaceSuffix, attachedGroup),
+			Action:  "DROP",
+			Comment: "To a workload interface whose BPF programs are not attached yet",
+		})
+	}
+	b.add("filter", ChainFilterForward, forward)
 	rs := &Ruleset{IPVersion: in.IPVersion, Tables: b.tables}
 	for _, j := range full.Jumps {
 		if j.Table == "nat" || j.Table == "filter" && (j.Chain == "INPUT" || j.Chain == "FORWARD") {

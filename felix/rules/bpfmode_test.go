@@ -24,7 +24,7 @@ func TestBPFMode(t *testing.T) {
 		{"bpf-mode-accept-tap-v4", v3.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept", InterfacePrefix: "cali,tap"}, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rs := BPFMode(Input{Config: calc.MergeConfig(&c.spec, nil), IPVersion: c.family}, 0x01000000)
+			rs := BPFMode(Input{Config: calc.MergeConfig(&c.spec, nil), IPVersion: c.family}, 0x01000000, 0x5041)
 			var b strings.Builder
 			for _, table := range TableNames() {
 				b.WriteString(rs.Restore(table, true))

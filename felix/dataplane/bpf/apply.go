@@ -265,7 +265,15 @@ func (d *Driver) Apply(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	phase("routes")
-	rulesOK := d.applyIptables(ctx, &errs)
+	// The first write of felix's iptables in this mode replaces what the
+	// iptables dataplane enforced: it waits for the attachments under way
+	// (fresh TCX links are made in the background; their end pokes the
+	// loop), so policy is never off between the two.
+	rulesOK := false
+	if d.iptablesWritten || !d.att.pending() {
+		rulesOK = d.applyIptables(ctx, &errs)
+		d.iptablesWritten = d.iptablesWritten || rulesOK
+	}
 	phase("iptables")
 	for _, p := range released {
 		d.progs.release(p, now)
@@ -517,7 +525,7 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 	}
 	for name, li := range links {
 		if d.isWorkloadIface(name) {
-			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}}
+			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}, workload: true, group: li.group}
 			if st := workloads[name]; st != nil {
 				w.ep = palbpf.Endpoint{Flags: palbpf.EndpointWorkload | toHostDrop, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
 				if st.srcs == nil || st.srcsFor != li.index {
@@ -586,7 +594,7 @@ func sources(ifindex int, ep *calc.Endpoint, cfg *calc.Config) map[palbpf.SrcKey
 func (d *Driver) applyIptables(ctx context.Context, errs *[]error) bool {
 	ok := true
 	for i, v := range d.families {
-		rs := rules.BPFMode(rules.Input{Config: d.cfg, IPVersion: v}, palbpf.MarkSeen)
+		rs := rules.BPFMode(rules.Input{Config: d.cfg, IPVersion: v}, palbpf.MarkSeen, palbpf.AttachedGroup)
 		tables := d.tables[i*len(rules.TableNames()) : (i+1)*len(rules.TableNames())]
 		if needs := func() bool {
 			for _, t := range tables {

@@ -34,13 +34,29 @@ type attacher struct {
 	// useTC: bpfAttachType is TC.
 	useTC bool
 	busy  map[int]chan struct{}
+	// failed are background attachments that failed, until the next
+	// apply reports them.
+	failed map[int]error
 	// prefixes are the workload interface prefixes (for the watcher).
 	prefixes []string
 	done     func()
+	// setGroup gives an interface a device group (netlink, in the
+	// node's namespace).
+	setGroup func(idx int, group uint32) error
 }
 
-func newAttacher(done func()) *attacher {
-	return &attacher{att: map[[2]int]*palbpf.Attachment{}, tc: map[int][2]ebpf.ProgramID{}, busy: map[int]chan struct{}{}, done: done}
+func newAttacher(done func(), setGroup func(idx int, group uint32) error) *attacher {
+	return &attacher{att: map[[2]int]*palbpf.Attachment{}, tc: map[int][2]ebpf.ProgramID{}, busy: map[int]chan struct{}{},
+		failed: map[int]error{}, done: done, setGroup: setGroup}
+}
+
+// markAttached gives a workload interface whose hooks are attached the
+// device group that opens the iptables guard of traffic to it.
+func (a *attacher) markAttached(idx int) error {
+	if a.setGroup == nil {
+		return nil
+	}
+	return a.setGroup(idx, palbpf.AttachedGroup)
 }
 
 // setTC chooses the attachment: cls_bpf filters (true) or TCX links. An
@@ -178,9 +194,14 @@ func (a *attacher) ensure(idx, kind int, nowait bool) error {
 	useTC := a.useTC
 	a.mu.Unlock()
 	if useTC {
-		return a.attachTC(objs, idx, kind)
+		err = a.attachTC(objs, idx, kind)
+	} else {
+		err = a.attachTCX(objs, idx, kind)
 	}
-	return a.attachTCX(objs, idx, kind)
+	if err == nil && kind == 0 {
+		err = a.markAttached(idx)
+	}
+	return err
 }
 
 // attachTCX attaches both hooks with TCX (the caller holds the claim),
@@ -245,12 +266,25 @@ func (a *attacher) attachTC(objs *palbpf.Objects, idx, kind int) error {
 
 // ensureAll attaches many interfaces (ifindex → kind) in parallel. An
 // interface whose attachment is under way (the watcher's) is left to it.
+// A fresh TCX attachment (an interface with no link yet) is not waited
+// for either: it waits for RCU grace periods under the rtnl lock, tens of
+// ms, which would hold the main loop and every endpoint behind it; it is
+// made in the background, like the watcher's, and done is called when it
+// ends (the interface's route and status wait for it). Updating links in
+// place, and cls_bpf filters, cost a fraction of a millisecond: those are
+// made here.
 func (a *attacher) ensureAll(want map[int]int) []error {
 	var mu sync.Mutex
 	var errs []error
 	sem := make(chan struct{}, attachParallel)
 	var wg sync.WaitGroup
 	for idx, kind := range want {
+		if later, err := a.attachLater(idx, kind); later {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -263,6 +297,48 @@ func (a *attacher) ensureAll(want map[int]int) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// attachLater starts a fresh TCX attachment of an interface in the
+// background, and reports whether it did (or one is under way already).
+// A background attachment that failed is reported by the next call, which
+// does not start another: the apply fails, and the main loop's backoff
+// paces the retries.
+func (a *attacher) attachLater(idx, kind int) (bool, error) {
+	a.mu.Lock()
+	fresh := !a.useTC && a.objs != nil && a.att[[2]int{idx, 0}] == nil && a.att[[2]int{idx, 1}] == nil
+	_, busy := a.busy[idx]
+	failed := a.failed[idx]
+	delete(a.failed, idx)
+	a.mu.Unlock()
+	switch {
+	case failed != nil:
+		return true, failed
+	case busy:
+		return true, nil
+	case !fresh:
+		return false, nil
+	}
+	objs, release, ok, err := a.claim(idx, kind, true)
+	if !ok {
+		return errors.Is(err, errBusy), nil
+	}
+	go func() {
+		err := a.attachTCX(objs, idx, kind)
+		if err == nil && kind == 0 {
+			err = a.markAttached(idx)
+		}
+		if err != nil {
+			a.mu.Lock()
+			a.failed[idx] = err
+			a.mu.Unlock()
+		}
+		release()
+		if a.done != nil {
+			a.done()
+		}
+	}()
+	return true, nil
 }
 
 // detachOthers detaches every attachment of an interface not in keep.
@@ -291,6 +367,13 @@ func (a *attacher) detachOthers(keep func(idx int) bool) []error {
 		delete(a.att, key)
 	}
 	return errs
+}
+
+// pending reports whether an attachment is under way.
+func (a *attacher) pending() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.busy) > 0
 }
 
 // attached reports whether an interface has an attachment of ours.

@@ -165,6 +165,32 @@ func TestApplyDoesNotWaitForAttachmentUnderWay(t *testing.T) {
 	}
 }
 
+// applySettled applies, and again each time the attachments it left
+// under way (fresh TCX links are made in the background) end, until none
+// is.
+func applySettled(t *testing.T, d *Driver) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := d.Apply(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		d.att.mu.Lock()
+		busy := len(d.att.busy)
+		d.att.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("attachments still under way after 10s")
+		}
+		select {
+		case <-d.Wake():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func hasRoute(t *testing.T, h *netlink.Handle, addr netip.Addr) bool {
 	t.Helper()
 	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
@@ -193,9 +219,7 @@ func TestAttachTypeTC(t *testing.T) {
 		t.Helper()
 		off := false
 		d.OnConfigUpdate(calc.MergeConfig(&v3.FelixConfigurationSpec{IPv6Support: &off, BPFAttachType: typ}, nil))
-		if err := d.Apply(ctx); err != nil {
-			t.Fatal(err)
-		}
+		applySettled(t, d)
 	}
 	attachType("TC")
 	const iface = "calitst1"

@@ -69,6 +69,7 @@ type Driver struct {
 	progs     *programs
 	ifaces    *ifaceState
 	att       *attacher
+	groups    *groupSetter
 	events    *eventReader
 	states    map[calc.EndpointID]*epState
 
@@ -89,10 +90,12 @@ type Driver struct {
 	// failsafeDirty: the failsafe ports are written again.
 	failsafeDirty bool
 	// forward is the host conntrack bypass as last set (nil: not yet).
-	forward     *bool
-	inSync      bool
-	ready       bool
-	lastRefresh struct{ iptables, routes, gc time.Time }
+	forward *bool
+	// iptablesWritten: felix's iptables were written in this mode once.
+	iptablesWritten bool
+	inSync          bool
+	ready           bool
+	lastRefresh     struct{ iptables, routes, gc time.Time }
 
 	wake chan struct{}
 }
@@ -117,7 +120,11 @@ func New(conf Config) (*Driver, error) {
 		sets: newSetMaps(logger), wake: make(chan struct{}, 1),
 		routeWant: map[netip.Prefix]string{}, routeSet: map[netip.Prefix]string{},
 	}
-	d.att = newAttacher(d.poke)
+	if d.groups, err = newGroupSetter(run); err != nil {
+		run.Close()
+		return nil, err
+	}
+	d.att = newAttacher(d.poke, d.groups.set)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {
 		m.SetMetrics(conf.Metrics)
@@ -157,6 +164,7 @@ func (d *Driver) Close() {
 		d.progs.close()
 	}
 	d.att.close()
+	d.groups.close()
 	if d.objs != nil {
 		d.objs.Close()
 	}

@@ -20,6 +20,14 @@ type linkInfo struct {
 	// l2 is the length of its link-layer header (14 for Ethernet and
 	// loopback, 0 for layer 3 devices).
 	l2 uint32
+	// group is its device group (palbpf.AttachedGroup once a workload
+	// interface's hooks are attached).
+	group uint32
+}
+
+func linkInfoOf(l netlink.Link) linkInfo {
+	a := l.Attrs()
+	return linkInfo{name: a.Name, index: a.Index, l2: l2len(l), group: a.Group}
 }
 
 // linkWatch follows the node's interfaces through netlink, so a new
@@ -89,11 +97,11 @@ func watchLinks(run *nsexec.Runner, poke func(), appeared func(linkInfo), logger
 					delete(w.byName, a.Name)
 				}
 			} else {
-				w.byName[a.Name] = linkInfo{name: a.Name, index: a.Index, l2: l2len(u.Link)}
+				w.byName[a.Name] = linkInfoOf(u.Link)
 			}
 			w.mu.Unlock()
 			if u.Header.Type != 17 && (!had || old.index != a.Index) {
-				go appeared(linkInfo{name: a.Name, index: a.Index, l2: l2len(u.Link)})
+				go appeared(linkInfoOf(u.Link))
 			}
 			if !had || old.index != a.Index || u.Header.Type == 17 {
 				poke()
@@ -110,8 +118,7 @@ func (w *linkWatch) list() error {
 	}
 	byName := make(map[string]linkInfo, len(links))
 	for _, l := range links {
-		a := l.Attrs()
-		byName[a.Name] = linkInfo{name: a.Name, index: a.Index, l2: l2len(l)}
+		byName[l.Attrs().Name] = linkInfoOf(l)
 	}
 	w.mu.Lock()
 	w.byName, w.relist = byName, false
@@ -151,6 +158,10 @@ type ifaceWant struct {
 	kind int
 	ep   palbpf.Endpoint
 	srcs map[palbpf.SrcKey]struct{}
+	// workload: a workload interface, whose device group says its hooks
+	// are attached (group is the one it has now).
+	workload bool
+	group    uint32
 }
 
 // ifaceState writes interfaces' entries, sources and attachments, and
@@ -257,6 +268,14 @@ func (s *ifaceState) apply(want map[int]ifaceWant) error {
 		if !s.att.has(idx, w.kind) {
 			continue
 		}
+		if w.workload && w.group != palbpf.AttachedGroup {
+			// The attacher sets it after attaching; this repairs one
+			// changed by hand.
+			if err := s.att.markAttached(idx); err != nil {
+				errs = append(errs, fmt.Errorf("device group of %s: %w", w.name, err))
+				continue
+			}
+		}
 		have := s.srcs[uint32(idx)]
 		for k := range have {
 			if _, ok := w.srcs[k]; ok {
@@ -315,6 +334,9 @@ func (s *ifaceState) unchanged(idx int, w ifaceWant) bool {
 	if !ok || last.ep != w.ep || last.kind != w.kind || len(last.srcs) != len(w.srcs) {
 		return false
 	}
+	if w.workload && w.group != palbpf.AttachedGroup {
+		return false
+	}
 	for k := range w.srcs {
 		if _, ok := last.srcs[k]; !ok {
 			return false
@@ -322,3 +344,40 @@ func (s *ifaceState) unchanged(idx int, w ifaceWant) bool {
 	}
 	return s.att.has(idx, w.kind)
 }
+
+// groupSetter sets interfaces' device groups in the node's namespace,
+// on a netlink handle of its own.
+type groupSetter struct {
+	mu sync.Mutex
+	h  *netlink.Handle
+}
+
+func newGroupSetter(run *nsexec.Runner) (*groupSetter, error) {
+	var h *netlink.Handle
+	var err error
+	if ns := run.Handle(); ns >= 0 {
+		h, err = netlink.NewHandleAt(ns)
+	} else {
+		h, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening netlink: %w", err)
+	}
+	return &groupSetter{h: h}, nil
+}
+
+// set gives interface idx the device group (nothing when it has it).
+func (g *groupSetter) set(idx int, group uint32) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, err := g.h.LinkByIndex(idx)
+	if err != nil {
+		return err
+	}
+	if l.Attrs().Group == group {
+		return nil
+	}
+	return g.h.LinkSetGroup(l, int(group))
+}
+
+func (g *groupSetter) close() { g.h.Close() }
