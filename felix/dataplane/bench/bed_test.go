@@ -220,6 +220,14 @@ func (e *bed) plumb(name string, ip netip.Addr) *pod {
 // plumbOn makes a pod's namespace and veth on the node of nodeH.
 func (e *bed) plumbOn(nodeH *netlink.Handle, name string, ip netip.Addr) *pod {
 	e.b.Helper()
+	p := e.podNS(name, ip)
+	e.link(nodeH, p)
+	return p
+}
+
+// podNS makes a pod's namespace, without its veth yet.
+func (e *bed) podNS(name string, ip netip.Addr) *pod {
+	e.b.Helper()
 	p := &pod{name: name, ip: ip, iface: names.VethNameForWorkload("bench", name)}
 	p.ns = nstest.New(e.b, e.prefix, name)
 	var err error
@@ -227,11 +235,17 @@ func (e *bed) plumbOn(nodeH *netlink.Handle, name string, ip netip.Addr) *pod {
 		e.b.Fatal(err)
 	}
 	e.b.Cleanup(func() { p.run.Close() })
+	return p
+}
+
+// link makes a pod's veth to the node of nodeH and its addresses and
+// routes inside the pod, as the CNI plugin does.
+func (e *bed) link(nodeH *netlink.Handle, p *pod) {
+	e.b.Helper()
 	podH, podNS := nstest.Handle(e.b, p.ns)
-	if err := nstest.Workload(nodeH, podH, podNS, p.iface, ip); err != nil {
+	if err := nstest.Workload(nodeH, podH, podNS, p.iface, p.ip); err != nil {
 		e.b.Fatal(err)
 	}
-	return p
 }
 
 // unplumb deletes a pod's veth (both ends go), as the CNI plugin's DEL
@@ -303,21 +317,51 @@ func connect(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) bool
 	return true
 }
 
-// until probes until a connection's outcome is want and returns when that
-// was seen, counted from start.
-//
-// A connection that succeeds proves the path open at once, so while
-// waiting for it a SYN leaves every 250 µs from a fresh socket, without
-// waiting for the ones before (synProber), and the time the first answer
-// arrives is taken. A connection that fails proves nothing unless it
-// waited long enough for an answer that did not come (a busy machine can
-// delay a SYN-ACK by milliseconds), so while waiting for a drop each
-// probe waits 50 ms, and the time its SYN was sent is taken: the path was
-// closed then.
-func until(run *nsexec.Runner, dst netip.AddrPort, want bool, start time.Time, limit time.Duration) (time.Duration, bool) {
-	if want {
-		return firstAnswer(run, dst, start, limit)
+// prober starts a prober process (nstest.Prober) in run's namespace for
+// dst, ready to go; it ends with the benchmark at the latest.
+func prober(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, limit time.Duration) *nstest.Prober {
+	b.Helper()
+	p, err := nstest.StartProber(run, dst, limit)
+	if err != nil {
+		b.Fatal(err)
 	}
+	b.Cleanup(p.Close)
+	return p
+}
+
+// opening times how long after do starts a TCP path opens: the prober
+// (made ready beforehand, a process of the client's own) starts a SYN
+// every 250 µs from fresh sockets just before do runs, and the time the
+// first answer arrived is taken (CLOCK_MONOTONIC). It reports false when
+// the path did not open within the prober's limit.
+func opening(b *testing.B, p *nstest.Prober, do func()) (time.Duration, bool) {
+	b.Helper()
+	defer p.Close()
+	start := nstest.Monotonic()
+	if err := p.Go(); err != nil {
+		b.Fatal(err)
+	}
+	do()
+	at, ok, err := p.Opened()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return at - start, ok
+}
+
+// opens waits until a TCP path is open.
+func opens(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, limit time.Duration) bool {
+	_, ok := opening(b, prober(b, run, dst, limit), func() {})
+	return ok
+}
+
+// closing probes until a TCP path drops a connection and returns when
+// that was seen, counted from start. A connection that fails proves
+// nothing unless it waited long enough for an answer that did not come
+// (a busy machine can delay a SYN-ACK by milliseconds), so each probe
+// waits 50 ms, and the time its SYN was sent is taken: the path was
+// closed then.
+func closing(run *nsexec.Runner, dst netip.AddrPort, start time.Time, limit time.Duration) (time.Duration, bool) {
 	for time.Since(start) < limit {
 		sent := time.Since(start)
 		if !connect(run, dst, 50*time.Millisecond) {

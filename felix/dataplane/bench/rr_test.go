@@ -125,7 +125,7 @@ func BenchmarkRequestResponse(b *testing.B) {
 	e.waitStatus(srv.wep, 60*time.Second)
 	e.waitStatusIn(peer.status, remote.wep, 60*time.Second)
 	for _, p := range paths {
-		if _, ok := until(p.cli.run, p.dst, true, time.Now(), 10*time.Second); !ok {
+		if !opens(b, p.cli.run, p.dst, 10*time.Second) {
 			b.Fatalf("%s: the toggle policy never let the client through", p.name)
 		}
 	}
@@ -142,7 +142,7 @@ func BenchmarkRequestResponse(b *testing.B) {
 		e.waitBPF(e.nodeRun, srv.iface, cli.iface)
 		e.waitBPF(peer.run, remote.iface)
 		for _, p := range paths {
-			if _, ok := until(p.cli.run, p.dst, true, time.Now(), 10*time.Second); !ok {
+			if !opens(b, p.cli.run, p.dst, 10*time.Second) {
 				b.Fatalf("%s: the eBPF dataplane never let the client through", p.name)
 			}
 		}

@@ -18,7 +18,8 @@ import (
 )
 
 // rrRoleEnv makes this binary, run again, one side of a request/response
-// pair instead of what it is ("echo ADDR" or "rr DST DURATION PERCONN").
+// pair ("echo ADDR" or "rr DST DURATION PERCONN") or an opening prober
+// ("probe DST LIMIT") instead of what it is.
 const rrRoleEnv = "PALISADE_NSTEST_RR"
 
 // init runs the role when this binary was started as one side of a pair
@@ -44,6 +45,19 @@ func init() {
 		fmt.Println("ready")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		_ = s.Close()
+		os.Exit(0)
+	case len(f) == 3 && f[0] == "probe":
+		dst, err := netip.ParseAddrPort(f[1])
+		if err != nil {
+			fail(err)
+		}
+		limit, err := time.ParseDuration(f[2])
+		if err != nil {
+			fail(err)
+		}
+		if err := probeHere(dst, limit, os.Stdin); err != nil {
+			fail(err)
+		}
 		os.Exit(0)
 	case len(f) == 4 && f[0] == "rr":
 		dst, err := netip.ParseAddrPort(f[1])
