@@ -162,12 +162,17 @@ func RemoveAll(root string, ns NetNS) error {
 	if err != nil {
 		return err
 	}
-	return errors.Join(removeAllTC(ns), RemoveDir(filepath.Join(root, id)))
+	if ns == nil {
+		ns = currentNS{}
+	}
+	return errors.Join(removeAllTC(ns), RemoveDir(filepath.Join(root, id), ns))
 }
 
-// RemoveDir detaches the pinned links of a namespace's directory and
+// RemoveDir detaches the pinned links of a namespace's directory, then,
+// with ns (the namespace it programs), forgets the host conntrack entries
+// of the flows its programs may have bypassed (ForgetBypassedFlows), and
 // removes it.
-func RemoveDir(dir string) error {
+func RemoveDir(dir string, ns NetNS) error {
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return nil
 	}
@@ -181,6 +186,11 @@ func RemoveDir(dir string) error {
 				errs = append(errs, fmt.Errorf("bpf: detaching %s: %w", path, err))
 			}
 			l.Close()
+		}
+	}
+	if ns != nil {
+		if err := forgetInDir(dir, ns); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -50,6 +50,38 @@ func tcpEcho(t *testing.T, run *nsexec.Runner, port int) {
 	}()
 }
 
+// echoConn is an open connection to a tcpEcho server.
+type echoConn struct{ net.Conn }
+
+func dialEcho(t *testing.T, run *nsexec.Runner, dst netip.AddrPort) echoConn {
+	t.Helper()
+	var c net.Conn
+	if err := run.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", dst.String(), 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return echoConn{c}
+}
+
+// exchange makes n one-byte exchanges, each answered within a second.
+func (c echoConn) exchange(n int) error {
+	b := []byte{'x'}
+	for i := range n {
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write(b); err != nil {
+			return fmt.Errorf("exchange %d: %w", i, err)
+		}
+		if _, err := c.Read(b); err != nil {
+			return fmt.Errorf("exchange %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
 // roundTrips opens one TCP connection from run's namespace to dst and
 // makes n one-byte request/response exchanges over it.
 func roundTrips(run *nsexec.Runner, dst netip.AddrPort, n int) error {
@@ -349,6 +381,16 @@ spec: {cidr: 10.65.0.0/16, natOutgoing: true}
 		}
 	})
 
+	// kube-proxy (iptables mode) drops what the host's conntrack finds
+	// INVALID; so does the iptables dataplane.
+	invalid := []string{"FORWARD", "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"}
+	c.node.MustRun(t, append([]string{"iptables-nft", "-t", "filter", "-I"}, invalid...)...)
+	// A connection that lives on across the changes below.
+	long := dialEcho(t, client.run, netip.AddrPortFrom(web.ip, 9300))
+	if err := long.exchange(n); err != nil {
+		t.Fatal(err)
+	}
+
 	t.Run("off", func(t *testing.T) {
 		c.t = t
 		c.apply(c.felixConfig() + "  bpfHostConntrackBypass: false\n")
@@ -365,6 +407,28 @@ spec: {cidr: 10.65.0.0/16, natOutgoing: true}
 		}
 		if got := fw.packets(); got < n {
 			t.Errorf("bypass off: netfilter forwarded %d packets for %d exchanges; want every one", got, n)
+		}
+		// The connection bypassed until now goes on through netfilter:
+		// its host entry, stale, was forgotten and picked up afresh.
+		if err := long.exchange(n); err != nil {
+			t.Errorf("a connection open across the bypass turned off: %v", err)
+		}
+	})
+
+	t.Run("on again, then the iptables dataplane", func(t *testing.T) {
+		c.t = t
+		c.apply(c.felixConfig())
+		c.waitFor("established packets sent on by the program again", func() bool {
+			before := c.forwardedByProgram(client.iface)
+			return long.exchange(20) == nil && c.forwardedByProgram(client.iface) > before
+		})
+		if err := long.exchange(n); err != nil {
+			t.Fatal(err)
+		}
+		c.apply(strings.Replace(c.felixConfig(), "  bpfEnabled: true\n", "", 1))
+		c.waitFor("the eBPF dataplane removed", func() bool { _, err := c.bpfView(); return err != nil })
+		if err := long.exchange(n); err != nil {
+			t.Errorf("a connection open across the switch to iptables: %v", err)
 		}
 	})
 }

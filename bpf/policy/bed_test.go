@@ -68,7 +68,7 @@ func newBedWith(t testing.TB, timeouts bpf.Timeouts) *bed {
 			p.Close()
 		}
 		e.objs.Close()
-		if err := bpf.RemoveDir(e.objs.Dir); err != nil {
+		if err := bpf.RemoveDir(e.objs.Dir, nil); err != nil {
 			t.Error(err)
 		}
 	})

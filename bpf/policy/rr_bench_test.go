@@ -60,7 +60,7 @@ func BenchmarkCountingRR(b *testing.B) {
 		}
 		off.Close()
 		on.Close()
-		if err := bpf.RemoveDir(on.Dir); err != nil {
+		if err := bpf.RemoveDir(on.Dir, nil); err != nil {
 			b.Error(err)
 		}
 	})

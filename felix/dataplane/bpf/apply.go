@@ -286,7 +286,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		for _, dir := range d.objs.StaleMapDirs() {
-			if err := palbpf.RemoveDir(dir); err != nil {
+			if err := palbpf.RemoveDir(dir, d.run); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -350,6 +350,16 @@ func (d *Driver) applyForward() {
 		d.log.WithError(err).Warn("bpfHostConntrackBypass: established flows take the kernel's path (netfilter and its conntrack)")
 	} else {
 		d.log.WithField("bpfHostConntrackBypass", want).Info("Host conntrack bypass set")
+	}
+	if !want && (d.forward == nil || *d.forward) {
+		// Bypassed flows now meet netfilter, whose entries of them are
+		// stale: forget those so they are picked up afresh.
+		n, err := palbpf.ForgetBypassedFlows(d.run, d.objs.Maps[palbpf.MapCT])
+		if err != nil {
+			d.log.WithError(err).Warn("Host conntrack entries of bypassed flows not deleted: their next packets may be INVALID to netfilter")
+		} else if n > 0 {
+			d.log.WithField("entries", n).Info("Host conntrack entries of bypassed flows deleted")
+		}
 	}
 	d.forward = &want
 }

@@ -156,7 +156,7 @@ func openObjects(t *testing.T, name string) (*palbpf.Objects, palbpf.Timeouts) {
 	}
 	t.Cleanup(func() {
 		objs.Close()
-		if err := palbpf.RemoveDir(objs.Dir); err != nil {
+		if err := palbpf.RemoveDir(objs.Dir, nil); err != nil {
 			t.Error(err)
 		}
 	})
