@@ -332,12 +332,12 @@ func prober(b *testing.B, run *nsexec.Runner, dst netip.AddrPort, limit time.Dur
 // opening times how long after do starts a TCP path opens: the prober
 // (made ready beforehand, a process of the client's own) starts a SYN
 // every 250 µs from fresh sockets just before do runs, and the time the
-// first answer arrived is taken (CLOCK_MONOTONIC). It reports false when
+// first answer arrived is taken (nstest.Clock). It reports false when
 // the path did not open within the prober's limit.
 func opening(b *testing.B, p *nstest.Prober, do func()) (time.Duration, bool) {
 	b.Helper()
 	defer p.Close()
-	start := nstest.Monotonic()
+	start := nstest.Clock()
 	if err := p.Go(); err != nil {
 		b.Fatal(err)
 	}

@@ -165,7 +165,7 @@ func (d *Driver) NextRefresh(now time.Time) time.Duration {
 	if d.cfg == nil || !d.ready {
 		return time.Minute
 	}
-	if w := d.lastRefresh.gc.Add(ctCollectEvery).Sub(now); w < next {
+	if w := d.gcDue().Sub(now); w < next {
 		next = w
 	}
 	for _, x := range []struct {
@@ -260,7 +260,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 		errs = append(errs, ifaceErr)
 	}
 	phase("ifaces")
-	d.releaseRoutes()
+	if d.releaseRoutes() > 0 {
+		d.quietUntil = now.Add(quietAfterNewPod)
+	}
 	if err := d.routes.Apply(); err != nil {
 		errs = append(errs, err)
 	}
@@ -300,9 +302,11 @@ func (d *Driver) Apply(ctx context.Context) error {
 		}
 	}
 	phase("cleanup")
-	// The sweep every ctCollectEvery; the entries of interfaces gone at
-	// once (the rule counters' sweep waits: no key of theirs is read).
-	periodic := now.Sub(d.lastRefresh.gc) >= ctCollectEvery
+	// The sweep every ctCollectEvery (not while a new pod makes its first
+	// connections: it walks whole maps, which took the CPU from them); the
+	// entries of interfaces gone at once (the rule counters' sweep waits:
+	// no key of theirs is read).
+	periodic := !now.Before(d.gcDue())
 	if periodic || len(d.ifaces.gone) > 0 {
 		if periodic {
 			d.lastRefresh.gc = now
@@ -364,12 +368,37 @@ func (d *Driver) applyForward() {
 	d.forward = &want
 }
 
+// quietAfterNewPod is how long the periodic sweeps wait after a workload
+// became reachable, and quietAtMost how late that makes them at most
+// (pods arriving all the time do not starve them).
+const (
+	quietAfterNewPod = 100 * time.Millisecond
+	quietAtMost      = time.Second
+)
+
+// gcDue is when the periodic conntrack and counter sweeps are due.
+func (d *Driver) gcDue() time.Time {
+	due := d.lastRefresh.gc.Add(ctCollectEvery)
+	if due.Before(d.quietUntil) {
+		return minTime(d.quietUntil, due.Add(quietAtMost))
+	}
+	return due
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // releaseRoutes gives the routes manager the workload routes whose
 // interface has the entry programs attached and its entry written: the
 // other direction is closed by the iptables guard until then, this one by
 // the missing route (fail closed). A route of an interface that is not a
-// workload's goes at once.
-func (d *Driver) releaseRoutes() {
+// workload's goes at once. It returns how many workload routes it gave.
+func (d *Driver) releaseRoutes() int {
+	n := 0
 	for dst, iface := range d.routeWant {
 		if _, ok := d.routeSet[dst]; ok {
 			continue
@@ -379,7 +408,11 @@ func (d *Driver) releaseRoutes() {
 		}
 		d.routes.Set(dst, iface)
 		d.routeSet[dst] = iface
+		if d.isWorkloadIface(iface) {
+			n++
+		}
 	}
+	return n
 }
 
 // ifaceReady reports whether an interface holds what apply wants for it:

@@ -96,6 +96,9 @@ type Driver struct {
 	inSync          bool
 	ready           bool
 	lastRefresh     struct{ iptables, routes, gc time.Time }
+	// quietUntil: the periodic sweeps wait until then (a new pod's first
+	// connections).
+	quietUntil time.Time
 
 	wake chan struct{}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -27,12 +28,14 @@ import (
 //
 // Once told to go, it starts a connection from a fresh non-blocking
 // socket every probeEvery without waiting for the ones before, and waits
-// for answers in poll between them, so the first SYN-ACK is taken as it
-// arrives. A connection whose SYN was dropped is never retried by the
-// kernel within the prober's time (the first SYN retransmission is after
-// a second): each probe is one SYN, closed once it waited probeGiveUp.
-// The time of the first established connection is CLOCK_MONOTONIC, which
-// every process on the machine shares.
+// for answers in poll between them. A connection whose SYN was dropped is
+// never retried by the kernel within the prober's time (the first SYN
+// retransmission is after a second): each probe is one SYN, closed once
+// it waited probeGiveUp. The path is open when a connection is
+// established; when it opened is the time the kernel received the first
+// SYN-ACK from dst (a packet socket's receive timestamp, which the
+// prober's own wake-up, waiting for a processor on a busy machine, does
+// not delay), in CLOCK_REALTIME, which every process shares (Clock).
 
 const (
 	probeEvery = 250 * time.Microsecond
@@ -42,12 +45,9 @@ const (
 	probeBatch  = 64
 )
 
-// Monotonic is CLOCK_MONOTONIC now, as the prober stamps its answer.
-func Monotonic() time.Duration {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Duration(ts.Nano())
-}
+// Clock is the time as the prober stamps an answer: CLOCK_REALTIME, in
+// ns since the epoch.
+func Clock() time.Duration { return time.Duration(time.Now().UnixNano()) }
 
 // Prober is a prober process waiting to go.
 type Prober struct {
@@ -97,9 +97,8 @@ func (p *Prober) Go() error {
 	return err
 }
 
-// Opened waits for the prober's verdict: when (CLOCK_MONOTONIC) the
-// first connection was answered, or ok false when none was within its
-// limit.
+// Opened waits for the prober's verdict: when (Clock) the path opened,
+// or ok false when it did not within the prober's limit.
 func (p *Prober) Opened() (at time.Duration, ok bool, err error) {
 	line, err := p.stdout.ReadString('\n')
 	if err != nil {
@@ -132,8 +131,8 @@ func (p *Prober) Close() {
 
 // probeHere is the prober process: "ready" once its first sockets are
 // made, then, after "go" on stdin, probes dst until a connection is
-// answered (it prints the CLOCK_MONOTONIC time in ns) or limit passed
-// ("timeout").
+// answered (it prints when the first SYN-ACK arrived, Clock in ns) or
+// limit passed ("timeout").
 func probeHere(dst netip.AddrPort, limit time.Duration, in io.Reader) error {
 	if !dst.Addr().Is4() {
 		return fmt.Errorf("probe %s: IPv4 only", dst)
@@ -167,15 +166,20 @@ func probeHere(dst netip.AddrPort, limit time.Duration, in io.Reader) error {
 	if err := refill(); err != nil {
 		return err
 	}
+	arrivals, err := newSynAckWatch(dst)
+	if err != nil {
+		return err
+	}
+	defer arrivals.close()
 	fmt.Println("ready")
 	if line, err := bufio.NewReader(in).ReadString('\n'); strings.TrimSpace(line) != "go" {
 		return fmt.Errorf("waiting for go: %q %v", line, err)
 	}
-	start := Monotonic()
+	start := Clock()
 	nextSend := start
 	fds := make([]unix.PollFd, 0, 256)
 	for {
-		now := Monotonic()
+		now := Clock()
 		if now-start > limit {
 			fmt.Println("timeout")
 			return nil
@@ -199,21 +203,25 @@ func probeHere(dst netip.AddrPort, limit time.Duration, in io.Reader) error {
 		for _, w := range open {
 			fds = append(fds, unix.PollFd{Fd: int32(w.fd), Events: unix.POLLOUT})
 		}
-		wait := unix.NsecToTimespec(int64(max(nextSend-Monotonic(), 0)))
+		wait := unix.NsecToTimespec(int64(max(nextSend-Clock(), 0)))
 		if _, err := unix.Ppoll(fds, &wait, nil); err != nil && !errors.Is(err, unix.EINTR) {
 			return err
 		}
-		answered := Monotonic()
+		seen := Clock()
 		kept := open[:0]
 		for i, w := range open {
 			switch {
 			case fds[i].Revents != 0:
 				if soErr, err := unix.GetsockoptInt(w.fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && soErr == 0 {
-					fmt.Println(int64(answered))
+					at := arrivals.first()
+					if at == 0 || at > seen {
+						at = seen // no timestamp: when it was seen
+					}
+					fmt.Println(int64(at))
 					return nil
 				}
 				unix.Close(w.fd)
-			case answered-w.sent > probeGiveUp:
+			case seen-w.sent > probeGiveUp:
 				unix.Close(w.fd)
 			default:
 				kept = append(kept, w)
@@ -222,3 +230,64 @@ func probeHere(dst netip.AddrPort, limit time.Duration, in io.Reader) error {
 		open = kept
 	}
 }
+
+// synAckWatch reads the SYN-ACKs from a server as the namespace's
+// interfaces receive them, with the kernel's receive timestamps (a packet
+// socket with SO_TIMESTAMPNS).
+type synAckWatch struct {
+	fd  int
+	src [4]byte
+	sp  uint16
+}
+
+func newSynAckWatch(from netip.AddrPort) (*synAckWatch, error) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+	if err != nil {
+		return nil, fmt.Errorf("packet socket: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("SO_TIMESTAMPNS: %w", err)
+	}
+	return &synAckWatch{fd: fd, src: from.Addr().As4(), sp: from.Port()}, nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// first drains what was received and returns the receive time (Clock) of
+// the first SYN-ACK from the server, 0 when none came.
+func (w *synAckWatch) first() time.Duration {
+	buf, oob := make([]byte, 128), make([]byte, 128)
+	var first time.Duration
+	for {
+		n, oobn, _, from, err := unix.Recvmsg(w.fd, buf, oob, unix.MSG_DONTWAIT)
+		if err != nil {
+			return first
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		p := buf[:n]
+		if len(p) < 20 || p[0]>>4 != 4 || p[9] != unix.IPPROTO_TCP || [4]byte(p[12:16]) != w.src {
+			continue
+		}
+		l4 := int(p[0]&0xf) * 4
+		if len(p) < l4+14 || uint16(p[l4])<<8|uint16(p[l4+1]) != w.sp || p[l4+13]&0x12 != 0x12 {
+			continue
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			continue
+		}
+		for _, m := range msgs {
+			if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+				ts := *(*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+				if t := time.Duration(ts.Nano()); first == 0 || t < first {
+					first = t
+				}
+			}
+		}
+	}
+}
+
+func (w *synAckWatch) close() { unix.Close(w.fd) }
