@@ -82,10 +82,18 @@ func ForgetBypassedFlows(ns NetNS, ct *ebpf.Map) (int, error) {
 	err := ns.Do(func() error {
 		var errs []error
 		for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
-			m, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
-			n += int(m)
-			if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-				errs = append(errs, err)
+			// A dump the table's changes interrupt is partial: what it
+			// missed is deleted by the next one.
+			for try := 0; ; try++ {
+				m, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
+				n += int(m)
+				if errors.Is(err, netlink.ErrDumpInterrupted) && try < 10 {
+					continue
+				}
+				if err != nil {
+					errs = append(errs, err)
+				}
+				break
 			}
 		}
 		return errors.Join(errs...)

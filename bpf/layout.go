@@ -81,7 +81,30 @@ const (
 	EndpointHost       = 0x2
 	EndpointBlocked    = 0x4
 	EndpointToHostDrop = 0x8
+	// EndpointData is a host data interface (bpfDataIfacePattern) whose
+	// ingress program sends established flows to local workloads on.
+	EndpointData = 0x10
+	// EndpointVeth: the interface is a veth (its workload's packets may go
+	// straight to its peer).
+	EndpointVeth = 0x20
 )
+
+// Kinds of interface, by their entry programs: a workload's, a host
+// endpoint's (both hooks), a host data interface's (ingress only).
+const (
+	KindWorkload = iota
+	KindHost
+	KindData
+	Kinds
+)
+
+// KindHooks are the hooks a kind's entry programs are attached to.
+func KindHooks(kind int) []Hook {
+	if kind == KindData {
+		return []Hook{In}
+	}
+	return []Hook{In, Out}
+}
 
 // MarkSeen is set on every packet an ingress program lets through
 // (PAL_MARK_SEEN).

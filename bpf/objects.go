@@ -64,10 +64,12 @@ type Objects struct {
 	// Dir/links.
 	Dir, MapsDir string
 	Maps         map[string]*ebpf.Map
-	// Entry programs by kind (0 workload, 1 host) and hook (0 in, 1 out).
-	Entry [2][2]*ebpf.Program
+	// Entry programs by kind (KindWorkload, KindHost, KindData) and hook
+	// (0 in, 1 out; a data interface has only in, and only where the
+	// forward programs loaded).
+	Entry [Kinds][2]*ebpf.Program
 	// EntryID are their IDs.
-	EntryID [2][2]ebpf.ProgramID
+	EntryID [Kinds][2]ebpf.ProgramID
 	// Drop drops everything.
 	Drop *ebpf.Program
 	// Forward is the host conntrack bypass (SlotForward), nil where the
@@ -145,12 +147,13 @@ func Open(opts Options) (*Objects, error) {
 		}
 		o.Maps[name] = m
 	}
-	// The forward program calls nf_conntrack's kfuncs: it is loaded on
-	// its own, so a kernel without them still runs everything else.
+	// The forward programs call nf_conntrack's kfuncs: they are loaded on
+	// their own, so a kernel without them still runs everything else.
 	fwdSpec := spec.Copy()
 	delete(spec.Programs, progForward)
+	delete(spec.Programs, progDataIn)
 	for name := range fwdSpec.Programs {
-		if name != progForward {
+		if name != progForward && name != progDataIn {
 			delete(fwdSpec.Programs, name)
 		}
 	}
@@ -163,16 +166,22 @@ func Open(opts Options) (*Objects, error) {
 		o.ForwardErr = err
 	} else {
 		o.Forward = fwd.Programs[progForward]
+		o.Entry[KindData][In] = fwd.Programs[progDataIn]
 		delete(fwd.Programs, progForward)
+		delete(fwd.Programs, progDataIn)
 		fwd.Close()
 	}
 	progs := coll.Programs
 	coll.Programs = nil
 	coll.Close() // the maps stay open in o.Maps; the programs are kept
-	o.Entry = [2][2]*ebpf.Program{{progs["pal_wl_in"], progs["pal_wl_out"]}, {progs["pal_hep_in"], progs["pal_hep_out"]}}
+	o.Entry[KindWorkload] = [2]*ebpf.Program{progs["pal_wl_in"], progs["pal_wl_out"]}
+	o.Entry[KindHost] = [2]*ebpf.Program{progs["pal_hep_in"], progs["pal_hep_out"]}
 	o.Drop = progs["pal_drop"]
 	for k := range o.Entry {
 		for h, p := range o.Entry[k] {
+			if p == nil {
+				continue
+			}
 			info, err := p.Info()
 			if err != nil {
 				o.Close()
@@ -203,8 +212,12 @@ func (o *Objects) UseResume() error {
 	return nil
 }
 
-// progForward is the forward program's name in the object.
-const progForward = "pal_fwd"
+// progForward and progDataIn are the forward programs' names in the
+// object: a workload's established packets, and a data interface's.
+const (
+	progForward = "pal_fwd"
+	progDataIn  = "pal_data_in"
+)
 
 // SetForward turns the host conntrack bypass on (the forward program in
 // its slot) or off (the slot empty: established packets take the

@@ -152,6 +152,7 @@ const (
 	palisadeMapPalSets          = "pal_sets"
 	palisadeMapPalSrc           = "pal_src"
 	palisadeMapPalState         = "pal_state"
+	palisadeProgPalDataIn       = "pal_data_in"
 	palisadeProgPalDrop         = "pal_drop"
 	palisadeProgPalFwd          = "pal_fwd"
 	palisadeProgPalHepIn        = "pal_hep_in"
@@ -215,6 +216,7 @@ type palisadeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type palisadeProgramSpecs struct {
+	PalDataIn       *ebpf.ProgramSpec `ebpf:"pal_data_in"`
 	PalDrop         *ebpf.ProgramSpec `ebpf:"pal_drop"`
 	PalFwd          *ebpf.ProgramSpec `ebpf:"pal_fwd"`
 	PalHepIn        *ebpf.ProgramSpec `ebpf:"pal_hep_in"`
@@ -330,6 +332,7 @@ type palisadeVariables struct {
 //
 // It can be passed to loadPalisadeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type palisadePrograms struct {
+	PalDataIn       *ebpf.Program `ebpf:"pal_data_in"`
 	PalDrop         *ebpf.Program `ebpf:"pal_drop"`
 	PalFwd          *ebpf.Program `ebpf:"pal_fwd"`
 	PalHepIn        *ebpf.Program `ebpf:"pal_hep_in"`
@@ -344,6 +347,7 @@ type palisadePrograms struct {
 
 func (p *palisadePrograms) Close() error {
 	return _PalisadeClose(
+		p.PalDataIn,
 		p.PalDrop,
 		p.PalFwd,
 		p.PalHepIn,

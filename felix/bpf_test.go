@@ -78,7 +78,9 @@ func (c *cluster) waitHostEndpoint(present bool) {
 		c.waitChain("filter", "cali-fh-eth-ext", present)
 		return
 	}
-	kind := ""
+	// Not a host endpoint, eth-ext is a host data interface (it matches
+	// bpfDataIfacePattern's default, and the host conntrack bypass is on).
+	kind := "data"
 	if present {
 		kind = "host"
 	}

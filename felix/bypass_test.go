@@ -176,6 +176,16 @@ func (c *cluster) forwardedByProgram(iface string) uint64 {
 	return n
 }
 
+// txPackets is the packets an interface of the node transmitted.
+func (c *cluster) txPackets(iface string) uint64 {
+	c.t.Helper()
+	l, err := c.nodeH.LinkByName(iface)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return l.Attrs().Statistics.TxPackets
+}
+
 // hostConntrackLeft lists the seconds left of the node's conntrack
 // entries of TCP flows src → dst:port (/proc/net/nf_conntrack).
 func hostConntrackLeft(t *testing.T, c *cluster, src, dst netip.Addr, port int) []int {
@@ -318,7 +328,13 @@ func TestBPFHostConntrackBypass(t *testing.T) {
 
 	t.Run("pod to pod", func(t *testing.T) {
 		c.t = t
+		txBefore := c.txPackets(web.iface)
 		checkBypassed(t, c, client, web.run, web.ip, n)
+		// Straight into web's namespace (bpf_redirect_peer): its veth's
+		// host side did not transmit them.
+		if tx := c.txPackets(web.iface) - txBefore; tx > 60 {
+			t.Errorf("web's veth transmitted %d packets for %d exchanges and 20 datagrams; want them delivered to its peer directly", tx, n)
+		}
 		if got := c.forwardedByProgram(web.iface); got < n-10 {
 			t.Errorf("the program sent on %d packets from web, want at least %d", got, n-10)
 		}
@@ -338,6 +354,31 @@ func TestBPFHostConntrackBypass(t *testing.T) {
 	t.Run("pod to a host beyond the node", func(t *testing.T) {
 		c.t = t
 		checkBypassed(t, c, client, c.extRun, extAddr, n)
+	})
+
+	t.Run("a host beyond the node to a pod, by the data interface", func(t *testing.T) {
+		c.t = t
+		// eth-ext matches bpfDataIfacePattern's default (eth.*).
+		if k := c.ifaceKind("eth-ext"); k != "data" {
+			t.Fatalf("eth-ext is %q in the eBPF dataplane, want data", k)
+		}
+		fw := c.countForwarded(extAddr, web.ip)
+		defer fw.remove()
+		before := c.forwardedByProgram("eth-ext")
+		if err := roundTrips(c.extRun, netip.AddrPortFrom(web.ip, 9300), n); err != nil {
+			t.Fatal(err)
+		}
+		if got := fw.packets(); got > 10 {
+			t.Errorf("netfilter forwarded %d packets of ext → web for %d exchanges; want only the handshake's", got, n)
+		}
+		if got := c.forwardedByProgram("eth-ext") - before; got < n-10 {
+			t.Errorf("the data interface's program sent on %d packets, want at least %d", got, n-10)
+		}
+		for i, ttl := range receivedTTL(t, c.extRun, web.run, netip.AddrPortFrom(web.ip, 9302), 20) {
+			if ttl != 63 {
+				t.Errorf("datagram %d from ext arrived with TTL %d, want 63 (one hop)", i, ttl)
+			}
+		}
 	})
 
 	t.Run("DNAT as kube-proxy writes it", func(t *testing.T) {

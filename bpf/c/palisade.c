@@ -971,8 +971,105 @@ static __always_inline int ct_live_at(struct state *st, __u32 ifindex)
 #define BPF_FIB_LKUP_RET_NO_NEIGH 7
 #endif
 
-/* forward sends the packet on (TC_ACT_REDIRECT), or returns -1 for the
- * kernel's path. */
+/* decrement_ttl decrements the TTL (IPv6: hop limit) as forwarding
+ * would, with the IPv4 header checksum; -1 when it would run out (the
+ * kernel's path sends the ICMP error) or the packet cannot be written. */
+static __always_inline int decrement_ttl(struct __sk_buff *skb, struct state *st)
+{
+	__u32 l3 = st->l3;
+	if (st->family == 4) {
+		/* The TTL is the high byte of its header word. */
+		__be16 w;
+		if (bpf_skb_load_bytes(skb, l3 + 8, &w, 2) < 0)
+			return -1;
+		if ((bpf_ntohs(w) >> 8) <= 1)
+			return -1;
+		__be16 nw = bpf_htons(bpf_ntohs(w) - 0x100);
+		if (bpf_l3_csum_replace(skb, l3 + 10, w, nw, 2) < 0 || bpf_skb_store_bytes(skb, l3 + 8, &nw, 2, 0) < 0)
+			return -1;
+		return 0;
+	}
+	__u8 hops;
+	if (bpf_skb_load_bytes(skb, l3 + 7, &hops, 1) < 0 || hops <= 1)
+		return -1;
+	hops--;
+	return bpf_skb_store_bytes(skb, l3 + 7, &hops, 1, 0) < 0 ? -1 : 0;
+}
+
+/* fib_route looks up where the kernel would forward the packet, arriving
+ * on the interface in st: the egress interface and next hop in p. It
+ * returns the lookup's result (SUCCESS with the MAC addresses resolved,
+ * NO_NEIGH without), or -1. */
+static __always_inline int fib_route(struct __sk_buff *skb, struct state *st, struct bpf_fib_lookup *p)
+{
+	__builtin_memset(p, 0, sizeof(*p));
+	p->ifindex = st->ifindex;
+	p->l4_protocol = st->proto;
+	p->sport = bpf_htons(st->sport);
+	p->dport = bpf_htons(st->dport);
+	if (st->family == 4) {
+		p->family = 2; /* AF_INET */
+		p->ipv4_src = *(__u32 *)&st->src[12];
+		p->ipv4_dst = *(__u32 *)&st->dst[12];
+	} else {
+		p->family = 10; /* AF_INET6 */
+		__builtin_memcpy(p->ipv6_src, st->src, 16);
+		__builtin_memcpy(p->ipv6_dst, st->dst, 16);
+	}
+	int rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -1;
+	return rc;
+}
+
+/* to_workload takes, for a packet bound to the local workload interface
+ * out (entry dep), what that interface's egress program would do for an
+ * established flow: its conntrack entry refreshed (or no: -1) and the
+ * packet counted. The packet may then skip that program (redirect_peer). */
+static __always_inline int to_workload(struct state *st, __u32 out)
+{
+	__u32 in = st->ifindex, flags = st->flags;
+	st->ifindex = out;
+	st->flags = (flags & ~(PAL_F_SRC_A | PAL_F_CT_WRITTEN)) | PAL_F_OUT;
+	int ok = ct_established(st);
+	if (ok)
+		count(out, PAL_COUNTER_GENERAL, PAL_C_ESTABLISHED, st->len);
+	st->ifindex = in;
+	st->flags = flags | (st->flags & PAL_F_CT_WRITTEN);
+	return ok ? 0 : -1;
+}
+
+/* deliver sends the packet on by the FIB's answer: straight into a local
+ * veth workload's namespace (bpf_redirect_peer, its MAC addresses
+ * written) when the MACs are known, else to the egress interface's
+ * transmit, the next hop resolved as forwarding would
+ * (bpf_redirect_neigh). peer: out is a local veth workload whose egress
+ * duties to_workload took. */
+static __always_inline int deliver(struct __sk_buff *skb, struct state *st, struct bpf_fib_lookup *p, int rc, int peer)
+{
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, p->ifindex, &mtu, 0, 0) != 0)
+		return -1;
+	if (decrement_ttl(skb, st) < 0)
+		return -1;
+	if (peer && rc == BPF_FIB_LKUP_RET_SUCCESS && st->l3 == 14) {
+		__u8 macs[12];
+		__builtin_memcpy(macs, p->dmac, 6);
+		__builtin_memcpy(macs + 6, p->smac, 6);
+		if (bpf_skb_store_bytes(skb, 0, macs, 12, 0) == 0)
+			return bpf_redirect_peer(p->ifindex, 0);
+	}
+	struct bpf_redir_neigh nh = {};
+	nh.nh_family = p->family;
+	if (p->family == 2)
+		nh.ipv4_nh = p->ipv4_dst;
+	else
+		__builtin_memcpy(nh.ipv6_nh, p->ipv6_dst, 16);
+	return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
+}
+
+/* forward sends a workload's established packet on (TC_ACT_REDIRECT), or
+ * returns -1 for the kernel's path. */
 static __always_inline int forward(struct __sk_buff *skb, struct state *st)
 {
 	if (st->flags & (PAL_F_OUT | PAL_F_FRAG))
@@ -985,66 +1082,65 @@ static __always_inline int forward(struct __sk_buff *skb, struct state *st)
 	}
 	if (!host_ct_plain(skb, st))
 		return -1;
-	struct bpf_fib_lookup p = {};
-	p.ifindex = st->ifindex;
-	p.l4_protocol = st->proto;
-	p.sport = bpf_htons(st->sport);
-	p.dport = bpf_htons(st->dport);
-	if (st->family == 4) {
-		p.family = 2; /* AF_INET */
-		p.ipv4_src = *(__u32 *)&st->src[12];
-		p.ipv4_dst = *(__u32 *)&st->dst[12];
-	} else {
-		p.family = 10; /* AF_INET6 */
-		__builtin_memcpy(p.ipv6_src, st->src, 16);
-		__builtin_memcpy(p.ipv6_dst, st->dst, 16);
-	}
-	int rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+	struct bpf_fib_lookup p;
+	int rc = fib_route(skb, st, &p);
+	if (rc < 0)
 		return -1;
-	/* To a workload: only through its own program. Its conntrack entry
-	 * of the flow says its programs are attached (they made it), so the
-	 * packet skips no guard that still had work to do (the iptables
-	 * guard drops what is forwarded to a workload interface not yet
-	 * attached); a blocked interface is left to that guard too. */
+	/* To a workload: only through its own conntrack entry of the flow,
+	 * which its programs made (so they are attached: the iptables guard
+	 * drops what is forwarded to a workload interface not yet attached,
+	 * and this packet skips no guard that still had work to do); a
+	 * blocked interface is left to that guard too. */
 	__u32 out = p.ifindex;
 	struct ep *dep = bpf_map_lookup_elem(&pal_ep, &out);
+	int peer = 0;
 	if (dep) {
 		if (dep->flags & PAL_EP_BLOCKED)
 			return -1;
-		if ((dep->flags & PAL_EP_WORKLOAD) && !ct_live_at(st, out))
-			return -1;
+		if (dep->flags & PAL_EP_WORKLOAD) {
+			if (!(dep->flags & PAL_EP_VETH)) {
+				if (!ct_live_at(st, out))
+					return -1;
+			} else if (to_workload(st, out) < 0) {
+				return -1;
+			} else {
+				peer = 1;
+			}
+		}
 	}
-	__u32 mtu = 0;
-	if (bpf_check_mtu(skb, p.ifindex, &mtu, 0, 0) != 0)
+	return deliver(skb, st, &p, rc, peer);
+}
+
+/* data_forward sends a packet arriving on a host data interface on to a
+ * local workload, when that workload's interface has the flow established
+ * and the host tracks it untranslated; -1 for the kernel's path. */
+static __always_inline int data_forward(struct __sk_buff *skb, struct state *st)
+{
+	if (st->flags & PAL_F_FRAG)
 		return -1;
-	__u32 l3 = st->l3;
-	if (st->family == 4) {
-		/* The TTL, as the kernel's forwarding would: the header
-		 * checksum follows (the TTL is the high byte of its word). */
-		__be16 w;
-		if (bpf_skb_load_bytes(skb, l3 + 8, &w, 2) < 0)
+	if (st->proto == IPPROTO_TCP) {
+		if (st->tcp_flags & TCP_SYN)
 			return -1;
-		if ((bpf_ntohs(w) >> 8) <= 1)
-			return -1;
-		__be16 nw = bpf_htons(bpf_ntohs(w) - 0x100);
-		if (bpf_l3_csum_replace(skb, l3 + 10, w, nw, 2) < 0 || bpf_skb_store_bytes(skb, l3 + 8, &nw, 2, 0) < 0)
-			return -1;
-	} else {
-		__u8 hops;
-		if (bpf_skb_load_bytes(skb, l3 + 7, &hops, 1) < 0 || hops <= 1)
-			return -1;
-		hops--;
-		if (bpf_skb_store_bytes(skb, l3 + 7, &hops, 1, 0) < 0)
-			return -1;
+	} else if (st->proto != IPPROTO_UDP) {
+		return -1;
 	}
-	struct bpf_redir_neigh nh = {};
-	nh.nh_family = p.family;
-	if (p.family == 2)
-		nh.ipv4_nh = p.ipv4_dst;
-	else
-		__builtin_memcpy(nh.ipv6_nh, p.ipv6_dst, 16);
-	return bpf_redirect_neigh(p.ifindex, &nh, sizeof(nh), 0);
+	struct bpf_fib_lookup p;
+	int rc = fib_route(skb, st, &p);
+	if (rc < 0)
+		return -1;
+	__u32 out = p.ifindex;
+	struct ep *dep = bpf_map_lookup_elem(&pal_ep, &out);
+	if (!dep || (dep->flags & (PAL_EP_WORKLOAD | PAL_EP_BLOCKED)) != PAL_EP_WORKLOAD)
+		return -1;
+	if (!ct_live_at(st, out) || !host_ct_plain(skb, st))
+		return -1;
+	int peer = 0;
+	if (dep->flags & PAL_EP_VETH) {
+		if (to_workload(st, out) < 0)
+			return -1;
+		peer = 1;
+	}
+	return deliver(skb, st, &p, rc, peer);
 }
 
 /* pal_fwd runs in slot PAL_SLOT_FWD after a workload's entry program
@@ -1064,6 +1160,46 @@ int pal_fwd(struct __sk_buff *skb)
 		return rc;
 	}
 	return allow(skb, st);
+}
+
+/* pal_data_in is attached to the ingress of host data interfaces
+ * (bpfDataIfacePattern) while the host conntrack bypass is on: a packet
+ * of an established flow to a local workload is sent on to it; every
+ * other packet goes on untouched (no mark, no count). */
+SEC("tc")
+int pal_data_in(struct __sk_buff *skb)
+{
+	struct state *st = state();
+	if (!st)
+		return PAL_TCX_NEXT;
+	__u32 ifindex = skb->ifindex;
+	struct ep *ep = bpf_map_lookup_elem(&pal_ep, &ifindex);
+	if (!ep || !(ep->flags & PAL_EP_DATA))
+		return PAL_TCX_NEXT;
+	int ipv6;
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		ipv6 = 0;
+	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		ipv6 = 1;
+	else
+		return PAL_TCX_NEXT;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->ifindex = ifindex;
+	st->len = skb->len;
+	st->phase = PAL_PHASE_START;
+	st->l3 = ep->l2len & 0xff;
+	if (st->len > st->l3)
+		st->len -= st->l3;
+	int l4 = parse_ip(skb, st, st->l3, ipv6);
+	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
+		return PAL_TCX_NEXT;
+	st->l4 = l4;
+	int rc = data_forward(skb, st);
+	if (rc == TC_ACT_REDIRECT) {
+		count(ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
+		return rc;
+	}
+	return PAL_TCX_NEXT;
 }
 
 /* pal_drop drops everything: what a policy program slot holds when its

@@ -44,6 +44,12 @@
 #define PAL_EP_BLOCKED 0x4
 /* DefaultEndpointToHostAction Drop: workload traffic to the host drops. */
 #define PAL_EP_TOHOST_DROP 0x8
+/* A host data interface (bpfDataIfacePattern): its ingress program only
+ * sends established flows to local workloads on (host conntrack bypass). */
+#define PAL_EP_DATA 0x10
+/* The interface is a veth: packets for its workload may be redirected
+ * straight to its peer. */
+#define PAL_EP_VETH 0x20
 
 /* pal_state.flags */
 #define PAL_F_OUT 0x1        /* egress hook */

@@ -87,8 +87,9 @@ func (v *View) Close() {
 type Interface struct {
 	Ifindex int
 	Name    string
-	// Kind is "workload", "host" or "blocked" (an unknown workload
-	// interface: everything drops).
+	// Kind is "workload", "host", "data" (a host data interface, whose
+	// program only sends established flows to workloads on) or "blocked"
+	// (an unknown workload interface: everything drops).
 	Kind     string
 	ToHostOK bool
 	Sources  []netip.Prefix
@@ -117,6 +118,8 @@ func (v *View) Interfaces() ([]Interface, error) {
 			in.Kind = "blocked"
 		case ep.Flags&palbpf.EndpointHost != 0:
 			in.Kind = "host"
+		case ep.Flags&palbpf.EndpointData != 0:
+			in.Kind = "data"
 		default:
 			in.Kind = "workload"
 		}

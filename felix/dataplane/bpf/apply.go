@@ -570,7 +570,11 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 		if d.isWorkloadIface(name) {
 			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}, workload: true, group: li.group}
 			if st := workloads[name]; st != nil {
-				w.ep = palbpf.Endpoint{Flags: palbpf.EndpointWorkload | toHostDrop, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
+				flags := palbpf.EndpointWorkload | toHostDrop
+				if li.veth {
+					flags |= palbpf.EndpointVeth
+				}
+				w.ep = palbpf.Endpoint{Flags: flags, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
 				if st.srcs == nil || st.srcsFor != li.index {
 					st.srcs, st.srcsFor = sources(li.index, st.ep, d.cfg), li.index
 				}
@@ -584,10 +588,26 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 			st = all
 		}
 		if st != nil {
-			want[li.index] = ifaceWant{name: name, kind: 1, ep: palbpf.Endpoint{Flags: palbpf.EndpointHost, L2len: li.l2, Slots: slotsOf(st)}}
+			want[li.index] = ifaceWant{name: name, kind: palbpf.KindHost, ep: palbpf.Endpoint{Flags: palbpf.EndpointHost, L2len: li.l2, Slots: slotsOf(st)}}
+			continue
+		}
+		if d.dataIface(name) {
+			want[li.index] = ifaceWant{name: name, kind: palbpf.KindData, ep: palbpf.Endpoint{Flags: palbpf.EndpointData, L2len: li.l2}}
 		}
 	}
 	return want, err
+}
+
+// defaultDataIfacePattern is Calico's bpfDataIfacePattern default.
+const defaultDataIfacePattern = `^((en|wl|ww|sl|ib)[Popsx].*|(eth|wlan|wwan).*)`
+
+// dataIface reports whether an interface that is neither a workload's nor
+// a host endpoint's gets the data interface program: it matches
+// bpfDataIfacePattern, and the host conntrack bypass is on (the program
+// does nothing else) with a kernel that could load it.
+func (d *Driver) dataIface(name string) bool {
+	return d.dataPattern != nil && d.dataPattern.MatchString(name) && d.forward != nil && *d.forward &&
+		d.objs.Entry[palbpf.KindData][palbpf.In] != nil
 }
 
 func (d *Driver) isWorkloadIface(name string) bool {

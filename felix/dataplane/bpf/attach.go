@@ -110,8 +110,9 @@ func (a *attacher) close() {
 	a.objs = nil
 }
 
-// has reports whether both hooks of an interface run the entry programs
-// of kind, attached the way bpfAttachType says.
+// has reports whether the hooks of an interface run the entry programs
+// of kind, attached the way bpfAttachType says (a data interface's with
+// TCX whatever it says).
 func (a *attacher) has(idx, kind int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -122,21 +123,29 @@ func (a *attacher) hasLocked(idx, kind int) bool {
 	if a.objs == nil {
 		return false
 	}
-	if a.useTC {
+	if a.tcFor(kind) {
 		ids, ok := a.tc[idx]
 		return ok && ids == a.objs.EntryID[kind]
 	}
 	return a.hasTCXLocked(idx, kind)
 }
 
-// hasTCXLocked reports whether both hooks' TCX links run kind's entry
+// tcFor reports whether kind's programs are attached as cls_bpf filters:
+// with bpfAttachType TC, but for a data interface's (TCX, which leaves
+// the host's qdiscs alone).
+func (a *attacher) tcFor(kind int) bool { return a.useTC && kind != palbpf.KindData }
+
+// hasTCXLocked reports whether kind's hooks' TCX links run its entry
 // programs.
 func (a *attacher) hasTCXLocked(idx, kind int) bool {
-	for _, h := range []palbpf.Hook{palbpf.In, palbpf.Out} {
+	for _, h := range palbpf.KindHooks(kind) {
 		x := a.att[[2]int{idx, int(h)}]
 		if x == nil || x.Program != a.objs.EntryID[kind][h] {
 			return false
 		}
+	}
+	if kind == palbpf.KindData && a.att[[2]int{idx, int(palbpf.Out)}] != nil {
+		return false // left by the host endpoint it was
 	}
 	return true
 }
@@ -191,7 +200,7 @@ func (a *attacher) ensure(idx, kind int, nowait bool) error {
 	}
 	defer release()
 	a.mu.Lock()
-	useTC := a.useTC
+	useTC := a.tcFor(kind)
 	a.mu.Unlock()
 	if useTC {
 		err = a.attachTC(objs, idx, kind)
@@ -204,7 +213,7 @@ func (a *attacher) ensure(idx, kind int, nowait bool) error {
 	return err
 }
 
-// attachTCX attaches both hooks with TCX (the caller holds the claim),
+// attachTCX attaches kind's hooks with TCX (the caller holds the claim),
 // then removes our cls_bpf filters of the interface.
 func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
 	a.mu.Lock()
@@ -213,7 +222,7 @@ func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
 	var got [2]*palbpf.Attachment
 	var errs [2]error
 	var wg sync.WaitGroup
-	for _, h := range []palbpf.Hook{palbpf.In, palbpf.Out} {
+	for _, h := range palbpf.KindHooks(kind) {
 		wg.Go(func() { got[h], errs[h] = objs.Attach(cur[h], idx, h, kind) })
 	}
 	wg.Wait()
@@ -224,11 +233,23 @@ func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
 		}
 	}
 	linked := errs[0] == nil && errs[1] == nil
+	// A hook the kind has no program for (a data interface's out, once a
+	// host endpoint's) loses the one it had.
+	var stale *palbpf.Attachment
+	if kind == palbpf.KindData && linked {
+		stale = a.att[[2]int{idx, int(palbpf.Out)}]
+		delete(a.att, [2]int{idx, int(palbpf.Out)})
+	}
 	a.mu.Unlock()
 	if !linked {
 		return errors.Join(errs[0], errs[1])
 	}
-	if cur[0] == nil || cur[1] == nil {
+	if stale != nil {
+		if err := stale.Detach(); err != nil {
+			return err
+		}
+	}
+	if kind != palbpf.KindData && (cur[0] == nil || cur[1] == nil) {
 		if err := objs.DetachTC(idx, false); err != nil {
 			return err
 		}
@@ -306,7 +327,7 @@ func (a *attacher) ensureAll(want map[int]int) []error {
 // paces the retries.
 func (a *attacher) attachLater(idx, kind int) (bool, error) {
 	a.mu.Lock()
-	fresh := !a.useTC && a.objs != nil && a.att[[2]int{idx, 0}] == nil && a.att[[2]int{idx, 1}] == nil
+	fresh := !a.tcFor(kind) && a.objs != nil && a.att[[2]int{idx, 0}] == nil && a.att[[2]int{idx, 1}] == nil
 	_, busy := a.busy[idx]
 	failed := a.failed[idx]
 	delete(a.failed, idx)

@@ -12,6 +12,7 @@ package bpf
 import (
 	"net/netip"
 	"reflect"
+	"regexp"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -93,9 +94,11 @@ type Driver struct {
 	forward *bool
 	// iptablesWritten: felix's iptables were written in this mode once.
 	iptablesWritten bool
-	inSync          bool
-	ready           bool
-	lastRefresh     struct{ iptables, routes, gc time.Time }
+	// dataPattern is bpfDataIfacePattern (nil: none is a data interface).
+	dataPattern *regexp.Regexp
+	inSync      bool
+	ready       bool
+	lastRefresh struct{ iptables, routes, gc time.Time }
 	// quietUntil: the periodic sweeps wait until then (a new pod's first
 	// connections).
 	quietUntil time.Time
@@ -205,6 +208,16 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
 	d.att.setPrefixes(cfg.InterfacePrefixes)
 	d.att.setTC(cfg.Spec.BPFAttachType == "TC")
+	pattern := cfg.Spec.BPFDataIfacePattern
+	if pattern == "" {
+		pattern = defaultDataIfacePattern
+	}
+	if re, err := regexp.Compile(pattern); err != nil {
+		d.log.WithError(err).WithField("bpfDataIfacePattern", pattern).Warn("Not a regular expression: no host data interface gets the bypass program")
+		d.dataPattern = nil
+	} else {
+		d.dataPattern = re
+	}
 	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)
 }

@@ -23,11 +23,13 @@ type linkInfo struct {
 	// group is its device group (palbpf.AttachedGroup once a workload
 	// interface's hooks are attached).
 	group uint32
+	// veth: a veth, whose workload's packets may go straight to its peer.
+	veth bool
 }
 
 func linkInfoOf(l netlink.Link) linkInfo {
 	a := l.Attrs()
-	return linkInfo{name: a.Name, index: a.Index, l2: l2len(l), group: a.Group}
+	return linkInfo{name: a.Name, index: a.Index, l2: l2len(l), group: a.Group, veth: l.Type() == "veth"}
 }
 
 // linkWatch follows the node's interfaces through netlink, so a new
