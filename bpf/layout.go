@@ -135,8 +135,12 @@ var Reasons = []string{
 	"allowed: preDNAT policy",
 	"allowed: doNotTrack policy",
 	"allowed: later fragment of an allowed packet",
-	"forwarded: established, host conntrack bypassed",
+	ReasonForwarded,
 }
+
+// ReasonForwarded is the general counter of packets the programs sent on
+// themselves (host conntrack bypass).
+const ReasonForwarded = "forwarded: established, host conntrack bypassed"
 
 // Fixed slots: the first slots of MapProgs hold the resume programs and
 // the forward program (SlotForward, PAL_SLOT_FWD); policy programs take

@@ -188,18 +188,9 @@ spec: {cidr: "fd65::/64"}
 		t.Fatal(err)
 	}
 	defer v.Close()
-	cs, _ := v.Counters()
-	ifs, _ := v.Interfaces()
-	spoofed := uint64(0)
-	for _, in := range ifs {
-		if in.Name != client.iface {
-			continue
-		}
-		for _, ct := range cs {
-			if ct.Ifindex == in.Ifindex && ct.Stage == palbpf.StageGeneral && palbpf.Reasons[ct.Rule] == "dropped: source address not the workload's" {
-				spoofed += ct.Packets
-			}
-		}
+	spoofed, err := v.ReasonPackets(client.iface, "dropped: source address not the workload's")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if spoofed < 4 {
 		t.Errorf("client's interface counted %d spoofed packets, want at least 4", spoofed)

@@ -150,8 +150,8 @@ func (f *forwardCounter) remove() {
 	f.c.node.MustRun(f.c.t, append([]string{f.cmd, "-t", "mangle", "-D", "FORWARD"}, f.args...)...)
 }
 
-// forwardedByProgram sums the packets the eBPF programs sent on
-// themselves (host conntrack bypass) from an interface.
+// forwardedByProgram is the packets the eBPF programs sent on themselves
+// (host conntrack bypass) from an interface.
 func (c *cluster) forwardedByProgram(iface string) uint64 {
 	c.t.Helper()
 	v, err := c.bpfView()
@@ -159,19 +159,9 @@ func (c *cluster) forwardedByProgram(iface string) uint64 {
 		c.t.Fatal(err)
 	}
 	defer v.Close()
-	ifs, _ := v.Interfaces()
-	cs, _ := v.Counters()
-	n := uint64(0)
-	for _, in := range ifs {
-		if in.Name != iface {
-			continue
-		}
-		for _, ct := range cs {
-			if ct.Ifindex == in.Ifindex && ct.Stage == palbpf.StageGeneral && int(ct.Rule) < len(palbpf.Reasons) &&
-				palbpf.Reasons[ct.Rule] == "forwarded: established, host conntrack bypassed" {
-				n += ct.Packets
-			}
-		}
+	n, err := v.ReasonPackets(iface, palbpf.ReasonForwarded)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return n
 }
@@ -220,32 +210,27 @@ func receivedTTL(t *testing.T, from, to *nsexec.Runner, dst netip.AddrPort, roun
 		family, level, recv, send = unix.AF_INET, unix.IPPROTO_IP, unix.IP_RECVTTL, unix.IP_TTL
 		sa, bind = &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().As4()}, &unix.SockaddrInet4{Port: int(dst.Port())}
 	}
-	var srv, cli int
-	if err := to.Do(func() error {
-		var err error
-		if srv, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
-			return err
+	// socket makes a datagram socket in run's namespace, sets an option
+	// on it and binds or connects it.
+	socket := func(run *nsexec.Runner, opt, val int, then func(fd int) error) int {
+		var fd int
+		if err := run.Do(func() error {
+			var err error
+			if fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+				return err
+			}
+			if err := unix.SetsockoptInt(fd, level, opt, val); err != nil {
+				return err
+			}
+			return then(fd)
+		}); err != nil {
+			t.Fatal(err)
 		}
-		if err := unix.SetsockoptInt(srv, level, recv, 1); err != nil {
-			return err
-		}
-		return unix.Bind(srv, bind)
-	}); err != nil {
-		t.Fatal(err)
+		return fd
 	}
+	srv := socket(to, recv, 1, func(fd int) error { return unix.Bind(fd, bind) })
 	defer unix.Close(srv)
-	if err := from.Do(func() error {
-		var err error
-		if cli, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
-			return err
-		}
-		if err := unix.SetsockoptInt(cli, level, send, 64); err != nil {
-			return err
-		}
-		return unix.Connect(cli, sa)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	cli := socket(from, send, 64, func(fd int) error { return unix.Connect(fd, sa) })
 	defer unix.Close(cli)
 	tv := unix.NsecToTimeval((2 * time.Second).Nanoseconds())
 	_ = unix.SetsockoptTimeval(srv, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)

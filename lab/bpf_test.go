@@ -159,7 +159,7 @@ func TestBPFBypassAcrossNodes(t *testing.T) {
 	}
 }
 
-// forwardedOn sums the packets the eBPF programs of a node sent on
+// forwardedOn is the packets the eBPF programs of a node sent on
 // themselves (host conntrack bypass) from an interface.
 func forwardedOn(t *testing.T, l *Lab, node, iface string) uint64 {
 	t.Helper()
@@ -177,19 +177,9 @@ func forwardedOn(t *testing.T, l *Lab, node, iface string) uint64 {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	ifs, _ := v.Interfaces()
-	cs, _ := v.Counters()
-	total := uint64(0)
-	for _, in := range ifs {
-		if in.Name != iface {
-			continue
-		}
-		for _, ct := range cs {
-			if ct.Ifindex == in.Ifindex && ct.Stage == palbpf.StageGeneral && int(ct.Rule) < len(palbpf.Reasons) &&
-				palbpf.Reasons[ct.Rule] == "forwarded: established, host conntrack bypassed" {
-				total += ct.Packets
-			}
-		}
+	got, err := v.ReasonPackets(iface, palbpf.ReasonForwarded)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return total
+	return got
 }

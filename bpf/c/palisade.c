@@ -1068,19 +1068,22 @@ static __always_inline int deliver(struct __sk_buff *skb, struct state *st, stru
 	return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
 }
 
+/* bypassable reports a packet the bypass may send on: TCP without SYN or
+ * UDP, not a fragment, arriving on its interface. */
+static __always_inline int bypassable(struct state *st)
+{
+	if (st->flags & (PAL_F_OUT | PAL_F_FRAG))
+		return 0;
+	if (st->proto == IPPROTO_TCP)
+		return !(st->tcp_flags & TCP_SYN);
+	return st->proto == IPPROTO_UDP;
+}
+
 /* forward sends a workload's established packet on (TC_ACT_REDIRECT), or
  * returns -1 for the kernel's path. */
 static __always_inline int forward(struct __sk_buff *skb, struct state *st)
 {
-	if (st->flags & (PAL_F_OUT | PAL_F_FRAG))
-		return -1;
-	if (st->proto == IPPROTO_TCP) {
-		if (st->tcp_flags & TCP_SYN)
-			return -1;
-	} else if (st->proto != IPPROTO_UDP) {
-		return -1;
-	}
-	if (!host_ct_plain(skb, st))
+	if (!bypassable(st) || !host_ct_plain(skb, st))
 		return -1;
 	struct bpf_fib_lookup p;
 	int rc = fib_route(skb, st, &p);
@@ -1116,14 +1119,8 @@ static __always_inline int forward(struct __sk_buff *skb, struct state *st)
  * and the host tracks it untranslated; -1 for the kernel's path. */
 static __always_inline int data_forward(struct __sk_buff *skb, struct state *st)
 {
-	if (st->flags & PAL_F_FRAG)
+	if (!bypassable(st))
 		return -1;
-	if (st->proto == IPPROTO_TCP) {
-		if (st->tcp_flags & TCP_SYN)
-			return -1;
-	} else if (st->proto != IPPROTO_UDP) {
-		return -1;
-	}
 	struct bpf_fib_lookup p;
 	int rc = fib_route(skb, st, &p);
 	if (rc < 0)

@@ -249,6 +249,31 @@ func (c Counter) Key() CounterKey { return CounterKey{c.Ifindex, c.Stage, c.Rule
 // Counters reads every counter, summed over the CPUs.
 func (v *View) Counters() ([]Counter, error) { return ReadCounters(v.maps[palbpf.MapCounters]) }
 
+// ReasonPackets is the packets the programs of the interface named iface
+// counted for a general reason (one of palbpf.Reasons).
+func (v *View) ReasonPackets(iface, reason string) (uint64, error) {
+	ifs, err := v.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	cs, err := v.Counters()
+	if err != nil {
+		return 0, err
+	}
+	n := uint64(0)
+	for _, in := range ifs {
+		if in.Name != iface {
+			continue
+		}
+		for _, c := range cs {
+			if c.Ifindex == in.Ifindex && c.Stage == palbpf.StageGeneral && int(c.Rule) < len(palbpf.Reasons) && palbpf.Reasons[c.Rule] == reason {
+				n += c.Packets
+			}
+		}
+	}
+	return n, nil
+}
+
 // ReadCounters reads every counter of a counters map, summed over the
 // CPUs.
 func ReadCounters(m *ebpf.Map) ([]Counter, error) {
