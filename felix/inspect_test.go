@@ -101,7 +101,7 @@ spec:
 			moved(ref(2), 3)
 
 			// Rule 2 changes; rules 0 and 1 do not.
-			rs = c.apply(fmt.Sprintf(policy, 9001))
+			c.apply(fmt.Sprintf(policy, 9001))
 			c.expect(probe{from: "client", to: "web", proto: "udp", port: 9000, allowed: false})
 			// The edit is live once a datagram to 9001 moves rule 2.
 			sent := 0

@@ -189,9 +189,7 @@ func agreeWithExplain(t *testing.T, l *Lab, seen grid, addr func(modelPod) netip
 		job.Queries = append(job.Queries, cellQuery(seen, k, i, addr))
 	}
 	r := rand.New(rand.NewPCG(uint64(len(cells)), uint64(time.Now().UnixNano())))
-	for _, i := range r.Perm(len(cells))[:min(8, len(cells))] {
-		job.Targeted = append(job.Targeted, i)
-	}
+	job.Targeted = append(job.Targeted, r.Perm(len(cells))[:min(8, len(cells))]...)
 	slices.Sort(job.Targeted)
 	began := time.Now()
 	ans := explainAll(t, l, l.Nodes()[0].Name, job)
