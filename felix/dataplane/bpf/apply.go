@@ -311,7 +311,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 		if periodic {
 			d.lastRefresh.gc = now
 		}
-		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone)
+		n, err := collectConntrack(d.objs, d.timeouts, d.ifaces.gone, &d.sweeps)
 		d.conf.Metrics.ConntrackCleaned(n)
 		if err != nil {
 			errs = append(errs, err)
@@ -522,14 +522,23 @@ func (d *Driver) refersToChanged(ep *calc.Endpoint) bool {
 // the node's interfaces: known workload interfaces, unknown ones
 // (blocked), and host endpoints (named ones before "*").
 func (d *Driver) wanted() (map[int]ifaceWant, error) {
-	links, err := d.links.snapshot()
-	if err != nil {
+	// The maps are kept and refilled: made anew on every apply, with
+	// every interface of the node, they were much of felix's garbage.
+	b := &d.wantBufs
+	if b.links == nil {
+		b.links, b.want = map[string]linkInfo{}, map[int]ifaceWant{}
+		b.workloads, b.named = map[string]*epState{}, map[string]*epState{}
+		d.linkIndex = map[string]int{}
+	}
+	links := b.links
+	if err := d.links.snapshotInto(links); err != nil {
 		return nil, err
 	}
-	d.linkIndex = make(map[string]int, len(links))
+	clear(d.linkIndex)
 	for name, li := range links {
 		d.linkIndex[name] = li.index
 	}
+	var err error
 	var dropSlot uint32
 	slotsOf := func(st *epState) (out [palbpf.Stages]uint32) {
 		for i, p := range st.progs {
@@ -549,8 +558,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 		}
 		return out
 	}
-	want := map[int]ifaceWant{}
-	workloads, named := map[string]*epState{}, map[string]*epState{}
+	want, workloads, named := b.want, b.workloads, b.named
+	clear(want)
+	clear(workloads)
+	clear(named)
 	var all *epState
 	for id, st := range d.states {
 		switch {
@@ -656,8 +667,14 @@ func sources(ifindex int, ep *calc.Endpoint, cfg *calc.Config) map[palbpf.SrcKey
 // table was written.
 func (d *Driver) applyIptables(ctx context.Context, errs *[]error) bool {
 	ok := true
+	if d.rendered.cfg != d.cfg {
+		d.rendered.cfg, d.rendered.rs = d.cfg, nil
+		for _, v := range d.families {
+			d.rendered.rs = append(d.rendered.rs, rules.BPFMode(rules.Input{Config: d.cfg, IPVersion: v}, palbpf.MarkSeen, palbpf.AttachedGroup))
+		}
+	}
 	for i, v := range d.families {
-		rs := rules.BPFMode(rules.Input{Config: d.cfg, IPVersion: v}, palbpf.MarkSeen, palbpf.AttachedGroup)
+		rs := d.rendered.rs[i]
 		tables := d.tables[i*len(rules.TableNames()) : (i+1)*len(rules.TableNames())]
 		if needs := func() bool {
 			for _, t := range tables {
@@ -724,22 +741,43 @@ func (d *Driver) reportStatus() []error {
 	return errs
 }
 
-// updateEventView gives the Log reader the interfaces and programs.
+// eventViewKey is what the Log reader's view of an interface depends on.
+type eventViewKey struct {
+	name  string
+	progs [palbpf.Stages]*program
+}
+
+// updateEventView gives the Log reader the interfaces and programs that
+// changed: it keeps a view of its own, changed in place (made anew on
+// every apply, the view was much of felix's garbage).
 func (d *Driver) updateEventView(want map[int]ifaceWant) {
 	if d.events == nil {
 		return
 	}
-	ifaces := map[uint32]string{}
-	stages := map[uint32][palbpf.Stages]*policy.Description{}
+	if d.eventView == nil {
+		d.eventView = map[int]eventViewKey{}
+	}
 	for idx, w := range want {
-		ifaces[uint32(idx)] = w.name
-		var ds [palbpf.Stages]*policy.Description
+		k := eventViewKey{name: w.name}
 		for i, slot := range w.ep.Slots {
-			if p := d.progs.bySlot[slot]; p != nil {
+			k.progs[i] = d.progs.bySlot[slot]
+		}
+		if old, ok := d.eventView[idx]; ok && old == k {
+			continue
+		}
+		d.eventView[idx] = k
+		var ds [palbpf.Stages]*policy.Description
+		for i, p := range k.progs {
+			if p != nil {
 				ds[i] = &p.desc
 			}
 		}
-		stages[uint32(idx)] = ds
+		d.events.set(uint32(idx), w.name, ds)
 	}
-	d.events.update(ifaces, stages)
+	for idx := range d.eventView {
+		if _, ok := want[idx]; !ok {
+			delete(d.eventView, idx)
+			d.events.remove(uint32(idx))
+		}
+	}
 }

@@ -54,17 +54,30 @@ func monotonic() uint64 {
 // conntrack map on a busy node took tens of milliseconds of the main loop.
 const batchSize = 4096
 
+// batchBuf holds a walk's buffers between sweeps: hundreds of KB each,
+// made anew on every sweep (one per pod deleted) they were most of what
+// felix allocated, and its garbage collections took the CPU from new
+// pods' first packets.
+type batchBuf[K, V any] struct {
+	keys []K
+	vals []V
+}
+
 // walk reads a hash map in batches and calls fn with each batch's keys and
 // values (values holds perKey values per key: the CPUs of a per-CPU map).
 // Entries added or removed meanwhile may be missed; the next walk sees them.
-func walk[K, V any](m *ebpf.Map, perKey int, fn func(keys []K, vals []V)) error {
-	keys := make([]K, batchSize)
-	vals := make([]V, batchSize*perKey)
+func (b *batchBuf[K, V]) walk(m *ebpf.Map, perKey int, fn func(keys []K, vals []V)) error {
+	if len(b.keys) < batchSize {
+		b.keys = make([]K, batchSize)
+	}
+	if len(b.vals) != batchSize*perKey {
+		b.vals = make([]V, batchSize*perKey)
+	}
 	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		n, err := m.BatchLookup(&cursor, b.keys, b.vals, nil)
 		if n > 0 {
-			fn(keys[:n], vals[:n*perKey])
+			fn(b.keys[:n], b.vals[:n*perKey])
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
@@ -73,6 +86,25 @@ func walk[K, V any](m *ebpf.Map, perKey int, fn func(keys []K, vals []V)) error 
 			return err
 		}
 	}
+}
+
+// reuse keeps a list of stale keys for the next sweep, unless a large
+// sweep grew it (not to hold megabytes between sweeps).
+func reuse[K any](keys []K) []K {
+	if cap(keys) > 1<<16 {
+		return nil
+	}
+	return keys[:0]
+}
+
+// sweepBufs are the sweeps' buffers, by map.
+type sweepBufs struct {
+	ct       batchBuf[palbpf.CTKey, palbpf.CTValue]
+	frag     batchBuf[palbpf.FragKey, uint64]
+	counters batchBuf[palbpf.CounterKey, palbpf.CounterValue]
+	stale    []palbpf.CTKey
+	fstale   []palbpf.FragKey
+	cstale   []palbpf.CounterKey
 }
 
 // deleteAll deletes keys, in batches; keys already gone are not an error.
@@ -96,12 +128,12 @@ func deleteAll[K any](m *ebpf.Map, keys []K) (int, error) {
 // collectConntrack deletes the conntrack and fragment entries that expired
 // and, with the counters, those of interfaces gone. It returns how many
 // conntrack entries went.
-func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]bool) (int, error) {
+func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]bool, b *sweepBufs) (int, error) {
 	now := monotonic()
 	var errs []error
 	ct := objs.Maps[palbpf.MapCT]
-	var stale []palbpf.CTKey
-	if err := walk(ct, 1, func(keys []palbpf.CTKey, vals []palbpf.CTValue) {
+	stale := b.stale[:0]
+	if err := b.ct.walk(ct, 1, func(keys []palbpf.CTKey, vals []palbpf.CTValue) {
 		for i, k := range keys {
 			v := &vals[i]
 			if gone[k.Ifindex] || now > v.LastSeen && time.Duration(now-v.LastSeen) > ctTimeout(t, k.Proto, v.Flags) {
@@ -111,13 +143,14 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCT, err))
 	}
+	b.stale = reuse(stale)
 	deleted, err := deleteAll(ct, stale)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCT, err))
 	}
 	frag := objs.Maps[palbpf.MapFrag]
-	var fstale []palbpf.FragKey
-	if err := walk(frag, 1, func(keys []palbpf.FragKey, vals []uint64) {
+	fstale := b.fstale[:0]
+	if err := b.frag.walk(frag, 1, func(keys []palbpf.FragKey, vals []uint64) {
 		for i, k := range keys {
 			if gone[k.Ifindex] || now > vals[i] && time.Duration(now-vals[i]) > t.Fragment {
 				fstale = append(fstale, k)
@@ -126,6 +159,7 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapFrag, err))
 	}
+	b.fstale = reuse(fstale)
 	if _, err := deleteAll(frag, fstale); err != nil {
 		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapFrag, err))
 	}
@@ -135,8 +169,8 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 		if err != nil {
 			return deleted, errors.Join(append(errs, err)...)
 		}
-		var cstale []palbpf.CounterKey
-		if err := walk(counters, cpus, func(keys []palbpf.CounterKey, _ []palbpf.CounterValue) {
+		cstale := b.cstale[:0]
+		if err := b.counters.walk(counters, cpus, func(keys []palbpf.CounterKey, _ []palbpf.CounterValue) {
 			for _, k := range keys {
 				if gone[k.Ifindex] {
 					cstale = append(cstale, k)
@@ -145,6 +179,7 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 		}); err != nil {
 			errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCounters, err))
 		}
+		b.cstale = reuse(cstale)
 		if _, err := deleteAll(counters, cstale); err != nil {
 			errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCounters, err))
 		}

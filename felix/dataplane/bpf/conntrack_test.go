@@ -48,7 +48,7 @@ func TestCollectConntrack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := collectConntrack(objs, timeouts, map[uint32]bool{9: true})
+	n, err := collectConntrack(objs, timeouts, map[uint32]bool{9: true}, &sweepBufs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestCollectConntrackBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := collectConntrack(objs, timeouts, map[uint32]bool{9: true})
+	got, err := collectConntrack(objs, timeouts, map[uint32]bool{9: true}, &sweepBufs{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,9 +143,10 @@ func (d *Driver) collectCounters() error {
 	if err != nil {
 		return err
 	}
-	var stale []palbpf.CounterKey
+	b := &d.sweeps
+	stale := b.cstale[:0]
 	var errs []error
-	if err := walk(m, cpus, func(keys []palbpf.CounterKey, _ []palbpf.CounterValue) {
+	if err := b.counters.walk(m, cpus, func(keys []palbpf.CounterKey, _ []palbpf.CounterValue) {
 		for _, k := range keys {
 			if k.Stage != palbpf.StageGeneral && !live[inspect.CounterKey{Ifindex: int(k.Ifindex), Stage: int(k.Stage), Rule: k.Rule}] {
 				stale = append(stale, k)
@@ -154,6 +155,7 @@ func (d *Driver) collectCounters() error {
 	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCounters, err))
 	}
+	b.cstale = reuse(stale)
 	if _, err := deleteAll(m, stale); err != nil {
 		errs = append(errs, fmt.Errorf("deleting stale rule counters: %w", err))
 	}

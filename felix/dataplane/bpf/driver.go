@@ -25,6 +25,7 @@ import (
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/routes"
 	"github.com/palisade-net/palisade/felix/metrics"
+	"github.com/palisade-net/palisade/felix/rules"
 )
 
 // Config configures a Driver.
@@ -99,6 +100,22 @@ type Driver struct {
 	inSync      bool
 	ready       bool
 	lastRefresh struct{ iptables, routes, gc time.Time }
+	// sweeps are the conntrack and counter sweeps' buffers; wantBufs the
+	// maps wanted() fills on every apply.
+	sweeps   sweepBufs
+	wantBufs struct {
+		links     map[string]linkInfo
+		want      map[int]ifaceWant
+		workloads map[string]*epState
+		named     map[string]*epState
+	}
+	// eventView is what the Log reader was last given, by interface.
+	eventView map[int]eventViewKey
+	// rendered is what BPFMode rendered for cfg, by family.
+	rendered struct {
+		cfg *calc.Config
+		rs  []*rules.Ruleset
+	}
 	// quietUntil: the periodic sweeps wait until then (a new pod's first
 	// connections).
 	quietUntil time.Time

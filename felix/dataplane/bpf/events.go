@@ -33,15 +33,24 @@ func newEventReader(objs *palbpf.Objects, logger *log.Entry) (*eventReader, erro
 	if err != nil {
 		return nil, err
 	}
-	e := &eventReader{r: r, log: logger, done: make(chan struct{})}
+	e := &eventReader{r: r, log: logger, done: make(chan struct{}),
+		ifaces: map[uint32]string{}, stages: map[uint32][palbpf.Stages]*policy.Description{}}
 	go e.loop()
 	return e, nil
 }
 
-// update gives the reader the current interfaces and their programs.
-func (e *eventReader) update(ifaces map[uint32]string, stages map[uint32][palbpf.Stages]*policy.Description) {
+// set gives the reader an interface's name and its stages' programs.
+func (e *eventReader) set(idx uint32, name string, stages [palbpf.Stages]*policy.Description) {
 	e.mu.Lock()
-	e.ifaces, e.stages = ifaces, stages
+	e.ifaces[idx], e.stages[idx] = name, stages
+	e.mu.Unlock()
+}
+
+// remove forgets an interface.
+func (e *eventReader) remove(idx uint32) {
+	e.mu.Lock()
+	delete(e.ifaces, idx)
+	delete(e.stages, idx)
 	e.mu.Unlock()
 }
 

@@ -128,23 +128,23 @@ func (w *linkWatch) list() error {
 	return nil
 }
 
-// snapshot returns the interfaces by name.
-func (w *linkWatch) snapshot() (map[string]linkInfo, error) {
+// snapshotInto fills out (emptied first) with the interfaces by name.
+func (w *linkWatch) snapshotInto(out map[string]linkInfo) error {
 	w.mu.Lock()
 	relist := w.relist
 	w.mu.Unlock()
 	if relist {
 		if err := w.list(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]linkInfo, len(w.byName))
+	clear(out)
 	for k, v := range w.byName {
 		out[k] = v
 	}
-	return out, nil
+	return nil
 }
 
 func (w *linkWatch) close() {
@@ -368,18 +368,12 @@ func newGroupSetter(run *nsexec.Runner) (*groupSetter, error) {
 	return &groupSetter{h: h}, nil
 }
 
-// set gives interface idx the device group (nothing when it has it).
+// set gives interface idx the device group (one RTM_SETLINK; setting the
+// group it has changes nothing).
 func (g *groupSetter) set(idx int, group uint32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	l, err := g.h.LinkByIndex(idx)
-	if err != nil {
-		return err
-	}
-	if l.Attrs().Group == group {
-		return nil
-	}
-	return g.h.LinkSetGroup(l, int(group))
+	return g.h.LinkSetGroup(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: idx}}, int(group))
 }
 
 func (g *groupSetter) close() { g.h.Close() }
