@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 )
 
@@ -95,4 +96,30 @@ func TestBPFNewInterfaceClosedFromTheStart(t *testing.T) {
 		}
 		c.node.MustRun(t, "ip", "link", "del", iface)
 	}
+}
+
+// TestBPFDeviceGroupRepaired: a workload interface whose device group is
+// changed by hand is closed to forwarded traffic by the guard (the group
+// says its programs are attached), and felix gives it its group back.
+func TestBPFDeviceGroupRepaired(t *testing.T) {
+	c := newCluster(t, "BPF")
+	setupPods(c)
+	web := c.pods["web"]
+	c.waitProgrammed("ns-a", web.wep.Name)
+	c.expect(allow("ext", "web", "tcp", 8080))
+	group := func() uint32 {
+		l, err := c.nodeH.LinkByName(web.iface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Attrs().Group
+	}
+	c.node.MustRun(t, "ip", "link", "set", "dev", web.iface, "group", "0")
+	// Until felix's next apply (iptablesRefreshInterval is 1s) the guard
+	// drops what is forwarded to it.
+	if ok, _ := c.send(allow("ext", "web", "tcp", 8080)); ok && group() == 0 {
+		t.Error("ext reached web while web's interface had device group 0")
+	}
+	c.waitFor("the device group given back", func() bool { return group() == palbpf.AttachedGroup })
+	c.expect(allow("ext", "web", "tcp", 8080))
 }

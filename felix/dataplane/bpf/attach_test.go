@@ -318,3 +318,26 @@ func TestAttachTypeTC(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepsWaitOutANewPod: the periodic sweeps are due ctCollectEvery
+// after the last, but not before quietUntil (a pod just became
+// reachable), and never more than quietAtMost late.
+func TestSweepsWaitOutANewPod(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name  string
+		quiet time.Time
+		want  time.Time
+	}{
+		{"no new pod", time.Time{}, t0.Add(ctCollectEvery)},
+		{"a new pod long before", t0.Add(time.Second), t0.Add(ctCollectEvery)},
+		{"a new pod just before", t0.Add(ctCollectEvery + 50*time.Millisecond), t0.Add(ctCollectEvery + 50*time.Millisecond)},
+		{"new pods all the time", t0.Add(ctCollectEvery + 5*time.Second), t0.Add(ctCollectEvery + quietAtMost)},
+	} {
+		d := &Driver{}
+		d.lastRefresh.gc, d.quietUntil = t0, c.quiet
+		if got := d.gcDue(); !got.Equal(c.want) {
+			t.Errorf("%s: sweeps due at +%v, want +%v", c.name, got.Sub(t0), c.want.Sub(t0))
+		}
+	}
+}
