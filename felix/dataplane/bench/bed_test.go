@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,10 @@ type bed struct {
 
 // dataplanes are the sub-benchmarks of each pipeline benchmark: felix's
 // iptables dataplane and its eBPF one (bpfEnabled), in one table. A
-// benchmark may add "bpf-tc": the eBPF dataplane with bpfAttachType TC.
+// benchmark may add "bpf-tc": the eBPF dataplane with bpfAttachType TC,
+// and "bpf-rcu-expedited": TCX on a kernel whose synchronize_rcu is
+// expedited (/sys/kernel/rcu_expedited, a node's tuning; see
+// expediteRCU).
 var dataplanes = []string{"iptables", "bpf"}
 
 func newBed(b *testing.B, dataplane string) *bed {
@@ -72,8 +76,11 @@ func newBed(b *testing.B, dataplane string) *bed {
 		b.Fatal(err)
 	}
 	attachType := "" // bpf: TCX, Calico's default
-	if dataplane == "bpf-tc" {
+	switch dataplane {
+	case "bpf-tc":
 		attachType = ", bpfAttachType: TC"
+	case "bpf-rcu-expedited":
+		expediteRCU(b)
 	}
 	e.apply(`apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
@@ -432,3 +439,26 @@ func (e *bed) addPeer(name string) *peerNode {
 
 // startFelix runs the peer's felix until the benchmark ends.
 func (p *peerNode) startFelix(e *bed) { e.runFelix(p.name, p.ns.Path(), p.status) }
+
+// rcuExpedited is the kernel's switch that makes every synchronize_rcu
+// an expedited grace period: the TCX attachment's wait under the rtnl
+// lock falls from milliseconds to tens of microseconds.
+const rcuExpedited = "/sys/kernel/rcu_expedited"
+
+// expediteRCU turns the kernel's expedited grace periods on for the
+// benchmark and gives the switch back its value when it ends. It is the
+// node-wide tuning docs/bpf.md describes, not something felix does.
+func expediteRCU(b *testing.B) {
+	was, err := os.ReadFile(rcuExpedited)
+	if err != nil {
+		b.Skipf("no %s: %v", rcuExpedited, err)
+	}
+	if err := os.WriteFile(rcuExpedited, []byte("1"), 0); err != nil {
+		b.Skipf("cannot expedite RCU: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := os.WriteFile(rcuExpedited, was, 0); err != nil {
+			b.Errorf("%s not given back %q: %v", rcuExpedited, was, err)
+		}
+	})
+}

@@ -119,9 +119,10 @@ func goalMs(dataplane string, iptables, bpf float64) float64 {
 // datastore's share, measured alone afterwards (storeLatency). bpf-tc is
 // the eBPF dataplane with bpfAttachType TC: a new veth's programs as
 // cls_bpf filters instead of TCX links, whose attachment waits for RCU
-// grace periods under the rtnl lock.
+// grace periods under the rtnl lock; bpf-rcu-expedited is TCX on a node
+// tuned to expedite those grace periods (expediteRCU).
 func BenchmarkNewPodFirstResponse(b *testing.B) {
-	for _, dp := range append(dataplanes, "bpf-tc") {
+	for _, dp := range append(dataplanes, "bpf-tc", "bpf-rcu-expedited") {
 		b.Run(dp, func(b *testing.B) { newPodFirstResponse(b, dp) })
 	}
 }

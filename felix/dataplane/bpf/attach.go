@@ -2,10 +2,12 @@ package bpf
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
+	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 )
@@ -426,4 +428,22 @@ func (a *attacher) preattach(li linkInfo) {
 	if a.done != nil {
 		a.done()
 	}
+}
+
+// rcuExpedited is the kernel's switch making synchronize_rcu expedited.
+const rcuExpedited = "/sys/kernel/rcu_expedited"
+
+// noteRCUGracePeriods logs, once, what a TCX attachment costs on this
+// kernel: each hook's attachment waits for an RCU grace period under the
+// rtnl lock (about 7 ms at best with HZ=250, tens of ms on a busy node),
+// which a new pod waits for twice before its traffic is let through. A
+// node that turns on expedited grace periods pays tens of µs instead.
+// Felix does not change the switch: it is node-wide.
+func noteRCUGracePeriods(logger *log.Entry, file string) {
+	b, err := os.ReadFile(file)
+	if err != nil || strings.TrimSpace(string(b)) != "0" {
+		return
+	}
+	logger.WithField("file", file).Info("TCX attachments wait for RCU grace periods, milliseconds per new interface; " +
+		"expedited grace periods (1 in the file, or rcupdate.rcu_expedited=1 at boot) or bpfAttachType TC make them sub-millisecond (docs/bpf.md)")
 }

@@ -3,14 +3,15 @@ package bpf
 import (
 	"context"
 	"net"
-
-	"github.com/cilium/ebpf"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	log "github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -338,6 +339,28 @@ func TestSweepsWaitOutANewPod(t *testing.T) {
 		d.lastRefresh.gc, d.quietUntil = t0, c.quiet
 		if got := d.gcDue(); !got.Equal(c.want) {
 			t.Errorf("%s: sweeps due at +%v, want +%v", c.name, got.Sub(t0), c.want.Sub(t0))
+		}
+	}
+}
+
+// The TCX attachment's cost is named in the log when the kernel's grace
+// periods are not expedited, and only then.
+func TestNoteRCUGracePeriods(t *testing.T) {
+	for _, c := range []struct {
+		content string
+		logged  bool
+	}{{"0\n", true}, {"1\n", false}, {"", false}} {
+		file := filepath.Join(t.TempDir(), "rcu_expedited")
+		if c.content != "" {
+			if err := os.WriteFile(file, []byte(c.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		logger, hook := test.NewNullLogger()
+		logger.SetLevel(log.InfoLevel)
+		noteRCUGracePeriods(log.NewEntry(logger), file)
+		if got := len(hook.AllEntries()) == 1; got != c.logged {
+			t.Errorf("file %q: logged %v, want %v", c.content, got, c.logged)
 		}
 	}
 }

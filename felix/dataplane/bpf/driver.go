@@ -49,13 +49,15 @@ type Config struct {
 
 // Driver is the eBPF dataplane of one node.
 type Driver struct {
-	conf   Config
-	run    *nsexec.Runner
-	log    *log.Entry
-	routes *routes.Manager
-	hosts  *dataplane.HostInterfaces
-	status *dataplane.StatusFiles
-	links  *linkWatch
+	conf Config
+	// rcuNoted: the TCX attachment's cost has been logged.
+	rcuNoted bool
+	run      *nsexec.Runner
+	log      *log.Entry
+	routes   *routes.Manager
+	hosts    *dataplane.HostInterfaces
+	status   *dataplane.StatusFiles
+	links    *linkWatch
 
 	cfg       *calc.Config
 	objs      *palbpf.Objects
@@ -225,6 +227,10 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
 	d.att.setPrefixes(cfg.InterfacePrefixes)
 	d.att.setTC(cfg.Spec.BPFAttachType == "TC")
+	if cfg.Spec.BPFAttachType != "TC" && !d.rcuNoted {
+		d.rcuNoted = true
+		noteRCUGracePeriods(d.log, rcuExpedited)
+	}
 	pattern := cfg.Spec.BPFDataIfacePattern
 	if pattern == "" {
 		pattern = defaultDataIfacePattern
