@@ -87,6 +87,10 @@ const (
 	// EndpointVeth: the interface is a veth (its workload's packets may go
 	// straight to its peer).
 	EndpointVeth = 0x20
+	// EndpointPeerL3: a data interface without an Ethernet header (an L3
+	// device) whose packets may go straight to a veth workload's peer,
+	// given one (bpfRedirectToPeer Enabled).
+	EndpointPeerL3 = 0x40
 )
 
 // Kinds of interface, by their entry programs: a workload's, a host

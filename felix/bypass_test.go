@@ -1,9 +1,11 @@
 package felix
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -472,4 +474,198 @@ spec: {cidr: "fd65::/64"}
 	client := c.addDualPod("ns-a", "client", "10.65.0.2", "fd65::2", map[string]string{"app": "client"}, "sa-x")
 	tcpEcho(t, web.run, 9300)
 	checkBypassed(t, c, client, web.run, web.ip6, 200)
+}
+
+// tunHost is a host beyond the node reached over an L3 device: a tun
+// interface of the node's (no Ethernet header) whose other end is the
+// test, writing and reading the host's IPv4 packets.
+type tunHost struct {
+	f    *os.File
+	addr netip.Addr
+}
+
+// newTunHost makes the tun interface name in the node's namespace, up,
+// with a route to addr by it; it goes when the test ends.
+func newTunHost(t *testing.T, c *cluster, name string, addr netip.Addr) *tunHost {
+	t.Helper()
+	fd := -1
+	err := c.nodeRun.Do(func() error {
+		var err error
+		if fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0); err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		return unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		t.Skipf("no tun device: %v", err)
+	}
+	h := &tunHost{f: os.NewFile(uintptr(fd), name), addr: addr}
+	t.Cleanup(func() { h.f.Close() })
+	c.node.MustRun(t, "ip", "link", "set", name, "up")
+	c.node.MustRun(t, "ip", "route", "add", addr.String()+"/32", "dev", name)
+	return h
+}
+
+// exchange sends a UDP datagram from the host's port sport to dst and
+// returns the payload of the first answer from dst, ignoring other
+// packets the node sends by the tun.
+func (h *tunHost) exchange(sport uint16, dst netip.AddrPort, payload []byte) ([]byte, error) {
+	pkt := make([]byte, 28+len(payload))
+	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(pkt[2:], uint16(len(pkt)))
+	src, daddr := h.addr.As4(), dst.Addr().As4()
+	copy(pkt[12:], src[:])
+	copy(pkt[16:], daddr[:])
+	binary.BigEndian.PutUint16(pkt[10:], ipChecksum(pkt[:20]))
+	binary.BigEndian.PutUint16(pkt[20:], sport)
+	binary.BigEndian.PutUint16(pkt[22:], dst.Port())
+	binary.BigEndian.PutUint16(pkt[24:], uint16(8+len(payload)))
+	copy(pkt[28:], payload) // UDP checksum 0: none (IPv4)
+	if _, err := h.f.Write(pkt); err != nil {
+		return nil, err
+	}
+	_ = h.f.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 2048)
+	for {
+		n, err := h.f.Read(buf)
+		if err != nil {
+			return nil, err
+		}
+		b := buf[:n]
+		if n < 28 || b[0]>>4 != 4 || b[9] != unix.IPPROTO_UDP {
+			continue
+		}
+		l4 := int(b[0]&0xf) * 4
+		if n < l4+8 || netip.AddrFrom4([4]byte(b[12:16])) != dst.Addr() || binary.BigEndian.Uint16(b[l4:]) != dst.Port() ||
+			binary.BigEndian.Uint16(b[l4+2:]) != sport {
+			continue
+		}
+		return b[l4+8:], nil
+	}
+}
+
+func ipChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// TestBPFRedirectToPeer: FelixConfiguration bpfRedirectToPeer, as in
+// Calico. By default (L2Only) the host conntrack bypass sends a packet
+// that arrived with an Ethernet header straight to a veth workload's
+// peer (the host side does not transmit it), and one from an L3 device
+// by the host side; Enabled sends those from an L3 device (given an
+// Ethernet header) to the peer too; Disabled sends every one by the
+// host side, where the workload's program takes it. In every mode the
+// flow bypasses netfilter and arrives.
+func TestBPFRedirectToPeer(t *testing.T) {
+	c := newCluster(t, "BPF")
+	setupPods(c)
+	web, client := c.pods["web"], c.pods["client"]
+	c.waitProgrammed("ns-a", web.wep.Name)
+	c.waitProgrammed("ns-a", client.wep.Name)
+	tcpEcho(t, web.run, 9300)
+	tun := newTunHost(t, c, "tunpal0", netip.MustParseAddr("198.18.7.7"))
+	dst := netip.AddrPortFrom(web.ip, 8080)
+	const n = 100
+
+	// fromTun makes n exchanges from the tun's host to web over one flow
+	// and returns the packets the tun's program sent on and web's veth
+	// transmitted meanwhile.
+	fromTun := func(n int) (forwarded, tx uint64) {
+		c.t.Helper()
+		fw0, tx0 := c.forwardedByProgram("tunpal0"), c.txPackets(web.iface)
+		for i := range n {
+			got, err := tun.exchange(4000, dst, []byte("x"))
+			if err != nil {
+				c.t.Fatalf("exchange %d from the tun's host: %v", i, err)
+			}
+			if want := tun.addr.String() + ":4000"; string(got) != want {
+				c.t.Fatalf("exchange %d: web answered %q, want %q", i, got, want)
+			}
+		}
+		return c.forwardedByProgram("tunpal0") - fw0, c.txPackets(web.iface) - tx0
+	}
+	// fromPod is the same for n exchanges from client to web.
+	fromPod := func(n int) (forwarded, tx uint64) {
+		c.t.Helper()
+		fw0, tx0 := c.forwardedByProgram(client.iface), c.txPackets(web.iface)
+		if err := roundTrips(client.run, netip.AddrPortFrom(web.ip, 9300), n); err != nil {
+			c.t.Fatal(err)
+		}
+		return c.forwardedByProgram(client.iface) - fw0, c.txPackets(web.iface) - tx0
+	}
+	setMode := func(mode string) {
+		cfg := c.felixConfig() + "  bpfDataIfacePattern: '^(eth.*|tunpal0)$'\n"
+		if mode != "" {
+			cfg += "  bpfRedirectToPeer: " + mode + "\n"
+		}
+		c.apply(cfg)
+	}
+	// peered reports whether the bypassed packets of a probe went to
+	// web's peer (its veth transmitted next to none of them).
+	peered := func(probe func(int) (uint64, uint64)) bool {
+		fw, tx := probe(20)
+		return fw >= 15 && tx < 5
+	}
+	byHost := func(probe func(int) (uint64, uint64)) bool {
+		fw, tx := probe(20)
+		return fw >= 15 && tx >= 20
+	}
+
+	setMode("")
+	c.waitFor("tunpal0 a data interface", func() bool { return c.ifaceKind("tunpal0") == "data" })
+	cases := []struct {
+		mode            string
+		podPeer, l3Peer bool
+	}{
+		{"", true, false},
+		{"Enabled", true, true},
+		{"L2Only", true, false},
+		{"Disabled", false, false},
+	}
+	for _, tc := range cases {
+		name := tc.mode
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			c.t = t
+			setMode(tc.mode)
+			want := map[bool]func(func(int) (uint64, uint64)) bool{true: peered, false: byHost}
+			c.waitFor("the mode in place", func() bool {
+				return want[tc.l3Peer](fromTun) && want[tc.podPeer](fromPod)
+			})
+			for _, p := range []struct {
+				from  string
+				probe func(int) (uint64, uint64)
+				peer  bool
+			}{{"the tun's host", fromTun, tc.l3Peer}, {"client", fromPod, tc.podPeer}} {
+				fw, tx := p.probe(n)
+				// A TCP flow's handshake and FINs take the kernel's path.
+				if fw < n-5 {
+					t.Errorf("from %s: the program sent on %d packets of %d exchanges, want at least %d", p.from, fw, n, n-5)
+				}
+				if p.peer && tx > 10 {
+					t.Errorf("from %s: web's veth transmitted %d packets of %d exchanges, want them sent to its peer", p.from, tx, n)
+				}
+				if !p.peer && tx < n {
+					t.Errorf("from %s: web's veth transmitted %d packets of %d exchanges, want every one sent by it", p.from, tx, n)
+				}
+			}
+		})
+	}
 }

@@ -1041,23 +1041,33 @@ static __always_inline int to_workload(struct state *st, __u32 out)
 
 /* deliver sends the packet on by the FIB's answer: straight into a local
  * veth workload's namespace (bpf_redirect_peer, its MAC addresses
- * written) when the MACs are known, else to the egress interface's
- * transmit, the next hop resolved as forwarding would
- * (bpf_redirect_neigh). peer: out is a local veth workload whose egress
- * duties to_workload took. */
-static __always_inline int deliver(struct __sk_buff *skb, struct state *st, struct bpf_fib_lookup *p, int rc, int peer)
+ * written) when peer, else to the egress interface's transmit, the next
+ * hop resolved as forwarding would (bpf_redirect_neigh). Both want an
+ * Ethernet header: a packet that arrived from an L3 device is given one.
+ * peer: out is a local veth workload whose egress duties to_workload
+ * took, and the FIB gave its MAC addresses. Returns TC_ACT_REDIRECT, -1
+ * for the kernel's path, or PAL_TCX_DROP for a packet that can go
+ * neither way (its new header left unwritten). */
+static __always_inline int deliver(struct __sk_buff *skb, struct state *st, struct bpf_fib_lookup *p, int peer)
 {
 	__u32 mtu = 0;
 	if (bpf_check_mtu(skb, p->ifindex, &mtu, 0, 0) != 0)
 		return -1;
 	if (decrement_ttl(skb, st) < 0)
 		return -1;
-	if (peer && rc == BPF_FIB_LKUP_RET_SUCCESS && st->l3 == 14) {
-		__u8 macs[12];
-		__builtin_memcpy(macs, p->dmac, 6);
-		__builtin_memcpy(macs + 6, p->smac, 6);
-		if (bpf_skb_store_bytes(skb, 0, macs, 12, 0) == 0)
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, p->dmac, 6);
+	__builtin_memcpy(eth.h_source, p->smac, 6);
+	eth.h_proto = p->family == 2 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+	if (st->l3 == 0) {
+		if (bpf_skb_change_head(skb, sizeof(eth), 0) != 0)
+			return -1;
+		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) != 0)
+			return PAL_TCX_DROP;
+		if (peer)
 			return bpf_redirect_peer(p->ifindex, 0);
+	} else if (peer && bpf_skb_store_bytes(skb, 0, &eth, 12, 0) == 0) {
+		return bpf_redirect_peer(p->ifindex, 0);
 	}
 	struct bpf_redir_neigh nh = {};
 	nh.nh_family = p->family;
@@ -1066,6 +1076,17 @@ static __always_inline int deliver(struct __sk_buff *skb, struct state *st, stru
 	else
 		__builtin_memcpy(nh.ipv6_nh, p->ipv6_dst, 16);
 	return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
+}
+
+/* peer_ok reports whether a packet routed to the local workload
+ * interface out (entry dep) may go straight to its peer: out is a veth
+ * (and bpfRedirectToPeer is not Disabled: felix sets PAL_EP_VETH only
+ * then), the FIB gave the MAC addresses, and the packet arrived with an
+ * Ethernet header or from an L3 device allowed to (from_l3:
+ * bpfRedirectToPeer Enabled). */
+static __always_inline int peer_ok(struct state *st, struct ep *dep, int rc, int from_l3)
+{
+	return (dep->flags & PAL_EP_VETH) && rc == BPF_FIB_LKUP_RET_SUCCESS && (st->l3 == 14 || (st->l3 == 0 && from_l3));
 }
 
 /* bypassable reports a packet the bypass may send on: TCP without SYN or
@@ -1101,23 +1122,18 @@ static __always_inline int forward(struct __sk_buff *skb, struct state *st)
 		if (dep->flags & PAL_EP_BLOCKED)
 			return -1;
 		if (dep->flags & PAL_EP_WORKLOAD) {
-			if (!(dep->flags & PAL_EP_VETH)) {
-				if (!ct_live_at(st, out))
-					return -1;
-			} else if (to_workload(st, out) < 0) {
+			peer = peer_ok(st, dep, rc, 0);
+			if (peer ? to_workload(st, out) < 0 : !ct_live_at(st, out))
 				return -1;
-			} else {
-				peer = 1;
-			}
 		}
 	}
-	return deliver(skb, st, &p, rc, peer);
+	return deliver(skb, st, &p, peer);
 }
 
 /* data_forward sends a packet arriving on a host data interface on to a
  * local workload, when that workload's interface has the flow established
  * and the host tracks it untranslated; -1 for the kernel's path. */
-static __always_inline int data_forward(struct __sk_buff *skb, struct state *st)
+static __always_inline int data_forward(struct __sk_buff *skb, struct state *st, int from_l3)
 {
 	if (!bypassable(st))
 		return -1;
@@ -1131,13 +1147,10 @@ static __always_inline int data_forward(struct __sk_buff *skb, struct state *st)
 		return -1;
 	if (!ct_live_at(st, out) || !host_ct_plain(skb, st))
 		return -1;
-	int peer = 0;
-	if (dep->flags & PAL_EP_VETH) {
-		if (to_workload(st, out) < 0)
-			return -1;
-		peer = 1;
-	}
-	return deliver(skb, st, &p, rc, peer);
+	int peer = peer_ok(st, dep, rc, from_l3);
+	if (peer && to_workload(st, out) < 0)
+		return -1;
+	return deliver(skb, st, &p, peer);
 }
 
 /* pal_fwd runs in slot PAL_SLOT_FWD after a workload's entry program
@@ -1156,6 +1169,8 @@ int pal_fwd(struct __sk_buff *skb)
 		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
 		return rc;
 	}
+	if (rc == PAL_TCX_DROP)
+		return rc;
 	return allow(skb, st);
 }
 
@@ -1191,11 +1206,13 @@ int pal_data_in(struct __sk_buff *skb)
 	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
 		return PAL_TCX_NEXT;
 	st->l4 = l4;
-	int rc = data_forward(skb, st);
+	int rc = data_forward(skb, st, !!(ep->flags & PAL_EP_PEER_L3));
 	if (rc == TC_ACT_REDIRECT) {
 		count(ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
 		return rc;
 	}
+	if (rc == PAL_TCX_DROP)
+		return rc;
 	return PAL_TCX_NEXT;
 }
 

@@ -50,6 +50,10 @@
 /* The interface is a veth: packets for its workload may be redirected
  * straight to its peer. */
 #define PAL_EP_VETH 0x20
+/* A host data interface without an Ethernet header (an L3 device) whose
+ * packets may go straight to a veth workload's peer, given one
+ * (bpfRedirectToPeer Enabled). */
+#define PAL_EP_PEER_L3 0x40
 
 /* pal_state.flags */
 #define PAL_F_OUT 0x1        /* egress hook */

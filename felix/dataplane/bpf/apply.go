@@ -582,7 +582,7 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}, workload: true, group: li.group}
 			if st := workloads[name]; st != nil {
 				flags := palbpf.EndpointWorkload | toHostDrop
-				if li.veth {
+				if li.veth && redirectToPeer(d.cfg) != "Disabled" {
 					flags |= palbpf.EndpointVeth
 				}
 				w.ep = palbpf.Endpoint{Flags: flags, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
@@ -603,10 +603,27 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 			continue
 		}
 		if d.dataIface(name) {
-			want[li.index] = ifaceWant{name: name, kind: palbpf.KindData, ep: palbpf.Endpoint{Flags: palbpf.EndpointData, L2len: li.l2}}
+			flags := uint32(palbpf.EndpointData)
+			if li.l2 == 0 && redirectToPeer(d.cfg) == "Enabled" {
+				flags |= palbpf.EndpointPeerL3
+			}
+			want[li.index] = ifaceWant{name: name, kind: palbpf.KindData, ep: palbpf.Endpoint{Flags: flags, L2len: li.l2}}
 		}
 	}
 	return want, err
+}
+
+// redirectToPeer is bpfRedirectToPeer, Calico's default (L2Only) when
+// unset: whether the host conntrack bypass may send a packet straight to
+// a veth workload's peer (skipping the host side's transmit, and so
+// tcpdump there), from interfaces with an Ethernet header only (L2Only),
+// from L3 data interfaces too (Enabled), or never (Disabled: the packet
+// leaves by the workload interface's host side, whose program takes it).
+func redirectToPeer(cfg *calc.Config) string {
+	if cfg == nil || cfg.Spec.BPFRedirectToPeer == "" {
+		return "L2Only"
+	}
+	return cfg.Spec.BPFRedirectToPeer
 }
 
 // defaultDataIfacePattern is Calico's bpfDataIfacePattern default.
