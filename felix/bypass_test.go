@@ -570,7 +570,8 @@ func ipChecksum(b []byte) uint16 {
 // by the host side; Enabled sends those from an L3 device (given an
 // Ethernet header) to the peer too; Disabled sends every one by the
 // host side, where the workload's program takes it. In every mode the
-// flow bypasses netfilter and arrives.
+// flow bypasses netfilter and arrives. The tun is a data interface by
+// bpfL3IfacePattern.
 func TestBPFRedirectToPeer(t *testing.T) {
 	c := newCluster(t, "BPF")
 	setupPods(c)
@@ -609,7 +610,7 @@ func TestBPFRedirectToPeer(t *testing.T) {
 		return c.forwardedByProgram(client.iface) - fw0, c.txPackets(web.iface) - tx0
 	}
 	setMode := func(mode string) {
-		cfg := c.felixConfig() + "  bpfDataIfacePattern: '^(eth.*|tunpal0)$'\n"
+		cfg := c.felixConfig() + "  bpfL3IfacePattern: '^tunpal0$'\n"
 		if mode != "" {
 			cfg += "  bpfRedirectToPeer: " + mode + "\n"
 		}

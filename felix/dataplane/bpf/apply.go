@@ -631,11 +631,12 @@ const defaultDataIfacePattern = `^((en|wl|ww|sl|ib)[Popsx].*|(eth|wlan|wwan).*)`
 
 // dataIface reports whether an interface that is neither a workload's nor
 // a host endpoint's gets the data interface program: it matches
-// bpfDataIfacePattern, and the host conntrack bypass is on (the program
-// does nothing else) with a kernel that could load it.
+// bpfDataIfacePattern or bpfL3IfacePattern (Calico's list of tunnel
+// devices beside the data interfaces), and the host conntrack bypass is
+// on (the program does nothing else) with a kernel that could load it.
 func (d *Driver) dataIface(name string) bool {
-	return d.dataPattern != nil && d.dataPattern.MatchString(name) && d.forward != nil && *d.forward &&
-		d.objs.Entry[palbpf.KindData][palbpf.In] != nil
+	matches := (d.dataPattern != nil && d.dataPattern.MatchString(name)) || (d.l3Pattern != nil && d.l3Pattern.MatchString(name))
+	return matches && d.forward != nil && *d.forward && d.objs.Entry[palbpf.KindData][palbpf.In] != nil
 }
 
 func (d *Driver) isWorkloadIface(name string) bool {

@@ -99,6 +99,9 @@ type Driver struct {
 	iptablesWritten bool
 	// dataPattern is bpfDataIfacePattern (nil: none is a data interface).
 	dataPattern *regexp.Regexp
+	// l3Pattern is bpfL3IfacePattern: more data interfaces, the L3
+	// devices (nil: none).
+	l3Pattern   *regexp.Regexp
 	inSync      bool
 	ready       bool
 	lastRefresh struct{ iptables, routes, gc time.Time }
@@ -240,6 +243,14 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 		d.dataPattern = nil
 	} else {
 		d.dataPattern = re
+	}
+	d.l3Pattern = nil
+	if pattern := cfg.Spec.BPFL3IfacePattern; pattern != "" {
+		if re, err := regexp.Compile(pattern); err != nil {
+			d.log.WithError(err).WithField("bpfL3IfacePattern", pattern).Warn("Not a regular expression: no L3 interface gets the bypass program")
+		} else {
+			d.l3Pattern = re
+		}
 	}
 	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)

@@ -61,7 +61,7 @@ var FelixConfigurationActedOn = map[string]bool{
 	"vxlanEnabled": true, "vxlanMTU": true, "vxlanMTUV6": true, "vxlanPort": true, "vxlanVNI": true, "mtuIfacePattern": true,
 	// The eBPF dataplane's.
 	"bpfEnabled": true, "bpfAttachType": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
-	"bpfHostConntrackBypass": true, "bpfDataIfacePattern": true, "bpfRedirectToPeer": true,
+	"bpfHostConntrackBypass": true, "bpfDataIfacePattern": true, "bpfRedirectToPeer": true, "bpfL3IfacePattern": true,
 	// Health and Prometheus metrics (docs/metrics.md).
 	"healthEnabled": true, "healthHost": true, "healthPort": true,
 	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,
