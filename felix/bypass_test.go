@@ -295,6 +295,18 @@ func addrOfFamily(p *pod, like netip.Addr) netip.Addr {
 	return p.ip
 }
 
+// bypassCluster is a node on the eBPF dataplane with the usual pods, web
+// and client programmed, and web echoing on TCP port 9300.
+func bypassCluster(t *testing.T) (c *cluster, web, client *pod) {
+	c = newCluster(t, "BPF")
+	setupPods(c)
+	web, client = c.pods["web"], c.pods["client"]
+	c.waitProgrammed("ns-a", web.wep.Name)
+	c.waitProgrammed("ns-a", client.wep.Name)
+	tcpEcho(t, web.run, 9300)
+	return c, web, client
+}
+
 // TestBPFHostConntrackBypass: with bpfHostConntrackBypass (Calico's
 // default, true), the packets of an established flow that the host's
 // conntrack tracks untranslated are sent on by the programs themselves —
@@ -304,12 +316,7 @@ func addrOfFamily(p *pod, like netip.Addr) netip.Addr {
 // kernel's path for every packet and keeps working; turned off, every
 // packet takes the kernel's path.
 func TestBPFHostConntrackBypass(t *testing.T) {
-	c := newCluster(t, "BPF")
-	setupPods(c)
-	web, client := c.pods["web"], c.pods["client"]
-	c.waitProgrammed("ns-a", web.wep.Name)
-	c.waitProgrammed("ns-a", client.wep.Name)
-	tcpEcho(t, web.run, 9300)
+	c, web, client := bypassCluster(t)
 	tcpEcho(t, c.extRun, 9300)
 	const n = 200
 
@@ -573,12 +580,7 @@ func ipChecksum(b []byte) uint16 {
 // flow bypasses netfilter and arrives. The tun is a data interface by
 // bpfL3IfacePattern.
 func TestBPFRedirectToPeer(t *testing.T) {
-	c := newCluster(t, "BPF")
-	setupPods(c)
-	web, client := c.pods["web"], c.pods["client"]
-	c.waitProgrammed("ns-a", web.wep.Name)
-	c.waitProgrammed("ns-a", client.wep.Name)
-	tcpEcho(t, web.run, 9300)
+	c, web, client := bypassCluster(t)
 	tun := newTunHost(t, c, "tunpal0", netip.MustParseAddr("198.18.7.7"))
 	dst := netip.AddrPortFrom(web.ip, 8080)
 	const n = 100
