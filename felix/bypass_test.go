@@ -481,11 +481,34 @@ spec: {cidr: "fd65::/64"}
 	client := c.addDualPod("ns-a", "client", "10.65.0.2", "fd65::2", map[string]string{"app": "client"}, "sa-x")
 	tcpEcho(t, web.run, 9300)
 	checkBypassed(t, c, client, web.run, web.ip6, 200)
+
+	// From an L3 device (bpfL3IfacePattern), given an Ethernet header
+	// with IPv6's type: to the peer with bpfRedirectToPeer Enabled, by
+	// the host side with L2Only.
+	tun := newTunHost(t, c, "tunpal0", netip.MustParseAddr("fd66::7"))
+	dst := netip.AddrPortFrom(web.ip6, 8080)
+	for _, mode := range []string{"Enabled", "L2Only"} {
+		c.apply(c.felixConfig() + "  bpfL3IfacePattern: '^tunpal0$'\n  bpfRedirectToPeer: " + mode + "\n")
+		c.waitFor("the tun's flow to web sent on by the program, "+mode, func() bool {
+			fw0, tx0 := c.forwardedByProgram("tunpal0"), c.txPackets(web.iface)
+			for range 20 {
+				got, err := tun.exchange(4000, dst, []byte("x"))
+				if err != nil || string(got) != "[fd66::7]:4000" {
+					t.Fatalf("from the tun's host: %q, %v", got, err)
+				}
+			}
+			fw, tx := c.forwardedByProgram("tunpal0")-fw0, c.txPackets(web.iface)-tx0
+			if mode == "Enabled" {
+				return fw >= 19 && tx < 5
+			}
+			return fw >= 19 && tx >= 20
+		})
+	}
 }
 
 // tunHost is a host beyond the node reached over an L3 device: a tun
 // interface of the node's (no Ethernet header) whose other end is the
-// test, writing and reading the host's IPv4 packets.
+// test, writing and reading the host's IPv4 or IPv6 packets.
 type tunHost struct {
 	f    *os.File
 	addr netip.Addr
@@ -517,25 +540,42 @@ func newTunHost(t *testing.T, c *cluster, name string, addr netip.Addr) *tunHost
 	h := &tunHost{f: os.NewFile(uintptr(fd), name), addr: addr}
 	t.Cleanup(func() { h.f.Close() })
 	c.node.MustRun(t, "ip", "link", "set", name, "up")
-	c.node.MustRun(t, "ip", "route", "add", addr.String()+"/32", "dev", name)
+	c.node.MustRun(t, "ip", "route", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", name)
 	return h
 }
 
-// exchange sends a UDP datagram from the host's port sport to dst and
-// returns the payload of the first answer from dst, ignoring other
-// packets the node sends by the tun.
+// exchange sends a UDP datagram from the host's port sport to dst (of
+// the host's family) and returns the payload of the first answer from
+// dst, ignoring other packets the node sends by the tun.
 func (h *tunHost) exchange(sport uint16, dst netip.AddrPort, payload []byte) ([]byte, error) {
-	pkt := make([]byte, 28+len(payload))
-	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
-	binary.BigEndian.PutUint16(pkt[2:], uint16(len(pkt)))
-	src, daddr := h.addr.As4(), dst.Addr().As4()
-	copy(pkt[12:], src[:])
-	copy(pkt[16:], daddr[:])
-	binary.BigEndian.PutUint16(pkt[10:], ipChecksum(pkt[:20]))
-	binary.BigEndian.PutUint16(pkt[20:], sport)
-	binary.BigEndian.PutUint16(pkt[22:], dst.Port())
-	binary.BigEndian.PutUint16(pkt[24:], uint16(8+len(payload)))
-	copy(pkt[28:], payload) // UDP checksum 0: none (IPv4)
+	udp := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	copy(udp[8:], payload)
+	var pkt []byte
+	if h.addr.Is4() {
+		// UDP checksum 0: none (IPv4).
+		pkt = make([]byte, 20, 20+len(udp))
+		pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
+		binary.BigEndian.PutUint16(pkt[2:], uint16(20+len(udp)))
+		src, daddr := h.addr.As4(), dst.Addr().As4()
+		copy(pkt[12:], src[:])
+		copy(pkt[16:], daddr[:])
+		binary.BigEndian.PutUint16(pkt[10:], inetChecksum(pkt))
+	} else {
+		pkt = make([]byte, 40, 40+len(udp))
+		pkt[0], pkt[6], pkt[7] = 0x60, unix.IPPROTO_UDP, 64
+		binary.BigEndian.PutUint16(pkt[4:], uint16(len(udp)))
+		src, daddr := h.addr.As16(), dst.Addr().As16()
+		copy(pkt[8:], src[:])
+		copy(pkt[24:], daddr[:])
+		// The checksum over the pseudo-header: the addresses, the
+		// length, the next header.
+		pseudo := append(append(append([]byte{}, pkt[8:40]...), 0, 0, pkt[4], pkt[5], 0, 0, 0, unix.IPPROTO_UDP), udp...)
+		binary.BigEndian.PutUint16(udp[6:], inetChecksum(pseudo))
+	}
+	pkt = append(pkt, udp...)
 	if _, err := h.f.Write(pkt); err != nil {
 		return nil, err
 	}
@@ -547,22 +587,31 @@ func (h *tunHost) exchange(sport uint16, dst netip.AddrPort, payload []byte) ([]
 			return nil, err
 		}
 		b := buf[:n]
-		if n < 28 || b[0]>>4 != 4 || b[9] != unix.IPPROTO_UDP {
+		var from netip.Addr
+		l4 := 0
+		switch {
+		case n >= 28 && b[0]>>4 == 4 && b[9] == unix.IPPROTO_UDP:
+			from, l4 = netip.AddrFrom4([4]byte(b[12:16])), int(b[0]&0xf)*4
+		case n >= 48 && b[0]>>4 == 6 && b[6] == unix.IPPROTO_UDP:
+			from, l4 = netip.AddrFrom16([16]byte(b[8:24])), 40
+		default:
 			continue
 		}
-		l4 := int(b[0]&0xf) * 4
-		if n < l4+8 || netip.AddrFrom4([4]byte(b[12:16])) != dst.Addr() || binary.BigEndian.Uint16(b[l4:]) != dst.Port() ||
-			binary.BigEndian.Uint16(b[l4+2:]) != sport {
+		if n < l4+8 || from != dst.Addr() || binary.BigEndian.Uint16(b[l4:]) != dst.Port() || binary.BigEndian.Uint16(b[l4+2:]) != sport {
 			continue
 		}
 		return b[l4+8:], nil
 	}
 }
 
-func ipChecksum(b []byte) uint16 {
+// inetChecksum is the Internet checksum of b.
+func inetChecksum(b []byte) uint16 {
 	var sum uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
 	}
 	for sum > 0xffff {
 		sum = sum>>16 + sum&0xffff
