@@ -84,8 +84,8 @@ const (
 	// EndpointData is a host data interface (bpfDataIfacePattern) whose
 	// ingress program sends established flows to local workloads on.
 	EndpointData = 0x10
-	// EndpointVeth: the interface is a veth (its workload's packets may go
-	// straight to its peer).
+	// EndpointVeth: the interface is a veth and bpfRedirectToPeer is not
+	// Disabled (its workload's packets may go straight to its peer).
 	EndpointVeth = 0x20
 	// EndpointPeerL3: a data interface without an Ethernet header (an L3
 	// device) whose packets may go straight to a veth workload's peer,

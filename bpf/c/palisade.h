@@ -47,8 +47,8 @@
 /* A host data interface (bpfDataIfacePattern): its ingress program only
  * sends established flows to local workloads on (host conntrack bypass). */
 #define PAL_EP_DATA 0x10
-/* The interface is a veth: packets for its workload may be redirected
- * straight to its peer. */
+/* The interface is a veth and bpfRedirectToPeer is not Disabled: packets
+ * for its workload may be redirected straight to its peer. */
 #define PAL_EP_VETH 0x20
 /* A host data interface without an Ethernet header (an L3 device) whose
  * packets may go straight to a veth workload's peer, given one
