@@ -15,6 +15,7 @@ import (
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 )
 
 // tcpEcho serves one-byte echoes on port in run's namespace until the
@@ -55,14 +56,21 @@ func tcpEcho(t *testing.T, run *nsexec.Runner, port int) {
 // echoConn is an open connection to a tcpEcho server.
 type echoConn struct{ net.Conn }
 
-func dialEcho(t *testing.T, run *nsexec.Runner, dst netip.AddrPort) echoConn {
-	t.Helper()
+// dialIn opens a TCP connection from run's namespace to dst.
+func dialIn(run *nsexec.Runner, dst netip.AddrPort) (net.Conn, error) {
 	var c net.Conn
-	if err := run.Do(func() error {
+	err := run.Do(func() error {
 		var err error
 		c, err = net.DialTimeout("tcp", dst.String(), 2*time.Second)
 		return err
-	}); err != nil {
+	})
+	return c, err
+}
+
+func dialEcho(t *testing.T, run *nsexec.Runner, dst netip.AddrPort) echoConn {
+	t.Helper()
+	c, err := dialIn(run, dst)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
@@ -87,12 +95,8 @@ func (c echoConn) exchange(n int) error {
 // roundTrips opens one TCP connection from run's namespace to dst and
 // makes n one-byte request/response exchanges over it.
 func roundTrips(run *nsexec.Runner, dst netip.AddrPort, n int) error {
-	var c net.Conn
-	if err := run.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", dst.String(), 2*time.Second)
-		return err
-	}); err != nil {
+	c, err := dialIn(run, dst)
+	if err != nil {
 		return err
 	}
 	defer c.Close()
@@ -489,15 +493,9 @@ spec: {cidr: "fd65::/64"}
 	dst := netip.AddrPortFrom(web.ip6, 8080)
 	for _, mode := range []string{"Enabled", "L2Only"} {
 		c.apply(c.felixConfig() + "  bpfL3IfacePattern: '^tunpal0$'\n  bpfRedirectToPeer: " + mode + "\n")
+		fromTun := tun.probe(c, web, dst)
 		c.waitFor("the tun's flow to web sent on by the program, "+mode, func() bool {
-			fw0, tx0 := c.forwardedByProgram("tunpal0"), c.txPackets(web.iface)
-			for range 20 {
-				got, err := tun.exchange(4000, dst, []byte("x"))
-				if err != nil || string(got) != "[fd66::7]:4000" {
-					t.Fatalf("from the tun's host: %q, %v", got, err)
-				}
-			}
-			fw, tx := c.forwardedByProgram("tunpal0")-fw0, c.txPackets(web.iface)-tx0
+			fw, tx := fromTun(20)
 			if mode == "Enabled" {
 				return fw >= 19 && tx < 5
 			}
@@ -511,6 +509,7 @@ spec: {cidr: "fd65::/64"}
 // test, writing and reading the host's IPv4 or IPv6 packets.
 type tunHost struct {
 	f    *os.File
+	name string
 	addr netip.Addr
 }
 
@@ -537,11 +536,31 @@ func newTunHost(t *testing.T, c *cluster, name string, addr netip.Addr) *tunHost
 		}
 		t.Skipf("no tun device: %v", err)
 	}
-	h := &tunHost{f: os.NewFile(uintptr(fd), name), addr: addr}
+	h := &tunHost{f: os.NewFile(uintptr(fd), name), name: name, addr: addr}
 	t.Cleanup(func() { h.f.Close() })
 	c.node.MustRun(t, "ip", "link", "set", name, "up")
 	c.node.MustRun(t, "ip", "route", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", name)
 	return h
+}
+
+// probe returns a probe of the tun's host's flow (UDP, from port 4000)
+// to web's dst: it makes n exchanges and returns the packets the tun's
+// program sent on and web's veth transmitted meanwhile.
+func (h *tunHost) probe(c *cluster, web *pod, dst netip.AddrPort) func(n int) (forwarded, tx uint64) {
+	return func(n int) (forwarded, tx uint64) {
+		c.t.Helper()
+		fw0, tx0 := c.forwardedByProgram(h.name), c.txPackets(web.iface)
+		for i := range n {
+			got, err := h.exchange(4000, dst, []byte("x"))
+			if err != nil {
+				c.t.Fatalf("exchange %d from the tun's host: %v", i, err)
+			}
+			if want := netip.AddrPortFrom(h.addr, 4000).String(); string(got) != want {
+				c.t.Fatalf("exchange %d: web answered %q, want %q", i, got, want)
+			}
+		}
+		return c.forwardedByProgram(h.name) - fw0, c.txPackets(web.iface) - tx0
+	}
 }
 
 // exchange sends a UDP datagram from the host's port sport to dst (of
@@ -562,7 +581,7 @@ func (h *tunHost) exchange(sport uint16, dst netip.AddrPort, payload []byte) ([]
 		src, daddr := h.addr.As4(), dst.Addr().As4()
 		copy(pkt[12:], src[:])
 		copy(pkt[16:], daddr[:])
-		binary.BigEndian.PutUint16(pkt[10:], inetChecksum(pkt))
+		binary.BigEndian.PutUint16(pkt[10:], nstest.Checksum(pkt))
 	} else {
 		pkt = make([]byte, 40, 40+len(udp))
 		pkt[0], pkt[6], pkt[7] = 0x60, unix.IPPROTO_UDP, 64
@@ -573,7 +592,7 @@ func (h *tunHost) exchange(sport uint16, dst netip.AddrPort, payload []byte) ([]
 		// The checksum over the pseudo-header: the addresses, the
 		// length, the next header.
 		pseudo := append(append(append([]byte{}, pkt[8:40]...), 0, 0, pkt[4], pkt[5], 0, 0, 0, unix.IPPROTO_UDP), udp...)
-		binary.BigEndian.PutUint16(udp[6:], inetChecksum(pseudo))
+		binary.BigEndian.PutUint16(udp[6:], nstest.Checksum(pseudo))
 	}
 	pkt = append(pkt, udp...)
 	if _, err := h.f.Write(pkt); err != nil {
@@ -604,21 +623,6 @@ func (h *tunHost) exchange(sport uint16, dst netip.AddrPort, payload []byte) ([]
 	}
 }
 
-// inetChecksum is the Internet checksum of b.
-func inetChecksum(b []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
-}
-
 // TestBPFRedirectToPeer: FelixConfiguration bpfRedirectToPeer, as in
 // Calico. By default (L2Only) the host conntrack bypass sends a packet
 // that arrived with an Ethernet header straight to a veth workload's
@@ -634,23 +638,7 @@ func TestBPFRedirectToPeer(t *testing.T) {
 	dst := netip.AddrPortFrom(web.ip, 8080)
 	const n = 100
 
-	// fromTun makes n exchanges from the tun's host to web over one flow
-	// and returns the packets the tun's program sent on and web's veth
-	// transmitted meanwhile.
-	fromTun := func(n int) (forwarded, tx uint64) {
-		c.t.Helper()
-		fw0, tx0 := c.forwardedByProgram("tunpal0"), c.txPackets(web.iface)
-		for i := range n {
-			got, err := tun.exchange(4000, dst, []byte("x"))
-			if err != nil {
-				c.t.Fatalf("exchange %d from the tun's host: %v", i, err)
-			}
-			if want := tun.addr.String() + ":4000"; string(got) != want {
-				c.t.Fatalf("exchange %d: web answered %q, want %q", i, got, want)
-			}
-		}
-		return c.forwardedByProgram("tunpal0") - fw0, c.txPackets(web.iface) - tx0
-	}
+	fromTun := tun.probe(c, web, dst)
 	// fromPod is the same for n exchanges from client to web.
 	fromPod := func(n int) (forwarded, tx uint64) {
 		c.t.Helper()
@@ -667,14 +655,14 @@ func TestBPFRedirectToPeer(t *testing.T) {
 		}
 		c.apply(cfg)
 	}
-	// peered reports whether the bypassed packets of a probe went to
-	// web's peer (its veth transmitted next to none of them).
-	peered := func(probe func(int) (uint64, uint64)) bool {
+	// sentAs reports whether the program sent a probe's packets on, to
+	// web's peer (its veth transmitted next to none of them) or by its
+	// host side (every one).
+	sentAs := func(probe func(int) (uint64, uint64), peer bool) bool {
 		fw, tx := probe(20)
-		return fw >= 15 && tx < 5
-	}
-	byHost := func(probe func(int) (uint64, uint64)) bool {
-		fw, tx := probe(20)
+		if peer {
+			return fw >= 15 && tx < 5
+		}
 		return fw >= 15 && tx >= 20
 	}
 
@@ -697,9 +685,8 @@ func TestBPFRedirectToPeer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c.t = t
 			setMode(tc.mode)
-			want := map[bool]func(func(int) (uint64, uint64)) bool{true: peered, false: byHost}
 			c.waitFor("the mode in place", func() bool {
-				return want[tc.l3Peer](fromTun) && want[tc.podPeer](fromPod)
+				return sentAs(fromTun, tc.l3Peer) && sentAs(fromPod, tc.podPeer)
 			})
 			for _, p := range []struct {
 				from  string

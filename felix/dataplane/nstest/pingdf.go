@@ -31,7 +31,7 @@ func PingDF(run *nsexec.Runner, dst netip.Addr, size int, timeout time.Duration)
 	msg[0] = 8
 	binary.BigEndian.PutUint16(msg[4:], id)
 	binary.BigEndian.PutUint16(msg[6:], 1)
-	binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+	binary.BigEndian.PutUint16(msg[2:], Checksum(msg))
 	if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet4{Addr: dst.As4()}); err != nil {
 		return fmt.Errorf("sending %d bytes with DF to %s: %w", size, dst, err)
 	}

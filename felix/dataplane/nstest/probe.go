@@ -190,7 +190,8 @@ func family(proto string, dst netip.Addr) string {
 	return proto + "4"
 }
 
-func checksum(b []byte) uint16 {
+// Checksum is the Internet checksum of b (RFC 1071).
+func Checksum(b []byte) uint16 {
 	var sum uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		sum += uint32(binary.BigEndian.Uint16(b[i:]))
@@ -215,7 +216,7 @@ func ICMP(run *nsexec.Runner, dst netip.Addr, typ, code uint8) error {
 	defer syscall.Close(fd)
 	id := uint16(time.Now().UnixNano())
 	msg := []byte{typ, code, 0, 0, byte(id >> 8), byte(id), 0, 1, 'p', 'r', 'o', 'b', 'e'}
-	binary.BigEndian.PutUint16(msg[2:], checksum(msg))
+	binary.BigEndian.PutUint16(msg[2:], Checksum(msg))
 	if err := syscall.Sendto(fd, msg, 0, &syscall.SockaddrInet4{Addr: dst.As4()}); err != nil {
 		return err
 	}
