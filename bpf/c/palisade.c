@@ -1055,19 +1055,21 @@ static __always_inline int deliver(struct __sk_buff *skb, struct state *st, stru
 		return -1;
 	if (decrement_ttl(skb, st) < 0)
 		return -1;
-	struct ethhdr eth;
-	__builtin_memcpy(eth.h_dest, p->dmac, 6);
-	__builtin_memcpy(eth.h_source, p->smac, 6);
-	eth.h_proto = p->family == 2 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-	if (st->l3 == 0) {
-		if (bpf_skb_change_head(skb, sizeof(eth), 0) != 0)
-			return -1;
-		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) != 0)
-			return PAL_TCX_DROP;
-		if (peer)
+	if (peer || st->l3 == 0) {
+		struct ethhdr eth;
+		__builtin_memcpy(eth.h_dest, p->dmac, 6);
+		__builtin_memcpy(eth.h_source, p->smac, 6);
+		eth.h_proto = p->family == 2 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+		if (st->l3 == 0) {
+			if (bpf_skb_change_head(skb, sizeof(eth), 0) != 0)
+				return -1;
+			if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) != 0)
+				return PAL_TCX_DROP;
+			if (peer)
+				return bpf_redirect_peer(p->ifindex, 0);
+		} else if (bpf_skb_store_bytes(skb, 0, &eth, 12, 0) == 0) {
 			return bpf_redirect_peer(p->ifindex, 0);
-	} else if (peer && bpf_skb_store_bytes(skb, 0, &eth, 12, 0) == 0) {
-		return bpf_redirect_peer(p->ifindex, 0);
+		}
 	}
 	struct bpf_redir_neigh nh = {};
 	nh.nh_family = p->family;
