@@ -249,14 +249,20 @@ func (c Counter) Key() CounterKey { return CounterKey{c.Ifindex, c.Stage, c.Rule
 // Counters reads every counter, summed over the CPUs.
 func (v *View) Counters() ([]Counter, error) { return ReadCounters(v.maps[palbpf.MapCounters]) }
 
+// interfacesAndCounters reads the interfaces and every counter.
+func (v *View) interfacesAndCounters() ([]Interface, []Counter, error) {
+	ifs, err := v.Interfaces()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := v.Counters()
+	return ifs, cs, err
+}
+
 // ReasonPackets is the packets the programs of the interface named iface
 // counted for a general reason (one of palbpf.Reasons).
 func (v *View) ReasonPackets(iface, reason string) (uint64, error) {
-	ifs, err := v.Interfaces()
-	if err != nil {
-		return 0, err
-	}
-	cs, err := v.Counters()
+	ifs, cs, err := v.interfacesAndCounters()
 	if err != nil {
 		return 0, err
 	}
@@ -317,11 +323,7 @@ func countsOf(cs []Counter) map[CounterKey]Counter {
 // "profile/name") with action counted at ifaceName's stages (every
 // interface when ifaceName is "").
 func (v *View) RuleCount(ifaceName, policyKey, action string) (uint64, error) {
-	ifs, err := v.Interfaces()
-	if err != nil {
-		return 0, err
-	}
-	cs, err := v.Counters()
+	ifs, cs, err := v.interfacesAndCounters()
 	if err != nil {
 		return 0, err
 	}
