@@ -3,6 +3,8 @@ package v3
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -51,30 +53,60 @@ func TestUnknownFieldsStillRefused(t *testing.T) {
 	}
 }
 
-// TestNotActedOnDocumented checks that docs/not-acted-on.md lists exactly
-// the rows of the NotActedOn table.
+// TestNotActedOnDocumented checks that the table of docs/not-acted-on.md
+// (its "| kind | `field` |" rows) is exactly the NotActedOn table and the
+// metadata fields of every kind: no row missing, none extra, none twice.
 func TestNotActedOnDocumented(t *testing.T) {
 	data, err := os.ReadFile("../../../docs/not-acted-on.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := string(data)
-	want := 0
+	row := regexp.MustCompile("^\\| ([A-Za-z ]+) \\| `([^`]+)` \\|$")
+	doc := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			doc[m[1]+" "+m[2]]++
+		} else if strings.HasPrefix(line, "| ") && line != "| kind | field |" {
+			t.Errorf("docs/not-acted-on.md: table row %q is not of the form | kind | `field` |", line)
+		}
+	}
+	want := map[string]bool{}
 	for kind, fields := range NotActedOn {
 		for _, f := range fields {
-			want++
-			if row := "| " + kind + " | `" + f + "` |"; !strings.Contains(doc, row) {
-				t.Errorf("docs/not-acted-on.md lacks the row %s", row)
-			}
+			want[kind+" "+f] = true
 		}
 	}
 	for _, f := range metadataNotActedOn {
-		want++
-		if row := "| every kind | `" + f + "` |"; !strings.Contains(doc, row) {
-			t.Errorf("docs/not-acted-on.md lacks the row %s", row)
+		want["every kind "+f] = true
+	}
+	for r := range want {
+		if doc[r] == 0 {
+			t.Errorf("docs/not-acted-on.md lacks %s, a row of v3.NotActedOn", r)
 		}
 	}
-	if got := strings.Count(doc, "\n| ") - 1; got != want {
-		t.Errorf("docs/not-acted-on.md has %d rows, the table %d", got, want)
+	for r, n := range doc {
+		if !want[r] {
+			t.Errorf("docs/not-acted-on.md lists %s, which is not in v3.NotActedOn (it is acted on, or no such field)", r)
+		}
+		if n > 1 {
+			t.Errorf("docs/not-acted-on.md lists %s %d times", r, n)
+		}
+	}
+}
+
+// TestFelixConfigurationActedOnNamesFields checks that every name of
+// FelixConfigurationActedOn is a JSON field of FelixConfigurationSpec: a
+// misspelt name would leave the real field listed as not acted on.
+func TestFelixConfigurationActedOnNamesFields(t *testing.T) {
+	fields := map[string]bool{}
+	typ := reflect.TypeFor[FelixConfigurationSpec]()
+	for i := 0; i < typ.NumField(); i++ {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		fields[name] = true
+	}
+	for name := range FelixConfigurationActedOn {
+		if !fields[name] {
+			t.Errorf("FelixConfigurationActedOn names %q, which is no field of FelixConfigurationSpec", name)
+		}
 	}
 }
