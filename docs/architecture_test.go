@@ -127,7 +127,12 @@ var pathName = regexp.MustCompile("`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)/`")
 func TestArchitectureNamesOnlyFoldersThatExist(t *testing.T) {
 	doc := readArchitecture(t)
 	top := topLevelFolders(t)
+	checked := map[string]bool{}
 	for _, m := range pathName.FindAllStringSubmatch(doc, -1) {
+		if checked[m[1]] {
+			continue
+		}
+		checked[m[1]] = true
 		first, _, _ := strings.Cut(m[1], "/")
 		if !slices.Contains(top, first) {
 			continue // a path on the node (`/var/run/calico/`) or a tool's, not the tree's
