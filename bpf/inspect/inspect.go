@@ -19,7 +19,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
 )
 
 // View is a namespace's pinned maps, opened read-only.
@@ -101,7 +100,7 @@ type Stage struct {
 	Slot    uint32
 	Program ebpf.ProgramID
 	Name    string
-	Desc    *policy.Description
+	Desc    *palbpf.Description
 }
 
 // Interfaces reads every entry, by interface name.
@@ -166,7 +165,7 @@ func (v *View) stage(slot uint32) *Stage {
 		s.Name = info.Name
 	}
 	if raw, err := palbpf.ProgramInfo(p); err == nil && raw != nil {
-		var d policy.Description
+		var d palbpf.Description
 		if json.Unmarshal([]byte(strings.TrimRight(string(raw), "\x00")), &d) == nil {
 			s.Desc = &d
 		}
@@ -231,7 +230,7 @@ type Counter struct {
 	// Stage is a palbpf.Stage* or palbpf.StageGeneral (then Rule is a
 	// reason, palbpf.Reasons).
 	Stage int
-	// Rule is the counted rule's id (policy.Slot.ID) in its stage.
+	// Rule is the counted rule's id (palbpf.Slot.ID) in its stage.
 	Rule    uint64
 	Packets uint64
 	Bytes   uint64

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
 )
 
 // hookOf says which hook a stage runs at.
@@ -99,9 +98,9 @@ func WriteCounters(w io.Writer, ifs []Interface, cs []Counter) {
 		stage, what := fmt.Sprint(c.Stage), fmt.Sprintf("rule id %#016x (no program of the stage has it)", c.Rule)
 		if c.Stage < palbpf.Stages {
 			stage = palbpf.StageNames[c.Stage]
-			var slot *policy.Slot
+			var slot *palbpf.Slot
 			if st := stages[c.Ifindex][c.Stage]; st != nil && st.Desc != nil {
-				if i := slices.IndexFunc(st.Desc.Slots, func(s policy.Slot) bool { return s.ID == c.Rule }); i >= 0 {
+				if i := slices.IndexFunc(st.Desc.Slots, func(s palbpf.Slot) bool { return s.ID == c.Rule }); i >= 0 {
 					slot = &st.Desc.Slots[i]
 				}
 			}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/libcalico/golden"
 )
 
@@ -18,14 +17,14 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // TestPrintGolden compares the dumps of `calico-node bpf …` with golden
 // files, from a fixed view.
 func TestPrintGolden(t *testing.T) {
-	desc := &policy.Description{Hash: "abc", Slots: []policy.Slot{
+	desc := &palbpf.Description{Hash: "abc", Slots: []palbpf.Slot{
 		{Slot: 0, ID: 0xa0, Tier: "default", Policy: "ns-a/web", Rule: 0, Action: "Allow", Match: "proto 6 src-sets [s:x] dport 8080"},
 		{Slot: 1, ID: 0xa1, Tier: "default", Rule: -1, Action: "Deny", Match: "end of tier default: no policy allowed or passed the packet"},
 		{Slot: 2, ID: 0xa2, Profile: "kns.ns-a", Rule: 0, Action: "Allow", Match: "any"},
 		{Slot: 3, ID: 0xa3, Rule: -1, Action: "Deny", Match: "no policy or profile allowed the packet"},
 	}}
 	web := Interface{Ifindex: 7, Name: "cali0123456789a", Kind: "workload", Sources: []netip.Prefix{netip.MustParsePrefix("10.65.0.1/32")}}
-	web.Stages[palbpf.StageNormalIn] = &Stage{Slot: 5, Program: 101, Name: "pal_0123456789a", Desc: &policy.Description{Slots: []policy.Slot{{Slot: 0, Profile: "kns.ns-a", Action: "Allow", Match: "any"}, {Slot: 1, Rule: -1, Action: "Deny", Match: "no policy or profile allowed the packet"}}}}
+	web.Stages[palbpf.StageNormalIn] = &Stage{Slot: 5, Program: 101, Name: "pal_0123456789a", Desc: &palbpf.Description{Slots: []palbpf.Slot{{Slot: 0, Profile: "kns.ns-a", Action: "Allow", Match: "any"}, {Slot: 1, Rule: -1, Action: "Deny", Match: "no policy or profile allowed the packet"}}}}
 	web.Stages[palbpf.StageNormalOut] = &Stage{Slot: 6, Program: 102, Name: "pal_abc", Desc: desc}
 	blocked := Interface{Ifindex: 9, Name: "caliunknown", Kind: "blocked"}
 	cs := []Counter{

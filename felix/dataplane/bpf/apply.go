@@ -11,8 +11,8 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/felix/dataplane/iptables"
 	"github.com/palisade-net/palisade/felix/rules"
 )

@@ -9,9 +9,9 @@ import (
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/bpf/inspect"
-	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 )
 
 // CounterIndex says which counters of pal_counters belong to which policy

@@ -13,7 +13,7 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/felix/metrics"
 )
 

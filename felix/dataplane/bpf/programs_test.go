@@ -5,8 +5,8 @@ import (
 
 	log "github.com/sirupsen/logrus"
 
-	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 )
 
 // TestCompileCacheOutlivesRounds: a stage compiled by one apply is found

@@ -2,8 +2,8 @@ package bpf
 
 import (
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 )
 
 // Stages are the policy inputs of an endpoint's stages (nil: the stage

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
-	"github.com/palisade-net/palisade/bpf/policy"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/libcalico/golden"
 )
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
+	"github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
 )
 
@@ -53,30 +54,9 @@ type Profile struct {
 	Rules []calc.Rule
 }
 
-// Slot is one counter slot: a rule, or an implicit end.
-type Slot struct {
-	Slot int `json:"slot"`
-	// ID is the rule's stable identity and its counters' key (RuleID).
-	ID uint64 `json:"id"`
-	// Tier and Policy, or Profile, name where the rule is; Rule is its
-	// position among the stage's rules of the policy, -1 for an implicit
-	// end. Namespace and Name are the policy's (Namespace empty for a
-	// GlobalNetworkPolicy); Index is the rule's index in its policy or
-	// profile as written (calc.Rule.Index), -1 for an implicit end.
-	Tier      string `json:"tier,omitempty"`
-	Policy    string `json:"policy,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
-	Profile   string `json:"profile,omitempty"`
-	Rule      int    `json:"rule"`
-	Index     int    `json:"index"`
-	// Action is Allow, Deny, Pass or Log (implicit ends: Deny or None).
-	Action string `json:"action"`
-	// Match says what the rule matches, or why the walk ended there.
-	Match string `json:"match"`
-	// content is the compiled rule, for RuleID.
-	content calc.Rule
-}
+// Slot is one counter slot: a rule, or an implicit end (package bpf
+// holds it, with Description, for the readers of a loaded program).
+type Slot = bpf.Slot
 
 // RuleID is a slot's stable identity, the key its packets are counted
 // under: the first 8 bytes of a SHA-256 of where the rule is (tier,
@@ -84,12 +64,13 @@ type Slot struct {
 // of the implicit end. It does not depend on the program: a program
 // rewritten because another rule changed keeps counting the unchanged
 // ones under the same keys, and a changed rule (or one that moved) gets
-// a new key, so no count is ever read as another rule's.
-func RuleID(s Slot) uint64 {
+// a new key, so no count is ever read as another rule's. r is the
+// compiled rule of a slot with Rule >= 0 (unused for an implicit end).
+func RuleID(s Slot, r calc.Rule) uint64 {
 	h := sha256.New()
 	fmt.Fprintf(h, "tier=%q policy=%q profile=%q index=%d action=%q match=%q\n", s.Tier, s.Policy, s.Profile, s.Index, s.Action, s.Match)
 	if s.Rule >= 0 {
-		b, _ := json.Marshal(s.content)
+		b, _ := json.Marshal(r)
 		h.Write(b)
 	}
 	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
@@ -103,12 +84,9 @@ type Program struct {
 	Hash string
 }
 
-// Description is what a loaded program carries about itself (bound to it
-// in a frozen map): read by dumps and by a restarted felix.
-type Description struct {
-	Hash  string `json:"hash"`
-	Slots []Slot `json:"slots"`
-}
+// Description is what a loaded program carries about itself (see
+// bpf.Description).
+type Description = bpf.Description
 
 // MaxInsns bounds a program: a jump reaches at most 32,767 instructions.
 const MaxInsns = 32000

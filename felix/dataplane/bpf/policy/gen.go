@@ -84,6 +84,8 @@ type gen struct {
 	known known
 	// note is a comment for the next instruction emitted.
 	note string
+	// current is the rule being emitted, for its slots' RuleID.
+	current calc.Rule
 }
 
 // known is what every packet reaching a point of the program has: a
@@ -215,7 +217,7 @@ func (g *gen) epilogue() {
 // slot records a counter slot, with its stable rule id, and returns it.
 func (g *gen) slot(s Slot) Slot {
 	s.Slot = len(g.slots)
-	s.ID = RuleID(s)
+	s.ID = RuleID(s, g.current)
 	g.slots = append(g.slots, s)
 	return s
 }
@@ -375,7 +377,7 @@ func (g *gen) rule(r calc.Rule, s Slot, pass string) {
 	s.Action = string(r.Action)
 	s.Match = Describe(r)
 	s.Index = r.Index
-	s.content = r
+	g.current = r
 	next := g.newLabel("rule_end")
 	g.note = fmt.Sprintf("%s %s rule %d: %s %s", s.Tier+s.Profile, s.Policy, s.Rule, s.Action, s.Match)
 	g.match(r, next)
