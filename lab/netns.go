@@ -6,21 +6,19 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/palisade-net/palisade/libcalico/netns"
 )
 
 // netnsDir is where `ip netns` keeps its named namespaces.
-const netnsDir = "/run/netns"
+const netnsDir = netns.Dir
 
 // nsPath is the file of a named namespace.
-func nsPath(name string) string { return filepath.Join(netnsDir, name) }
+func nsPath(name string) string { return netns.Path(name) }
 
 // run runs a command and returns its output; the error carries the
 // command line and what it printed.
@@ -80,41 +78,10 @@ func delNS(ctx context.Context, name string) error {
 	return err
 }
 
-// inNS runs fn on a locked OS thread switched into the named namespace.
-// Sockets fn creates and processes it starts belong to that namespace.
-// The thread is switched back before it is released; when that fails it
-// stays locked and ends with its goroutine.
-func inNS(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("reading the current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		h, err := netns.GetFromPath(nsPath(name))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening namespace %s: %w", name, err)
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering namespace %s: %w", name, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- ferr
-	}()
-	return <-errc
-}
+// inNS runs fn on a locked OS thread switched into the named namespace
+// (libcalico/netns). Sockets fn creates and processes it starts belong to
+// that namespace.
+func inNS(name string, fn func() error) error { return netns.Do(nsPath(name), fn) }
 
 // attach links ns to the fabric's bridge: a veth named port in the fabric
 // namespace, enslaved to br0, and eth0 holding addr in ns.

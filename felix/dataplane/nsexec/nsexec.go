@@ -8,10 +8,11 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netns"
+
+	palns "github.com/palisade-net/palisade/libcalico/netns"
 )
 
 // Runner runs work in a network namespace. The zero Runner (no path) runs
@@ -65,32 +66,7 @@ func (r *Runner) Do(fn func() error) error {
 	if r == nil || !r.set {
 		return fn()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("reading the current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(r.target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering network namespace %s: %w", r.path, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: the runtime ends it with the
-			// goroutine instead of reusing a thread in the wrong namespace.
-			errc <- fmt.Errorf("leaving network namespace %s: %w (after: %v)", r.path, err, ferr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return palns.DoIn(r.target, r.path, fn)
 }
 
 // Run runs a command in the namespace with stdin as its input and returns

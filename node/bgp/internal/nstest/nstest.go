@@ -5,15 +5,13 @@ package nstest
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netns"
+	"github.com/palisade-net/palisade/libcalico/netns"
 )
 
 // Lab is a set of namespaces sharing one prefix.
@@ -94,35 +92,6 @@ func (l *Lab) Attach(bridgeNS, ns string, addrs ...string) {
 	l.Run("ip", "-n", ns, "link", "set", "eth0", "up")
 }
 
-// Do runs fn on a locked OS thread switched into ns; sockets fn creates
-// stay in ns. The thread is switched back before it is released; if that
-// fails it stays locked and dies with its goroutine.
-func Do(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("reading the current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening namespace %s: %w", ns, err)
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("entering namespace %s: %w", ns, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- ferr
-	}()
-	return <-errc
-}
+// Do runs fn on a locked OS thread switched into ns (libcalico/netns);
+// sockets fn creates stay in ns.
+func Do(ns string, fn func() error) error { return netns.Do(netns.Path(ns), fn) }
