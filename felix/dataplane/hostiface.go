@@ -30,13 +30,7 @@ type hostIfaces struct {
 type resolvedEP struct{ src, ep *calc.Endpoint }
 
 func newHostIfaces(run *nsexec.Runner) (*hostIfaces, error) {
-	var h *netlink.Handle
-	var err error
-	if run.Handle() >= 0 {
-		h, err = netlink.NewHandleAt(run.Handle())
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := run.Netlink()
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}

@@ -56,16 +56,11 @@ func l2len(l netlink.Link) uint32 {
 // called when one appears or goes, and appeared (in a goroutine of its
 // own) with each new one.
 func watchLinks(run *nsexec.Runner, poke func(), appeared func(linkInfo), logger *log.Entry) (*linkWatch, error) {
-	var h *netlink.Handle
-	var err error
 	opts := netlink.LinkSubscribeOptions{ErrorCallback: func(err error) {}}
 	if ns := run.Handle(); ns >= 0 {
-		h, err = netlink.NewHandleAt(ns)
-		nsCopy := ns
-		opts.Namespace = &nsCopy
-	} else {
-		h, err = netlink.NewHandle()
+		opts.Namespace = &ns
 	}
+	h, err := run.Netlink()
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}
@@ -355,13 +350,7 @@ type groupSetter struct {
 }
 
 func newGroupSetter(run *nsexec.Runner) (*groupSetter, error) {
-	var h *netlink.Handle
-	var err error
-	if ns := run.Handle(); ns >= 0 {
-		h, err = netlink.NewHandleAt(ns)
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := run.Netlink()
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}

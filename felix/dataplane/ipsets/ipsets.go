@@ -80,13 +80,7 @@ const netlinkMax = 64
 
 // New makes the manager of family 4 or 6, running ipset through run.
 func New(family int, run *nsexec.Runner, logger *log.Entry) *Manager {
-	var nl *netlink.Handle
-	var err error
-	if run.Handle() >= 0 {
-		nl, err = netlink.NewHandleAt(run.Handle())
-	} else {
-		nl, err = netlink.NewHandle()
-	}
+	nl, err := run.Netlink()
 	if err != nil {
 		logger.WithError(err).Warn("No netlink handle for IP set deltas: using ipset restore only")
 		nl = nil

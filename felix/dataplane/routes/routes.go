@@ -41,13 +41,7 @@ type Manager struct {
 
 // New opens netlink in run's namespace.
 func New(run *nsexec.Runner, logger *log.Entry) (*Manager, error) {
-	var h *netlink.Handle
-	var err error
-	if run.Handle() >= 0 {
-		h, err = netlink.NewHandleAt(run.Handle())
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := run.Netlink()
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}

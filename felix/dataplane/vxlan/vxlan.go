@@ -67,13 +67,7 @@ type Manager struct {
 // New opens netlink in run's namespace. mtuFile ("" for none) receives
 // the pod MTU.
 func New(run *nsexec.Runner, logger *log.Entry, mtuFile string) (*Manager, error) {
-	var h *netlink.Handle
-	var err error
-	if run != nil && run.Handle() >= 0 {
-		h, err = netlink.NewHandleAt(run.Handle())
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := run.Netlink()
 	if err != nil {
 		return nil, fmt.Errorf("vxlan: opening netlink: %w", err)
 	}
