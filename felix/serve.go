@@ -89,41 +89,34 @@ func readOverrides(getenv func(string) string) (overrides, error) {
 // servingOf is the serving settings of a FelixConfiguration spec with the
 // environment's overrides.
 func servingOf(s v3.FelixConfigurationSpec, o overrides) serving {
-	pick := func(env, spec *bool, def bool) bool {
-		switch {
-		case env != nil:
-			return *env
-		case spec != nil:
-			return *spec
-		}
-		return def
-	}
-	port := func(env, spec *int, def int) int {
-		switch {
-		case env != nil:
-			return *env
-		case spec != nil:
-			return *spec
-		}
-		return def
-	}
-	host := func(env, spec *string, def string) string {
-		switch {
-		case env != nil:
-			return *env
-		case spec != nil && *spec != "":
-			return *spec
-		}
-		return def
-	}
 	var out serving
-	if pick(o.healthEnabled, s.HealthEnabled, false) {
-		out.HealthAddr = libmetrics.Addr(host(o.healthHost, s.HealthHost, DefaultHealthHost), port(o.healthPort, s.HealthPort, DefaultHealthPort))
+	if setting(o.healthEnabled, s.HealthEnabled, false) {
+		out.HealthAddr = libmetrics.Addr(setting(o.healthHost, nonEmpty(s.HealthHost), DefaultHealthHost), setting(o.healthPort, s.HealthPort, DefaultHealthPort))
 	}
-	if pick(o.metricsEnabled, s.PrometheusMetricsEnabled, false) {
-		out.MetricsAddr = libmetrics.Addr(host(o.metricsHost, &s.PrometheusMetricsHost, ""), port(o.metricsPort, s.PrometheusMetricsPort, DefaultMetricsPort))
+	if setting(o.metricsEnabled, s.PrometheusMetricsEnabled, false) {
+		out.MetricsAddr = libmetrics.Addr(setting(o.metricsHost, nonEmpty(&s.PrometheusMetricsHost), ""), setting(o.metricsPort, s.PrometheusMetricsPort, DefaultMetricsPort))
 	}
-	out.GoMetrics = pick(o.goMetrics, s.PrometheusGoMetricsEnabled, true)
-	out.ProcessMetrics = pick(o.processMetrics, s.PrometheusProcessMetricsEnabled, true)
+	out.GoMetrics = setting(o.goMetrics, s.PrometheusGoMetricsEnabled, true)
+	out.ProcessMetrics = setting(o.processMetrics, s.PrometheusProcessMetricsEnabled, true)
 	return out
+}
+
+// setting is a setting's value: the environment's when set, else the
+// spec's when set, else def.
+func setting[T any](env, spec *T, def T) T {
+	switch {
+	case env != nil:
+		return *env
+	case spec != nil:
+		return *spec
+	}
+	return def
+}
+
+// nonEmpty is s, or nil when it is "": an empty host in the spec is unset.
+func nonEmpty(s *string) *string {
+	if s == nil || *s == "" {
+		return nil
+	}
+	return s
 }
