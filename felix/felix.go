@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -231,7 +230,7 @@ func Run(ctx context.Context, cfg Config) error {
 // (false) or FelixConfiguration bpfEnabled asks for the other dataplane
 // (true).
 func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger, srv *served) (bool, error) {
-	dp := &selector{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger}
+	dp := &dataplaneSwitch{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger, logger: own, srv: srv}
 	defer dp.Close()
 	run, err := nsexec.New(cfg.NetNS)
 	if err != nil {
@@ -244,7 +243,8 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	}
 	defer ov.Close()
 	ov.Blackholes = cfg.OverlayBlackholes
-	graph := calc.NewGraph(cfg.NodeName, &levelSetter{selector: dp, logger: own, log: logger, overlay: ov, srv: srv})
+	dp.overlay = ov
+	graph := calc.NewGraph(cfg.NodeName, dp)
 	srv.health.restart()
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -274,7 +274,7 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	beat := time.NewTicker(heartbeat)
 	defer beat.Stop()
 	retry := time.Duration(0)
-	var inspect chan func(*calc.Graph, *selector)
+	var inspect chan func(*calc.Graph, *dataplaneSwitch)
 	if cfg.Inspector != nil {
 		inspect = cfg.Inspector.reqs
 	}
@@ -371,82 +371,4 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 		timer.Reset(max(wait, time.Millisecond))
 		idle.Reset(idleGCDelay)
 	}
-}
-
-// ownLogger is a logger writing where base writes, in the same format and
-// through the same hooks, with a level of its own. Each entry is one Write
-// to the shared output, as with base itself.
-func ownLogger(base *log.Logger) *log.Logger {
-	return &log.Logger{
-		Out: base.Out, Formatter: base.Formatter, Hooks: base.Hooks, ReportCaller: base.ReportCaller,
-		ExitFunc: base.ExitFunc, Level: base.GetLevel(),
-	}
-}
-
-// levelSetter is the dataplane as the calculation graph sees it: every
-// configuration first sets felix's log level from logSeverityScreen and
-// names the fields felix does not act on; the overlay goes to the VXLAN
-// manager.
-type levelSetter struct {
-	*selector
-	logger  *log.Logger
-	log     *log.Entry
-	unused  unusedFields
-	overlay *vxlan.Manager
-	srv     *served
-}
-
-// OnOverlayUpdate implements calc.OverlayDataplane.
-func (l *levelSetter) OnOverlayUpdate(o *calc.Overlay) { l.overlay.SetOverlay(o) }
-
-// OnConfigUpdate implements calc.Dataplane.
-func (l *levelSetter) OnConfigUpdate(cfg *calc.Config) {
-	level, err := screenLevel(cfg.LogSeverityScreen)
-	if err != nil {
-		l.log.WithError(err).Warn("Ignoring logSeverityScreen")
-	} else if level != l.logger.GetLevel() {
-		l.logger.SetLevel(level)
-		l.log.WithField("logSeverityScreen", cfg.LogSeverityScreen).Info("Log level changed")
-	}
-	l.unused.warn(cfg, l.log)
-	l.overlay.SetConfig(cfg.Spec)
-	if l.srv.configure(cfg) && l.selector.d != nil {
-		l.selector.restart = true
-	}
-	l.selector.conf.Metrics = l.srv.instruments()
-	l.selector.OnConfigUpdate(cfg)
-}
-
-// unusedFields warns about the FelixConfiguration fields that are set but
-// not acted on: once, and again when the list changes.
-type unusedFields struct{ last string }
-
-func (u *unusedFields) warn(cfg *calc.Config, logger *log.Entry) {
-	fields := cfg.NotActedOn()
-	list := strings.Join(fields, ", ")
-	if list == u.last {
-		return
-	}
-	u.last = list
-	if list != "" {
-		logger.WithField("fields", list).Warn("FelixConfiguration fields accepted but not acted on by Palisade's felix")
-	}
-}
-
-// screenLevel maps Calico's severities (Debug, Info, Warning, Error,
-// Fatal; any case) to logrus levels.
-func screenLevel(severity string) (log.Level, error) {
-	switch strings.ToLower(severity) {
-	case "debug":
-		return log.DebugLevel, nil
-	case "info":
-		return log.InfoLevel, nil
-	case "warning":
-		return log.WarnLevel, nil
-	case "error":
-		return log.ErrorLevel, nil
-	case "fatal":
-		return log.FatalLevel, nil
-	}
-	return 0, fmt.Errorf("unknown log severity %q (want Debug, Info, Warning, Error or Fatal)", severity)
 }

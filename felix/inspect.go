@@ -15,12 +15,12 @@ import (
 // rule. The caller makes it and hands it to Run (Config.Inspector); it
 // implements calc.CounterSource.
 type Inspector struct {
-	reqs chan func(*calc.Graph, *selector)
+	reqs chan func(*calc.Graph, *dataplaneSwitch)
 }
 
 // NewInspector makes an Inspector for one felix.
 func NewInspector() *Inspector {
-	return &Inspector{reqs: make(chan func(*calc.Graph, *selector))}
+	return &Inspector{reqs: make(chan func(*calc.Graph, *dataplaneSwitch))}
 }
 
 // counterReader reads the per-rule counters a dataplane indexed on
@@ -33,7 +33,7 @@ type counterReader interface {
 // when nil) in the dataplane that runs: the iptables driver once it knows
 // its backend, or the eBPF driver. It is nil before the dataplane
 // started.
-func counterIndex(s *selector, keep func(calc.RuleRef) bool) (counterReader, error) {
+func counterIndex(s *dataplaneSwitch, keep func(calc.RuleRef) bool) (counterReader, error) {
 	switch d := s.d.(type) {
 	case *dataplane.Driver:
 		if d.Backend() != "" {
@@ -50,10 +50,10 @@ func counterIndex(s *selector, keep func(calc.RuleRef) bool) (counterReader, err
 }
 
 // do runs fn on felix's main loop, between two batches of work.
-func (in *Inspector) do(ctx context.Context, fn func(*calc.Graph, *selector)) error {
+func (in *Inspector) do(ctx context.Context, fn func(*calc.Graph, *dataplaneSwitch)) error {
 	done := make(chan struct{})
 	select {
-	case in.reqs <- func(g *calc.Graph, s *selector) { fn(g, s); close(done) }:
+	case in.reqs <- func(g *calc.Graph, s *dataplaneSwitch) { fn(g, s); close(done) }:
 	case <-ctx.Done():
 		return fmt.Errorf("felix did not take the request: %w", ctx.Err())
 	}
@@ -73,7 +73,7 @@ func (in *Inspector) Explain(ctx context.Context, q calc.Query) (*calc.Explanati
 	var err error
 	var idx counterReader
 	var node string
-	if derr := in.do(ctx, func(g *calc.Graph, s *selector) {
+	if derr := in.do(ctx, func(g *calc.Graph, s *dataplaneSwitch) {
 		node = g.Hostname()
 		if x, err = g.Explain(q); err != nil {
 			return
@@ -149,7 +149,7 @@ func eachRule(s *calc.Side, fn func(calc.RuleRef, *calc.RuleResult)) {
 func (in *Inspector) RuleCounters(ctx context.Context) ([]calc.RuleCounter, error) {
 	var idx counterReader
 	var cerr error
-	if err := in.do(ctx, func(_ *calc.Graph, s *selector) {
+	if err := in.do(ctx, func(_ *calc.Graph, s *dataplaneSwitch) {
 		idx, cerr = counterIndex(s, nil)
 	}); err != nil {
 		return nil, err
