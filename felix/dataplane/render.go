@@ -157,35 +157,55 @@ func present[K comparable, V any](m map[K]*V) map[K]*V {
 // what changed since the last call.
 func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy, profs map[string]*calc.Profile, eps map[calc.EndpointID]*calc.Endpoint) *rules.Ruleset {
 	if cfg != r.cfg {
-		r.cfg, r.baseDirty = cfg, true
-		clear(r.endpoints)
-		clear(r.policies)
-		clear(r.profiles)
-		clear(r.policyUsers)
-		clear(r.profileUsers)
-		clear(r.spoofers)
-		clear(r.natters)
-		r.rpfSkipDirty, r.fipDirty = true, true
+		r.reset(cfg)
 	}
 	// Policies and profiles first: the endpoints that refer to one that
 	// changed are rendered again below.
 	stale := map[calc.EndpointID]struct{}{}
-	markUsers := func(users map[calc.EndpointID]struct{}) {
-		for id := range users {
-			stale[id] = struct{}{}
-		}
+	r.renderPolicies(cfg, pols, stale)
+	r.renderProfiles(cfg, profs, stale)
+	r.renderEndpoints(cfg, pols, profs, eps, stale)
+	r.renderBase(cfg, eps)
+	r.renderDispatch(cfg, eps)
+	r.renderRPFSkip(cfg)
+	r.renderFloating(cfg)
+	return r.assemble()
+}
+
+// reset forgets every rendering: a new configuration renders all again.
+func (r *renderer) reset(cfg *calc.Config) {
+	r.cfg, r.baseDirty = cfg, true
+	clear(r.endpoints)
+	clear(r.policies)
+	clear(r.profiles)
+	clear(r.policyUsers)
+	clear(r.profileUsers)
+	clear(r.spoofers)
+	clear(r.natters)
+	r.rpfSkipDirty, r.fipDirty = true, true
+}
+
+// markUsers marks the endpoints of users stale.
+func markUsers(stale, users map[calc.EndpointID]struct{}) {
+	for id := range users {
+		stale[id] = struct{}{}
 	}
+}
+
+// renderPolicies drops the policies gone and renders the new and the
+// changed ones, marking their users stale.
+func (r *renderer) renderPolicies(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy, stale map[calc.EndpointID]struct{}) {
 	for id := range r.policies {
 		if pols[id] == nil {
 			delete(r.policies, id)
-			markUsers(r.policyUsers[id])
+			markUsers(stale, r.policyUsers[id])
 		}
 	}
 	for id, p := range pols {
 		if ir := r.policies[id]; ir != nil && ir.item == p {
 			continue
 		}
-		markUsers(r.policyUsers[id])
+		markUsers(stale, r.policyUsers[id])
 		var chains map[string][]rules.Chain
 		if p.DoNotTrack || p.PreDNAT {
 			rs := rules.Render(rules.Input{Config: cfg, IPVersion: r.version, Policies: map[calc.PolicyID]*calc.Policy{id: p},
@@ -196,70 +216,81 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		}
 		r.policies[id] = &itemRender[*calc.Policy]{item: p, chains: chains}
 	}
+}
+
+// renderProfiles does the same for the profiles.
+func (r *renderer) renderProfiles(cfg *calc.Config, profs map[string]*calc.Profile, stale map[calc.EndpointID]struct{}) {
 	for name := range r.profiles {
 		if profs[name] == nil {
 			delete(r.profiles, name)
-			markUsers(r.profileUsers[name])
+			markUsers(stale, r.profileUsers[name])
 		}
 	}
 	for name, p := range profs {
 		if ir := r.profiles[name]; ir != nil && ir.item == p {
 			continue
 		}
-		markUsers(r.profileUsers[name])
+		markUsers(stale, r.profileUsers[name])
 		r.profiles[name] = &itemRender[*calc.Profile]{item: p,
 			chains: map[string][]rules.Chain{"filter": rules.ProfileChains(rules.Input{Config: cfg, IPVersion: r.version}, p)}}
 	}
-	// Endpoints: drop the gone, render the new, the changed and those
-	// whose policies or profiles changed.
-	// A workload endpoint coming, going or changing interface changes only
-	// the dispatch chains; a host endpoint, the rest of the base too.
-	touch := func(id calc.EndpointID) {
-		if id.Kind == calc.WorkloadEndpoint {
-			r.dispatchDirty = true
-		} else {
-			r.baseDirty = true
-		}
+}
+
+// touch notes that an endpoint came, went or changed interface: a
+// workload endpoint changes only the dispatch chains; a host endpoint,
+// the rest of the base too.
+func (r *renderer) touch(id calc.EndpointID) {
+	if id.Kind == calc.WorkloadEndpoint {
+		r.dispatchDirty = true
+	} else {
+		r.baseDirty = true
 	}
-	// spoofer keeps the workloads with allowSpoofedSourcePrefixes (nil:
-	// gone); cali-rpf-skip is rendered again when one changes.
-	spoofer := func(id calc.EndpointID, ep *calc.Endpoint) {
-		old := r.spoofers[id]
-		if ep == nil || id.Kind != calc.WorkloadEndpoint || len(ep.AllowSpoofedSourcePrefixes) == 0 || ep.InterfaceName == "" {
-			if old != nil {
-				delete(r.spoofers, id)
-				r.rpfSkipDirty = true
-			}
-			return
-		}
-		if old == nil || old.InterfaceName != ep.InterfaceName || !slices.Equal(old.AllowSpoofedSourcePrefixes, ep.AllowSpoofedSourcePrefixes) {
+}
+
+// trackSpoofer keeps the workloads with allowSpoofedSourcePrefixes (ep
+// nil: gone); cali-rpf-skip is rendered again when one changes.
+func (r *renderer) trackSpoofer(id calc.EndpointID, ep *calc.Endpoint) {
+	old := r.spoofers[id]
+	if ep == nil || id.Kind != calc.WorkloadEndpoint || len(ep.AllowSpoofedSourcePrefixes) == 0 || ep.InterfaceName == "" {
+		if old != nil {
+			delete(r.spoofers, id)
 			r.rpfSkipDirty = true
 		}
-		r.spoofers[id] = ep
+		return
 	}
-	// natter keeps the workloads with IPNATs (nil: gone); the floating
-	// IP chains are rendered again when one changes.
-	natter := func(id calc.EndpointID, ep *calc.Endpoint) {
-		old := r.natters[id]
-		if ep == nil || id.Kind != calc.WorkloadEndpoint || len(ep.IPNATs) == 0 || ep.InterfaceName == "" {
-			if old != nil {
-				delete(r.natters, id)
-				r.fipDirty = true
-			}
-			return
-		}
-		if old == nil || !slices.Equal(old.IPNATs, ep.IPNATs) {
+	if old == nil || old.InterfaceName != ep.InterfaceName || !slices.Equal(old.AllowSpoofedSourcePrefixes, ep.AllowSpoofedSourcePrefixes) {
+		r.rpfSkipDirty = true
+	}
+	r.spoofers[id] = ep
+}
+
+// trackNatter keeps the workloads with IPNATs (ep nil: gone); the
+// floating IP chains are rendered again when one changes.
+func (r *renderer) trackNatter(id calc.EndpointID, ep *calc.Endpoint) {
+	old := r.natters[id]
+	if ep == nil || id.Kind != calc.WorkloadEndpoint || len(ep.IPNATs) == 0 || ep.InterfaceName == "" {
+		if old != nil {
+			delete(r.natters, id)
 			r.fipDirty = true
 		}
-		r.natters[id] = ep
+		return
 	}
+	if old == nil || !slices.Equal(old.IPNATs, ep.IPNATs) {
+		r.fipDirty = true
+	}
+	r.natters[id] = ep
+}
+
+// renderEndpoints drops the gone, renders the new, the changed and those
+// whose policies or profiles changed (stale).
+func (r *renderer) renderEndpoints(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy, profs map[string]*calc.Profile, eps map[calc.EndpointID]*calc.Endpoint, stale map[calc.EndpointID]struct{}) {
 	for id, er := range r.endpoints {
 		if eps[id] == nil {
 			r.forget(id, er)
 			delete(r.endpoints, id)
-			touch(id)
-			spoofer(id, nil)
-			natter(id, nil)
+			r.touch(id)
+			r.trackSpoofer(id, nil)
+			r.trackNatter(id, nil)
 		}
 	}
 	for id, ep := range eps {
@@ -270,10 +301,10 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			}
 		}
 		if er == nil || !sameShape(er.ep, ep) {
-			touch(id)
+			r.touch(id)
 		}
-		spoofer(id, ep)
-		natter(id, ep)
+		r.trackSpoofer(id, ep)
+		r.trackNatter(id, ep)
 		if er != nil {
 			r.forget(id, er)
 		}
@@ -296,6 +327,12 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 			addUser(r.profileUsers, name, id)
 		}
 	}
+}
+
+// renderBase renders the base (the chains without endpoints', policies',
+// the workload dispatch, cali-rpf-skip and the floating IPs') when a host
+// endpoint or the configuration changed.
+func (r *renderer) renderBase(cfg *calc.Config, eps map[calc.EndpointID]*calc.Endpoint) {
 	if r.baseDirty || r.base == nil {
 		// The base without the workload dispatch, from the host
 		// endpoints' shapes.
@@ -314,6 +351,11 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		r.baseDirty, r.dispatchDirty = false, true
 		r.dispatchCache = rules.DispatchCache{}
 	}
+}
+
+// renderDispatch renders the workload dispatch chains when a workload
+// interface came or went.
+func (r *renderer) renderDispatch(cfg *calc.Config, eps map[calc.EndpointID]*calc.Endpoint) {
 	if r.dispatchDirty {
 		var ifaces []string
 		for id, ep := range eps {
@@ -325,17 +367,27 @@ func (r *renderer) render(cfg *calc.Config, pols map[calc.PolicyID]*calc.Policy,
 		r.dispatch = rules.DispatchChains(rules.Input{Config: cfg, IPVersion: r.version}, ifaces, &r.dispatchCache)
 		r.dispatchDirty = false
 	}
+}
 
+// renderRPFSkip renders cali-rpf-skip when a spoofing workload changed.
+func (r *renderer) renderRPFSkip(cfg *calc.Config) {
 	if r.rpfSkipDirty {
 		r.rpfSkip = rules.RPFSkipChain(rules.Input{Config: cfg, IPVersion: r.version}, slices.Collect(maps.Values(r.spoofers)))
 		r.rpfSkipDirty = false
 	}
+}
 
+// renderFloating renders the floating IP chains when a workload's IPNATs
+// changed.
+func (r *renderer) renderFloating(cfg *calc.Config) {
 	if r.fipDirty {
 		r.fip = rules.FloatingChains(rules.Input{Config: cfg, IPVersion: r.version}, slices.Collect(maps.Values(r.natters)))
 		r.fipDirty = false
 	}
+}
 
+// assemble puts the renderings together into one ruleset.
+func (r *renderer) assemble() *rules.Ruleset {
 	out := &rules.Ruleset{IPVersion: r.version, Jumps: r.base.Jumps, Tables: map[string][]rules.Chain{}}
 	for t, cs := range r.base.Tables {
 		// Sized as the last result, so appending rarely grows it.
