@@ -56,8 +56,8 @@ type Mirror struct {
 
 	synced  atomic.Bool
 	lastErr atomic.Pointer[error]
-	writes  atomic.Int64
-	// Writes counts creates, updates and deletes made.
+	// writes counts the creates, updates and deletes made.
+	writes atomic.Int64
 }
 
 // stored is what the mirror knows of a stored resource.
@@ -68,8 +68,8 @@ type stored struct {
 	hash    [32]byte
 }
 
-// New makes a mirror of kind named name (for logs and its queue's
-// metrics, given to queues; nil for none) over store.
+// New makes a mirror of kind over store. name labels its logs and its
+// queue's metrics; queues provides those metrics (nil for none).
 func New(name, kind string, src Source, store datastore.Interface, queues workqueue.MetricsProvider) *Mirror {
 	rl := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[datastore.Key](50*time.Millisecond, 30*time.Second))
@@ -337,8 +337,8 @@ func (m *Mirror) writeOne(ctx context.Context, r v3.Resource) error {
 	return nil
 }
 
-// delete removes k if it is still what the mirror last saw; a changed
-// one is read again and deleted at its new revision.
+// delete removes k at the revision the mirror last saw; when that
+// revision is stale (a conflict), k is deleted whatever it holds now.
 func (m *Mirror) delete(ctx context.Context, k datastore.Key) error {
 	rev := m.actual[k].rev
 	_, err := m.store.Delete(ctx, k, rev)
