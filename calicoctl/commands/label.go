@@ -32,11 +32,7 @@ already present needs --overwrite; removing a key that is absent is an error.`,
 					return fmt.Errorf("invalid label %s", kv)
 				}
 			}
-			info, err := kindArg(kind)
-			if err != nil {
-				return err
-			}
-			named, err := namedResources(info, []string{name}, &o.ns)
+			_, rk, err := namedOne(kind, name, &o.ns)
 			if err != nil {
 				return err
 			}
@@ -46,7 +42,7 @@ already present needs --overwrite; removing a key that is absent is an error.`,
 				return err
 			}
 			defer closeFn()
-			r, err := c.Get(ctx, keyOf(named[0]))
+			r, err := c.Get(ctx, rk)
 			if err != nil {
 				return fmt.Errorf("failed to get %s %s, error %s", kind, name, describe(err))
 			}

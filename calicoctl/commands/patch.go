@@ -54,11 +54,7 @@ if the resource changed since it was read.`,
 			if _, ok := patch.(map[string]any); o.patchType != patchJSON && !ok {
 				return fmt.Errorf("a %s patch must be a JSON object, got %s", o.patchType, o.patch)
 			}
-			info, err := kindArg(args[0])
-			if err != nil {
-				return err
-			}
-			named, err := namedResources(info, args[1:], &o.ns)
+			info, key, err := namedOne(args[0], args[1], &o.ns)
 			if err != nil {
 				return err
 			}
@@ -68,7 +64,7 @@ if the resource changed since it was read.`,
 				return err
 			}
 			defer closeFn()
-			cur, err := c.Get(ctx, keyOf(named[0]))
+			cur, err := c.Get(ctx, key)
 			if err != nil {
 				return fmt.Errorf("Failed to patch '%s' resource: %s", info.Kind, describe(err))
 			}
