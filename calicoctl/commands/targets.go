@@ -1,11 +1,12 @@
 package commands
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
-	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/client"
 )
 
 // targetForm is how a command that takes "-f FILENAME or KIND NAME..."
@@ -53,16 +54,34 @@ func loadTargets(in io.Reader, files *fileOptions, ns *nsOptions, args []string,
 	return info, rs, err
 }
 
-// namedOne resolves KIND NAME to the kind and the key of the one resource
-// they name.
-func namedOne(kind, name string, ns *nsOptions) (v3.KindInfo, datastore.Key, error) {
+// fetched is a resource read for a command that changes it, with the
+// client to write it back through (close it when done).
+type fetched struct {
+	info  v3.KindInfo
+	c     *client.Client
+	close func()
+	r     v3.Resource
+}
+
+// fetchNamed resolves KIND NAME, connects and reads the resource;
+// getFailed words the error of a failed read.
+func (a *app) fetchNamed(ctx context.Context, kind, name string, ns *nsOptions, getFailed func(v3.KindInfo, error) error) (*fetched, error) {
 	info, err := kindArg(kind)
 	if err != nil {
-		return info, datastore.Key{}, err
+		return nil, err
 	}
 	named, err := namedResources(info, []string{name}, ns)
 	if err != nil {
-		return info, datastore.Key{}, err
+		return nil, err
 	}
-	return info, keyOf(named[0]), nil
+	c, closeFn, err := a.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.Get(ctx, keyOf(named[0]))
+	if err != nil {
+		closeFn()
+		return nil, getFailed(info, err)
+	}
+	return &fetched{info: info, c: c, close: closeFn, r: r}, nil
 }
