@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -213,21 +212,9 @@ type stream struct {
 // none did for a second.
 func runStream(t testing.TB, l *Lab, src, dst Pod, port, rate int, d time.Duration, during func()) stream {
 	t.Helper()
-	var rc, sc *net.UDPConn
-	if err := l.InNamespace(dst.Key(), func() (err error) {
-		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: dst.IP.AsSlice(), Port: port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rc, sc := podUDP(t, l, src, dst, port)
 	recv := udpflow.Receive(rc)
 	defer recv.Close()
-	if err := l.InNamespace(src.Key(), func() (err error) {
-		sc, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: dst.IP.AsSlice(), Port: port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	defer sc.Close()
 	var st stream
 	total := int(d.Seconds() * float64(rate))

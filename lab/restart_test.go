@@ -20,7 +20,14 @@ type flow struct {
 // Stop.
 func startFlow(t testing.TB, l *Lab, src, dst Pod, port, rate int) flow {
 	t.Helper()
-	var rc, sc *net.UDPConn
+	rc, sc := podUDP(t, l, src, dst, port)
+	return flow{name: src.Key() + "→" + dst.Key(), Flow: udpflow.Start(rc, sc, time.Second/time.Duration(rate), 32)}
+}
+
+// podUDP opens a UDP socket on dst's port in dst's namespace and one
+// connected to it in src's.
+func podUDP(t testing.TB, l *Lab, src, dst Pod, port int) (rc, sc *net.UDPConn) {
+	t.Helper()
 	if err := l.InNamespace(dst.Key(), func() (err error) {
 		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: dst.IP.AsSlice(), Port: port})
 		return err
@@ -34,7 +41,7 @@ func startFlow(t testing.TB, l *Lab, src, dst Pod, port, rate int) flow {
 		rc.Close()
 		t.Fatal(err)
 	}
-	return flow{name: src.Key() + "→" + dst.Key(), Flow: udpflow.Start(rc, sc, time.Second/time.Duration(rate), 32)}
+	return rc, sc
 }
 
 // TestAgentRestart: in a full mesh and with calico-nodes as in-cluster
