@@ -85,8 +85,8 @@ type Nodes struct {
 // fullPass is the queue item of a full pass.
 const fullPass = ""
 
-// NewNodes registers the node and pod informers and returns the
-// controller.
+// NewNodes registers the node, pod and StatefulSet informers (a node's
+// events queue that node) and returns the controller.
 func NewNodes(d Deps, o NodeOptions) *Nodes {
 	ninf := d.Informers.Core().V1().Nodes()
 	pinf := d.Informers.Core().V1().Pods()
