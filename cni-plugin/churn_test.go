@@ -24,6 +24,7 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/libcalico/testsupport/ipamreport"
 )
 
 // churnConfig sizes one churn run.
@@ -486,20 +487,7 @@ func checkChurn(t testing.TB, c *cluster, nodes []*churnNode, withLive bool) {
 	if !strings.Contains(string(out), "Check complete; found 0 problems.") {
 		t.Errorf("ipam check after churn found problems:\n%s", out)
 	}
-	raw, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Allocations   map[string][]struct{ InUse bool } `json:"allocations"`
-		LeakedHandles []json.RawMessage                 `json:"leakedHandles"`
-	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatalf("report %s: %v", raw, err)
-	}
-	if len(rep.Allocations) != len(owner) || len(rep.LeakedHandles) != 0 {
-		t.Errorf("ipam check report: %d allocations for %d live pods, %d leaked handles", len(rep.Allocations), len(owner), len(rep.LeakedHandles))
-	}
+	ipamreport.CheckLive(t, report, owner)
 	if !withLive {
 		hs, err := c.alloc.ListHandles(ctx)
 		if err != nil || len(hs) != 0 {

@@ -10,12 +10,11 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
+	"github.com/palisade-net/palisade/libcalico/testsupport/promscrape"
 )
 
 // freePort is a loopback TCP port nothing listens on right now.
@@ -65,44 +64,11 @@ func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
 	if code != http.StatusOK {
 		t.Fatalf("%s: %d %s", url, code, body)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	fams, err := promscrape.Parse(body)
 	if err != nil {
 		t.Fatalf("parsing %s: %v\n%s", url, err, body)
 	}
 	return fams
-}
-
-// value is the value of the metric of family name whose labels include
-// those given (counter, gauge, or a histogram's count); -1 when absent.
-func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	f := fams[name]
-	if f == nil {
-		return -1
-	}
-next:
-	for _, m := range f.Metric {
-		for i := 0; i+1 < len(labels); i += 2 {
-			found := false
-			for _, lp := range m.Label {
-				found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
-			}
-			if !found {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount())
-		case m.Untyped != nil:
-			return m.Untyped.GetValue()
-		}
-	}
-	return -1
 }
 
 // TestHealthAndMetrics runs a real felix whose etcd is reached through a
@@ -183,17 +149,17 @@ spec:
 		{"go_goroutines", nil, 1},
 		{"process_cpu_seconds_total", nil, 0},
 	} {
-		if got := value(fams, want.name, want.labels...); got < want.min {
+		if got := promscrape.Find(fams, want.name, want.labels...); got < want.min {
 			t.Errorf("%s%v = %v, want at least %v", want.name, want.labels, got, want.min)
 		}
 	}
-	if got := value(fams, "felix_active_local_endpoints"); got != 2 {
+	if got := promscrape.Find(fams, "felix_active_local_endpoints"); got != 2 {
 		t.Errorf("felix_active_local_endpoints = %v, want 2", got)
 	}
-	if calls := value(fams, "felix_iptables_restore_calls") + value(fams, "felix_nftables_netlink_calls"); calls < 1 {
+	if calls := promscrape.Find(fams, "felix_iptables_restore_calls") + promscrape.Find(fams, "felix_nftables_netlink_calls"); calls < 1 {
 		t.Errorf("no iptables-restore call nor netlink transaction counted")
 	}
-	if got := value(fams, "felix_iptables_restore_errors"); got != 0 {
+	if got := promscrape.Find(fams, "felix_iptables_restore_errors"); got != 0 {
 		t.Errorf("felix_iptables_restore_errors = %v, want 0", got)
 	}
 
@@ -206,7 +172,7 @@ spec:
 	waitStatus(t, health+"/liveness", http.StatusOK, time.Second)
 	relay.Restore()
 	waitStatus(t, health+"/readiness", http.StatusOK, 20*time.Second)
-	if got := value(scrape(t, metricsURL), "felix_ready"); got != 1 && got != 0 {
+	if got := promscrape.Find(scrape(t, metricsURL), "felix_ready"); got != 1 && got != 0 {
 		t.Errorf("felix_ready = %v", got)
 	}
 
@@ -270,8 +236,8 @@ spec:
 					"direction", "ingress", "rule_index", fmt.Sprint(i), "action", action}
 			}
 			series := func(fams map[string]*dto.MetricFamily) (p0, b0, p1, b1 float64) {
-				return value(fams, "felix_policy_rule_packets_total", labels(0, "Allow")...), value(fams, "felix_policy_rule_bytes_total", labels(0, "Allow")...),
-					value(fams, "felix_policy_rule_packets_total", labels(1, "Deny")...), value(fams, "felix_policy_rule_bytes_total", labels(1, "Deny")...)
+				return promscrape.Find(fams, "felix_policy_rule_packets_total", labels(0, "Allow")...), promscrape.Find(fams, "felix_policy_rule_bytes_total", labels(0, "Allow")...),
+					promscrape.Find(fams, "felix_policy_rule_packets_total", labels(1, "Deny")...), promscrape.Find(fams, "felix_policy_rule_bytes_total", labels(1, "Deny")...)
 			}
 			p0, b0, p1, b1 := series(scrape(t, url))
 			if p0 < 1 || p1 < 0 {
@@ -290,7 +256,7 @@ spec:
 			c.waitPolicies(rs, false)
 			c.waitFor("the deleted policy's series to go", func() bool {
 				f := scrape(t, url)
-				return value(f, "felix_policy_rule_packets_total", "name", "web") < 0 && value(f, "felix_policy_rule_bytes_total", "name", "web") < 0
+				return promscrape.Find(f, "felix_policy_rule_packets_total", "name", "web") < 0 && promscrape.Find(f, "felix_policy_rule_bytes_total", "name", "web") < 0
 			})
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
+	"github.com/palisade-net/palisade/libcalico/testsupport/promscrape"
 )
 
 // lbPool writes an IP pool with the LoadBalancer use.
@@ -165,11 +166,11 @@ func TestLoadBalancerIPAM(t *testing.T) {
 			t.Errorf("service %s: ingress %v (%v); want none", name, ips, err)
 		}
 	}
-	fams, err := scrapeMetrics(in.health + "/metrics")
+	fams, err := promscrape.Get(nil, in.health+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := metricValue(fams, "ipam_loadbalancer_allocations"); v != 6 {
+	if v := promscrape.Find(fams, "ipam_loadbalancer_allocations"); v != 6 {
 		t.Errorf("ipam_loadbalancer_allocations %v; want 6", v)
 	}
 

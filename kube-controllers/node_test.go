@@ -20,6 +20,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
+	"github.com/palisade-net/palisade/libcalico/testsupport/promscrape"
 )
 
 func kubeNode(t *testing.T, c *kubetest.Cluster, name string, labels map[string]string) {
@@ -228,7 +229,7 @@ func TestIPAMGarbageCollection(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() error {
-		fams, err := scrapeMetrics(in.health + "/metrics")
+		fams, err := promscrape.Get(nil, in.health+"/metrics")
 		if err != nil {
 			return err
 		}
@@ -244,14 +245,14 @@ func TestIPAMGarbageCollection(t *testing.T) {
 			{"ipam_ippool_size", []string{"ippool", "pool"}, 65536},
 			{"ipam_allocations_gc_reclamations", []string{"ippool", "pool", "node", node}, 2},
 		} {
-			if got := metricValue(fams, w.name, w.labels...); got != w.want {
+			if got := promscrape.Find(fams, w.name, w.labels...); got != w.want {
 				return fmt.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.want)
 			}
 		}
-		if got := metricValue(fams, "ipam_allocations_borrowed", "ippool", "pool", "node", node); got > 0 {
+		if got := promscrape.Find(fams, "ipam_allocations_borrowed", "ippool", "pool", "node", node); got > 0 {
 			return fmt.Errorf("node %s borrows %v addresses from its own block", node, got)
 		}
-		if got := metricValue(fams, "calico_kube_controllers_sync_lag_seconds", "controller", "node"); got < 1 {
+		if got := promscrape.Find(fams, "calico_kube_controllers_sync_lag_seconds", "controller", "node"); got < 1 {
 			return fmt.Errorf("calico_kube_controllers_sync_lag_seconds{controller=node} has %v observations", got)
 		}
 		return nil

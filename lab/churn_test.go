@@ -30,6 +30,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/k8s"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
 	"github.com/palisade-net/palisade/libcalico/names"
+	"github.com/palisade-net/palisade/libcalico/testsupport/ipamreport"
 )
 
 // The lab's churn: pods come and go over three nodes of a lab with
@@ -509,25 +510,7 @@ func (c *churner) check(ctx context.Context) {
 	if !strings.Contains(out, "Check complete; found 0 problems.") || !strings.Contains(out, "Found 0 IPs that are allocated in IPAM but not actually in use.") {
 		t.Errorf("calicoctl ipam check after the churn:\n%s", out)
 	}
-	raw, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Allocations   map[string][]struct{ Handle string } `json:"allocations"`
-		LeakedHandles []json.RawMessage                    `json:"leakedHandles"`
-	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatalf("ipam check report %s: %v", raw, err)
-	}
-	for ip, als := range rep.Allocations {
-		if a, err := netip.ParseAddr(ip); err != nil || owner[a] == "" {
-			t.Errorf("IPAM holds %s (%+v), no live pod's", ip, als)
-		}
-	}
-	if len(rep.Allocations) != len(owner) || len(rep.LeakedHandles) != 0 {
-		t.Errorf("ipam check report: %d allocations for %d live pods, %d leaked handles", len(rep.Allocations), len(owner), len(rep.LeakedHandles))
-	}
+	ipamreport.CheckLive(t, report, owner)
 	// Interfaces and namespaces.
 	for _, n := range l.Nodes() {
 		var have []string

@@ -2,8 +2,6 @@ package lab
 
 import (
 	"context"
-	"encoding/binary"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 	"github.com/palisade-net/palisade/libcalico/names"
+	"github.com/palisade-net/palisade/libcalico/testsupport/udpflow"
 )
 
 // TestDemoTopology: the seed's topology (mesh off, every node's global
@@ -201,11 +200,11 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// stream sends UDP datagrams numbered 0..n-1 from one pod to another at a
-// fixed rate and counts those that arrive.
+// stream is what runStream saw: how many datagrams it sent, how many
+// distinct ones arrived, and the first lost (at most 20).
 type stream struct {
-	sent     int
-	received map[uint32]bool
+	sent, arrived int
+	lost          []uint32
 }
 
 // runStream sends rate packets a second for d from src to dst (port),
@@ -213,50 +212,20 @@ type stream struct {
 // none did for a second.
 func runStream(t testing.TB, l *Lab, src, dst Pod, port, rate int, d time.Duration, during func()) stream {
 	t.Helper()
-	var rc, sc *net.UDPConn
-	if err := l.InNamespace(dst.Key(), func() (err error) {
-		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: dst.IP.AsSlice(), Port: port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	if err := l.InNamespace(src.Key(), func() (err error) {
-		sc, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: dst.IP.AsSlice(), Port: port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rc, sc := podUDP(t, l, src, dst, port)
+	recv := udpflow.Receive(rc)
+	defer recv.Close()
 	defer sc.Close()
-	st := stream{received: map[uint32]bool{}}
-	var mu sync.Mutex
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 64)
-		for {
-			n, err := rc.Read(buf)
-			if err != nil {
-				return
-			}
-			if n >= 4 {
-				mu.Lock()
-				st.received[binary.BigEndian.Uint32(buf)] = true
-				mu.Unlock()
-			}
-		}
-	}()
+	var st stream
 	total := int(d.Seconds() * float64(rate))
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
-	buf := make([]byte, 32)
 	for i := 0; i < total; i++ {
 		<-tick.C
 		if i == rate && during != nil {
 			go during()
 		}
-		binary.BigEndian.PutUint32(buf, uint32(i))
-		if _, err := sc.Write(buf); err != nil {
+		if err := udpflow.Send(sc, uint32(i), 32); err != nil {
 			t.Errorf("sending packet %d: %v", i, err)
 		}
 		st.sent++
@@ -264,9 +233,7 @@ func runStream(t testing.TB, l *Lab, src, dst Pod, port, rate int, d time.Durati
 	// Give the last packets a second to arrive, and longer while they
 	// still come in (a busy machine may run this reader late).
 	for last, lastAt := -1, time.Now(); time.Since(lastAt) < time.Second; time.Sleep(50 * time.Millisecond) {
-		mu.Lock()
-		n := len(st.received)
-		mu.Unlock()
+		n := recv.Count()
 		if n == st.sent {
 			break
 		}
@@ -274,22 +241,9 @@ func runStream(t testing.TB, l *Lab, src, dst Pod, port, rate int, d time.Durati
 			last, lastAt = n, time.Now()
 		}
 	}
-	rc.Close()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
+	recv.Close()
+	st.arrived, st.lost = recv.Count(), recv.Lost(st.sent)
 	return st
-}
-
-// lost lists the missing sequence numbers (at most 20).
-func (s stream) lost() []uint32 {
-	var out []uint32
-	for i := 0; i < s.sent && len(out) < 20; i++ {
-		if !s.received[uint32(i)] {
-			out = append(out, uint32(i))
-		}
-	}
-	return out
 }
 
 // TestKillAgent: calico-node is killed with -9 on the receiving pod's node
@@ -334,15 +288,15 @@ func testKillAgent(t *testing.T, o Options) {
 	fwd := runStream(t, l, a, b, 7001, rate, 5*time.Second, kill)
 	wg.Wait()
 	for name, s := range map[string]stream{"node1→node2": fwd, "node2→node1": back} {
-		if len(s.received) != s.sent {
+		if s.arrived != s.sent {
 			// Seen here: the restarted agent deletes its route to node1's
 			// block as stale about 2 s after it starts, before GoBGP has
 			// handed it the reflector's copy, and re-adds it 0.6-1.7 s
 			// later (node/bgp prunes on "sessions Established and no
 			// route learned for 1 s" rather than on End-of-RIB).
-			t.Errorf("%s: %d of %d packets arrived; lost %v…", name, len(s.received), s.sent, s.lost())
+			t.Errorf("%s: %d of %d packets arrived; lost %v…", name, s.arrived, s.sent, s.lost)
 		} else {
-			t.Logf("%s: %d of %d packets arrived", name, len(s.received), s.sent)
+			t.Logf("%s: %d of %d packets arrived", name, s.arrived, s.sent)
 		}
 	}
 	waitFor(t, 20*time.Second, "calico-node restarted on node2", func() (bool, string) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -12,13 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palisade-net/palisade/libcalico/testsupport/promscrape"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // scrapeIn fetches http://127.0.0.1:<port>/metrics inside a node's
-// namespace and parses it with expfmt.
+// namespace and parses it.
 func scrapeIn(l *Lab, node string, port int) (map[string]*dto.MetricFamily, error) {
 	hc := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -31,43 +29,7 @@ func scrapeIn(l *Lab, node string, port int) (map[string]*dto.MetricFamily, erro
 			return c, err
 		},
 	}}
-	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(bytes.NewReader(body))
-}
-
-// metric is the value of name with the given label pairs (a gauge or a
-// counter); false when there is none.
-func metric(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-next:
-	for _, m := range f.Metric {
-		for i := 0; i+1 < len(labels); i += 2 {
-			ok := false
-			for _, lp := range m.Label {
-				ok = ok || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
-			}
-			if !ok {
-				continue next
-			}
-		}
-		if m.Counter != nil {
-			return m.Counter.GetValue(), true
-		}
-		return m.Gauge.GetValue(), true
-	}
-	return 0, false
+	return promscrape.Get(&hc, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 }
 
 // runProbe runs calico-node with probe flags on a node and returns its exit
@@ -118,11 +80,11 @@ func TestMetricsAndProbes(t *testing.T) {
 	}
 	for name, min := range map[string]float64{"felix_active_local_endpoints": 1, "felix_ipsets_calico": 1, "felix_resync_state_in_sync": 1,
 		"go_goroutines": 1, "process_resident_memory_bytes": 1} {
-		if v, ok := metric(fams, name); !ok || v < min {
+		if v, ok := promscrape.Value(fams, name); !ok || v < min {
 			t.Errorf("node1 %s = %v (present %t), want at least %v", name, v, ok, min)
 		}
 	}
-	if v, _ := metric(fams, "felix_active_local_endpoints"); v != 1 {
+	if v, _ := promscrape.Value(fams, "felix_active_local_endpoints"); v != 1 {
 		t.Errorf("node1 felix_active_local_endpoints = %v, want 1 (pod %s)", v, p1.Key())
 	}
 
@@ -135,14 +97,14 @@ func TestMetricsAndProbes(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		up, _ := metric(fams, "bgp_peer_up", "peer", peer)
-		recv, _ := metric(fams, "bgp_peer_routes_received", "peer", peer)
-		adv, _ := metric(fams, "bgp_peer_routes_advertised", "peer", peer)
-		uptime, _ := metric(fams, "bgp_peer_session_uptime_seconds", "peer", peer)
-		_, age := metric(fams, "bgp_peer_last_update_age_seconds", "peer", peer)
-		est, _ := metric(fams, "bgp_peers", "status", "Established", "ip_version", "IPv4")
-		wanted, _ := metric(fams, "bgp_routes_wanted")
-		prog, _ := metric(fams, "bgp_routes_programmed")
+		up, _ := promscrape.Value(fams, "bgp_peer_up", "peer", peer)
+		recv, _ := promscrape.Value(fams, "bgp_peer_routes_received", "peer", peer)
+		adv, _ := promscrape.Value(fams, "bgp_peer_routes_advertised", "peer", peer)
+		uptime, _ := promscrape.Value(fams, "bgp_peer_session_uptime_seconds", "peer", peer)
+		_, age := promscrape.Value(fams, "bgp_peer_last_update_age_seconds", "peer", peer)
+		est, _ := promscrape.Value(fams, "bgp_peers", "status", "Established", "ip_version", "IPv4")
+		wanted, _ := promscrape.Value(fams, "bgp_routes_wanted")
+		prog, _ := promscrape.Value(fams, "bgp_routes_programmed")
 		state := fmt.Sprintf("up %v, received %v, advertised %v, uptime %v, last update seen %t, established %v, routes %v/%v",
 			up, recv, adv, uptime, age, est, prog, wanted)
 		return up == 1 && recv >= 1 && adv >= 1 && uptime > 0 && age && est == 1 && wanted >= 1 && prog == wanted, state

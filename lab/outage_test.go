@@ -153,8 +153,8 @@ func (ol *outageLab) outage(t testing.TB, d time.Duration, down func(), up func(
 	}
 	wg.Wait()
 	for name, st := range map[string]stream{"src→dst": fwd, "dst→src": back} {
-		if len(st.received) != st.sent {
-			t.Errorf("%s while etcd was away: %d of %d packets arrived; lost %v…", name, len(st.received), st.sent, st.lost())
+		if st.arrived != st.sent {
+			t.Errorf("%s while etcd was away: %d of %d packets arrived; lost %v…", name, st.arrived, st.sent, st.lost)
 		}
 	}
 	lasted := time.Since(downAt)

@@ -2,31 +2,32 @@ package lab
 
 import (
 	"context"
-	"encoding/binary"
 	"net"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/palisade-net/palisade/libcalico/testsupport/udpflow"
 )
 
-// flow counts the numbered UDP datagrams one pod sends another at a fixed
-// rate until stopped.
+// flow is a UDP flow from one pod to another.
 type flow struct {
-	name     string
-	mu       sync.Mutex
-	sent     int
-	received map[uint32]bool
-	stop     chan struct{}
-	done     chan struct{}
+	name string
+	*udpflow.Flow
 }
 
 // startFlow sends rate datagrams a second from src to dst's port until
-// stopFlow.
-func startFlow(t testing.TB, l *Lab, src, dst Pod, port, rate int) *flow {
+// Stop.
+func startFlow(t testing.TB, l *Lab, src, dst Pod, port, rate int) flow {
 	t.Helper()
-	f := &flow{name: src.Key() + "→" + dst.Key(), received: map[uint32]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	var rc, sc *net.UDPConn
+	rc, sc := podUDP(t, l, src, dst, port)
+	return flow{name: src.Key() + "→" + dst.Key(), Flow: udpflow.Start(rc, sc, time.Second/time.Duration(rate), 32)}
+}
+
+// podUDP opens a UDP socket on dst's port in dst's namespace and one
+// connected to it in src's.
+func podUDP(t testing.TB, l *Lab, src, dst Pod, port int) (rc, sc *net.UDPConn) {
+	t.Helper()
 	if err := l.InNamespace(dst.Key(), func() (err error) {
 		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: dst.IP.AsSlice(), Port: port})
 		return err
@@ -40,61 +41,7 @@ func startFlow(t testing.TB, l *Lab, src, dst Pod, port, rate int) *flow {
 		rc.Close()
 		t.Fatal(err)
 	}
-	recvDone := make(chan struct{})
-	go func() {
-		defer close(recvDone)
-		buf := make([]byte, 64)
-		for {
-			n, err := rc.Read(buf)
-			if err != nil {
-				return
-			}
-			if n >= 4 {
-				f.mu.Lock()
-				f.received[binary.BigEndian.Uint32(buf)] = true
-				f.mu.Unlock()
-			}
-		}
-	}()
-	go func() {
-		defer close(f.done)
-		defer sc.Close()
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		buf := make([]byte, 32)
-		for i := uint32(0); ; i++ {
-			select {
-			case <-f.stop:
-				// The last datagrams get a second to arrive.
-				time.Sleep(time.Second)
-				rc.Close()
-				<-recvDone
-				return
-			case <-tick.C:
-			}
-			binary.BigEndian.PutUint32(buf, i)
-			_, _ = sc.Write(buf)
-			f.mu.Lock()
-			f.sent++
-			f.mu.Unlock()
-		}
-	}()
-	return f
-}
-
-// stopFlow stops sending and returns the sequence numbers lost (at most
-// 20) and how many were sent.
-func (f *flow) stopFlow() (lost []uint32, sent int) {
-	close(f.stop)
-	<-f.done
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i := 0; i < f.sent; i++ {
-		if !f.received[uint32(i)] && len(lost) < 20 {
-			lost = append(lost, uint32(i))
-		}
-	}
-	return lost, f.sent
+	return rc, sc
 }
 
 // TestAgentRestart: in a full mesh and with calico-nodes as in-cluster
@@ -115,7 +62,7 @@ func TestAgentRestart(t *testing.T) {
 			ctx := context.Background()
 			pods := addPods(t, l, "restart", 1)
 			requireReachable(t, l, "before the restarts")
-			var flows []*flow
+			var flows []flow
 			port := 7100
 			for _, a := range pods {
 				for _, b := range pods {
@@ -151,7 +98,7 @@ func TestAgentRestart(t *testing.T) {
 			}
 			time.Sleep(2 * time.Second)
 			for _, f := range flows {
-				lost, sent := f.stopFlow()
+				lost, sent := f.Stop()
 				if len(lost) > 0 {
 					t.Errorf("%s: lost datagrams %v… of %d", f.name, lost, sent)
 				}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
@@ -30,29 +29,13 @@ WorkloadEndpoints, HostEndpoints, node-specific BGPPeers and node.<name>
 configurations, as Calico's calicoctl does.`,
 		Example: "  calicoctl delete ippool pool-a pool-b\n  calicoctl delete -f ./policy.yaml",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var rs []v3.Resource
-			switch {
-			case o.files.filename != "" && len(args) > 0:
-				return fmt.Errorf("give either -f FILENAME or KIND NAME..., not both")
-			case o.files.filename != "":
-				loaded, err := o.files.load(a.env.In)
-				if err != nil {
-					return fmt.Errorf("Failed to execute command: %w", err)
-				}
-				if err := o.ns.applyAll(loaded); err != nil {
-					return fmt.Errorf("Failed to execute command: %w", err)
-				}
-				rs = loaded
-			case len(args) < 2:
-				return fmt.Errorf("delete needs a kind and at least one name, or -f FILENAME")
-			default:
-				info, err := kindArg(args[0])
-				if err != nil {
-					return err
-				}
-				if rs, err = namedResources(info, args[1:], &o.ns); err != nil {
-					return err
-				}
+			_, rs, err := loadTargets(a.env.In, &o.files, &o.ns, args, targetForm{
+				byName:  "KIND NAME...",
+				minArgs: 2, tooFew: "delete needs a kind and at least one name, or -f FILENAME",
+				fileNSFailed: "Failed to execute command",
+			})
+			if err != nil {
+				return err
 			}
 			if len(rs) == 0 {
 				fmt.Fprintln(a.env.Out, "No resources specified")

@@ -39,29 +39,13 @@ listed, the resources when they are named; fields are the Go field names
 				return err
 			}
 			ctx := cmd.Context()
-			var named []v3.Resource
-			var info v3.KindInfo
-			switch {
-			case o.files.filename != "" && len(args) > 0:
-				return fmt.Errorf("give either -f FILENAME or KIND [NAME...], not both")
-			case o.files.filename != "":
-				loaded, err := o.files.load(a.env.In)
-				if err != nil {
-					return fmt.Errorf("Failed to execute command: %w", err)
-				}
-				if err := o.ns.applyAll(loaded); err != nil {
-					return fmt.Errorf("Failed to get resources: %w", err)
-				}
-				named = loaded
-			case len(args) == 0:
-				return fmt.Errorf("get needs a kind (for example: calicoctl get ippools) or -f FILENAME")
-			default:
-				if info, err = kindArg(args[0]); err != nil {
-					return err
-				}
-				if named, err = namedResources(info, args[1:], &o.ns); err != nil {
-					return fmt.Errorf("Failed to get resources: %w", err)
-				}
+			info, named, err := loadTargets(a.env.In, &o.files, &o.ns, args, targetForm{
+				byName:  "KIND [NAME...]",
+				minArgs: 1, tooFew: "get needs a kind (for example: calicoctl get ippools) or -f FILENAME",
+				fileNSFailed: "Failed to get resources", namedFailed: "Failed to get resources",
+			})
+			if err != nil {
+				return err
 			}
 			c, closeFn, err := a.connect(ctx)
 			if err != nil {

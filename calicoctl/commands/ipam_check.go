@@ -130,6 +130,9 @@ type ipamChecker struct {
 	inUseHandles   map[string]bool
 }
 
+// ipamCheck compares what IPAM allocated with what uses addresses, step
+// by step as Calico's calicoctl does, and prints (and with -o, writes) what
+// disagrees.
 func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -147,6 +150,57 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	fmt.Fprintln(out)
 
 	rep := checkReport{Version: buildinfo.Get().Version}
+	if err := readClusterInfo(ctx, s, &rep); err != nil {
+		return err
+	}
+	if err := c.loadBlocks(ctx, s); err != nil {
+		return err
+	}
+	active, err := c.loadPools(ctx, s)
+	if err != nil {
+		return err
+	}
+	if err := c.loadNodes(ctx, s); err != nil {
+		return err
+	}
+	if err := c.loadWorkloads(ctx, s); err != nil {
+		return err
+	}
+	if lb := c.loadBalancerAllocations(); len(lb) > 0 {
+		if err := a.checkLoadBalancerServices(ctx, c, lb, o.kubeconfig); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Workloads, nodes and Services are using %d IPs.\n", len(c.inUse))
+	} else {
+		fmt.Fprintf(out, "Workloads and nodes are using %d IPs.\n", len(c.inUse))
+	}
+	fmt.Fprintln(out)
+
+	fmt.Fprintln(out, "Loading all handles")
+	handles, err := s.alloc.ListHandles(ctx)
+	if err != nil {
+		return fmt.Errorf("failed to list handles: %w", err)
+	}
+
+	c.printTopNodes()
+
+	numProblems := c.scanNotInUse()
+	numProblems += c.scanNotAllocated(active)
+	leaked, stored := c.scanHandles(handles)
+	rep.LeakedHandles = leaked
+	numProblems += len(leaked)
+	c.scanMissingHandles(stored)
+	fmt.Fprintf(out, "Check complete; found %d problems.\n", numProblems)
+
+	if o.output != "" {
+		return c.writeReport(o.output, rep)
+	}
+	return nil
+}
+
+// readClusterInfo puts the ClusterInformation's identity into rep (none
+// stored is no error).
+func readClusterInfo(ctx context.Context, s *ipamSession, rep *checkReport) error {
 	ci, err := s.client.Get(ctx, datastore.Key{Kind: v3.KindClusterInformation, Name: "default"})
 	switch {
 	case err == nil:
@@ -157,7 +211,12 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	case !errors.Is(err, datastore.ErrNotFound):
 		return fmt.Errorf("reading ClusterInformation default: %w", err)
 	}
+	return nil
+}
 
+// loadBlocks records every allocation of every IPAM block.
+func (c *ipamChecker) loadBlocks(ctx context.Context, s *ipamSession) error {
+	out := c.out
 	fmt.Fprintln(out, "Loading all IPAM blocks...")
 	blocks, err := s.alloc.ListBlocks(ctx)
 	if err != nil {
@@ -178,11 +237,16 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	}
 	fmt.Fprintf(out, "IPAM blocks record %d allocations.\n", numAllocs)
 	fmt.Fprintln(out)
+	return nil
+}
 
+// loadPools returns the CIDRs of the enabled IP pools.
+func (c *ipamChecker) loadPools(ctx context.Context, s *ipamSession) ([]netip.Prefix, error) {
+	out := c.out
 	fmt.Fprintln(out, "Loading all IPAM pools...")
 	poolList, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
 	if err != nil {
-		return fmt.Errorf("failed to load IP pools: %w", err)
+		return nil, fmt.Errorf("failed to load IP pools: %w", err)
 	}
 	var active []netip.Prefix
 	for _, r := range poolList {
@@ -200,7 +264,12 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	}
 	fmt.Fprintf(out, "Found %d active IP pools.\n", len(active))
 	fmt.Fprintln(out)
+	return active, nil
+}
 
+// loadNodes records the nodes' tunnel addresses as in use.
+func (c *ipamChecker) loadNodes(ctx context.Context, s *ipamSession) error {
+	out := c.out
 	fmt.Fprintln(out, "Loading all nodes.")
 	nodes, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindNode})
 	if err != nil {
@@ -227,8 +296,12 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 	}
 	fmt.Fprintf(out, "Found %d node tunnel IPs.\n", numNodeIPs)
 	fmt.Fprintln(out)
+	return nil
+}
 
-	fmt.Fprintln(out, "Loading all workload endpoints.")
+// loadWorkloads records the workload endpoints' addresses as in use.
+func (c *ipamChecker) loadWorkloads(ctx context.Context, s *ipamSession) error {
+	fmt.Fprintln(c.out, "Loading all workload endpoints.")
 	weps, _, err := s.client.List(ctx, datastore.ListOptions{Kind: v3.KindWorkloadEndpoint})
 	if err != nil {
 		return fmt.Errorf("failed to list workload endpoints: %w", err)
@@ -245,26 +318,14 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 			numWEPIPs++
 		}
 	}
-	fmt.Fprintf(out, "Found %d workload IPs.\n", numWEPIPs)
-	if lb := c.loadBalancerAllocations(); len(lb) > 0 {
-		if err := a.checkLoadBalancerServices(ctx, c, lb, o.kubeconfig); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "Workloads, nodes and Services are using %d IPs.\n", len(c.inUse))
-	} else {
-		fmt.Fprintf(out, "Workloads and nodes are using %d IPs.\n", len(c.inUse))
-	}
-	fmt.Fprintln(out)
+	fmt.Fprintf(c.out, "Found %d workload IPs.\n", numWEPIPs)
+	return nil
+}
 
-	fmt.Fprintln(out, "Loading all handles")
-	handles, err := s.alloc.ListHandles(ctx)
-	if err != nil {
-		return fmt.Errorf("failed to list handles: %w", err)
-	}
-
-	c.printTopNodes()
-
-	numProblems := 0
+// scanNotInUse reports allocated addresses nothing uses (sticky
+// reservations apart) and returns how many are leaked.
+func (c *ipamChecker) scanNotInUse() int {
+	out := c.out
 	fmt.Fprintln(out, "Scanning for IPs that are allocated but not actually in use...")
 	leaked, reserved, reservedIdle := 0, 0, 0
 	for _, ip := range slices.SortedFunc(maps.Keys(c.allocations), netip.Addr.Compare) {
@@ -288,12 +349,18 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 		}
 		leaked++
 	}
-	numProblems += leaked
 	fmt.Fprintf(out, "Found %d IPs that are allocated in IPAM but not actually in use.\n", leaked)
 	if reserved > 0 {
 		fmt.Fprintf(out, "Found %d sticky IPs reserved for their pods (ipReleasePolicy), %d of them used by no workload endpoint now (reserved, not leaked).\n", reserved, reservedIdle)
 	}
+	return leaked
+}
 
+// scanNotAllocated reports addresses in use that IPAM did not allocate
+// (inside or outside the active pools) or that have more than one owner,
+// and returns how many problems it found.
+func (c *ipamChecker) scanNotAllocated(active []netip.Prefix) int {
+	out := c.out
 	fmt.Fprintln(out, "Scanning for IPs that are in use by a workload or node but not allocated in IPAM...")
 	nonCalico, notAllocated, shared := 0, 0, 0
 	for _, ip := range slices.SortedFunc(maps.Keys(c.inUse), netip.Addr.Compare) {
@@ -323,15 +390,20 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 		}
 		notAllocated++
 	}
-	numProblems += nonCalico + notAllocated + shared
 	fmt.Fprintf(out, "Found %d in-use IPs that are not in active IP pools.\n", nonCalico)
 	fmt.Fprintf(out, "Found %d in-use IPs that are in active IP pools but have no corresponding IPAM allocation.\n", notAllocated)
 	fmt.Fprintf(out, "Found %d in-use IPs that have more than one owner.\n", shared)
 	fmt.Fprintln(out)
+	return nonCalico + notAllocated + shared
+}
 
+// scanHandles returns the stored handles no allocation names (leaked),
+// and the set of every stored handle.
+func (c *ipamChecker) scanHandles(handles []ipam.Handle) (leaked []checkHandle, stored map[string]bool) {
+	out := c.out
 	fmt.Fprintln(out, "Scanning for IPAM handles with no matching IPs...")
 	good := 0
-	stored := map[string]bool{}
+	stored = map[string]bool{}
 	for _, h := range handles {
 		stored[h.ID] = true
 		if c.inUseHandles[h.ID] {
@@ -341,37 +413,41 @@ func (a *app) ipamCheck(ctx context.Context, o *ipamCheckOptions) error {
 		if c.showAllIPs {
 			fmt.Fprintf(out, "  %s doesn't have any active IPs.\n", h.ID)
 		}
-		rep.LeakedHandles = append(rep.LeakedHandles, checkHandle{ID: h.ID, Revision: strconv.FormatInt(h.Revision, 10)})
+		leaked = append(leaked, checkHandle{ID: h.ID, Revision: strconv.FormatInt(h.Revision, 10)})
 	}
-	numProblems += len(rep.LeakedHandles)
-	fmt.Fprintf(out, "Found %d handles with no matching IPs (and %d handles with matches).\n", len(rep.LeakedHandles), good)
+	fmt.Fprintf(out, "Found %d handles with no matching IPs (and %d handles with matches).\n", len(leaked), good)
+	return leaked, stored
+}
 
-	fmt.Fprintln(out, "Scanning for IPs with missing handle...")
+// scanMissingHandles reports handles allocations name that are not
+// stored (not counted as problems, as in Calico).
+func (c *ipamChecker) scanMissingHandles(stored map[string]bool) {
+	fmt.Fprintln(c.out, "Scanning for IPs with missing handle...")
 	missing := 0
 	for _, h := range slices.Sorted(maps.Keys(c.inUseHandles)) {
 		if stored[h] {
 			continue
 		}
 		if c.showProblemIPs {
-			fmt.Fprintf(out, "  %s is in use in a block but doesn't exist.\n", h)
+			fmt.Fprintf(c.out, "  %s is in use in a block but doesn't exist.\n", h)
 		}
 		missing++
 	}
-	fmt.Fprintf(out, "Found %d handles mentioned in blocks with no matching handle resource.\n", missing)
-	fmt.Fprintf(out, "Check complete; found %d problems.\n", numProblems)
+	fmt.Fprintf(c.out, "Found %d handles mentioned in blocks with no matching handle resource.\n", missing)
+}
 
-	if o.output != "" {
-		rep.Allocations = map[string][]*checkAllocation{}
-		for ip, als := range c.allocations {
-			rep.Allocations[ip.String()] = als
-		}
-		data, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.output, data, 0o644); err != nil {
-			return fmt.Errorf("writing report %s: %w", o.output, err)
-		}
+// writeReport writes rep, with every allocation, as JSON to path.
+func (c *ipamChecker) writeReport(path string, rep checkReport) error {
+	rep.Allocations = map[string][]*checkAllocation{}
+	for ip, als := range c.allocations {
+		rep.Allocations[ip.String()] = als
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing report %s: %w", path, err)
 	}
 	return nil
 }

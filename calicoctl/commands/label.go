@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
 type labelOptions struct {
@@ -32,24 +34,15 @@ already present needs --overwrite; removing a key that is absent is an error.`,
 					return fmt.Errorf("invalid label %s", kv)
 				}
 			}
-			info, err := kindArg(kind)
-			if err != nil {
-				return err
-			}
-			named, err := namedResources(info, []string{name}, &o.ns)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			c, closeFn, err := a.connect(ctx)
+			f, err := a.fetchNamed(ctx, kind, name, &o.ns, func(_ v3.KindInfo, err error) error {
+				return fmt.Errorf("failed to get %s %s, error %s", kind, name, describe(err))
+			})
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			r, err := c.Get(ctx, keyOf(named[0]))
-			if err != nil {
-				return fmt.Errorf("failed to get %s %s, error %s", kind, name, describe(err))
-			}
+			defer f.close()
+			c, r := f.c, f.r
 			m := r.GetObjectMeta()
 			if m.Labels == nil {
 				m.Labels = map[string]string{}

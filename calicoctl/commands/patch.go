@@ -54,24 +54,15 @@ if the resource changed since it was read.`,
 			if _, ok := patch.(map[string]any); o.patchType != patchJSON && !ok {
 				return fmt.Errorf("a %s patch must be a JSON object, got %s", o.patchType, o.patch)
 			}
-			info, err := kindArg(args[0])
-			if err != nil {
-				return err
-			}
-			named, err := namedResources(info, args[1:], &o.ns)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			c, closeFn, err := a.connect(ctx)
+			f, err := a.fetchNamed(ctx, args[0], args[1], &o.ns, func(info v3.KindInfo, err error) error {
+				return fmt.Errorf("Failed to patch '%s' resource: %s", info.Kind, describe(err))
+			})
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			cur, err := c.Get(ctx, keyOf(named[0]))
-			if err != nil {
-				return fmt.Errorf("Failed to patch '%s' resource: %s", info.Kind, describe(err))
-			}
+			defer f.close()
+			info, c, cur := f.info, f.c, f.r
 			orig, err := json.Marshal(cur)
 			if err != nil {
 				return err

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
+	"github.com/palisade-net/palisade/kube-controllers/queue"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
@@ -63,20 +63,19 @@ type LoadBalancerOptions struct {
 // from its namespace, name and UID, with attributes naming the Service,
 // so a restarted controller finds what each Service holds in IPAM.
 type LoadBalancer struct {
-	client  kubernetes.Interface
-	lister  corelisters.ServiceLister
-	synced  cache.InformerSynced
-	alloc   *ipam.Allocator
-	store   datastore.Interface
-	opts    LoadBalancerOptions
-	period  time.Duration
-	queue   workqueue.TypedRateLimitingInterface[string]
-	mu      sync.Mutex
-	held    map[string]map[string][]netip.Addr // namespace/name → handle → addresses
-	events  map[string]string                  // namespace/name → last warning written
-	done    atomic.Bool
-	lastErr atomic.Pointer[error]
-	writes  atomic.Int64
+	client kubernetes.Interface
+	lister corelisters.ServiceLister
+	synced cache.InformerSynced
+	alloc  *ipam.Allocator
+	store  datastore.Interface
+	opts   LoadBalancerOptions
+	period time.Duration
+	queue  *queue.Queue[string]
+	mu     sync.Mutex
+	held   map[string]map[string][]netip.Addr // namespace/name → handle → addresses
+	events map[string]string                  // namespace/name → last warning written
+	done   atomic.Bool
+	writes atomic.Int64
 }
 
 // NewLoadBalancer registers the Service informer and returns the
@@ -86,12 +85,7 @@ func NewLoadBalancer(d Deps, o LoadBalancerOptions) *LoadBalancer {
 	c := &LoadBalancer{client: d.Client, lister: inf.Lister(), synced: inf.Informer().HasSynced,
 		alloc: ipam.New(d.Store, d.KV), store: d.Store, opts: o, period: d.Period,
 		held: map[string]map[string][]netip.Addr{}, events: map[string]string{}}
-	qc := workqueue.TypedRateLimitingQueueConfig[string]{Name: "loadbalancer"}
-	if d.Queues != nil {
-		qc.MetricsProvider = d.Queues
-	}
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second), qc)
+	c.queue = queue.New[string]("loadbalancer", 50*time.Millisecond, d.Queues)
 	_, _ = inf.Informer().AddEventHandler(handler(func(ns, name string) { c.queue.Add(ns + "/" + name) }))
 	return c
 }
@@ -106,12 +100,7 @@ func (c *LoadBalancer) HasSynced() []cache.InformerSynced { return []cache.Infor
 func (c *LoadBalancer) Synced() bool { return c.done.Load() }
 
 // Err implements Controller.
-func (c *LoadBalancer) Err() error {
-	if p := c.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (c *LoadBalancer) Err() error { return c.queue.Err() }
 
 // Writes is how many IPAM and status writes the controller made.
 func (c *LoadBalancer) Writes() int64 { return c.writes.Load() }
@@ -122,7 +111,7 @@ func (c *LoadBalancer) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
 	for ctx.Err() == nil {
 		if err := c.scan(ctx); err != nil {
-			c.setErr(err)
+			c.queue.SetErr(err)
 			log.WithError(err).Warn("Reading the LoadBalancer addresses from IPAM failed; retrying")
 			select {
 			case <-ctx.Done():
@@ -134,9 +123,17 @@ func (c *LoadBalancer) Run(ctx context.Context) {
 		break
 	}
 	c.enqueueAll()
+	reconcile := func(key string) error { return c.reconcile(ctx, key) }
+	failed := func(key string, err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		log.WithError(err).WithField("service", key).Warn("LoadBalancer addresses not settled; retrying")
+		return true
+	}
 	for range 4 {
 		go func() {
-			for c.work(ctx) {
+			for c.queue.Process(reconcile, failed) {
 			}
 		}()
 	}
@@ -148,28 +145,13 @@ func (c *LoadBalancer) Run(ctx context.Context) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	t := time.NewTicker(c.period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := c.scan(ctx); err != nil {
-				c.setErr(err)
-				log.WithError(err).Warn("Reading the LoadBalancer addresses from IPAM failed")
-			}
-			c.enqueueAll()
+	queue.Every(ctx, c.period, func() {
+		if err := c.scan(ctx); err != nil {
+			c.queue.SetErr(err)
+			log.WithError(err).Warn("Reading the LoadBalancer addresses from IPAM failed")
 		}
-	}
-}
-
-func (c *LoadBalancer) setErr(err error) {
-	if err == nil {
-		c.lastErr.Store(nil)
-		return
-	}
-	c.lastErr.Store(&err)
+		c.enqueueAll()
+	})
 }
 
 // scan adds to what the controller knows every LoadBalancer address in
@@ -230,23 +212,6 @@ func (c *LoadBalancer) enqueueAll() {
 		c.queue.Add(key)
 	}
 	c.mu.Unlock()
-}
-
-func (c *LoadBalancer) work(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.reconcile(ctx, key)
-	c.setErr(err)
-	if err != nil && ctx.Err() == nil {
-		log.WithError(err).WithField("service", key).Warn("LoadBalancer addresses not settled; retrying")
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 // handleFor is the IPAM handle of a Service's addresses.

@@ -20,8 +20,8 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
+	"github.com/palisade-net/palisade/kube-controllers/queue"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
@@ -66,7 +66,7 @@ type Nodes struct {
 	alloc       *ipam.Allocator
 	opts        NodeOptions
 	period      time.Duration
-	queue       workqueue.TypedRateLimitingInterface[string]
+	queue       *queue.Queue[string]
 	log         *log.Entry
 
 	mu sync.Mutex
@@ -76,8 +76,7 @@ type Nodes struct {
 	// leaks holds when each suspected leak ("ip handle") was first seen.
 	leaks map[string]time.Time
 
-	first   atomic.Bool
-	lastErr atomic.Pointer[error]
+	first atomic.Bool
 	// Released counts addresses garbage-collected; Deleted Calico nodes
 	// removed.
 	Released, Deleted atomic.Int64
@@ -86,8 +85,8 @@ type Nodes struct {
 // fullPass is the queue item of a full pass.
 const fullPass = ""
 
-// NewNodes registers the node and pod informers and returns the
-// controller.
+// NewNodes registers the node, pod and StatefulSet informers (a node's
+// events queue that node) and returns the controller.
 func NewNodes(d Deps, o NodeOptions) *Nodes {
 	ninf := d.Informers.Core().V1().Nodes()
 	pinf := d.Informers.Core().V1().Pods()
@@ -95,9 +94,7 @@ func NewNodes(d Deps, o NodeOptions) *Nodes {
 	n := &Nodes{nodes: ninf.Lister(), pods: pinf.Lister(), sets: sinf.Lister(), nodesSynced: ninf.Informer().HasSynced,
 		podsSynced: pinf.Informer().HasSynced, setsSynced: sinf.Informer().HasSynced, client: d.Client, store: d.Store, opts: o, period: d.Period,
 		byKubeName: map[string]string{}, leaks: map[string]time.Time{}, log: log.WithField("controller", "node"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "node", MetricsProvider: d.Queues})}
+		queue: queue.New[string]("node", 100*time.Millisecond, d.Queues)}
 	if d.KV != nil {
 		n.alloc = ipam.New(d.Store, d.KV)
 	}
@@ -117,52 +114,23 @@ func (n *Nodes) HasSynced() []cache.InformerSynced {
 func (n *Nodes) Synced() bool { return n.first.Load() }
 
 // Err implements Controller.
-func (n *Nodes) Err() error {
-	if p := n.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (n *Nodes) Err() error { return n.queue.Err() }
 
 // Run implements Controller.
 func (n *Nodes) Run(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		n.queue.ShutDown()
-	}()
+	n.queue.ShutDownOn(ctx)
 	n.queue.Add(fullPass)
-	go func() {
-		t := time.NewTicker(n.period)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				n.queue.Add(fullPass)
-			}
-		}
-	}()
-	for {
-		item, shutdown := n.queue.Get()
-		if shutdown {
-			return
-		}
-		var err error
+	go queue.Every(ctx, n.period, func() { n.queue.Add(fullPass) })
+	reconcile := func(item string) error {
 		if item == fullPass {
-			err = n.pass(ctx)
-		} else {
-			err = n.node(ctx, item)
+			return n.pass(ctx)
 		}
-		if err != nil {
-			n.lastErr.Store(&err)
-			n.log.WithError(err).WithField("item", item).Warn("Node reconcile failed; retrying with backoff")
-			n.queue.AddRateLimited(item)
-		} else {
-			n.lastErr.Store(nil)
-			n.queue.Forget(item)
-		}
-		n.queue.Done(item)
+		return n.node(ctx, item)
+	}
+	for n.queue.Process(reconcile, func(item string, err error) bool {
+		n.log.WithError(err).WithField("item", item).Warn("Node reconcile failed; retrying with backoff")
+		return true
+	}) {
 	}
 }
 

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
+	"github.com/palisade-net/palisade/kube-controllers/queue"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
@@ -42,7 +42,7 @@ type WorkloadEndpoints struct {
 	store  datastore.Interface
 	alloc  *ipam.Allocator
 	period time.Duration
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  *queue.Queue[string]
 	log    *log.Entry
 
 	raw RawStore
@@ -51,8 +51,7 @@ type WorkloadEndpoints struct {
 	// byPod indexes the Kubernetes endpoints by "namespace/pod".
 	byPod map[string][]indexed
 
-	first   atomic.Bool
-	lastErr atomic.Pointer[error]
+	first atomic.Bool
 	// Updated and Removed count label updates and endpoints removed.
 	Updated, Removed atomic.Int64
 }
@@ -76,9 +75,7 @@ func NewWorkloadEndpoints(d Deps) *WorkloadEndpoints {
 	inf := d.Informers.Core().V1().Pods()
 	w := &WorkloadEndpoints{pods: inf.Lister(), synced: inf.Informer().HasSynced, client: d.Client, store: d.Store,
 		period: d.Period, byPod: map[string][]indexed{}, raw: d.Raw, log: log.WithField("controller", "workloadendpoint"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "workloadendpoint", MetricsProvider: d.Queues})}
+		queue: queue.New[string]("workloadendpoint", 50*time.Millisecond, d.Queues)}
 	if d.KV != nil {
 		w.alloc = ipam.New(d.Store, d.KV)
 	}
@@ -99,35 +96,22 @@ func (w *WorkloadEndpoints) HasSynced() []cache.InformerSynced {
 func (w *WorkloadEndpoints) Synced() bool { return w.first.Load() }
 
 // Err implements Controller.
-func (w *WorkloadEndpoints) Err() error {
-	if p := w.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (w *WorkloadEndpoints) Err() error { return w.queue.Err() }
 
 // Run implements Controller.
 func (w *WorkloadEndpoints) Run(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		w.queue.ShutDown()
-	}()
+	w.queue.ShutDownOn(ctx)
 	go w.follow(ctx)
-	go func() {
-		t := time.NewTicker(w.period)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				for _, k := range w.podKeys() {
-					w.queue.Add(k)
-				}
-			}
+	go queue.Every(ctx, w.period, func() {
+		for _, k := range w.podKeys() {
+			w.queue.Add(k)
 		}
-	}()
-	for w.processNext(ctx) {
+	})
+	reconcile := func(key string) error { return w.reconcile(ctx, key) }
+	for w.queue.Process(reconcile, func(key string, err error) bool {
+		w.log.WithError(err).WithField("pod", key).Warn("Reconcile failed; retrying with backoff")
+		return true
+	}) {
 	}
 }
 
@@ -142,7 +126,7 @@ func (w *WorkloadEndpoints) follow(ctx context.Context) {
 		if errors.Is(err, datastore.ErrCompacted) {
 			attempt = 0
 		} else {
-			w.fail(err)
+			w.queue.SetErr(err)
 		}
 		d := min(30*time.Second, 100*time.Millisecond<<min(attempt, 9))
 		w.log.WithError(err).WithField("retryIn", d).Warn("Following WorkloadEndpoints failed; listing again")
@@ -271,25 +255,6 @@ func (w *WorkloadEndpoints) podKeys() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Collect(maps.Keys(w.byPod))
-}
-
-func (w *WorkloadEndpoints) fail(err error) { w.lastErr.Store(&err) }
-
-func (w *WorkloadEndpoints) processNext(ctx context.Context) bool {
-	key, shutdown := w.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer w.queue.Done(key)
-	if err := w.reconcile(ctx, key); err != nil {
-		w.fail(err)
-		w.log.WithError(err).WithField("pod", key).Warn("Reconcile failed; retrying with backoff")
-		w.queue.AddRateLimited(key)
-		return true
-	}
-	w.lastErr.Store(nil)
-	w.queue.Forget(key)
-	return true
 }
 
 // reconcile brings the endpoints of one pod in line with it.

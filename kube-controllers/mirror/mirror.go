@@ -19,6 +19,7 @@ import (
 	log "github.com/sirupsen/logrus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/palisade-net/palisade/kube-controllers/queue"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
@@ -47,17 +48,16 @@ type Mirror struct {
 	src   Source
 	store datastore.Interface
 	log   *log.Entry
-	queue workqueue.TypedRateLimitingInterface[datastore.Key]
+	queue *queue.Queue[datastore.Key]
 
 	// proc serialises full syncs and batches: a batch never acts on a
 	// view a concurrent full sync is replacing.
 	proc   sync.Mutex
 	actual map[datastore.Key]stored
 
-	synced  atomic.Bool
-	lastErr atomic.Pointer[error]
-	writes  atomic.Int64
-	// Writes counts creates, updates and deletes made.
+	synced atomic.Bool
+	// writes counts the creates, updates and deletes made.
+	writes atomic.Int64
 }
 
 // stored is what the mirror knows of a stored resource.
@@ -68,14 +68,12 @@ type stored struct {
 	hash    [32]byte
 }
 
-// New makes a mirror of kind named name (for logs and its queue's
-// metrics, given to queues; nil for none) over store.
+// New makes a mirror of kind over store. name labels its logs and its
+// queue's metrics; queues provides those metrics (nil for none).
 func New(name, kind string, src Source, store datastore.Interface, queues workqueue.MetricsProvider) *Mirror {
-	rl := workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[datastore.Key](50*time.Millisecond, 30*time.Second))
 	return &Mirror{name: name, kind: kind, src: src, store: store, actual: map[datastore.Key]stored{},
 		log:   log.WithField("controller", name),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[datastore.Key]{Name: name, MetricsProvider: queues})}
+		queue: queue.New[datastore.Key](name, 50*time.Millisecond, queues)}
 }
 
 // Enqueue asks for k to be reconciled.
@@ -85,12 +83,7 @@ func (m *Mirror) Enqueue(k datastore.Key) { m.queue.Add(k) }
 func (m *Mirror) Synced() bool { return m.synced.Load() }
 
 // Err is the last reconcile error, nil after a success.
-func (m *Mirror) Err() error {
-	if p := m.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (m *Mirror) Err() error { return m.queue.Err() }
 
 // Writes is how many writes the mirror has made.
 func (m *Mirror) Writes() int64 { return m.writes.Load() }
@@ -99,24 +92,20 @@ func (m *Mirror) Writes() int64 { return m.writes.Load() }
 // reconciles enqueued keys, and does another full sync every period,
 // until ctx ends. Call it once the source's informers have synced.
 func (m *Mirror) Run(ctx context.Context, period time.Duration) {
-	go func() {
-		<-ctx.Done()
-		m.queue.ShutDown()
-	}()
+	m.queue.ShutDownOn(ctx)
 	m.fullSyncRetrying(ctx)
-	go func() {
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				m.fullSyncRetrying(ctx)
-			}
-		}
-	}()
-	for m.processNext(ctx) {
+	go queue.Every(ctx, period, func() { m.fullSyncRetrying(ctx) })
+	reconcile := func(batch []datastore.Key) error {
+		m.proc.Lock()
+		defer m.proc.Unlock()
+		return m.reconcile(ctx, batch)
+	}
+	// A burst of events becomes a few transactions, while a lone event
+	// goes out at once.
+	for m.queue.ProcessBatch(maxBatch, reconcile, func(batch []datastore.Key, err error) bool {
+		m.log.WithError(err).WithField("keys", len(batch)).Warn("Reconcile failed; retrying with backoff")
+		return true
+	}) {
 	}
 }
 
@@ -127,7 +116,7 @@ func (m *Mirror) fullSyncRetrying(ctx context.Context) {
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		m.fail(err)
+		m.queue.SetErr(err)
 		d := min(30*time.Second, 100*time.Millisecond<<min(attempt, 9))
 		m.log.WithError(err).WithField("retryIn", d).Warn("Full sync failed; retrying")
 		select {
@@ -181,50 +170,12 @@ func (m *Mirror) FullSync(ctx context.Context) error {
 		}
 		all = all[n:]
 	}
-	m.lastErr.Store(nil)
+	m.queue.SetErr(nil)
 	first := !m.synced.Swap(true)
 	m.log.WithFields(log.Fields{"stored": len(items), "owned": len(actual), "wanted": len(keys),
 		"writes": m.writes.Load() - before, "took": time.Since(began).Round(time.Millisecond), "first": first}).Info("Full sync done")
 	return nil
 }
-
-// processNext reconciles the next enqueued key together with every key
-// queued behind it (up to a batch), so a burst of events becomes a few
-// transactions while a lone event goes out at once.
-func (m *Mirror) processNext(ctx context.Context) bool {
-	k, shutdown := m.queue.Get()
-	if shutdown {
-		return false
-	}
-	batch := []datastore.Key{k}
-	for len(batch) < maxBatch && m.queue.Len() > 0 {
-		k, shutdown := m.queue.Get()
-		if shutdown {
-			break
-		}
-		batch = append(batch, k)
-	}
-	m.proc.Lock()
-	err := m.reconcile(ctx, batch)
-	m.proc.Unlock()
-	for _, k := range batch {
-		if err != nil {
-			m.queue.AddRateLimited(k)
-		} else {
-			m.queue.Forget(k)
-		}
-		m.queue.Done(k)
-	}
-	if err != nil {
-		m.fail(err)
-		m.log.WithError(err).WithField("keys", len(batch)).Warn("Reconcile failed; retrying with backoff")
-	} else {
-		m.lastErr.Store(nil)
-	}
-	return true
-}
-
-func (m *Mirror) fail(err error) { m.lastErr.Store(&err) }
 
 // reconcile makes keys match the source; m.proc is held.
 func (m *Mirror) reconcile(ctx context.Context, keys []datastore.Key) error {
@@ -337,8 +288,8 @@ func (m *Mirror) writeOne(ctx context.Context, r v3.Resource) error {
 	return nil
 }
 
-// delete removes k if it is still what the mirror last saw; a changed
-// one is read again and deleted at its new revision.
+// delete removes k at the revision the mirror last saw; when that
+// revision is stale (a conflict), k is deleted whatever it holds now.
 func (m *Mirror) delete(ctx context.Context, k datastore.Key) error {
 	rev := m.actual[k].rev
 	_, err := m.store.Delete(ctx, k, rev)

@@ -152,15 +152,7 @@ It stops cleanly on SIGTERM or SIGINT.`,
 	fl.StringVar(&grpc, "bgp-grpc-listen", def("CALICO_BGP_GRPC_LISTEN", bgp.DefaultGRPCListen), "Address of GoBGP's gRPC API, for the gobgp CLI; \"none\" serves none (CALICO_BGP_GRPC_LISTEN)")
 	fl.StringVar(&rtProto, "bgp-route-protocol", getenv("CALICO_BGP_ROUTE_PROTOCOL"), fmt.Sprintf("Route protocol number of the kernel routes BGP programs, 5-255 (CALICO_BGP_ROUTE_PROTOCOL; default %d)", kernel.DefaultProtocol))
 	fl.StringVar(&logLevel, "log-level", def("CALICO_LOG_LEVEL", "info"), "Log level: debug, info, warning, error (CALICO_LOG_LEVEL)")
-	root.AddCommand(&cobra.Command{
-		Use:   "version",
-		Short: "Display the version of this binary",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Print(buildinfo.Get().Lines("Version"))
-			return nil
-		},
-	})
+	root.AddCommand(buildinfo.Command())
 	root.AddCommand(newBPFCommand())
 	root.SetContext(context.Background())
 	return root

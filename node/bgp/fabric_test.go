@@ -2,7 +2,6 @@ package bgp_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/libcalico/testsupport/udpflow"
 	"github.com/palisade-net/palisade/node/bgp/internal/nstest"
 	"github.com/palisade-net/palisade/node/bgp/kernel"
 )
@@ -306,21 +306,16 @@ func (f *fabric) kill(name string) {
 	}
 }
 
-// udpFlow counts numbered datagrams sent 100 a second between two
-// addresses of two namespaces.
+// udpFlow is a UDP flow between addresses of two namespaces.
 type udpFlow struct {
-	name     string
-	mu       sync.Mutex
-	sent     int
-	received map[uint32]bool
-	quit     chan struct{}
-	done     chan struct{}
+	name string
+	*udpflow.Flow
 }
 
-// startUDP sends from src (in srcNS) to dst:port (in dstNS) until stop.
-func (f *fabric) startUDP(srcNS string, src netip.Addr, dstNS string, dst netip.Addr, port int) *udpFlow {
+// startUDP sends 100 datagrams a second from src (in srcNS) to dst:port
+// (in dstNS) until Stop (or the test's end).
+func (f *fabric) startUDP(srcNS string, src netip.Addr, dstNS string, dst netip.Addr, port int) udpFlow {
 	f.t.Helper()
-	fl := &udpFlow{name: fmt.Sprintf("%s→%s", src, dst), received: map[uint32]bool{}, quit: make(chan struct{}), done: make(chan struct{})}
 	var rc, sc *net.UDPConn
 	if err := nstest.Do(dstNS, func() (err error) {
 		rc, err = net.ListenUDP("udp", &net.UDPAddr{IP: dst.AsSlice(), Port: port})
@@ -335,66 +330,7 @@ func (f *fabric) startUDP(srcNS string, src netip.Addr, dstNS string, dst netip.
 		rc.Close()
 		f.t.Fatal(err)
 	}
-	recvDone := make(chan struct{})
-	go func() {
-		defer close(recvDone)
-		buf := make([]byte, 64)
-		for {
-			n, err := rc.Read(buf)
-			if err != nil {
-				return
-			}
-			if n >= 4 {
-				fl.mu.Lock()
-				fl.received[binary.BigEndian.Uint32(buf)] = true
-				fl.mu.Unlock()
-			}
-		}
-	}()
-	go func() {
-		defer close(fl.done)
-		defer sc.Close()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		buf := make([]byte, 16)
-		for i := uint32(0); ; i++ {
-			select {
-			case <-fl.quit:
-				time.Sleep(time.Second)
-				rc.Close()
-				<-recvDone
-				return
-			case <-tick.C:
-			}
-			binary.BigEndian.PutUint32(buf, i)
-			_, _ = sc.Write(buf)
-			fl.mu.Lock()
-			fl.sent++
-			fl.mu.Unlock()
-		}
-	}()
-	f.t.Cleanup(func() {
-		select {
-		case <-fl.done:
-		default:
-			close(fl.quit)
-			<-fl.done
-		}
-	})
+	fl := udpFlow{name: fmt.Sprintf("%s→%s", src, dst), Flow: udpflow.Start(rc, sc, 10*time.Millisecond, 16)}
+	f.t.Cleanup(func() { fl.Stop() })
 	return fl
-}
-
-// stop ends the flow and returns the lost sequence numbers (at most 20)
-// and how many were sent.
-func (fl *udpFlow) stop() (lost []uint32, sent int) {
-	close(fl.quit)
-	<-fl.done
-	fl.mu.Lock()
-	defer fl.mu.Unlock()
-	for i := 0; i < fl.sent; i++ {
-		if !fl.received[uint32(i)] && len(lost) < 20 {
-			lost = append(lost, uint32(i))
-		}
-	}
-	return lost, fl.sent
 }

@@ -156,7 +156,7 @@ func (f *fabric) hostOn(node string, blk netip.Prefix) netip.Addr {
 // lost.
 func (f *fabric) restartAcross(node string, frr *frrPeer, peers []string, nsA string, a netip.Addr, nsB string, b netip.Addr, port int) {
 	f.t.Helper()
-	flows := []*udpFlow{f.startUDP(nsA, a, nsB, b, port), f.startUDP(nsB, b, nsA, a, port+1)}
+	flows := []udpFlow{f.startUDP(nsA, a, nsB, b, port), f.startUDP(nsB, b, nsA, a, port+1)}
 	time.Sleep(time.Second)
 	f.kill(node)
 	time.Sleep(time.Second)
@@ -173,7 +173,7 @@ func (f *fabric) restartAcross(node string, frr *frrPeer, peers []string, nsA st
 	})
 	time.Sleep(2 * time.Second)
 	for _, fl := range flows {
-		if lost, sent := fl.stop(); len(lost) > 0 {
+		if lost, sent := fl.Stop(); len(lost) > 0 {
 			f.t.Errorf("%s: lost %v… of %d datagrams across the restart of %s", fl.name, lost, sent, node)
 		}
 	}

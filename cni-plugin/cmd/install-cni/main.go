@@ -70,14 +70,6 @@ SLEEP=false exits after the install.`,
 	}
 	cmd.Flags().StringVar(&root, "root", "/", "Prefix of every path in the container (for tests)")
 	cmd.Flags().DurationVar(&interval, "poll-interval", time.Second, "How often the token and certificates are checked for changes (with SLEEP=true)")
-	cmd.AddCommand(&cobra.Command{
-		Use:   "version",
-		Short: "Display the version of this binary",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Print(buildinfo.Get().Lines("Version"))
-			return nil
-		},
-	})
+	cmd.AddCommand(buildinfo.Command())
 	return cmd
 }

@@ -83,14 +83,6 @@ prometheusMetricsPort (9094), or HEALTH_PORT.`,
 			return err
 		},
 	}
-	root.AddCommand(&cobra.Command{
-		Use:   "version",
-		Short: "Display the version of this binary",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cmd.Print(buildinfo.Get().Lines("Version"))
-			return nil
-		},
-	})
+	root.AddCommand(buildinfo.Command())
 	return root
 }

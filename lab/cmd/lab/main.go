@@ -398,16 +398,12 @@ func selfCommand() string {
 	return exe
 }
 
+// newVersion is the binaries' version command, printing on stdout like
+// lab's other commands.
 func newVersion() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Display the version of this binary",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprint(cmd.OutOrStdout(), buildinfo.Get().Lines("Version"))
-			return nil
-		},
-	}
+	c := buildinfo.Command()
+	c.SetOut(os.Stdout)
+	return c
 }
 
 func newPing(g *globals) *cobra.Command {
