@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests run (kube-apiserver,
-# kube-controller-manager, kube-proxy, kubectl) from the Go module proxy, in
+# kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, the
+# e2e test image agnhost and the upstream e2e suite e2e.test) from the Go
+# module proxy, in
 # a helper module of their own (never the project's go.mod), and keeps them
 # in a cache outside the checkout, keyed by version. A second call finds
 # them and returns at once; a cold build takes several minutes.
@@ -12,7 +14,11 @@ set -euo pipefail
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 CACHE_ROOT="${PALISADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/palisade}"
 DIR="$CACHE_ROOT/kube-$KUBE_VERSION"
-BINARIES=(kube-apiserver kube-controller-manager kube-proxy kubectl)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
+# agnhost is the e2e suites' workload (test/images/agnhost, part of the
+# k8s.io/kubernetes module); e2e.test is test/e2e compiled as a test binary.
+AGNHOST_PKG=k8s.io/kubernetes/test/images/agnhost
+E2E_PKG=k8s.io/kubernetes/test/e2e
 
 die() { echo "kube-tools: $*" >&2; exit 1; }
 
@@ -23,7 +29,7 @@ fi
 
 complete() {
 	[ "$(cat "$DIR/.version" 2>/dev/null)" = "$KUBE_VERSION" ] || return 1
-	for b in "${BINARIES[@]}"; do [ -x "$DIR/$b" ] || return 1; done
+	for b in "${BINARIES[@]}" agnhost e2e.test; do [ -x "$DIR/$b" ] || return 1; done
 }
 complete && exit 0
 
@@ -63,6 +69,7 @@ mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging
 	echo
 	echo "tool ("
 	for b in "${BINARIES[@]}"; do echo "	k8s.io/kubernetes/cmd/$b"; done
+	echo "	$AGNHOST_PKG"
 	echo ")"
 } >go.mod
 
@@ -74,8 +81,10 @@ rm -rf "$out"
 mkdir -p "$out"
 pkgs=()
 for b in "${BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out" -ldflags "$ldflags" "${pkgs[@]}" ||
+GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out" -ldflags "$ldflags" "${pkgs[@]}" "$AGNHOST_PKG" ||
 	die "go build of Kubernetes $KUBE_VERSION failed"
+GOFLAGS=-mod=mod CGO_ENABLED=0 go test -c -trimpath -o "$out/e2e.test" -ldflags "$ldflags" "$E2E_PKG" ||
+	die "go test -c of Kubernetes $KUBE_VERSION's e2e suite failed"
 echo "$KUBE_VERSION" >"$out/.version"
 rm -rf "$DIR"
 mv "$out" "$DIR"
