@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -226,7 +227,9 @@ func testInstallCNI(t *testing.T, c *kubetest.Cluster, objs []*unstructured.Unst
 			t.Fatal(err)
 		}
 	}
-	for _, b := range []string{"calico", "calico-ipam"} {
+	// The plugins of the calico-node image's /opt/cni/bin.
+	plugins := []string{"calico", "calico-ipam", "portmap", "bandwidth"}
+	for _, b := range plugins {
 		if err := os.WriteFile(root+install.SourceBinDir+"/"+b, []byte("#!/bin/true "+b+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -267,11 +270,12 @@ func testInstallCNI(t *testing.T, c *kubetest.Cluster, objs []*unstructured.Unst
 		t.Fatal(err)
 	}
 	golden.Check(t, "testdata/10-calico.conflist", strings.NewReplacer(root, "<root>", eps[0], "<etcd>").Replace(string(raw)), *update)
-	for _, b := range []string{"calico", "calico-ipam"} {
+	for _, b := range plugins {
 		if got, _ := os.ReadFile(root + install.HostBinDir + "/" + b); string(got) != "#!/bin/true "+b+"\n" {
 			t.Errorf("%s on the host: %q", b, got)
 		}
 	}
+	checkChain(t, raw)
 
 	// The plugin's view: the conflist's calico entry, as the runtime
 	// hands it over.
@@ -353,5 +357,39 @@ func testInstallCNI(t *testing.T, c *kubetest.Cluster, objs []*unstructured.Unst
 	})
 	if err := asPlugin(); err != nil {
 		t.Errorf("the plugin after the rotation: %v", err)
+	}
+}
+
+// checkChain: the runtime's CNI library reads the conflist as calico,
+// then portmap (host ports, with SNAT for hairpin and localhost) and
+// bandwidth (the pods' bandwidth annotations), as Calico's manifest
+// chains them, each asking the runtime for its capability.
+func checkChain(t *testing.T, raw []byte) {
+	t.Helper()
+	list, err := libcni.NetworkConfFromBytes(raw)
+	if err != nil {
+		t.Fatalf("libcni refuses the conflist: %v", err)
+	}
+	type want struct {
+		typ, capability string
+		snat            bool
+	}
+	wants := []want{{"calico", "", false}, {"portmap", "portMappings", true}, {"bandwidth", "bandwidth", false}}
+	if len(list.Plugins) != len(wants) {
+		t.Fatalf("the conflist chains %d plugins, want %v", len(list.Plugins), wants)
+	}
+	for i, w := range wants {
+		var p struct {
+			Type         string
+			SNAT         *bool `json:"snat"`
+			Capabilities map[string]bool
+		}
+		if err := json.Unmarshal(list.Plugins[i].Bytes, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Type != w.typ || (w.capability != "" && (len(p.Capabilities) != 1 || !p.Capabilities[w.capability])) ||
+			(w.capability == "" && len(p.Capabilities) != 0) || (p.SNAT != nil && *p.SNAT) != w.snat {
+			t.Errorf("plugin %d: %s", i, list.Plugins[i].Bytes)
+		}
 	}
 }
