@@ -32,7 +32,7 @@ TEST_FLAGS ?=
 # hack/kube-tools.sh into a cache outside the checkout, keyed by version.
 KUBE_BIN = $(shell hack/kube-tools.sh --print-dir)
 
-.PHONY: all help deps build kube-tools image-debs images test bench lint clean demo $(BINARIES)
+.PHONY: all help deps build kube-tools image-bins image-debs images test bench lint clean demo $(BINARIES)
 
 all: build
 
@@ -40,7 +40,7 @@ help:
 	@echo "make deps   install Debian packages and Go tools the project needs (root)"
 	@echo "make build  build $(BINARIES) into $(BIN)/"
 	@echo "make kube-tools  build kube-apiserver, kube-controller-manager, kube-proxy and kubectl into $(KUBE_BIN) (once)"
-	@echo "make images OCI image archives of calico-node and calico-kube-controllers in $(IMAGE_DIR)/ (IMAGE_TAG=$(IMAGE_TAG)), no container engine needed"
+	@echo "make images multi-platform ($(IMAGE_ARCHES)) OCI image archives of calico-node, calico-kube-controllers, pause and agnhost in $(IMAGE_DIR)/ (IMAGE_TAG=$(IMAGE_TAG)), no container engine needed"
 	@echo "make test   run every test, including those that need root"
 	@echo "make bench  run every benchmark and print one table of ratios"
 	@echo "make lint   gofmt, go vet and staticcheck"
@@ -61,25 +61,45 @@ $(BINARIES):
 kube-tools:
 	@hack/kube-tools.sh
 
-# The Debian packages of the calico-node image's userspace (iptables,
-# ipset and their libraries), downloaded once with apt-get download.
-image-debs:
-	@hack/image-debs.sh
+# The architectures the images are built for (Go's and Debian's names).
+IMAGE_ARCHES ?= amd64 arm64
 
-# The container images, as OCI image archives (load them with `ctr -n
-# k8s.io images import`, `podman load` or `docker load`); see
-# docs/install.md. Tagged IMAGE_TAG, created at the commit's time so the
-# same commit makes the same images.
+# The binaries of the images, for each of IMAGE_ARCHES: static (CGO off)
+# Go, into $(BIN)/linux-<arch>/ (pause is the sandbox image's program).
+IMAGE_BINARIES := calico-node calico calico-ipam install-cni calicoctl calico-kube-controllers pause
+pause_MAIN := ./hack/images/pause
+image-bins:
+	@for arch in $(IMAGE_ARCHES); do \
+		mkdir -p $(BIN)/linux-$$arch && \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-$$arch/ \
+			$(foreach b,$(IMAGE_BINARIES),$($(b)_MAIN)) || exit 1; \
+	done
+
+# The Debian packages of the calico-node image (iptables, ipset and their
+# libraries; containernetworking-plugins for portmap and bandwidth), for
+# each of IMAGE_ARCHES, downloaded once with apt-get download.
+image-debs:
+	@hack/image-debs.sh $(IMAGE_ARCHES)
+
+# The container images, each a multi-platform OCI image archive (load
+# them with `ctr -n k8s.io images import`, `podman load` or `docker
+# load`); see docs/install.md: $(IMAGE_DIR)/calico-node.tar,
+# calico-kube-controllers.tar (tagged IMAGE_TAG), pause.tar
+# (registry.k8s.io/pause:3.10.2) and agnhost.tar
+# (registry.k8s.io/e2e-test-images/agnhost:2.66.1, from hack/kube-tools.sh's
+# agnhost: this machine's architecture only). Created at the commit's time
+# so the same commit makes the same images.
 IMAGE_TAG ?= latest
 IMAGE_DIR ?= images
-images: build image-debs
-	$(GO) run ./hack/images -bin $(BIN) -debs "$$(hack/image-debs.sh --print-dir)" -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
+images: image-bins image-debs kube-tools
+	$(GO) run ./hack/images -bin '$(BIN)/linux-{arch}' -debs "$$(hack/image-debs.sh --print-dir '{arch}')" \
+		-arch "$$(echo $(IMAGE_ARCHES) | tr " " ,)" -agnhost $(KUBE_BIN)/agnhost -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
 		-version $(VERSION) -created "$$(git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)"
 
 # Tests that exec the binaries find them through PALISADE_BIN, and the
 # Kubernetes ones through PALISADE_KUBE_BIN (a test needing them fails
 # when they are missing).
-test: build kube-tools image-debs
+test: build image-bins kube-tools image-debs
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 bench: build kube-tools

@@ -22,24 +22,26 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// File is one file of a layer: Src on this machine, Dst in the image.
+// File is one file of a layer: Src on this machine (or, with Deb, the
+// path of a file in that Debian package), Dst in the image.
 type File struct {
+	Deb      string
 	Src, Dst string
 	Mode     int64
 }
 
-// Spec is one image.
+// Spec is one image for one platform.
 type Spec struct {
-	// Name is the repository (palisade/calico-node), Tag its tag.
-	Name, Tag string
 	// Debs are Debian packages unpacked into the first layer.
 	Debs []string
 	// Links are symlinks added to the Debian layer (Dst → Src), as the
 	// packages' maintainer scripts would make them (update-alternatives).
 	Links map[string]string
-	// Files make the last layer.
+	// Files make the last layer, with Dirs (empty directories, 1777).
 	Files      []File
+	Dirs       []string
 	Entrypoint []string
+	Cmd        []string
 	User       string
 	Env        []string
 	Labels     map[string]string
@@ -133,21 +135,34 @@ func skipped(name string) bool {
 	return false
 }
 
-// fileLayer is a tar layer of files, with their parent directories.
-func fileLayer(files []File, mtime time.Time) ([]byte, error) {
+// fileLayer is a tar layer of files, with their parent directories, and
+// of the empty directories dirs.
+func fileLayer(files []File, dirs []string, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path.Clean(d), "/") + "/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mtime}); err != nil {
+			return nil, err
+		}
+	}
+	made := map[string]bool{}
+	debs := map[string]map[string][]byte{}
 	for _, f := range files {
-		data, err := os.ReadFile(f.Src)
+		var data []byte
+		var err error
+		if f.Deb != "" {
+			data, err = fromDeb(debs, f.Deb, f.Src)
+		} else {
+			data, err = os.ReadFile(f.Src)
+		}
 		if err != nil {
 			return nil, err
 		}
 		dst := strings.TrimPrefix(path.Clean(f.Dst), "/")
 		var parents []string
-		for d := path.Dir(dst); d != "." && !dirs[d]; d = path.Dir(d) {
+		for d := path.Dir(dst); d != "." && !made[d]; d = path.Dir(d) {
 			parents = append([]string{d}, parents...)
-			dirs[d] = true
+			made[d] = true
 		}
 		for _, d := range parents {
 			if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mtime}); err != nil {
@@ -165,6 +180,43 @@ func fileLayer(files []File, mtime time.Time) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// fromDeb returns the file name of the Debian package deb (read once
+// into cache, regular files only).
+func fromDeb(cache map[string]map[string][]byte, deb, name string) ([]byte, error) {
+	files, ok := cache[deb]
+	if !ok {
+		out, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
+		if err != nil {
+			return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
+		}
+		files = map[string][]byte{}
+		tr := tar.NewReader(bytes.NewReader(out))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", deb, err)
+			}
+			if h.Typeflag != tar.TypeReg {
+				continue
+			}
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", deb, err)
+			}
+			files[strings.TrimPrefix(path.Clean(h.Name), "./")] = b
+		}
+		cache[deb] = files
+	}
+	data, ok := files[name]
+	if !ok {
+		return nil, fmt.Errorf("%s has no file %s", deb, name)
+	}
+	return data, nil
 }
 
 // layer is a tar layer, compressed once (the library would compress it
@@ -185,7 +237,7 @@ func Image(s Spec) (v1.Image, error) {
 		}
 		tars = append(tars, data)
 	}
-	data, err := fileLayer(s.Files, s.Created)
+	data, err := fileLayer(s.Files, s.Dirs, s.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -206,16 +258,42 @@ func Image(s Spec) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = s.Arch, "linux"
+	cf.Architecture, cf.OS, cf.Variant = s.Arch, "linux", variant(s.Arch)
 	cf.Created = v1.Time{Time: s.Created}
-	cf.Config.Entrypoint, cf.Config.User, cf.Config.Env, cf.Config.Labels = s.Entrypoint, s.User, s.Env, s.Labels
+	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User, cf.Config.Env, cf.Config.Labels = s.Entrypoint, s.Cmd, s.User, s.Env, s.Labels
 	return mutate.ConfigFile(img, cf)
 }
 
-// WriteArchive writes img as an OCI image layout in a tar archive (what
-// `ctr images import`, `podman load` and `docker load` read), named
-// name:tag in the index.
-func WriteArchive(out string, img v1.Image, name, tag string) error {
+// variant is the platform variant of arch, as containerd normalizes it
+// (arm64 is v8).
+func variant(arch string) string {
+	if arch == "arm64" {
+		return "v8"
+	}
+	return ""
+}
+
+// Index builds every platform's image of t into one OCI image index,
+// each manifest named by its platform, so a runtime picks its own.
+func Index(t Target) (v1.ImageIndex, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, s := range t.Specs {
+		img, err := Image(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Arch, err)
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+			MediaType: types.OCIManifestSchema1,
+			Platform:  &v1.Platform{OS: "linux", Architecture: s.Arch, Variant: variant(s.Arch)},
+		}})
+	}
+	return idx, nil
+}
+
+// WriteArchive writes idx as an OCI image layout in a tar archive (what
+// `ctr images import`, `podman load` and `docker load` read), named ref
+// (a full name:tag) in the layout's index.
+func WriteArchive(out string, idx v1.ImageIndex, ref string) error {
 	dir, err := os.MkdirTemp(filepath.Dir(out), ".oci-layout-")
 	if err != nil {
 		return err
@@ -225,9 +303,9 @@ func WriteArchive(out string, img v1.Image, name, tag string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": tag,
-		"io.containerd.image.name":          "docker.io/" + name + ":" + tag,
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
+		"org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:],
+		"io.containerd.image.name":          ref,
 	})); err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
+	"debug/elf"
 	"io"
 	"os"
 	"os/exec"
@@ -12,29 +14,36 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
-// inputs are the binaries ($PALISADE_BIN) and the packages
-// (hack/image-debs.sh's cache): make test provides both.
-func inputs(t *testing.T) (string, []string) {
+// inputs are, for each of Arches, the binaries ($PALISADE_BIN/linux-ARCH,
+// make image-bins), the packages (hack/image-debs.sh's cache) and, for
+// this machine's architecture, agnhost ($PALISADE_KUBE_BIN): make test
+// provides them all.
+func inputs(t *testing.T) []Inputs {
 	t.Helper()
 	bin := os.Getenv("PALISADE_BIN")
 	if bin == "" {
 		t.Skip("PALISADE_BIN is not set (make test sets it)")
 	}
-	out, err := exec.Command("../image-debs.sh", "--print-dir").Output()
-	if err != nil {
-		t.Fatal(err)
+	var in []Inputs
+	for _, arch := range Arches {
+		out, err := exec.Command("../image-debs.sh", "--print-dir", arch).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Inputs{Arch: arch, Bin: filepath.Join(bin, "linux-"+arch), Debs: strings.TrimSpace(string(out))}
+		if kube := os.Getenv("PALISADE_KUBE_BIN"); kube != "" && arch == runtime.GOARCH {
+			p.Agnhost = filepath.Join(kube, "agnhost")
+		}
+		in = append(in, p)
 	}
-	debs, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "*.deb"))
-	if len(debs) == 0 {
-		t.Fatalf("no packages in %s: run hack/image-debs.sh (make test does)", out)
-	}
-	return bin, debs
+	return in
 }
 
 // unpack extracts an archive into dir.
@@ -80,24 +89,46 @@ func extract(t *testing.T, tr *tar.Reader, dir string) map[string]*tar.Header {
 	}
 }
 
-// TestImages builds both images from bin/ and the Debian packages, writes
-// their archives, and reads them back as a runtime would: the OCI index
-// names the image, every blob matches its digest, the config has the
-// entrypoint, user and architecture, the layers hold the binaries and
-// felix's userspace; as root, that userspace runs in a chroot of the
-// image's file system.
+// elfMachines are the ELF machines of Arches.
+var elfMachines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
+// loaders are the dynamic loaders Debian's libc6 puts in the image.
+var loaders = map[string]string{"amd64": "lib64/ld-linux-x86-64.so.2", "arm64": "lib/ld-linux-aarch64.so.1"}
+
+// TestImages builds every image for every architecture from the binaries
+// and the Debian packages, writes their archives, and reads them back as a
+// runtime would: the layout's index names the image and points at an
+// image index with one manifest per platform; every blob matches its
+// digest; each platform's config has the entrypoint, user and
+// architecture, and its layers hold the binaries (ELF for that
+// architecture) and, for calico-node, felix's userspace and the chained
+// CNI plugins. As root, this machine's platform is run in a chroot of the
+// image's file system, and its install-cni installs calico, calico-ipam,
+// portmap and bandwidth into a host directory.
 func TestImages(t *testing.T) {
-	bin, debs := inputs(t)
+	in := inputs(t)
 	began := time.Now()
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, s := range Specs(bin, debs, "test", "v-test", created) {
-		t.Run(filepath.Base(s.Name), func(t *testing.T) {
-			img, err := Image(s)
+	targets := Targets(in, "test", "v-test", created)
+	if err := Check(targets); err != nil {
+		t.Fatalf("%v (make image-bins image-debs)", err)
+	}
+	for _, tg := range targets {
+		t.Run(tg.Archive, func(t *testing.T) {
+			wantArches := Arches
+			if tg.Ref == AgnhostRef {
+				// hack/kube-tools.sh builds agnhost for this machine only.
+				wantArches = []string{runtime.GOARCH}
+			}
+			if got := archesOf(tg.Specs); !slices.Equal(got, wantArches) {
+				t.Fatalf("platforms %v, want %v", got, wantArches)
+			}
+			idx, err := Index(tg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			archive := filepath.Join(t.TempDir(), ArchiveName(s.Name))
-			if err := WriteArchive(archive, img, s.Name, s.Tag); err != nil {
+			archive := filepath.Join(t.TempDir(), tg.Archive)
+			if err := WriteArchive(archive, idx, tg.Ref); err != nil {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
@@ -106,93 +137,198 @@ func TestImages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			idx, err := p.ImageIndex()
+			top, err := p.ImageIndex()
 			if err != nil {
 				t.Fatal(err)
 			}
-			im, err := idx.IndexManifest()
+			im, err := top.IndexManifest()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(im.Manifests) != 1 || im.Manifests[0].MediaType != types.OCIManifestSchema1 ||
-				im.Manifests[0].Annotations["io.containerd.image.name"] != "docker.io/"+s.Name+":test" ||
-				im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "test" {
-				t.Fatalf("index: %+v", im.Manifests)
+			if len(im.Manifests) != 1 || im.Manifests[0].MediaType != types.OCIImageIndex ||
+				im.Manifests[0].Annotations["io.containerd.image.name"] != tg.Ref ||
+				!strings.HasSuffix(tg.Ref, ":"+im.Manifests[0].Annotations["org.opencontainers.image.ref.name"]) {
+				t.Fatalf("layout index: %+v", im.Manifests)
 			}
-			back, err := idx.Image(im.Manifests[0].Digest)
+			back, err := top.ImageIndex(im.Manifests[0].Digest)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := validate.Image(back); err != nil {
+			if err := validate.Index(back); err != nil {
 				t.Fatalf("the archive's blobs do not match their digests: %v", err)
 			}
-			cf, err := back.ConfigFile()
+			bm, err := back.IndexManifest()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cf.Architecture != runtime.GOARCH || cf.OS != "linux" || !slices.Equal(cf.Config.Entrypoint, s.Entrypoint) ||
-				cf.Config.User != s.User || cf.Config.Labels["org.opencontainers.image.version"] != "v-test" || !cf.Created.Time.Equal(created) {
-				t.Errorf("config: %s/%s entrypoint %v user %q labels %v created %v", cf.OS, cf.Architecture, cf.Config.Entrypoint, cf.Config.User, cf.Config.Labels, cf.Created)
+			if len(bm.Manifests) != len(tg.Specs) {
+				t.Fatalf("%d platforms in the image index, want %d", len(bm.Manifests), len(tg.Specs))
 			}
-			layers, err := back.Layers()
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantLayers := 1
-			if len(s.Debs) > 0 {
-				wantLayers = 2
-			}
-			if len(layers) != wantLayers {
-				t.Errorf("%d layers, want %d", len(layers), wantLayers)
-			}
-			for _, l := range layers {
-				if mt, _ := l.MediaType(); mt != types.OCILayer {
-					t.Errorf("layer media type %s", mt)
+			for i, d := range bm.Manifests {
+				s := tg.Specs[i]
+				if d.MediaType != types.OCIManifestSchema1 || d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != s.Arch {
+					t.Fatalf("manifest %d: %s %+v, want linux/%s", i, d.MediaType, d.Platform, s.Arch)
 				}
-			}
-			rootfs := t.TempDir()
-			rc := mutate.Extract(back)
-			files := extract(t, tar.NewReader(rc), rootfs)
-			rc.Close()
-			for _, f := range s.Files {
-				h := files[strings.TrimPrefix(f.Dst, "/")]
-				if h == nil || h.Mode != 0o755 {
-					t.Errorf("%s: %+v", f.Dst, h)
-				}
-			}
-			if len(s.Debs) == 0 {
-				return
-			}
-			for _, want := range []string{"usr/sbin/ipset", "usr/sbin/xtables-nft-multi", "usr/sbin/xtables-legacy-multi",
-				"usr/sbin/iptables-nft-restore", "usr/sbin/iptables-legacy-save", "usr/sbin/iptables", "lib64/ld-linux-x86-64.so.2", "etc/protocols"} {
-				if files[want] == nil {
-					t.Errorf("the image has no %s", want)
-				}
-			}
-			for p := range files {
-				if strings.HasPrefix(p, "usr/share/doc/") || strings.HasPrefix(p, "usr/share/man/") {
-					t.Errorf("documentation in the image: %s", p)
-					break
-				}
-			}
-			if os.Geteuid() != 0 {
-				t.Log("not root: the image's userspace is not run in a chroot")
-				return
-			}
-			for _, argv := range [][]string{
-				{"/usr/sbin/iptables", "--version"}, {"/usr/sbin/iptables-legacy-save", "--version"},
-				{"/usr/sbin/ip6tables-nft-restore", "--version"}, {"/usr/sbin/ipset", "version"},
-				{"/bin/calico-node", "version"}, {"/bin/install-cni", "version"},
-			} {
-				out, err := exec.Command("chroot", append([]string{rootfs}, argv...)...).CombinedOutput()
+				img, err := back.Image(d.Digest)
 				if err != nil {
-					t.Errorf("chroot %s: %v\n%s", strings.Join(argv, " "), err, out)
+					t.Fatal(err)
 				}
-				if argv[0] == "/usr/sbin/iptables" && !strings.Contains(string(out), "nf_tables") {
-					t.Errorf("iptables in the image is not the nft backend: %s", out)
-				}
+				t.Run(s.Arch, func(t *testing.T) { checkImage(t, tg, s, img, created) })
 			}
 		})
 	}
-	t.Logf("built and read back both images in %s", time.Since(began).Round(time.Millisecond))
+	t.Logf("built and read back %d images in %s", len(targets), time.Since(began).Round(time.Millisecond))
+}
+
+func archesOf(specs []Spec) []string {
+	var a []string
+	for _, s := range specs {
+		a = append(a, s.Arch)
+	}
+	return a
+}
+
+// checkImage reads one platform's image back.
+func checkImage(t *testing.T, tg Target, s Spec, img v1.Image, created time.Time) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Architecture != s.Arch || cf.OS != "linux" || cf.Variant != variant(s.Arch) || !slices.Equal(cf.Config.Entrypoint, s.Entrypoint) ||
+		!slices.Equal(cf.Config.Cmd, s.Cmd) || cf.Config.User != s.User ||
+		cf.Config.Labels["org.opencontainers.image.version"] != "v-test" || !cf.Created.Time.Equal(created) {
+		t.Errorf("config: %s/%s/%s entrypoint %v cmd %v user %q labels %v created %v", cf.OS, cf.Architecture, cf.Variant,
+			cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User, cf.Config.Labels, cf.Created)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLayers := 1
+	if len(s.Debs) > 0 {
+		wantLayers = 2
+	}
+	if len(layers) != wantLayers {
+		t.Errorf("%d layers, want %d", len(layers), wantLayers)
+	}
+	for _, l := range layers {
+		if mt, _ := l.MediaType(); mt != types.OCILayer {
+			t.Errorf("layer media type %s", mt)
+		}
+	}
+	rootfs := t.TempDir()
+	rc := mutate.Extract(img)
+	files := extract(t, tar.NewReader(rc), rootfs)
+	rc.Close()
+	// Every file of the last layer is a program for the image's platform.
+	for _, f := range s.Files {
+		h := files[strings.TrimPrefix(f.Dst, "/")]
+		if h == nil || h.Mode != 0o755 {
+			t.Errorf("%s: %+v", f.Dst, h)
+			continue
+		}
+		if m := machine(t, filepath.Join(rootfs, f.Dst)); m != elfMachines[s.Arch] {
+			t.Errorf("%s is an ELF for %v, want %v", f.Dst, m, elfMachines[s.Arch])
+		}
+	}
+	for _, d := range s.Dirs {
+		if h := files[strings.TrimPrefix(d, "/")]; h == nil || h.Typeflag != tar.TypeDir {
+			t.Errorf("no directory %s", d)
+		}
+	}
+	if len(s.Debs) == 0 {
+		return
+	}
+	for _, want := range []string{"usr/sbin/ipset", "usr/sbin/xtables-nft-multi", "usr/sbin/xtables-legacy-multi",
+		"usr/sbin/iptables-nft-restore", "usr/sbin/iptables-legacy-save", "usr/sbin/iptables", loaders[s.Arch], "etc/protocols",
+		"opt/cni/bin/portmap", "opt/cni/bin/bandwidth"} {
+		if files[want] == nil {
+			t.Errorf("the image has no %s", want)
+		}
+	}
+	for _, p := range []string{"usr/sbin/xtables-nft-multi", "usr/sbin/ipset"} {
+		if m := machine(t, filepath.Join(rootfs, p)); m != elfMachines[s.Arch] {
+			t.Errorf("%s is an ELF for %v, want %v", p, m, elfMachines[s.Arch])
+		}
+	}
+	for p := range files {
+		if strings.HasPrefix(p, "usr/share/doc/") || strings.HasPrefix(p, "usr/share/man/") {
+			t.Errorf("documentation in the image: %s", p)
+			break
+		}
+	}
+	if s.Arch != runtime.GOARCH {
+		return
+	}
+	installCNI(t, rootfs)
+	if os.Geteuid() != 0 {
+		t.Log("not root: the image's userspace is not run in a chroot")
+		return
+	}
+	for _, argv := range [][]string{
+		{"/usr/sbin/iptables", "--version"}, {"/usr/sbin/iptables-legacy-save", "--version"},
+		{"/usr/sbin/ip6tables-nft-restore", "--version"}, {"/usr/sbin/ipset", "version"},
+		{"/bin/calico-node", "version"}, {"/bin/install-cni", "version"},
+	} {
+		out, err := exec.Command("chroot", append([]string{rootfs}, argv...)...).CombinedOutput()
+		if err != nil {
+			t.Errorf("chroot %s: %v\n%s", strings.Join(argv, " "), err, out)
+		}
+		if argv[0] == "/usr/sbin/iptables" && !strings.Contains(string(out), "nf_tables") {
+			t.Errorf("iptables in the image is not the nft backend: %s", out)
+		}
+	}
+}
+
+// installCNI runs the image's install-cni on the image's own file system
+// (its --root), with the host's CNI directories mounted where the
+// manifest mounts them, and checks that every plugin the conflist chains
+// reached the host's bin directory, identical to the image's and
+// answering CNI's VERSION command there.
+func installCNI(t *testing.T, rootfs string) {
+	t.Helper()
+	sa := "var/run/secrets/kubernetes.io/serviceaccount"
+	for _, d := range []string{"host/opt/cni/bin", "host/etc/cni/net.d", sa} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, data := range map[string]string{"token": "token-1", "ca.crt": "CA"} {
+		if err := os.WriteFile(filepath.Join(rootfs, sa, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(rootfs, "bin/install-cni"), "--root", rootfs)
+	cmd.Env = []string{"SLEEP=false", "KUBERNETES_NODE_NAME=node1", "ETCD_ENDPOINTS=https://198.18.0.1:2379",
+		"KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install-cni: %v\n%s", err, out)
+	}
+	for _, pl := range append([]string{"calico", "calico-ipam"}, ChainedPlugins...) {
+		got, err := os.ReadFile(filepath.Join(rootfs, "host/opt/cni/bin", pl))
+		if err != nil {
+			t.Errorf("install-cni did not install %s: %v", pl, err)
+			continue
+		}
+		want, _ := os.ReadFile(filepath.Join(rootfs, "opt/cni/bin", pl))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s on the host differs from the image's", pl)
+		}
+		v := exec.Command(filepath.Join(rootfs, "host/opt/cni/bin", pl))
+		v.Env = []string{"CNI_COMMAND=VERSION"}
+		if out, err := v.CombinedOutput(); err != nil || !strings.Contains(string(out), "supportedVersions") {
+			t.Errorf("%s VERSION on the host: %v\n%s", pl, err, out)
+		}
+	}
+}
+
+// machine is the ELF machine of the executable at path.
+func machine(t *testing.T, path string) elf.Machine {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer f.Close()
+	return f.Machine
 }

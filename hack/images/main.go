@@ -1,113 +1,119 @@
-// Command images builds the calico-node and calico-kube-controllers
-// container images as OCI image archives, without a container engine:
-// the binaries of bin/ and, for calico-node, the Debian userspace felix
-// runs (iptables with both backends, ipset and their libraries) unpacked
-// from the packages hack/image-debs.sh downloaded. `make images` runs it.
+// Command images builds Palisade's container images, and the two images a
+// real-node lab needs besides, as multi-platform OCI image archives
+// without a container engine: calico-node (the binaries of bin/, the
+// portmap and bandwidth CNI plugins and the Debian userspace felix runs,
+// unpacked from the packages hack/image-debs.sh downloaded),
+// calico-kube-controllers, the kubelet's sandbox image (pause) and the
+// e2e suites' workload (agnhost). `make images` runs it.
 package main
 
 import (
+	"debug/elf"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"sort"
+	"strings"
 	"time"
 )
 
-// Names of the images, as manifests/calico-etcd.yaml refers to them.
+// Names of the images, as manifests/calico-etcd.yaml (Palisade's) and
+// the kubelet and the e2e suite (pause, agnhost) refer to them.
 const (
-	NodeImage            = "palisade/calico-node"
-	KubeControllersImage = "palisade/calico-kube-controllers"
+	NodeImage            = "docker.io/palisade/calico-node"
+	KubeControllersImage = "docker.io/palisade/calico-kube-controllers"
+	// PauseRef is the sandbox image kubelet v1.37 and kubeadm default to.
+	PauseRef = "registry.k8s.io/pause:3.10.2"
+	// AgnhostRef is the image test/e2e v1.37.2 runs its workloads in
+	// (test/utils/image/manifest.go).
+	AgnhostRef = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 )
 
-// defaultPath is the images' PATH.
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// iptablesLinks are what update-alternatives makes on a Debian host: the
-// plain iptables commands name the nft backend (felix picks the backend
-// that holds the host's rules either way).
-var iptablesLinks = map[string]string{
-	"usr/sbin/iptables":          "iptables-nft",
-	"usr/sbin/iptables-save":     "iptables-nft-save",
-	"usr/sbin/iptables-restore":  "iptables-nft-restore",
-	"usr/sbin/ip6tables":         "ip6tables-nft",
-	"usr/sbin/ip6tables-save":    "ip6tables-nft-save",
-	"usr/sbin/ip6tables-restore": "ip6tables-nft-restore",
-}
-
-// Specs are the two images, from the binaries in bin and the packages
-// in debs.
-func Specs(bin string, debs []string, tag, version string, created time.Time) []Spec {
-	labels := func(title string) map[string]string {
-		return map[string]string{"org.opencontainers.image.title": title, "org.opencontainers.image.version": version}
-	}
-	return []Spec{
-		{
-			Name: NodeImage, Tag: tag, Debs: debs, Links: iptablesLinks,
-			Files: []File{
-				{filepath.Join(bin, "calico-node"), "/bin/calico-node", 0o755},
-				{filepath.Join(bin, "install-cni"), "/bin/install-cni", 0o755},
-				{filepath.Join(bin, "calicoctl"), "/bin/calicoctl", 0o755},
-				{filepath.Join(bin, "calico"), "/opt/cni/bin/calico", 0o755},
-				{filepath.Join(bin, "calico-ipam"), "/opt/cni/bin/calico-ipam", 0o755},
-			},
-			Entrypoint: []string{"/bin/calico-node"}, Env: []string{defaultPath},
-			Labels: labels("calico-node"), Arch: runtime.GOARCH, Created: created,
-		},
-		{
-			Name: KubeControllersImage, Tag: tag,
-			Files:      []File{{filepath.Join(bin, "calico-kube-controllers"), "/usr/bin/calico-kube-controllers", 0o755}},
-			Entrypoint: []string{"/usr/bin/calico-kube-controllers"}, User: "999:999", Env: []string{defaultPath},
-			Labels: labels("calico-kube-controllers"), Arch: runtime.GOARCH, Created: created,
-		},
-	}
-}
-
-// ArchiveName is the file an image is written to.
-func ArchiveName(image string) string { return filepath.Base(image) + ".oci.tar" }
+// Arches are the architectures `make images` builds for.
+var Arches = []string{"amd64", "arm64"}
 
 func main() {
-	bin := flag.String("bin", "bin", "directory of the Palisade binaries")
-	debDir := flag.String("debs", "", "directory of the Debian packages for calico-node (hack/image-debs.sh --print-dir)")
+	bin := flag.String("bin", "bin/linux-{arch}", "directory of the Palisade binaries (and pause) built for {arch}")
+	debs := flag.String("debs", "", "directory of the Debian packages for {arch} (hack/image-debs.sh --print-dir '{arch}')")
+	agnhost := flag.String("agnhost", "", "agnhost binaries (comma-separated; each one's ELF header says its architecture)")
+	arches := flag.String("arch", strings.Join(Arches, ","), "architectures to build")
 	out := flag.String("out", "images", "where the archives are written")
-	tag := flag.String("tag", "latest", "the images' tag")
+	tag := flag.String("tag", "latest", "the Palisade images' tag")
 	version := flag.String("version", "dev", "the version recorded in the images' labels")
 	createdFlag := flag.String("created", "1970-01-01T00:00:00Z", "creation time of the images and their files (RFC 3339)")
 	flag.Parse()
-	if err := run(*bin, *debDir, *out, *tag, *version, *createdFlag); err != nil {
+	if err := run(*bin, *debs, *agnhost, *arches, *out, *tag, *version, *createdFlag); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, debDir, out, tag, version, createdFlag string) error {
+func run(bin, debs, agnhost, arches, out, tag, version, createdFlag string) error {
 	created, err := time.Parse(time.RFC3339, createdFlag)
 	if err != nil {
 		return fmt.Errorf("-created %q: %w", createdFlag, err)
 	}
-	if debDir == "" {
-		return fmt.Errorf("-debs is required (hack/image-debs.sh --print-dir)")
+	if debs == "" {
+		return fmt.Errorf("-debs is required (hack/image-debs.sh --print-dir '{arch}')")
 	}
-	debs, err := filepath.Glob(filepath.Join(debDir, "*.deb"))
-	if err != nil || len(debs) == 0 {
-		return fmt.Errorf("no Debian packages in %s: run hack/image-debs.sh", debDir)
+	agn := map[string]string{}
+	for _, p := range strings.Split(agnhost, ",") {
+		if p == "" {
+			continue
+		}
+		arch, err := ELFArch(p)
+		if err != nil {
+			return fmt.Errorf("-agnhost: %w", err)
+		}
+		agn[arch] = p
 	}
-	sort.Strings(debs)
+	var in []Inputs
+	for _, arch := range strings.Split(arches, ",") {
+		in = append(in, Inputs{Arch: arch, Bin: strings.ReplaceAll(bin, "{arch}", arch),
+			Debs: strings.ReplaceAll(debs, "{arch}", arch), Agnhost: agn[arch]})
+	}
+	targets := Targets(in, tag, version, created)
+	if err := Check(targets); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	for _, s := range Specs(bin, debs, tag, version, created) {
-		img, err := Image(s)
+	for _, t := range targets {
+		if len(t.Specs) == 0 {
+			fmt.Printf("%s: not built (no input for any architecture)\n", t.Ref)
+			continue
+		}
+		idx, err := Index(t)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.Name, err)
+			return fmt.Errorf("%s: %w", t.Ref, err)
 		}
-		path := filepath.Join(out, ArchiveName(s.Name))
-		if err := WriteArchive(path, img, s.Name, s.Tag); err != nil {
-			return fmt.Errorf("%s: %w", s.Name, err)
+		path := filepath.Join(out, t.Archive)
+		if err := WriteArchive(path, idx, t.Ref); err != nil {
+			return fmt.Errorf("%s: %w", t.Ref, err)
 		}
-		digest, _ := img.Digest()
-		fmt.Printf("%s:%s %s %s\n", s.Name, s.Tag, digest, path)
+		digest, _ := idx.Digest()
+		var archs []string
+		for _, s := range t.Specs {
+			archs = append(archs, s.Arch)
+		}
+		fmt.Printf("%s %s %s [%s]\n", t.Ref, digest, path, strings.Join(archs, " "))
 	}
 	return nil
+}
+
+// ELFArch is the GOARCH name of an ELF executable's machine.
+func ELFArch(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	defer f.Close()
+	switch f.Machine {
+	case elf.EM_X86_64:
+		return "amd64", nil
+	case elf.EM_AARCH64:
+		return "arm64", nil
+	}
+	return "", fmt.Errorf("%s: ELF machine %v is neither amd64 nor arm64", path, f.Machine)
 }

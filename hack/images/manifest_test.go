@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -21,11 +22,12 @@ func TestManifestImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string][]string{}
-	for _, s := range Specs("bin", nil, "latest", "", time.Time{}) {
+	for _, tg := range Targets([]Inputs{{Arch: "amd64", Bin: "bin", Agnhost: "agnhost"}}, "latest", "", time.Time{}) {
+		s := tg.Specs[0]
 		for _, f := range s.Files {
-			files[s.Name+":"+s.Tag] = append(files[s.Name+":"+s.Tag], f.Dst)
+			files[tg.Ref] = append(files[tg.Ref], f.Dst)
 		}
-		files[s.Name+":"+s.Tag] = append(files[s.Name+":"+s.Tag], s.Entrypoint...)
+		files[tg.Ref] = append(files[tg.Ref], s.Entrypoint...)
 	}
 	checked := 0
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
@@ -35,6 +37,13 @@ func TestManifestImages(t *testing.T) {
 		}
 		var spec corev1.PodSpec
 		switch meta.Kind {
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+			checkPlugins(t, cm.Data["cni_network_config"], files[NodeImage+":latest"])
+			continue
 		case "DaemonSet":
 			var ds appsv1.DaemonSet
 			if err := yaml.Unmarshal([]byte(doc), &ds); err != nil {
@@ -51,7 +60,7 @@ func TestManifestImages(t *testing.T) {
 			continue
 		}
 		for _, c := range append(spec.InitContainers, spec.Containers...) {
-			have, ok := files[c.Image]
+			have, ok := files[normalized(c.Image)]
 			if !ok {
 				t.Errorf("%s runs %s, which make images does not build", c.Name, c.Image)
 				continue
@@ -78,4 +87,49 @@ func TestManifestImages(t *testing.T) {
 	}
 }
 
+// checkPlugins: every plugin the conflist template names (each entry's
+// type, and calico's IPAM) is in the calico-node image's /opt/cni/bin,
+// which install-cni copies to the node.
+func checkPlugins(t *testing.T, tmpl string, image []string) {
+	t.Helper()
+	// Placeholders that stand for numbers are not JSON yet.
+	var list struct {
+		Plugins []struct {
+			Type string
+			IPAM struct{ Type string }
+		}
+	}
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(tmpl, "__CNI_MTU__", "0")), &list); err != nil {
+		t.Fatalf("cni_network_config: %v", err)
+	}
+	var types []string
+	for _, p := range list.Plugins {
+		types = append(types, p.Type)
+		if p.IPAM.Type != "" {
+			types = append(types, p.IPAM.Type)
+		}
+	}
+	if !slices.Equal(types, []string{"calico", "calico-ipam", "portmap", "bandwidth"}) {
+		t.Errorf("the conflist names %v", types)
+	}
+	for _, typ := range types {
+		if !contains(image, "/opt/cni/bin/"+typ) {
+			t.Errorf("the conflist chains %s, which the calico-node image does not carry", typ)
+		}
+	}
+}
+
 func contains(list []string, s string) bool { return slices.Contains(list, s) }
+
+// normalized is an image name as the kubelet and containerd complete it:
+// a first path element that is no host name means Docker Hub.
+func normalized(image string) string {
+	first, _, nested := strings.Cut(image, "/")
+	if !nested {
+		return "docker.io/library/" + image
+	}
+	if !strings.ContainsAny(first, ".:") && first != "localhost" {
+		return "docker.io/" + image
+	}
+	return image
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Inputs are what one architecture's images are made of.
+type Inputs struct {
+	Arch string
+	// Bin holds the Palisade binaries and pause, built for Arch.
+	Bin string
+	// Debs is hack/image-debs.sh's cache for Arch: node/*.deb are
+	// unpacked into calico-node, cni/*.deb give it portmap and bandwidth.
+	Debs string
+	// Agnhost is the agnhost binary for Arch; "" when there is none.
+	Agnhost string
+}
+
+// Target is one image: its name, its archive and a Spec per platform.
+type Target struct {
+	// Ref is the name the archive gives it, as containerd stores it.
+	Ref string
+	// Archive is the archive's file name in the output directory.
+	Archive string
+	Specs   []Spec
+}
+
+// defaultPath is the images' PATH.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// iptablesLinks are what update-alternatives makes on a Debian host: the
+// plain iptables commands name the nft backend (felix picks the backend
+// that holds the host's rules either way).
+var iptablesLinks = map[string]string{
+	"usr/sbin/iptables":          "iptables-nft",
+	"usr/sbin/iptables-save":     "iptables-nft-save",
+	"usr/sbin/iptables-restore":  "iptables-nft-restore",
+	"usr/sbin/ip6tables":         "ip6tables-nft",
+	"usr/sbin/ip6tables-save":    "ip6tables-nft-save",
+	"usr/sbin/ip6tables-restore": "ip6tables-nft-restore",
+}
+
+// ChainedPlugins are the CNI plugins the manifest's conflist chains after
+// calico, taken from Debian's containernetworking-plugins package and
+// installed by install-cni beside calico and calico-ipam.
+var ChainedPlugins = []string{"portmap", "bandwidth"}
+
+// Targets are the four images, for every architecture of in (agnhost
+// only for those with an agnhost binary).
+func Targets(in []Inputs, tag, version string, created time.Time) []Target {
+	labels := func(title string) map[string]string {
+		return map[string]string{"org.opencontainers.image.title": title, "org.opencontainers.image.version": version}
+	}
+	node := Target{Ref: NodeImage + ":" + tag, Archive: "calico-node.tar"}
+	kc := Target{Ref: KubeControllersImage + ":" + tag, Archive: "calico-kube-controllers.tar"}
+	pause := Target{Ref: PauseRef, Archive: "pause.tar"}
+	agnhost := Target{Ref: AgnhostRef, Archive: "agnhost.tar"}
+	for _, p := range in {
+		files := []File{
+			{Src: filepath.Join(p.Bin, "calico-node"), Dst: "/bin/calico-node", Mode: 0o755},
+			{Src: filepath.Join(p.Bin, "install-cni"), Dst: "/bin/install-cni", Mode: 0o755},
+			{Src: filepath.Join(p.Bin, "calicoctl"), Dst: "/bin/calicoctl", Mode: 0o755},
+			{Src: filepath.Join(p.Bin, "calico"), Dst: "/opt/cni/bin/calico", Mode: 0o755},
+			{Src: filepath.Join(p.Bin, "calico-ipam"), Dst: "/opt/cni/bin/calico-ipam", Mode: 0o755},
+		}
+		// The pattern itself when nothing matches: Check names it.
+		cniDeb := filepath.Join(p.Debs, "cni", "containernetworking-plugins_*.deb")
+		if m := glob(cniDeb); len(m) > 0 {
+			cniDeb = m[len(m)-1]
+		}
+		for _, pl := range ChainedPlugins {
+			files = append(files, File{Deb: cniDeb, Src: "usr/lib/cni/" + pl, Dst: "/opt/cni/bin/" + pl, Mode: 0o755})
+		}
+		node.Specs = append(node.Specs, Spec{
+			Debs: glob(filepath.Join(p.Debs, "node", "*.deb")), Links: iptablesLinks, Files: files,
+			Entrypoint: []string{"/bin/calico-node"}, Env: []string{defaultPath},
+			Labels: labels("calico-node"), Arch: p.Arch, Created: created,
+		})
+		kc.Specs = append(kc.Specs, Spec{
+			Files:      []File{{Src: filepath.Join(p.Bin, "calico-kube-controllers"), Dst: "/usr/bin/calico-kube-controllers", Mode: 0o755}},
+			Entrypoint: []string{"/usr/bin/calico-kube-controllers"}, User: "999:999", Env: []string{defaultPath},
+			Labels: labels("calico-kube-controllers"), Arch: p.Arch, Created: created,
+		})
+		// The upstream pause image runs as 65535 too.
+		pause.Specs = append(pause.Specs, Spec{
+			Files:      []File{{Src: filepath.Join(p.Bin, "pause"), Dst: "/pause", Mode: 0o755}},
+			Entrypoint: []string{"/pause"}, User: "65535:65535",
+			Labels: labels("pause"), Arch: p.Arch, Created: created,
+		})
+		if p.Agnhost != "" {
+			// CMD pause, as upstream's: a pod naming only the image idles.
+			agnhost.Specs = append(agnhost.Specs, Spec{
+				Files:      []File{{Src: p.Agnhost, Dst: "/agnhost", Mode: 0o755}},
+				Dirs:       []string{"/tmp", "/uploads"},
+				Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{defaultPath},
+				Labels: labels("agnhost"), Arch: p.Arch, Created: created,
+			})
+		}
+	}
+	return []Target{node, kc, pause, agnhost}
+}
+
+// Check reports the first input a target is missing, naming it.
+func Check(targets []Target) error {
+	for _, t := range targets {
+		for _, s := range t.Specs {
+			if s.Links != nil && len(s.Debs) == 0 {
+				return fmt.Errorf("%s (%s): no Debian packages: run hack/image-debs.sh %s", t.Ref, s.Arch, s.Arch)
+			}
+			for _, f := range s.Files {
+				src := f.Src
+				if f.Deb != "" {
+					src = f.Deb
+				}
+				if _, err := os.Stat(src); err != nil {
+					return fmt.Errorf("%s (%s): %s: %w (make images builds the binaries; hack/image-debs.sh %s downloads the packages)", t.Ref, s.Arch, f.Dst, err, s.Arch)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func glob(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	sort.Strings(m)
+	return m
+}
