@@ -5,7 +5,10 @@
 #   node/  the userspace felix runs (iptables, both backends, and ipset, with
 #          everything they depend on), unpacked whole into the image;
 #   cni/   containernetworking-plugins, of which the image takes only the
-#          portmap and bandwidth plugins.
+#          portmap and bandwidth plugins;
+#   agnhost/  the shell and tools the e2e suites run in the agnhost image
+#          through `kubectl exec … /bin/sh -c` (sh, sleep, grep, curl, wget,
+#          nc), with everything they depend on.
 # A foreign architecture (arm64 on an amd64 machine) is added to dpkg
 # (`dpkg --add-architecture`, then apt-get update) the first time; that
 # needs root. Idempotent: a second call finds the packages and returns at
@@ -17,6 +20,7 @@ set -euo pipefail
 
 NODE_PACKAGES=(iptables ipset)
 CNI_PACKAGES=(containernetworking-plugins)
+AGNHOST_PACKAGES=(dash coreutils grep curl wget netcat-openbsd)
 CACHE_ROOT="${PALISADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/palisade}"
 NATIVE=$(dpkg --print-architecture)
 
@@ -29,8 +33,12 @@ if [ "${1:-}" = "--print-dir" ]; then
 fi
 
 # closure ARCH PKG... prints every package the list needs for ARCH,
-# recursively (Depends and Pre-Depends), one per line, as name:arch for
-# packages of ARCH and name alone for Architecture: all ones.
+# recursively (Depends and Pre-Depends), one per line. apt-cache names a
+# package of the native architecture (or of all) plainly and a foreign
+# one as name:arch, and with a foreign architecture known it lists a
+# Multi-Arch dependency for both: kept are the names of ARCH, and plain
+# names only where there is no name:ARCH (fetch checks every package's
+# architecture afterwards).
 closure() {
 	local arch=$1
 	shift
@@ -38,7 +46,15 @@ closure() {
 	for p in "$@"; do names+=("$p:$arch"); done
 	apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
 		--no-breaks --no-replaces --no-enhances "${names[@]}" 2>/dev/null |
-		grep -v '^ ' | grep -v '^<' | sort -u
+		grep -v '^ ' | grep -v '^<' | sort -u |
+		awk -v arch="$arch" -v native="$NATIVE" '
+			{ n = split($0, f, ":"); base = f[1]; a = (n > 1) ? f[2] : native }
+			a == arch { if (n > 1) want[base] = $0; else if (!(base in want)) want[base] = base }
+			a == native && n == 1 && arch != native { plain[base] = 1 }
+			END {
+				for (b in plain) if (!(b in want)) want[b] = b
+				for (b in want) print want[b]
+			}' | sort
 }
 
 # foreign ARCH makes dpkg and apt know ARCH (root only).
@@ -83,6 +99,12 @@ fetch() {
 		(cd "$dir" && apt-get download "${want[@]}" >/dev/null)
 	} || die "apt-get download ${want[*]} failed"
 	complete || die "some packages are still missing from $dir"
+	for deb in "$dir"/*.deb; do
+		case "$(dpkg-deb -f "$deb" Architecture)" in
+		"$arch" | all) ;;
+		*) die "$deb is not for $arch: remove it and look at the closure" ;;
+		esac
+	done
 	printf '%s\n' "${want[@]}" >"$dir/.packages"
 }
 
@@ -92,4 +114,5 @@ for arch in "${arches[@]}"; do
 	foreign "$arch"
 	fetch "$arch" node "${NODE_PACKAGES[@]}"
 	fetch "$arch" cni --no-deps "${CNI_PACKAGES[@]}"
+	fetch "$arch" agnhost "${AGNHOST_PACKAGES[@]}"
 done

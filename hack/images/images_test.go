@@ -2,9 +2,14 @@ package main
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -239,23 +244,38 @@ func checkImage(t *testing.T, tg Target, s Spec, img v1.Image, created time.Time
 	if len(s.Debs) == 0 {
 		return
 	}
-	for _, want := range []string{"usr/sbin/ipset", "usr/sbin/xtables-nft-multi", "usr/sbin/xtables-legacy-multi",
-		"usr/sbin/iptables-nft-restore", "usr/sbin/iptables-legacy-save", "usr/sbin/iptables", loaders[s.Arch], "etc/protocols",
-		"opt/cni/bin/portmap", "opt/cni/bin/bandwidth"} {
-		if files[want] == nil {
-			t.Errorf("the image has no %s", want)
-		}
-	}
-	for _, p := range []string{"usr/sbin/xtables-nft-multi", "usr/sbin/ipset"} {
-		if m := machine(t, filepath.Join(rootfs, p)); m != elfMachines[s.Arch] {
-			t.Errorf("%s is an ELF for %v, want %v", p, m, elfMachines[s.Arch])
-		}
-	}
 	for p := range files {
 		if strings.HasPrefix(p, "usr/share/doc/") || strings.HasPrefix(p, "usr/share/man/") {
 			t.Errorf("documentation in the image: %s", p)
 			break
 		}
+	}
+	// The Debian userspace of each image, and programs of it that must be
+	// for the image's platform.
+	want, elfs := map[string][]string{
+		NodeImage + ":test": {"usr/sbin/ipset", "usr/sbin/xtables-nft-multi", "usr/sbin/xtables-legacy-multi",
+			"usr/sbin/iptables-nft-restore", "usr/sbin/iptables-legacy-save", "usr/sbin/iptables", "etc/protocols",
+			"opt/cni/bin/portmap", "opt/cni/bin/bandwidth"},
+		AgnhostRef: {"bin/sh", "bin/dash", "bin/sleep", "bin/grep", "bin/nc", "usr/bin/curl", "usr/bin/wget"},
+	}, map[string][]string{
+		NodeImage + ":test": {"usr/sbin/xtables-nft-multi", "usr/sbin/ipset"},
+		AgnhostRef:          {"bin/dash", "usr/bin/curl", "bin/nc.openbsd"},
+	}
+	for _, p := range append(want[tg.Ref], loaders[s.Arch]) {
+		if files[p] == nil {
+			t.Errorf("the image has no %s", p)
+		}
+	}
+	for _, p := range elfs[tg.Ref] {
+		if m := machine(t, filepath.Join(rootfs, p)); m != elfMachines[s.Arch] {
+			t.Errorf("%s is an ELF for %v, want %v", p, m, elfMachines[s.Arch])
+		}
+	}
+	if tg.Ref == AgnhostRef {
+		if s.Arch == runtime.GOARCH {
+			agnhostTools(t, rootfs)
+		}
+		return
 	}
 	if s.Arch != runtime.GOARCH {
 		return
@@ -331,4 +351,57 @@ func machine(t *testing.T, path string) elf.Machine {
 	}
 	defer f.Close()
 	return f.Machine
+}
+
+// agnhostTools runs, as root in a chroot of the agnhost image, what the
+// sig-network e2e suites run in it with `kubectl exec … /bin/sh -x -c`
+// (framework/service/jig.go, framework/network/utils.go, service.go)
+// against servers on this machine's loopback: nc to a TCP echo server,
+// curl and wget to an HTTP one, sleep and grep; and agnhost's own
+// connect, which the Netpol suite execs directly.
+func agnhostTools(t *testing.T, rootfs string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Log("not root: the agnhost image's tools are not run in a chroot")
+		return
+	}
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				if line == "hostName\n" {
+					fmt.Fprintln(c, "pod-1")
+				}
+			}()
+		}
+	}()
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hostname" {
+			fmt.Fprint(w, "pod-1")
+		}
+	}))
+	defer web.Close()
+	echo, url := tcp.Addr().(*net.TCPAddr), web.URL+"/hostname"
+	for _, c := range []struct{ argv []string }{
+		{[]string{"/bin/sh", "-x", "-c", fmt.Sprintf("echo hostName | nc -v -t -w 2 %s %d", echo.IP, echo.Port)}},
+		{[]string{"/bin/sh", "-x", "-c", "curl -g -q -s --connect-timeout 2 " + url}},
+		{[]string{"/bin/sh", "-x", "-c", "wget -T 5 -qO- " + url}},
+		{[]string{"/bin/sh", "-c", "sleep 0.1; echo pod-1 | grep -m 1 -E 'pod-[0-9]'"}},
+		{[]string{"/agnhost", "connect", echo.String(), "--timeout=2s", "--protocol=tcp"}},
+	} {
+		out, err := exec.Command("chroot", append([]string{rootfs}, c.argv...)...).CombinedOutput()
+		if err != nil || (c.argv[0] == "/bin/sh" && !strings.Contains(string(out), "pod-1")) {
+			t.Errorf("chroot %q: %v\n%s", c.argv, err, out)
+		}
+	}
 }

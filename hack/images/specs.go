@@ -14,7 +14,8 @@ type Inputs struct {
 	// Bin holds the Palisade binaries and pause, built for Arch.
 	Bin string
 	// Debs is hack/image-debs.sh's cache for Arch: node/*.deb are
-	// unpacked into calico-node, cni/*.deb give it portmap and bandwidth.
+	// unpacked into calico-node, cni/*.deb give it portmap and bandwidth,
+	// agnhost/*.deb are the shell and tools of the agnhost image.
 	Debs string
 	// Agnhost is the agnhost binary for Arch; "" when there is none.
 	Agnhost string
@@ -43,6 +44,10 @@ var iptablesLinks = map[string]string{
 	"usr/sbin/ip6tables-save":    "ip6tables-nft-save",
 	"usr/sbin/ip6tables-restore": "ip6tables-nft-restore",
 }
+
+// agnhostLinks are what update-alternatives makes for the agnhost
+// image's tools.
+var agnhostLinks = map[string]string{"bin/nc": "nc.openbsd"}
 
 // ChainedPlugins are the CNI plugins the manifest's conflist chains after
 // calico, taken from Debian's containernetworking-plugins package and
@@ -94,6 +99,7 @@ func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 		if p.Agnhost != "" {
 			// CMD pause, as upstream's: a pod naming only the image idles.
 			agnhost.Specs = append(agnhost.Specs, Spec{
+				Debs: glob(filepath.Join(p.Debs, "agnhost", "*.deb")), Links: agnhostLinks,
 				Files:      []File{{Src: p.Agnhost, Dst: "/agnhost", Mode: 0o755}},
 				Dirs:       []string{"/tmp", "/uploads"},
 				Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{defaultPath},
