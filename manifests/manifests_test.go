@@ -327,23 +327,13 @@ func rules(t *testing.T, c *kubetest.Cluster, user, namespace string) []string {
 	}
 	var out []string
 	for _, rule := range r.Status.ResourceRules {
-		names := rule.ResourceNames
-		if len(names) == 0 {
-			names = []string{""}
-		}
-		for _, v := range rule.Verbs {
-			for _, g := range rule.APIGroups {
-				for _, res := range rule.Resources {
-					for _, n := range names {
-						s := v + " " + g + "/" + res
-						if n != "" {
-							s += "/" + n
-						}
-						out = append(out, s)
-					}
-				}
+		expandRule(rule.Verbs, rule.APIGroups, rule.Resources, rule.ResourceNames, func(v, g, res, n string) {
+			s := v + " " + g + "/" + res
+			if n != "" {
+				s += "/" + n
 			}
-		}
+			out = append(out, s)
+		})
 	}
 	sort.Strings(out)
 	return slices.Compact(out)

@@ -33,6 +33,23 @@ func (g grants) sorted() grants {
 	return g
 }
 
+// expandRule calls fn for every verb, group, resource and name an RBAC
+// rule covers (no names: "", any name).
+func expandRule(verbs, groups, resources, names []string, fn func(verb, group, resource, name string)) {
+	if len(names) == 0 {
+		names = []string{""}
+	}
+	for _, v := range verbs {
+		for _, g := range groups {
+			for _, res := range resources {
+				for _, n := range names {
+					fn(v, g, res, n)
+				}
+			}
+		}
+	}
+}
+
 // manifestGrants expands the manifest's bindings: each ServiceAccount
 // subject gets every rule of the role bound to it (a Role's in its
 // namespace).
@@ -63,19 +80,9 @@ func manifestGrants(t *testing.T) grants {
 				continue
 			}
 			for _, r := range rules {
-				names := r.ResourceNames
-				if len(names) == 0 {
-					names = []string{""}
-				}
-				for _, v := range r.Verbs {
-					for _, gr := range r.APIGroups {
-						for _, res := range r.Resources {
-							for _, n := range names {
-								g.add(s.Name, v, gr, res, b.Namespace, n)
-							}
-						}
-					}
-				}
+				expandRule(r.Verbs, r.APIGroups, r.Resources, r.ResourceNames, func(v, gr, res, n string) {
+					g.add(s.Name, v, gr, res, b.Namespace, n)
+				})
 			}
 		}
 	}

@@ -51,6 +51,28 @@ type Spec struct {
 	Created time.Time
 }
 
+// walkDeb calls fn for every entry of the file system a Debian package
+// unpacks (dpkg-deb --fsys-tarfile), in the package's order.
+func walkDeb(deb string, fn func(h *tar.Header, r io.Reader) error) error {
+	out, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
+	if err != nil {
+		return fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
+	}
+	tr := tar.NewReader(bytes.NewReader(out))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", deb, err)
+		}
+		if err := fn(h, tr); err != nil {
+			return err
+		}
+	}
+}
+
 // skipDebPaths are parts of the packages an image does not need.
 var skipDebPaths = []string{"usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/", "usr/share/bug/"}
 
@@ -62,31 +84,19 @@ func debLayer(debs []string, links map[string]string, mtime time.Time) ([]byte, 
 	tw := tar.NewWriter(&buf)
 	seen := map[string]bool{}
 	for _, deb := range debs {
-		out, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
-		if err != nil {
-			return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
-		}
-		tr := tar.NewReader(bytes.NewReader(out))
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("reading %s: %w", deb, err)
-			}
+		err := walkDeb(deb, func(h *tar.Header, r io.Reader) error {
 			name := strings.TrimPrefix(path.Clean(h.Name), "./")
 			if name == "." || name == "" || skipped(name) {
-				continue
+				return nil
 			}
 			if h.Typeflag == tar.TypeDir {
 				name += "/"
 			}
 			if seen[name] {
 				if h.Typeflag == tar.TypeDir {
-					continue
+					return nil
 				}
-				return nil, fmt.Errorf("%s: %s is in two packages", deb, name)
+				return fmt.Errorf("%s: %s is in two packages", deb, name)
 			}
 			seen[name] = true
 			h.Name = name
@@ -96,11 +106,13 @@ func debLayer(debs []string, links map[string]string, mtime time.Time) ([]byte, 
 			h.ModTime, h.AccessTime, h.ChangeTime = mtime, time.Time{}, time.Time{}
 			h.Uname, h.Gname = "", ""
 			if err := tw.WriteHeader(h); err != nil {
-				return nil, err
+				return err
 			}
-			if _, err := io.Copy(tw, tr); err != nil {
-				return nil, err
-			}
+			_, err := io.Copy(tw, r)
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	extra := []*tar.Header{{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mtime}}
@@ -187,28 +199,17 @@ func fileLayer(files []File, dirs []string, mtime time.Time) ([]byte, error) {
 func fromDeb(cache map[string]map[string][]byte, deb, name string) ([]byte, error) {
 	files, ok := cache[deb]
 	if !ok {
-		out, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
-		if err != nil {
-			return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
-		}
 		files = map[string][]byte{}
-		tr := tar.NewReader(bytes.NewReader(out))
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("reading %s: %w", deb, err)
-			}
+		err := walkDeb(deb, func(h *tar.Header, r io.Reader) error {
 			if h.Typeflag != tar.TypeReg {
-				continue
+				return nil
 			}
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				return nil, fmt.Errorf("reading %s: %w", deb, err)
-			}
+			b, err := io.ReadAll(r)
 			files[strings.TrimPrefix(path.Clean(h.Name), "./")] = b
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 		cache[deb] = files
 	}
