@@ -114,7 +114,10 @@ func Run(ctx context.Context, o Options) error {
 		for _, w := range warnings {
 			log.Warn("Accepted but not acted on: " + w)
 		}
-		if lvl, err := log.ParseLevel(run.LogLevel); err == nil {
+		if run.LogLevel == "none" {
+			// Calico's "None": nothing below a panic reaches the screen.
+			log.SetLevel(log.PanicLevel)
+		} else if lvl, err := log.ParseLevel(run.LogLevel); err == nil {
 			log.SetLevel(lvl)
 		}
 		if run.HealthEnabled {

@@ -283,9 +283,9 @@ func Merge(spec v3.KubeControllersConfigurationSpec, env map[string]string, heal
 		r.LogLevel = strings.ToLower(v)
 	}
 	switch r.LogLevel {
-	case "debug", "info", "warning", "warn", "error", "fatal":
+	case "trace", "debug", "info", "warning", "warn", "error", "fatal", "panic", "none":
 	default:
-		return r, status, warnings, fmt.Errorf("log level %q: want debug, info, warning, error or fatal", r.LogLevel)
+		return r, status, warnings, fmt.Errorf("log level %q: want none, debug, info, warning, error, fatal or panic", r.LogLevel)
 	}
 
 	// The node controller's settings.

@@ -61,6 +61,7 @@ func (c *Client) loadState(ctx context.Context, perKind map[string]int, prepared
 		if tk, ok := neededTier(r); ok {
 			refs = append(refs, tk)
 		}
+		refs = append(refs, neededFilters(r)...)
 		kind := r.GetTypeMeta().Kind
 		k := datastore.KeyOf(r)
 		path, err := datastore.KeyPath(k)
@@ -178,6 +179,15 @@ func (st *state) check(op Op, index int, r v3.Resource) (pending, error) {
 		}
 		if st.known[tpath] == nil {
 			return p, &missingTierError{policy: k, tier: &datastore.NotFoundError{Key: tk}}
+		}
+	}
+	for _, fk := range neededFilters(r) {
+		fpath, err := datastore.KeyPath(fk)
+		if err != nil {
+			return p, err
+		}
+		if st.known[fpath] == nil {
+			return p, &missingFilterError{peer: k, filter: &datastore.NotFoundError{Key: fk}}
 		}
 	}
 	st.known[path] = r

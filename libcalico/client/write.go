@@ -141,7 +141,9 @@ func (c *Client) write(ctx context.Context, op Op, rs, already []v3.Resource, re
 			continue
 		}
 		// Tiers are written before the policies checked against them.
-		ordered = ordered || hasCrossRules(r.GetTypeMeta().Kind) || r.GetTypeMeta().Kind == v3.KindTier
+		// So are BGP filters before the peers that name them.
+		ordered = ordered || hasCrossRules(r.GetTypeMeta().Kind) || r.GetTypeMeta().Kind == v3.KindTier ||
+			r.GetTypeMeta().Kind == v3.KindBGPFilter
 		todo = append(todo, p)
 	}
 

@@ -251,28 +251,75 @@ type BGPFilterSpec struct {
 
 // BGPFilterRuleV4 matches IPv4 routes.
 type BGPFilterRuleV4 struct {
-	CIDR          string                 `json:"cidr,omitempty"`
-	PrefixLength  *BGPFilterPrefixLength `json:"prefixLength,omitempty"`
-	Source        BGPFilterMatchSource   `json:"source,omitempty"`
-	Interface     string                 `json:"interface,omitempty"`
-	MatchOperator BGPFilterMatchOperator `json:"matchOperator,omitempty"`
-	Action        BGPFilterAction        `json:"action"`
+	CIDR          string                   `json:"cidr,omitempty"`
+	PrefixLength  *BGPFilterPrefixLength   `json:"prefixLength,omitempty"`
+	Source        BGPFilterMatchSource     `json:"source,omitempty"`
+	Interface     string                   `json:"interface,omitempty"`
+	MatchOperator BGPFilterMatchOperator   `json:"matchOperator,omitempty"`
+	PeerType      BGPFilterPeerType        `json:"peerType,omitempty"`
+	Communities   *BGPFilterCommunityMatch `json:"communities,omitempty"`
+	ASPathPrefix  []numorstring.ASNumber   `json:"asPathPrefix,omitempty"`
+	Priority      *int                     `json:"priority,omitempty"`
+	Action        BGPFilterAction          `json:"action"`
+	Operations    []BGPFilterOperation     `json:"operations,omitempty"`
 }
 
 // BGPFilterRuleV6 matches IPv6 routes.
 type BGPFilterRuleV6 struct {
-	CIDR          string                 `json:"cidr,omitempty"`
-	PrefixLength  *BGPFilterPrefixLength `json:"prefixLength,omitempty"`
-	Source        BGPFilterMatchSource   `json:"source,omitempty"`
-	Interface     string                 `json:"interface,omitempty"`
-	MatchOperator BGPFilterMatchOperator `json:"matchOperator,omitempty"`
-	Action        BGPFilterAction        `json:"action"`
+	CIDR          string                   `json:"cidr,omitempty"`
+	PrefixLength  *BGPFilterPrefixLength   `json:"prefixLength,omitempty"`
+	Source        BGPFilterMatchSource     `json:"source,omitempty"`
+	Interface     string                   `json:"interface,omitempty"`
+	MatchOperator BGPFilterMatchOperator   `json:"matchOperator,omitempty"`
+	PeerType      BGPFilterPeerType        `json:"peerType,omitempty"`
+	Communities   *BGPFilterCommunityMatch `json:"communities,omitempty"`
+	ASPathPrefix  []numorstring.ASNumber   `json:"asPathPrefix,omitempty"`
+	Priority      *int                     `json:"priority,omitempty"`
+	Action        BGPFilterAction          `json:"action"`
+	Operations    []BGPFilterOperation     `json:"operations,omitempty"`
 }
 
 // BGPFilterPrefixLength bounds the prefix length of matched routes.
 type BGPFilterPrefixLength struct {
 	Min *int32 `json:"min,omitempty"`
 	Max *int32 `json:"max,omitempty"`
+}
+
+// BGPFilterPeerType restricts a rule to peers of one kind.
+type BGPFilterPeerType string
+
+// Peer types.
+const (
+	BGPFilterPeerTypeEBGP BGPFilterPeerType = "eBGP"
+	BGPFilterPeerTypeIBGP BGPFilterPeerType = "iBGP"
+)
+
+// BGPFilterCommunityMatch matches routes carrying a community.
+type BGPFilterCommunityMatch struct {
+	Values []string `json:"values"`
+}
+
+// BGPFilterOperation is one change made to an accepted route: exactly one
+// of its fields is set.
+type BGPFilterOperation struct {
+	AddCommunity  *BGPFilterAddCommunity  `json:"addCommunity,omitempty"`
+	PrependASPath *BGPFilterPrependASPath `json:"prependASPath,omitempty"`
+	SetPriority   *BGPFilterSetPriority   `json:"setPriority,omitempty"`
+}
+
+// BGPFilterAddCommunity adds a community to the route.
+type BGPFilterAddCommunity struct {
+	Value string `json:"value"`
+}
+
+// BGPFilterPrependASPath prepends AS numbers to the route's AS path.
+type BGPFilterPrependASPath struct {
+	Prefix []numorstring.ASNumber `json:"prefix"`
+}
+
+// BGPFilterSetPriority sets the route's priority.
+type BGPFilterSetPriority struct {
+	Value int `json:"value"`
 }
 
 // BGPFilterMatchSource restricts a rule to routes of one origin.

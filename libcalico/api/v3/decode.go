@@ -26,6 +26,9 @@ func Decode(data []byte) ([]Resource, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(docs) > 1 && commentOnly(docs[0].yaml) {
+		return nil, fmt.Errorf("document 1 (lines 1-%d) holds only comments: Calico's calicoctl refuses a file whose first document has no resource; put the comment in the next document or drop the \"---\" after it", docs[1].firstLine-2)
+	}
 	var out []Resource
 	for i, d := range docs {
 		rs, err := decodeDocument(i+1, d)
@@ -77,6 +80,22 @@ func splitDocuments(data []byte) ([]document, error) {
 		return nil, err
 	}
 	return docs, nil
+}
+
+// commentOnly reports whether a YAML document's text has comments and
+// nothing else but blank lines.
+func commentOnly(text []byte) bool {
+	comments := false
+	for _, l := range strings.Split(string(text), "\n") {
+		switch t := strings.TrimSpace(l); {
+		case t == "":
+		case strings.HasPrefix(t, "#"):
+			comments = true
+		default:
+			return false
+		}
+	}
+	return comments
 }
 
 // isDocumentSeparator reports whether a line is a YAML "---" marker.
@@ -239,6 +258,9 @@ func decodeObject(where string, info KindInfo, obj map[string]any) (Resource, er
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	if errs := checkValue("", obj, typeOfValue(info.New())); len(errs) > 0 {
+		return nil, labelled(label, errs)
+	}
+	if errs := schemaProblems(info.Kind, obj); len(errs) > 0 {
 		return nil, labelled(label, errs)
 	}
 	r := info.New()

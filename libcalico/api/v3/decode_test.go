@@ -112,7 +112,7 @@ func TestDecodeDocuments(t *testing.T) {
 		},
 		{
 			name:  "list with kind and apiVersion defaulted from the list",
-			in:    "apiVersion: projectcalico.org/v3\nkind: BGPPeerList\nmetadata: {resourceVersion: \"7\"}\nitems:\n- metadata: {name: p1}\n  spec: {peerIP: 10.0.0.1, asNumber: 65001}\n- apiVersion: projectcalico.org/v3\n  kind: BGPPeer\n  metadata: {name: p2}\n  spec: {peerIP: \"[aa::1]:179\", asNumber: \"1.10\"}\n",
+			in:    "apiVersion: projectcalico.org/v3\nkind: BGPPeerList\nmetadata: {resourceVersion: \"7\"}\nitems:\n- metadata: {name: p1}\n  spec: {peerIP: 10.0.0.1, asNumber: 65001}\n- apiVersion: projectcalico.org/v3\n  kind: BGPPeer\n  metadata: {name: p2}\n  spec: {peerIP: \"[aa::1]:179\", asNumber: 65002, localASNumber: \"1.10\"}\n",
 			names: []string{"BGPPeer/p1", "BGPPeer/p2"},
 		},
 		{
@@ -150,15 +150,16 @@ metadata:
   creationTimestamp: 2018-02-12T11:33:04Z
 spec:
   peerIP: "[aa::1]:1790"
-  asNumber: "64512.10"
+  asNumber: 65000
+  localASNumber: "64512.10"
   keepaliveTime: 30s
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := rs[0].(*BGPPeer)
-	if p.Spec.ASNumber != 64512<<16|10 {
-		t.Errorf("asNumber = %d, want %d", p.Spec.ASNumber, 64512<<16|10)
+	if p.Spec.LocalASNumber == nil || *p.Spec.LocalASNumber != 64512<<16|10 {
+		t.Errorf("localASNumber = %v, want %d", p.Spec.LocalASNumber, 64512<<16|10)
 	}
 	if p.Spec.KeepaliveTime == nil || p.Spec.KeepaliveTime.Seconds() != 30 {
 		t.Errorf("keepaliveTime = %v, want 30s", p.Spec.KeepaliveTime)
@@ -266,3 +267,21 @@ kind: IPAMConfiguration
 metadata: {name: default}
 spec: {strictAffinity: true, maxBlocksPerHost: 4, autoAllocateBlocks: false}
 `
+
+// TestDecodeCommentOnlyFirstDocument checks that a multi-document file
+// whose first document holds only comments is refused, as Calico's
+// calicoctl refuses it, while a leading "---" and comments inside a
+// document are fine.
+func TestDecodeCommentOnlyFirstDocument(t *testing.T) {
+	const doc = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: t}\n"
+	_, err := Decode([]byte("# pools for team a\n# (owned by netops)\n---\n" + doc))
+	want := `document 1 (lines 1-2) holds only comments: Calico's calicoctl refuses a file whose first document has no resource; put the comment in the next document or drop the "---" after it`
+	if err == nil || err.Error() != want {
+		t.Errorf("comment-only first document: %v, want %s", err, want)
+	}
+	for _, in := range []string{"---\n" + doc, "# a comment\n" + doc, doc + "---\n# trailing\n", "# only a comment\n"} {
+		if _, err := Decode([]byte(in)); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+}

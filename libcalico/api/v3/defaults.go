@@ -93,12 +93,6 @@ func Default(r Resource) {
 		if x.Spec.Orchestrator != "" {
 			setLabel(&x.ObjectMeta, LabelOrchestrator, x.Spec.Orchestrator)
 		}
-	case *NetworkSet:
-		x.Spec.Nets = canonicalNets(x.Spec.Nets)
-	case *GlobalNetworkSet:
-		x.Spec.Nets = canonicalNets(x.Spec.Nets)
-	case *IPReservation:
-		x.Spec.ReservedCIDRs = canonicalNets(x.Spec.ReservedCIDRs)
 	case *FelixConfiguration:
 		defaultFelixConfig(x)
 	case *BGPConfiguration:
@@ -106,18 +100,6 @@ func Default(r Resource) {
 	case *KubeControllersConfiguration:
 		defaultKubeControllersConfig(x)
 	}
-}
-
-// canonicalNets writes each network as Calico stores it: masked to its
-// network address, in canonical form (IPv6 lower-case and compressed). An
-// entry that does not parse is left for validation to report.
-func canonicalNets(nets []string) []string {
-	for i, n := range nets {
-		if p, ok := parseCIDROrIP(n); ok {
-			nets[i] = p.Masked().String()
-		}
-	}
-	return nets
 }
 
 // canonicalCIDR returns a CIDR in canonical form, leaving host bits (which

@@ -19,6 +19,10 @@ type FelixConfiguration struct {
 
 // FelixConfigurationSpec is the agent's settings. Every field is optional.
 type FelixConfigurationSpec struct {
+	// NodeSelector makes a configuration named other than "default" or
+	// "node.<name>" apply to the nodes it selects.
+	NodeSelector string `json:"nodeSelector,omitempty"`
+
 	UseInternalDataplaneDriver *bool  `json:"useInternalDataplaneDriver,omitempty"`
 	DataplaneDriver            string `json:"dataplaneDriver,omitempty"`
 

@@ -22,6 +22,7 @@ var NotActedOn = map[string][]string{
 		"spec.localWorkloadPeeringIPV4",
 		"spec.localWorkloadPeeringIPV6",
 	},
+	KindBGPFilter: bgpFilterNotActedOn(),
 	KindBGPPeer: {
 		"spec.reachableBy",
 		"spec.localWorkloadSelector",
@@ -82,6 +83,19 @@ func felixConfigurationNotActedOn() []string {
 	return out
 }
 
+// bgpFilterNotActedOn are the BGPFilter rule fields calico-node's BGP
+// filters do not apply yet, in every rule list: a rule that sets one is
+// applied as if it were unset.
+func bgpFilterNotActedOn() []string {
+	var out []string
+	for _, list := range []string{"exportV4", "importV4", "exportV6", "importV6"} {
+		for _, f := range []string{"peerType", "communities", "asPathPrefix", "priority", "operations"} {
+			out = append(out, "spec."+list+"[]."+f)
+		}
+	}
+	return out
+}
+
 // metadataNotActedOn are the Kubernetes object metadata fields of every
 // kind that Palisade keeps as given but does not act on.
 var metadataNotActedOn = []string{
@@ -125,10 +139,24 @@ func toGeneric(r Resource) (map[string]any, error) {
 }
 
 // isSet reports whether the path (whose last element may end in "*", a
-// prefix of field names) is present in obj.
+// prefix of field names) is present in obj. An element ending in "[]"
+// names a list: the rest of the path is looked for in each of its items.
 func isSet(obj map[string]any, path []string) bool {
 	v, ok := any(obj), true
 	for i, p := range path {
+		if name, list := strings.CutSuffix(p, "[]"); list {
+			m, isMap := v.(map[string]any)
+			if !isMap {
+				return false
+			}
+			items, _ := m[name].([]any)
+			for _, it := range items {
+				if im, isMap := it.(map[string]any); isMap && isSet(im, path[i+1:]) {
+					return true
+				}
+			}
+			return false
+		}
 		m, isMap := v.(map[string]any)
 		if !isMap {
 			return false

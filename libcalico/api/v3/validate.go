@@ -130,10 +130,6 @@ func (v *validator) meta(info KindInfo, m *ObjectMeta) {
 		switch {
 		case m.Name == "":
 			v.fail("metadata.name", nil, "a name is required")
-		case info.Kind == KindProfile:
-			if len(m.Name) > 253 || !profileNameRE().MatchString(m.Name) {
-				v.fail("metadata.name", m.Name, "invalid name: want letters, digits, '.', '_' and '-'")
-			}
 		default:
 			if msg := dnsSubdomainProblem(m.Name); msg != "" {
 				v.fail("metadata.name", m.Name, "invalid name: %s", msg)
@@ -144,7 +140,10 @@ func (v *validator) meta(info KindInfo, m *ObjectMeta) {
 	case !info.Namespaced && m.Namespace != "":
 		v.fail("metadata.namespace", m.Namespace, "%s is cluster-scoped and takes no namespace", info.Kind)
 	case info.Namespaced && m.Namespace != "" && (len(m.Namespace) > 63 || !dns1123LabelRE().MatchString(m.Namespace)):
-		v.fail("metadata.namespace", m.Namespace, "invalid namespace: want lower-case letters, digits and '-' (at most 63)")
+		// Calico does not check a namespace; a Kubernetes namespace is a
+		// DNS label, so nothing could select a resource in another
+		// (docs/not-acted-on.md).
+		v.fail("metadata.namespace", m.Namespace, "invalid namespace: want lower-case letters, digits and '-' (at most 63), as a Kubernetes namespace is; Calico stores it, but no namespace of that name can exist")
 	}
 	v.annotations("metadata.annotations", m.Annotations)
 	for k, val := range m.Labels {

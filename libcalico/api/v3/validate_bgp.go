@@ -2,6 +2,7 @@ package v3
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -163,6 +164,9 @@ func (v *validator) bgpPeer(s *BGPPeerSpec) {
 			v.fail("spec.node", s.Node, "invalid node name: %s", msg)
 		}
 	}
+	if s.ASNumber > math.MaxInt32 {
+		v.fail("spec.asNumber", s.ASNumber.String(), "want 0-2147483647: Calico's schema stores a BGPPeer's asNumber as a 32-bit signed integer")
+	}
 	if s.PeerIP != "" {
 		if _, _, err := SplitPeerIP(s.PeerIP); err != nil {
 			v.fail("spec.peerIP", s.PeerIP, "%v", err)
@@ -223,6 +227,19 @@ func SplitPeerIP(s string) (netip.Addr, uint16, error) {
 	return ap.Addr().Unmap(), ap.Port(), nil
 }
 
+// bgpFilterInterfaceRE is the interface pattern of a BGPFilter rule, as
+// Calico's bgpFilterInterface tag takes it: 1-15 letters, digits, '_',
+// '.', '-' and the wildcard '*'.
+var bgpFilterInterfaceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9_.*-]{1,15}$`) })
+
+// filterCommunity checks a community of a BGPFilter rule: "aa:nn" with
+// 16-bit parts or "aa:nn:mm" with 32-bit parts (no names).
+func (v *validator) filterCommunity(field, s string) {
+	if s == "" || !validCommunity(s) {
+		v.fail(field, s, "want a community aa:nn (16-bit values) or aa:nn:mm (32-bit values)")
+	}
+}
+
 func (v *validator) bgpFilter(s *BGPFilterSpec) {
 	check := func(field string, i int, r BGPFilterRuleV6, version int) {
 		f := fmt.Sprintf("%s[%d]", field, i)
@@ -239,8 +256,49 @@ func (v *validator) bgpFilter(s *BGPFilterSpec) {
 		if (r.CIDR == "") != (r.MatchOperator == "") {
 			v.fail(f, nil, "cidr and matchOperator must be set together")
 		}
-		if r.Interface != "" && strings.ContainsAny(r.Interface, " \t/") {
-			v.fail(f+".interface", r.Interface, "invalid interface name pattern")
+		if r.Interface != "" && r.Interface != "*" && !bgpFilterInterfaceRE().MatchString(r.Interface) {
+			v.tag(f+".interface", r.Interface, "bgpFilterInterface")
+		}
+		v.oneOf(f+".peerType", string(r.PeerType), string(BGPFilterPeerTypeEBGP), string(BGPFilterPeerTypeIBGP))
+		if c := r.Communities; c != nil {
+			if len(c.Values) != 1 {
+				v.fail(f+".communities.values", nil, "want exactly one community value, have %d", len(c.Values))
+			}
+			for j, val := range c.Values {
+				v.filterCommunity(fmt.Sprintf("%s.communities.values[%d]", f, j), val)
+			}
+		}
+		if p := r.Priority; p != nil && (*p < 1 || *p > 2147483646) {
+			v.fail(f+".priority", *p, "want 1-2147483646")
+		}
+		if len(r.Operations) > 0 && r.Action != BGPFilterAccept {
+			v.fail(f+".operations", nil, "operations may only be used with action Accept")
+		}
+		if len(r.Operations) > 10 {
+			v.fail(f+".operations", nil, "Too many: %d: must have at most 10 items", len(r.Operations))
+		}
+		for j, op := range r.Operations {
+			of := fmt.Sprintf("%s.operations[%d]", f, j)
+			n := 0
+			if op.AddCommunity != nil {
+				n++
+				v.filterCommunity(of+".addCommunity.value", op.AddCommunity.Value)
+			}
+			if op.PrependASPath != nil {
+				n++
+				if l := len(op.PrependASPath.Prefix); l < 1 || l > 10 {
+					v.fail(of+".prependASPath.prefix", nil, "want 1-10 AS numbers, have %d", l)
+				}
+			}
+			if op.SetPriority != nil {
+				n++
+				if p := op.SetPriority.Value; p < 1 || p > 2147483646 {
+					v.fail(of+".setPriority.value", p, "want 1-2147483646")
+				}
+			}
+			if n != 1 {
+				v.fail(of, nil, "exactly one operation must be set")
+			}
 		}
 		if pl := r.PrefixLength; pl != nil {
 			maxLen := int32(32)

@@ -32,6 +32,56 @@ func TestValidateAsCalico(t *testing.T) {
 		{"felix patterns ignore case", felix("{chainInsertMode: append, defaultEndpointToHostAction: RETURN}"), ""},
 		{"policy name with one dot", h + "kind: NetworkPolicy\nmetadata: {name: sec.allow, namespace: a}\nspec: {tier: default}", ""},
 		{"global() alone in a namespaceSelector", gnp("{ingress: [{action: Allow, source: {namespaceSelector: global()}}]}"), ""},
+		// Issue 29: what Calico accepts and Palisade refused.
+		{"selector-scoped felix configuration", h + "kind: FelixConfiguration\nmetadata: {name: gpu-nodes}\nspec: {nodeSelector: \"role == 'gpu'\", bpfEnabled: true}", ""},
+		{"felix failsafe lower-case protocols", felix("{failsafeInboundHostPorts: [{protocol: tcp, port: 22}], failsafeOutboundHostPorts: [{protocol: udp, port: 53}, {protocol: sctp, port: 9}]}"), ""},
+		{"bgp filter with interface, peerType, source and operations", h + "kind: BGPFilter\nmetadata: {name: f}\nspec: {exportV4: [{action: Accept, interface: \"eth*\", peerType: eBGP, source: RemotePeers, operations: [{addCommunity: {value: \"65000:1\"}}, {prependASPath: {prefix: [65000, 65001]}}, {setPriority: {value: 512}}]}], importV6: [{action: Reject, peerType: iBGP, communities: {values: [\"1:2:3\"]}, asPathPrefix: [65100], priority: 10}]}", ""},
+		{"kube-controllers log level None", h + "kind: KubeControllersConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: None, controllers: {}}", ""},
+		// Issue 29: what Calico accepts and Palisade refuses, with the reason.
+		{"node address of an unknown type", h + "kind: Node\nmetadata: {name: n1}\nspec: {addresses: [{address: 10.0.0.1, type: Weird}]}",
+			`Node "n1": spec.addresses[0].type "Weird": want one of InternalIP, ExternalIP, CalicoNodeIP: Calico stores another type, but nothing reads an address of it`},
+		{"network set in an upper-case namespace", h + "kind: NetworkSet\nmetadata: {name: s, namespace: Prod}\nspec: {nets: [10.0.0.0/8]}",
+			`NetworkSet "Prod/s": metadata.namespace "Prod": invalid namespace: want lower-case letters, digits and '-' (at most 63), as a Kubernetes namespace is; Calico stores it, but no namespace of that name can exist`},
+		{"profile rule action unknown", h + "kind: Profile\nmetadata: {name: p}\nspec: {ingress: [{action: Frob}]}",
+			`Profile "p": spec.ingress[0].action "Frob": want one of Allow, Deny, Log, Pass: Palisade refuses an action no dataplane can enforce, where Calico stores it on a Profile`},
+		// Issue 29: what Calico refuses and Palisade accepted.
+		{"reservation of a bare address", h + "kind: IPReservation\nmetadata: {name: r}\nspec: {reservedCIDRs: [10.0.0.0/24, 10.0.1.1, \"fd00::1\"]}",
+			`IPReservation "r": spec.reservedCIDRs[1] "10.0.1.1": a bare address is not a CIDR (Calico's schema wants one): write 10.0.1.1/32` + "\n" +
+				`IPReservation "r": spec.reservedCIDRs[2] "fd00::1": a bare address is not a CIDR (Calico's schema wants one): write fd00::1/128`},
+		{"bgp filter interface with '+'", h + "kind: BGPFilter\nmetadata: {name: f}\nspec: {exportV4: [{action: Accept, interface: \"eth+\"}]}",
+			`BGPFilter "f": spec.exportV4[0].interface "eth+": failed to validate Field: Interface because of Tag: bgpFilterInterface`},
+		{"bgp filter interface too long", h + "kind: BGPFilter\nmetadata: {name: f}\nspec: {importV6: [{action: Accept, interface: averyverylonginterface}]}",
+			`BGPFilter "f": spec.importV6[0].interface "averyverylonginterface": failed to validate Field: Interface because of Tag: bgpFilterInterface`},
+		{"bgp filter operations on Reject", h + "kind: BGPFilter\nmetadata: {name: f}\nspec: {exportV4: [{action: Reject, operations: [{setPriority: {value: 5}}]}]}",
+			`BGPFilter "f": spec.exportV4[0].operations: operations may only be used with action Accept`},
+		{"bgp filter operation with two changes", h + "kind: BGPFilter\nmetadata: {name: f}\nspec: {exportV4: [{action: Accept, operations: [{setPriority: {value: 5}, addCommunity: {value: \"1:1\"}}]}]}",
+			`BGPFilter "f": spec.exportV4[0].operations[0]: exactly one operation must be set`},
+		{"bgp filter peer type", h + "kind: BGPFilter\nmetadata: {name: f}\nspec: {exportV4: [{action: Accept, peerType: ebgp}]}",
+			`BGPFilter "f": spec.exportV4[0].peerType "ebgp": want one of eBGP, iBGP`},
+		{"bgp peer AS number above int32", h + "kind: BGPPeer\nmetadata: {name: p}\nspec: {peerIP: 10.0.0.1, asNumber: 4200000000}", "decode: " +
+			`document 1 (BGPPeer "p"): spec.asNumber number 4200000000: want an integer 0-2147483647: Calico's schema stores a BGPPeer's asNumber as a 32-bit signed integer`},
+		{"bgp peer dotted AS number", h + "kind: BGPPeer\nmetadata: {name: p}\nspec: {peerIP: 10.0.0.1, asNumber: \"64512.10\"}", "decode: " +
+			`document 1 (BGPPeer "p"): spec.asNumber string "64512.10": want an integer 0-2147483647: Calico's schema takes a BGPPeer's asNumber as a plain number, not dotted or quoted`},
+		{"node with an empty spec.bgp", h + "kind: Node\nmetadata: {name: n1}\nspec: {bgp: {}}",
+			`Node "n1": spec.bgp: Spec.BGP should not be empty`},
+		{"endpoint network of many addresses", h + "kind: WorkloadEndpoint\nmetadata: {name: n1-k8s-p-eth0, namespace: a}\nspec: {orchestrator: k8s, node: n1, pod: p, endpoint: eth0, interfaceName: cali1, ipNetworks: [10.0.0.5/32, 10.0.0.0/24]}",
+			`WorkloadEndpoint "a/n1-k8s-p-eth0": spec.ipNetworks[1] "10.0.0.0/24": IP network contains multiple addresses`},
+		{"endpoint without an interface", h + "kind: WorkloadEndpoint\nmetadata: {name: n1-k8s-p-eth0, namespace: a}\nspec: {orchestrator: k8s, node: n1, pod: p, endpoint: eth0, ipNetworks: [10.0.0.5/32]}",
+			`WorkloadEndpoint "a/n1-k8s-p-eth0": spec.interfaceName: an interface name is required (Calico's interface tag refuses an empty one)`},
+		{"notNets of every address", np("{ingress: [{action: Allow, source: {notNets: [0.0.0.0/0]}}]}"),
+			`NetworkPolicy "prod/np": spec.ingress[0].source.notNets[0] "0.0.0.0/0": every address is in 0.0.0.0/0, so a rule that excludes it matches nothing`},
+		{"notNets of every IPv6 address", gnp("{egress: [{action: Deny, destination: {notNets: [\"::/0\"]}}]}"),
+			`GlobalNetworkPolicy "g": spec.egress[0].destination.notNets[0] "::/0": every address is in ::/0, so a rule that excludes it matches nothing`},
+		{"nets of every address", np("{ingress: [{action: Allow, source: {nets: [0.0.0.0/0]}}]}"), ""},
+		{"profile with an upper-case name", h + "kind: Profile\nmetadata: {name: Prof}",
+			`Profile "Prof": metadata.name "Prof": invalid name: want lower-case letters, digits, '-' and '.', starting and ending with a letter or digit`},
+		// Selector-scoped FelixConfiguration names.
+		{"felix selector on default", felix("{nodeSelector: all()}"),
+			`FelixConfiguration "default": spec.nodeSelector "all()": only a configuration named other than "default" or "node.<nodename>" selects nodes`},
+		{"felix other name without a selector", h + "kind: FelixConfiguration\nmetadata: {name: gpu}\nspec: {bpfEnabled: true}",
+			`FelixConfiguration "gpu": metadata.name "gpu": want "default", "node.<nodename>", or a spec.nodeSelector choosing the nodes this configuration applies to`},
+		{"felix bad node selector", h + "kind: FelixConfiguration\nmetadata: {name: gpu}\nspec: {nodeSelector: \"role = 'x'\"}",
+			`FelixConfiguration "gpu": spec.nodeSelector: selector "role = 'x'": at position 5: expected "=="`},
 		// Cross-field rules.
 		{"ICMP needs ipVersion 4", np("{ingress: [{action: Allow, protocol: ICMP, ipVersion: 6}]}"),
 			`NetworkPolicy "prod/np": spec.ingress[0].ipVersion 6: must set ipversion to '4' with protocol icmp`},
@@ -126,7 +176,7 @@ func TestValidateAsCalico(t *testing.T) {
 			`NetworkPolicy "prod/np": spec.ingress[0].destination.ports: Too many: 51: must have at most 50 items`},
 		{"interface format", h + "kind: HostEndpoint\nmetadata: {name: h}\nspec: {node: n1, interfaceName: \"eth 0\"}",
 			`HostEndpoint "h": spec.interfaceName "eth 0": failed to validate Field: InterfaceName because of Tag: interface`},
-		{"containerID format", h + "kind: WorkloadEndpoint\nmetadata: {name: w, namespace: a}\nspec: {node: n1, containerID: \"-abc\"}",
+		{"containerID format", h + "kind: WorkloadEndpoint\nmetadata: {name: w, namespace: a}\nspec: {node: n1, interfaceName: cali1, containerID: \"-abc\"}",
 			`WorkloadEndpoint "a/w": spec.containerID "-abc": failed to validate Field: ContainerID because of Tag: containerID`},
 		{"felix pattern", felix("{chainInsertMode: Prepend}"),
 			`FelixConfiguration "default": spec.chainInsertMode "Prepend": should match '^(?i)(Insert|Append)?$'`},
@@ -136,8 +186,8 @@ func TestValidateAsCalico(t *testing.T) {
 			`FelixConfiguration "default": spec.goGCThreshold -2: should be greater than or equal to -1`},
 		{"felix route table ranges", felix("{routeTableRange: {min: 1, max: 250}, routeTableRanges: [{min: 1, max: 250}]}"),
 			"FelixConfiguration \"default\": spec.routeTableRange: cannot be set when `RouteTableRanges` is also set"},
-		{"felix failsafe protocol", felix("{failsafeInboundHostPorts: [{protocol: tcp, port: 22}]}"),
-			`FelixConfiguration "default": spec.failsafeInboundHostPorts[0].protocol "tcp": protocol must be 'TCP' or 'UDP' or 'SCTP'.`},
+		{"felix failsafe protocol", felix("{failsafeInboundHostPorts: [{protocol: ICMP, port: 22}]}"),
+			`FelixConfiguration "default": spec.failsafeInboundHostPorts[0].protocol "ICMP": protocol must be 'TCP' or 'UDP' or 'SCTP' (any case)`},
 		{"ignored interface format", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {ignoredInterfaces: [\"*\"]}",
 			`BGPConfiguration "default": spec.ignoredInterfaces[0] "*": failed to validate Field: IgnoredInterfaces because of Tag: ignoredInterface`},
 		// Names and labels.
@@ -161,7 +211,7 @@ func TestValidateAsCalico(t *testing.T) {
 		{"namespace label on a profile", h + "kind: Profile\nmetadata: {name: p, labels: {projectcalico.org/namespace: x}}", ""},
 		{"namespace label on a global policy", h + "kind: GlobalNetworkPolicy\nmetadata: {name: g, labels: {projectcalico.org/namespace: x}}", ""},
 		// References within one resource.
-		{"endpoint name not matching", h + "kind: WorkloadEndpoint\nmetadata: {name: wrong, namespace: a}\nspec: {orchestrator: k8s, node: node-1, pod: web-0, endpoint: eth0}",
+		{"endpoint name not matching", h + "kind: WorkloadEndpoint\nmetadata: {name: wrong, namespace: a}\nspec: {orchestrator: k8s, node: node-1, pod: web-0, endpoint: eth0, interfaceName: cali1}",
 			`WorkloadEndpoint "a/wrong": metadata.name "wrong": the WorkloadEndpoint name does not match the primary identifiers assigned in the Spec: expected name node--1-k8s-web--0-eth0`},
 		// Staged policies.
 		{"staged policy", h + "kind: StagedNetworkPolicy\nmetadata: {name: s, namespace: a}\nspec: {stagedAction: Set, selector: all(), ingress: [{action: Allow}]}", ""},
@@ -175,7 +225,10 @@ func TestValidateAsCalico(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rs, err := Decode([]byte(tt.in))
 			if err != nil {
-				t.Fatalf("decode: %v", err)
+				if got := "decode: " + err.Error(); got != tt.want {
+					t.Errorf("Decode:\n got: %s\nwant: %s", got, tt.want)
+				}
+				return
 			}
 			Default(rs[0])
 			err = Validate(rs[0])

@@ -10,8 +10,8 @@ import (
 )
 
 func (v *validator) felixConfig(c *FelixConfiguration) {
-	v.defaultOrNode(c.Name)
 	s := &c.Spec
+	v.felixConfigName(c.Name, s.NodeSelector)
 	for _, pf := range []struct{ field, value, pattern string }{
 		{"spec.chainInsertMode", s.ChainInsertMode, "Insert|Append"},
 		{"spec.defaultEndpointToHostAction", s.DefaultEndpointToHostAction, "Drop|Accept|Return"},
@@ -191,8 +191,14 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 		}
 		for i, p := range *pp.ports {
 			f := fmt.Sprintf("%s[%d]", pp.field, i)
-			if p.Protocol != "TCP" && p.Protocol != "UDP" && p.Protocol != "SCTP" {
-				v.fail(f+".protocol", p.Protocol, "protocol must be 'TCP' or 'UDP' or 'SCTP'.")
+			// Calico does not look into these lists, so it takes "tcp" as
+			// felix reads it; Palisade takes any case of the three
+			// protocols felix can open and refuses the rest, which no
+			// failsafe rule could be built for (docs/not-acted-on.md).
+			switch strings.ToUpper(p.Protocol) {
+			case "TCP", "UDP", "SCTP":
+			default:
+				v.fail(f+".protocol", p.Protocol, "protocol must be 'TCP' or 'UDP' or 'SCTP' (any case)")
 			}
 			if p.Net != "" {
 				v.nets(f+".net", []string{p.Net}, 0)
@@ -298,7 +304,8 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 func (v *validator) kubeControllersConfig(c *KubeControllersConfiguration) {
 	v.singleton(c.Name)
 	s := &c.Spec
-	v.pattern("spec.logSeverityScreen", s.LogSeverityScreen, "Trace|Debug|Info|Warning|Error|Fatal|Panic")
+	// Calico's schema lists None (no logging) beside the levels.
+	v.pattern("spec.logSeverityScreen", s.LogSeverityScreen, "None|Trace|Debug|Info|Warning|Error|Fatal|Panic")
 	v.oneOf("spec.healthChecks", s.HealthChecks, "Enabled", "Disabled")
 	v.duration("spec.etcdV3CompactionPeriod", s.EtcdV3CompactionPeriod)
 	if p := s.PrometheusMetricsPort; p != nil && (*p < 0 || *p > 65535) {
@@ -345,4 +352,26 @@ func (v *validator) apiConfig(s *CalicoAPIConfigSpec) {
 	if (s.EtcdCert == "") != (s.EtcdKey == "") {
 		v.fail("spec", nil, "etcdCert and etcdKey must be given together")
 	}
+}
+
+// felixConfigName checks a FelixConfiguration's name against its
+// nodeSelector: "default" applies to every node and "node.<name>" to one,
+// so neither takes a selector; any other name is a selector-scoped
+// configuration, which needs one (Calico's ConfigBatcher reads such a
+// configuration only through its selector).
+func (v *validator) felixConfigName(name, nodeSelector string) {
+	scoped := name != "default" && !strings.HasPrefix(name, "node.")
+	switch {
+	case !scoped && nodeSelector != "":
+		v.fail("spec.nodeSelector", nodeSelector, "only a configuration named other than \"default\" or \"node.<nodename>\" selects nodes")
+	case scoped && nodeSelector == "":
+		v.fail("metadata.name", name, "want \"default\", \"node.<nodename>\", or a spec.nodeSelector choosing the nodes this configuration applies to")
+	case scoped:
+		if msg := dnsSubdomainProblem(name); msg != "" {
+			v.fail("metadata.name", name, "invalid name: %s", msg)
+		}
+	default:
+		v.defaultOrNode(name)
+	}
+	v.selector("spec.nodeSelector", nodeSelector)
 }

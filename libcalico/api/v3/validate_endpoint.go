@@ -8,6 +8,9 @@ import (
 )
 
 func (v *validator) node(s *NodeSpec) {
+	if b := s.BGP; b != nil && *b == (NodeBGPSpec{}) {
+		v.fail("spec.bgp", nil, "Spec.BGP should not be empty")
+	}
 	if b := s.BGP; b != nil {
 		if b.IPv4Address != "" {
 			v.ipOrCIDR("spec.bgp.ipv4Address", b.IPv4Address, 4)
@@ -38,7 +41,13 @@ func (v *validator) node(s *NodeSpec) {
 	for i, a := range s.Addresses {
 		f := fmt.Sprintf("spec.addresses[%d]", i)
 		v.ipOrCIDR(f+".address", a.Address, 0)
-		v.oneOf(f+".type", string(a.Type), string(NodeAddressInternalIP), string(NodeAddressExternalIP), string(NodeAddressCalicoNodeIP))
+		// Calico stores a type it does not know; Palisade refuses it, as no
+		// part of either reads such an address (docs/not-acted-on.md).
+		switch a.Type {
+		case "", NodeAddressInternalIP, NodeAddressExternalIP, NodeAddressCalicoNodeIP:
+		default:
+			v.fail(f+".type", string(a.Type), "want one of InternalIP, ExternalIP, CalicoNodeIP: Calico stores another type, but nothing reads an address of it")
+		}
 	}
 	if w := s.Wireguard; w != nil {
 		if w.InterfaceIPv4Address != "" {
@@ -56,7 +65,9 @@ func (v *validator) workloadEndpoint(s *WorkloadEndpointSpec) {
 	} else if msg := dnsSubdomainProblem(s.Node); msg != "" {
 		v.fail("spec.node", s.Node, "invalid node name: %s", msg)
 	}
-	if s.InterfaceName != "" && s.InterfaceName != "*" && !interfaceRE().MatchString(s.InterfaceName) {
+	if s.InterfaceName == "" {
+		v.fail("spec.interfaceName", nil, "an interface name is required (Calico's interface tag refuses an empty one)")
+	} else if s.InterfaceName != "*" && !interfaceRE().MatchString(s.InterfaceName) {
 		v.tag("spec.interfaceName", s.InterfaceName, "interface")
 	}
 	if s.ContainerID != "" && !containerIDRE().MatchString(s.ContainerID) {
@@ -65,7 +76,11 @@ func (v *validator) workloadEndpoint(s *WorkloadEndpointSpec) {
 	v.mac("spec.mac", s.MAC)
 	var nets []netip.Prefix
 	for i, n := range s.IPNetworks {
-		if p, ok := v.ipOrCIDR(fmt.Sprintf("spec.ipNetworks[%d]", i), n, 0); ok {
+		f := fmt.Sprintf("spec.ipNetworks[%d]", i)
+		if p, ok := v.ipOrCIDR(f, n, 0); ok {
+			if p.Bits() != p.Addr().BitLen() {
+				v.fail(f, n, "IP network contains multiple addresses")
+			}
 			nets = append(nets, p)
 		}
 	}

@@ -97,9 +97,15 @@ func ipVersionOf(a netip.Addr) int {
 
 func (v *validator) ipReservation(s *IPReservationSpec) {
 	for i, c := range s.ReservedCIDRs {
-		if _, ok := parseCIDROrIP(c); !ok {
-			v.fail(fmt.Sprintf("spec.reservedCIDRs[%d]", i), c, "invalid CIDR")
+		f := fmt.Sprintf("spec.reservedCIDRs[%d]", i)
+		if _, err := netip.ParsePrefix(c); err == nil {
+			continue
 		}
+		if a, err := netip.ParseAddr(c); err == nil {
+			v.fail(f, c, "a bare address is not a CIDR (Calico's schema wants one): write %s/%d", c, a.BitLen())
+			continue
+		}
+		v.fail(f, c, "invalid CIDR")
 	}
 }
 

@@ -190,7 +190,13 @@ func (v *validator) rule(f string, r *Rule, namespaced bool) {
 	case "":
 		v.fail(f+".action", nil, "an action is required (Allow, Deny, Log or Pass)")
 	default:
-		v.fail(f+".action", string(r.Action), "want one of Allow, Deny, Log, Pass")
+		if v.kind == KindProfile {
+			// Calico stores any action on a Profile; no dataplane of
+			// either enforces one it does not know (docs/not-acted-on.md).
+			v.fail(f+".action", string(r.Action), "want one of Allow, Deny, Log, Pass: Palisade refuses an action no dataplane can enforce, where Calico stores it on a Profile")
+		} else {
+			v.fail(f+".action", string(r.Action), "want one of Allow, Deny, Log, Pass")
+		}
 	}
 	version := 0
 	if r.IPVersion != nil {
@@ -382,6 +388,9 @@ func (v *validator) ruleNets(f string, r *Rule) {
 				continue
 			}
 			v4, v6 = v4 || p.Addr().Is4(), v6 || p.Addr().Is6()
+			if strings.HasSuffix(n.field, ".notNets") && p.Bits() == 0 {
+				v.fail(fmt.Sprintf("%s[%d]", n.field, i), s, "every address is in %s, so a rule that excludes it matches nothing", s)
+			}
 		}
 		if r.IPVersion != nil && (v4 && *r.IPVersion != 4 || v6 && *r.IPVersion != 6) {
 			v.fail(n.field, nil, "rule IP version doesn't match CIDR version")
