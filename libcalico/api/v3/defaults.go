@@ -3,6 +3,7 @@ package v3
 import (
 	"net/netip"
 	"reflect"
+	"time"
 
 	"github.com/palisade-net/palisade/libcalico/api/numorstring"
 )
@@ -113,17 +114,13 @@ func canonicalCIDR(s string) string {
 }
 
 // defaultRules drops the empty ends of rules ("source: {}") that Calico
-// does not store, by normalising empty lists to nil.
+// does not store, by normalising empty lists to nil. Nets are stored as
+// written (host bits, bare addresses, upper-case IPv6), as Calico stores
+// them; every reader masks them.
 func defaultRules(lists ...[]Rule) {
 	for _, rules := range lists {
 		for i := range rules {
 			for _, e := range []*EntityRule{&rules[i].Source, &rules[i].Destination} {
-				for j, n := range e.Nets {
-					e.Nets[j] = canonicalCIDR(n)
-				}
-				for j, n := range e.NotNets {
-					e.NotNets[j] = canonicalCIDR(n)
-				}
 				if len(e.Nets) == 0 {
 					e.Nets = nil
 				}
@@ -141,10 +138,12 @@ func defaultRules(lists ...[]Rule) {
 	}
 }
 
-// defaultFelixConfig fills what Calico fills on write: failsafe ports
-// without a protocol are TCP, and the cluster-wide "default" configuration
-// gets the BPF connect-time load balancing, host-networked NAT and floating
-// IP modes Calico's schema defaults.
+// defaultFelixConfig fills what Calico fills on write, in its client
+// (failsafe ports without a protocol are TCP; floating IPs, BPF
+// connect-time load balancing and host-networked NAT, the last two set
+// from the deprecated bpfConnectTimeLoadBalancingEnabled when it is given)
+// and from its CRD schema's defaults (nftablesMode Auto, flowtable
+// offload Disabled, an empty bpfLogLevel).
 func defaultFelixConfig(c *FelixConfiguration) {
 	for _, pp := range []*[]ProtoPort{c.Spec.FailsafeInboundHostPorts, c.Spec.FailsafeOutboundHostPorts} {
 		if pp == nil {
@@ -156,44 +155,70 @@ func defaultFelixConfig(c *FelixConfiguration) {
 			}
 		}
 	}
-	if c.Spec.FloatingIPs == "" {
-		c.Spec.FloatingIPs = "Disabled"
+	s := &c.Spec
+	if s.FloatingIPs == "" {
+		s.FloatingIPs = "Disabled"
 	}
-	if c.Spec.BPFConnectTimeLoadBalancing == nil {
-		v := "TCP"
-		c.Spec.BPFConnectTimeLoadBalancing = &v
+	setDefault(&s.BPFConnectTimeLoadBalancing, "TCP")
+	setDefault(&s.BPFHostNetworkedNATWithoutCTLB, "Enabled")
+	if e := s.BPFConnectTimeLoadBalancingEnabled; e != nil {
+		ctlb, nat := "Disabled", "Disabled"
+		if *e {
+			ctlb = "Enabled"
+		}
+		s.BPFConnectTimeLoadBalancing, s.BPFHostNetworkedNATWithoutCTLB = &ctlb, &nat
 	}
-	if c.Spec.BPFHostNetworkedNATWithoutCTLB == nil {
-		v := "Enabled"
-		c.Spec.BPFHostNetworkedNATWithoutCTLB = &v
+	if s.NFTablesMode == "" {
+		s.NFTablesMode = "Auto"
+	}
+	setDefault(&s.NFTablesFlowTableOffload, "Disabled")
+	setDefault(&s.BPFLogLevel, "")
+}
+
+// setDefault points an unset optional string at a default.
+func setDefault(p **string, v string) {
+	if *p == nil {
+		*p = &v
 	}
 }
 
-// defaultBGPConfig canonicalises the service CIDRs and prefix
-// advertisements, as Calico stores them.
+// defaultBGPConfig fills the defaults of Calico's schema: Info logging and
+// LoadBalancer address aggregation on. CIDRs are stored as written.
 func defaultBGPConfig(c *BGPConfiguration) {
-	for i := range c.Spec.ServiceClusterIPs {
-		c.Spec.ServiceClusterIPs[i].CIDR = canonicalCIDR(c.Spec.ServiceClusterIPs[i].CIDR)
-	}
-	for i := range c.Spec.ServiceExternalIPs {
-		c.Spec.ServiceExternalIPs[i].CIDR = canonicalCIDR(c.Spec.ServiceExternalIPs[i].CIDR)
-	}
-	for i := range c.Spec.ServiceLoadBalancerIPs {
-		c.Spec.ServiceLoadBalancerIPs[i].CIDR = canonicalCIDR(c.Spec.ServiceLoadBalancerIPs[i].CIDR)
-	}
-	for i := range c.Spec.PrefixAdvertisements {
-		c.Spec.PrefixAdvertisements[i].CIDR = canonicalCIDR(c.Spec.PrefixAdvertisements[i].CIDR)
-	}
-}
-
-// defaultKubeControllersConfig fills Calico's schema defaults: Info
-// logging and health checks on.
-func defaultKubeControllersConfig(c *KubeControllersConfiguration) {
 	if c.Spec.LogSeverityScreen == "" {
 		c.Spec.LogSeverityScreen = "Info"
 	}
-	if c.Spec.HealthChecks == "" {
-		c.Spec.HealthChecks = "Enabled"
+	setDefault(&c.Spec.ServiceLoadBalancerAggregation, "Enabled")
+}
+
+// Defaults of KubeControllersConfiguration that Calico's client writes.
+const (
+	DefaultKubeControllersMetricsPort = 9094
+	DefaultLeakGracePeriod            = 15 * time.Minute
+)
+
+// defaultKubeControllersConfig fills what Calico fills: its client's
+// Prometheus port and, for a node controller, IP leak grace period; its
+// schema's health checks on, and, in the blocks present, LoadBalancer
+// addresses for all services and the policy name migrator on. Like
+// Calico, it leaves logSeverityScreen unset.
+func defaultKubeControllersConfig(c *KubeControllersConfiguration) {
+	s := &c.Spec
+	if s.HealthChecks == "" {
+		s.HealthChecks = "Enabled"
+	}
+	if s.PrometheusMetricsPort == nil {
+		p := DefaultKubeControllersMetricsPort
+		s.PrometheusMetricsPort = &p
+	}
+	if n := s.Controllers.Node; n != nil && n.LeakGracePeriod == nil {
+		n.LeakGracePeriod = NewDuration(DefaultLeakGracePeriod)
+	}
+	if lb := s.Controllers.LoadBalancer; lb != nil && lb.AssignIPs == "" {
+		lb.AssignIPs = "AllServices"
+	}
+	if m := s.Controllers.Migration; m != nil && m.PolicyNameMigrator == "" {
+		m.PolicyNameMigrator = "Enabled"
 	}
 }
 

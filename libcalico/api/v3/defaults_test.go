@@ -6,6 +6,7 @@ import (
 )
 
 func TestDefault(t *testing.T) {
+	enabled := "Enabled"
 	tru, deny, auto, tierOrder := true, Deny, AssignmentAutomatic, DefaultTierOrder
 	tests := []struct {
 		name string
@@ -70,9 +71,12 @@ func TestDefault(t *testing.T) {
 				Spec: IPAMConfigurationSpec{AutoAllocateBlocks: &tru}},
 		},
 		{
-			name: "BGP configuration is left unset, as Calico does",
+			// The AS number and the mesh are left unset, as Calico does;
+			// its schema fills the log level and LoadBalancer aggregation.
+			name: "BGP configuration AS and mesh left unset, as Calico does",
 			in:   &BGPConfiguration{ObjectMeta: ObjectMeta{Name: "default"}},
-			want: &BGPConfiguration{TypeMeta: TypeMeta{Kind: KindBGPConfiguration, APIVersion: APIVersion}, ObjectMeta: ObjectMeta{Name: "default"}},
+			want: &BGPConfiguration{TypeMeta: TypeMeta{Kind: KindBGPConfiguration, APIVersion: APIVersion}, ObjectMeta: ObjectMeta{Name: "default"},
+				Spec: BGPConfigurationSpec{LogSeverityScreen: "Info", ServiceLoadBalancerAggregation: &enabled}},
 		},
 	}
 	for _, tt := range tests {

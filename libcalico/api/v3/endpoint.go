@@ -79,8 +79,8 @@ type WorkloadEndpointPort struct {
 	Name     string               `json:"name"`
 	Protocol numorstring.Protocol `json:"protocol"`
 	Port     uint16               `json:"port"`
-	HostPort uint16               `json:"hostPort,omitempty"`
-	HostIP   string               `json:"hostIP,omitempty"`
+	HostPort uint16               `json:"hostPort"`
+	HostIP   string               `json:"hostIP"`
 }
 
 // WorkloadEndpointList is a list of workload endpoints.

@@ -131,7 +131,7 @@ type FelixConfigurationSpec struct {
 
 	BPFEnabled                         *bool     `json:"bpfEnabled,omitempty"`
 	BPFDisableUnprivileged             *bool     `json:"bpfDisableUnprivileged,omitempty"`
-	BPFLogLevel                        string    `json:"bpfLogLevel,omitempty"`
+	BPFLogLevel                        *string   `json:"bpfLogLevel,omitempty"`
 	BPFDataIfacePattern                string    `json:"bpfDataIfacePattern,omitempty"`
 	BPFConnectTimeLoadBalancingEnabled *bool     `json:"bpfConnectTimeLoadBalancingEnabled,omitempty"`
 	BPFExternalServiceMode             string    `json:"bpfExternalServiceMode,omitempty"`
@@ -163,6 +163,9 @@ type FelixConfigurationSpec struct {
 	AWSSrcDstCheck        string `json:"awsSrcDstCheck,omitempty"`
 	FloatingIPs           string `json:"floatingIPs,omitempty"`
 	NFTablesMode          string `json:"nftablesMode,omitempty"`
+	// NFTablesFlowTableOffload puts established flows of the nftables
+	// dataplane in a flowtable: Enabled or Disabled.
+	NFTablesFlowTableOffload *string `json:"nftablesFlowTableOffload,omitempty"`
 	FeatureDetectOverride string `json:"featureDetectOverride,omitempty"`
 	FeatureGates          string `json:"featureGates,omitempty"`
 	ProgramClusterRoutes  string `json:"programClusterRoutes,omitempty"`

@@ -12,7 +12,7 @@ type KubeControllersConfiguration struct {
 	TypeMeta   `json:",inline"`
 	ObjectMeta `json:"metadata,omitempty"`
 	Spec       KubeControllersConfigurationSpec   `json:"spec,omitempty"`
-	Status     KubeControllersConfigurationStatus `json:"status,omitzero"`
+	Status     KubeControllersConfigurationStatus `json:"status"`
 }
 
 // KubeControllersConfigurationSpec is the controllers' settings.
@@ -36,6 +36,14 @@ type ControllersConfig struct {
 	ServiceAccount   *ServiceAccountControllerConfig   `json:"serviceAccount,omitempty"`
 	Namespace        *NamespaceControllerConfig        `json:"namespace,omitempty"`
 	LoadBalancer     *LoadBalancerControllerConfig     `json:"loadBalancer,omitempty"`
+	Migration        *MigrationControllerConfig        `json:"policyMigration,omitempty"`
+}
+
+// MigrationControllerConfig switches Calico's policy name migrator, which
+// renames policies stored under old-style names.
+type MigrationControllerConfig struct {
+	// PolicyNameMigrator is Enabled or Disabled.
+	PolicyNameMigrator string `json:"enabled,omitempty"`
 }
 
 // NodeControllerConfig configures the node controller.

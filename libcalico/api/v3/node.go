@@ -14,7 +14,7 @@ type Node struct {
 	TypeMeta   `json:",inline"`
 	ObjectMeta `json:"metadata,omitempty"`
 	Spec       NodeSpec   `json:"spec,omitempty"`
-	Status     NodeStatus `json:"status,omitzero"`
+	Status     NodeStatus `json:"status"`
 }
 
 // NodeSpec is the configuration of a node.

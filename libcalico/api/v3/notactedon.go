@@ -43,6 +43,8 @@ var NotActedOn = map[string][]string{
 		"spec.debugProfilePort",
 		"spec.controllers.node.hostEndpoint.templates",
 		"spec.controllers.node.hostEndpoint.createDefaultHostEndpoint",
+		// Palisade stores no policy under Calico's old-style names.
+		"spec.controllers.policyMigration",
 	},
 }
 

@@ -12,7 +12,7 @@ type Tier struct {
 	TypeMeta   `json:",inline"`
 	ObjectMeta `json:"metadata,omitempty"`
 	Spec       TierSpec   `json:"spec,omitempty"`
-	Status     TierStatus `json:"status,omitzero"`
+	Status     TierStatus `json:"status"`
 }
 
 // TierStatus is what Calico's tier controller reports; Palisade keeps what

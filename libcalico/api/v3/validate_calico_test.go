@@ -21,7 +21,8 @@ func TestValidateAsCalico(t *testing.T) {
 		// Accepted as Calico accepts them.
 		{"felix log level Trace", felix("{logSeverityScreen: Trace, logSeveritySys: none}"), ""},
 		{"bgp log level Panic", h + "kind: BGPConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Panic}", ""},
-		{"kube-controllers log level Trace", h + "kind: KubeControllersConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Trace, controllers: {}}", ""},
+		{"kube-controllers log level Trace", h + "kind: KubeControllersConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Trace, controllers: {}}",
+			`KubeControllersConfiguration "default": spec.logSeverityScreen "Trace": Unsupported value: supported values: "None", "Debug", "Info", "Warning", "Error", "Fatal", "Panic"`},
 		{"reservation with host bits", h + "kind: IPReservation\nmetadata: {name: r}\nspec: {reservedCIDRs: [10.0.0.5/24]}", ""},
 		{"network set with host bits", h + "kind: NetworkSet\nmetadata: {name: s, namespace: a}\nspec: {nets: [10.0.0.5/24]}", ""},
 		{"disabled pool smaller than a block", h + "kind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.0.0.0/28, disabled: true}", ""},

@@ -24,7 +24,7 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 		{"spec.logSeverityScreen", s.LogSeverityScreen, felixLogLevels},
 		{"spec.logSeverityFile", s.LogSeverityFile, felixLogLevels + "|None"},
 		{"spec.logSeveritySys", s.LogSeveritySys, felixLogLevels + "|None"},
-		{"spec.bpfLogLevel", s.BPFLogLevel, "Off|Info|Debug"},
+		{"spec.bpfLogLevel", deref(s.BPFLogLevel), "Off|Info|Debug"},
 		{"spec.bpfExternalServiceMode", s.BPFExternalServiceMode, "Tunnel|DSR"},
 		{"spec.routeSource", s.RouteSource, "WorkloadIPs|CalicoIPAM"},
 		{"spec.serviceLoopPrevention", s.ServiceLoopPrevention, "Drop|Reject|Disabled"},
@@ -43,6 +43,7 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 		allowed []string
 	}{
 		{"spec.nftablesMode", s.NFTablesMode, []string{"Disabled", "Enabled", "Auto"}},
+		{"spec.nftablesFlowTableOffload", deref(s.NFTablesFlowTableOffload), []string{"Enabled", "Disabled"}},
 		{"spec.awsSrcDstCheck", s.AWSSrcDstCheck, []string{"DoNothing", "Enable", "Disable"}},
 		{"spec.floatingIPs", s.FloatingIPs, []string{"Enabled", "Disabled"}},
 		{"spec.programClusterRoutes", s.ProgramClusterRoutes, []string{"Enabled", "Disabled"}},
@@ -304,8 +305,9 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 func (v *validator) kubeControllersConfig(c *KubeControllersConfiguration) {
 	v.singleton(c.Name)
 	s := &c.Spec
-	// Calico's schema lists None (no logging) beside the levels.
-	v.pattern("spec.logSeverityScreen", s.LogSeverityScreen, "None|Trace|Debug|Info|Warning|Error|Fatal|Panic")
+	// Calico's schema lists None (no logging) beside the levels, and not
+	// Trace.
+	v.enum("spec.logSeverityScreen", s.LogSeverityScreen, "None", "Debug", "Info", "Warning", "Error", "Fatal", "Panic")
 	v.oneOf("spec.healthChecks", s.HealthChecks, "Enabled", "Disabled")
 	v.duration("spec.etcdV3CompactionPeriod", s.EtcdV3CompactionPeriod)
 	if p := s.PrometheusMetricsPort; p != nil && (*p < 0 || *p > 65535) {
@@ -329,6 +331,9 @@ func (v *validator) kubeControllersConfig(c *KubeControllersConfiguration) {
 				}
 			}
 		}
+	}
+	if m := s.Controllers.Migration; m != nil {
+		v.enum("spec.controllers.policyMigration.enabled", m.PolicyNameMigrator, "Disabled", "Enabled")
 	}
 	if lb := s.Controllers.LoadBalancer; lb != nil {
 		v.oneOf("spec.controllers.loadBalancer.assignIPs", lb.AssignIPs, "AllServices", "RequestedServicesOnly")
