@@ -160,15 +160,15 @@ type FelixConfigurationSpec struct {
 	WireguardHostEncryptionEnabled *bool     `json:"wireguardHostEncryptionEnabled,omitempty"`
 	WireguardKeepAlive             *Duration `json:"wireguardKeepAlive,omitempty"`
 
-	AWSSrcDstCheck        string `json:"awsSrcDstCheck,omitempty"`
-	FloatingIPs           string `json:"floatingIPs,omitempty"`
-	NFTablesMode          string `json:"nftablesMode,omitempty"`
+	AWSSrcDstCheck string `json:"awsSrcDstCheck,omitempty"`
+	FloatingIPs    string `json:"floatingIPs,omitempty"`
+	NFTablesMode   string `json:"nftablesMode,omitempty"`
 	// NFTablesFlowTableOffload puts established flows of the nftables
 	// dataplane in a flowtable: Enabled or Disabled.
 	NFTablesFlowTableOffload *string `json:"nftablesFlowTableOffload,omitempty"`
-	FeatureDetectOverride string `json:"featureDetectOverride,omitempty"`
-	FeatureGates          string `json:"featureGates,omitempty"`
-	ProgramClusterRoutes  string `json:"programClusterRoutes,omitempty"`
+	FeatureDetectOverride    string  `json:"featureDetectOverride,omitempty"`
+	FeatureGates             string  `json:"featureGates,omitempty"`
+	ProgramClusterRoutes     string  `json:"programClusterRoutes,omitempty"`
 
 	// The fields below complete Calico's current FelixConfiguration API
 	// so that a Calico export applies unchanged. Those Palisade does not
