@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	json "github.com/goccy/go-json"
 )
@@ -19,10 +20,17 @@ const affinityPrefix = "host:"
 // i is the i-th address of the block; Allocations[i] is the index of its
 // attribute, or nil when free; Unallocated lists the free ordinals in the
 // order they will be handed out (released ones go to the back).
+//
+// Fields Palisade does not use are kept as Calico wrote them, so a block
+// written back is one Calico's readers see unchanged: the time the
+// affinity was claimed, the deprecated hostAffinity (read as the affinity
+// when that is unset) and, per attribute, the alternate owner of a live
+// migration.
 type block struct {
 	CIDR                        string            `json:"cidr"`
 	Affinity                    *string           `json:"affinity"`
-	StrictAffinity              bool              `json:"strictAffinity"`
+	AffinityClaimTime           json.RawMessage   `json:"affinity_claim_time,omitempty"`
+	HostAffinity                *string           `json:"hostAffinity,omitempty"`
 	Allocations                 []*int            `json:"allocations"`
 	Unallocated                 []int             `json:"unallocated"`
 	Attributes                  []attribute       `json:"attributes"`
@@ -38,6 +46,7 @@ type block struct {
 type attribute struct {
 	HandleID  *string           `json:"handle_id,omitempty"`
 	Secondary map[string]string `json:"secondary,omitempty"`
+	Alternate map[string]string `json:"alternate,omitempty"`
 }
 
 // handle returns the attribute's handle ID, "" when none.
@@ -88,6 +97,11 @@ func decodeBlock(value []byte) (*block, error) {
 		return nil, fmt.Errorf("block cidr %q: blocks hold at most 65536 addresses", b.CIDR)
 	}
 	b.prefix = p
+	if b.Affinity == nil && b.HostAffinity != nil && *b.HostAffinity != "" {
+		// Calico's deprecated form: the node's name alone.
+		a := affinityPrefix + *b.HostAffinity
+		b.Affinity = &a
+	}
 	size := blockSize(p)
 	if len(b.Allocations) != size {
 		return nil, fmt.Errorf("block %s: %d allocations for %d addresses", b.CIDR, len(b.Allocations), size)
@@ -142,12 +156,18 @@ func (b *block) host() string {
 
 // setHost makes the block affine to host, or to no node when host is "".
 func (b *block) setHost(host string) {
+	b.HostAffinity = nil
 	if host == "" {
-		b.Affinity = nil
+		b.Affinity, b.AffinityClaimTime = nil, nil
+		return
+	}
+	if b.host() == host && b.Affinity != nil {
 		return
 	}
 	s := affinityPrefix + host
 	b.Affinity = &s
+	// When the affinity was claimed, as Calico records it (RFC 3339, UTC).
+	b.AffinityClaimTime, _ = json.Marshal(time.Now().UTC().Format(time.RFC3339))
 }
 
 // ordinal returns the position of addr in the block.

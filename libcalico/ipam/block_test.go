@@ -184,7 +184,11 @@ func TestBlockJSONShape(t *testing.T) {
 	if err := json.Unmarshal(v, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"cidr", "affinity", "strictAffinity", "allocations", "unallocated", "attributes", "sequenceNumber", "sequenceNumberForAllocation", "deleted"} {
+	keys := []string{"cidr", "affinity", "affinity_claim_time", "allocations", "unallocated", "attributes", "sequenceNumber", "sequenceNumberForAllocation", "deleted"}
+	if len(raw) != len(keys) {
+		t.Errorf("stored block has %d fields, want Calico's %d: %s", len(raw), len(keys), v)
+	}
+	for _, k := range keys {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("stored block lacks %q: %s", k, v)
 		}

@@ -194,15 +194,15 @@ func (c *cache) spreadOrder(host string, affs []Affinity) []Affinity {
 func (a *Allocator) readSnapshot(ctx context.Context) (*snapshot, error) {
 	s := &snapshot{}
 	var poolConds, resConds []datastore.KVCond
-	var cfgCond datastore.KVCond
+	var cfgConds []datastore.KVCond
 	err := parallel(
 		func() (err error) { s.pools, poolConds, err = a.listPoolsAt(ctx); return },
 		func() (err error) { s.reserved, resConds, err = a.listReservationsAt(ctx); return },
-		func() (err error) { s.cfg, cfgCond, err = a.getConfigAt(ctx); return },
+		func() (err error) { s.cfg, cfgConds, err = a.getConfigAt(ctx); return },
 	)
 	if err != nil {
 		return nil, err
 	}
-	s.conds = append(append(append(s.conds, poolConds...), resConds...), cfgCond)
+	s.conds = append(append(append(s.conds, poolConds...), resConds...), cfgConds...)
 	return s, nil
 }

@@ -16,7 +16,9 @@ const defaultMaxBlocks = 20
 // configKey names the one IPAMConfiguration.
 var configKey = datastore.Key{Kind: v3.KindIPAMConfiguration, Name: v3.IPAMConfigName}
 
-// GetConfig reads the IPAMConfiguration "default"; when there is none it
+// GetConfig reads the IPAMConfiguration "default"; when there is none, the
+// record Calico's IPAM keeps at /calico/ipam/v2/config (which `calicoctl
+// ipam configure` writes on a Calico cluster); when there is neither, it
 // returns Calico's defaults (no strict affinity, automatic block
 // allocation, no block cap).
 func (a *Allocator) GetConfig(ctx context.Context) (Config, error) {
@@ -24,39 +26,39 @@ func (a *Allocator) GetConfig(ctx context.Context) (Config, error) {
 	return cfg, err
 }
 
-// getConfigAt reads the configuration with the condition under which it
+// getConfigAt reads the configuration with the conditions under which it
 // is still current.
-func (a *Allocator) getConfigAt(ctx context.Context) (Config, datastore.KVCond, error) {
+func (a *Allocator) getConfigAt(ctx context.Context) (Config, []datastore.KVCond, error) {
 	path, err := datastore.KeyPath(configKey)
 	if err != nil {
-		return Config{}, datastore.KVCond{}, err
+		return Config{}, nil, err
 	}
 	r, err := a.store.Get(ctx, configKey)
 	if errors.Is(err, datastore.ErrNotFound) {
-		return Config{AutoAllocateBlocks: true}, datastore.KVCond{Key: path}, nil
+		return a.getCalicoConfig(ctx, datastore.KVCond{Key: path})
 	}
 	var bv *datastore.BadValueError
 	if errors.As(err, &bv) {
 		// Logged and counted by the store: Calico's defaults apply
 		// until the configuration is written again.
-		return Config{AutoAllocateBlocks: true}, datastore.KVCond{Key: path, Revision: bv.Revision}, nil
+		return Config{AutoAllocateBlocks: true}, []datastore.KVCond{{Key: path, Revision: bv.Revision}}, nil
 	}
 	if err != nil {
-		return Config{}, datastore.KVCond{}, fmt.Errorf("reading IPAM configuration: %w", err)
+		return Config{}, nil, fmt.Errorf("reading IPAM configuration: %w", err)
 	}
 	c, ok := r.(*v3.IPAMConfiguration)
 	if !ok {
-		return Config{}, datastore.KVCond{}, fmt.Errorf("reading IPAM configuration: got a %T", r)
+		return Config{}, nil, fmt.Errorf("reading IPAM configuration: got a %T", r)
 	}
 	cond, err := resourceCond(v3.KindIPAMConfiguration, r)
 	if err != nil {
-		return Config{}, datastore.KVCond{}, err
+		return Config{}, nil, err
 	}
 	return Config{
 		StrictAffinity:     c.Spec.StrictAffinity,
 		AutoAllocateBlocks: c.Spec.AutoAllocateBlocks == nil || *c.Spec.AutoAllocateBlocks,
 		MaxBlocksPerHost:   int(c.Spec.MaxBlocksPerHost),
-	}, cond, nil
+	}, []datastore.KVCond{cond}, nil
 }
 
 // SetConfig writes the IPAMConfiguration "default", keeping its other
@@ -82,7 +84,7 @@ func (a *Allocator) SetConfig(ctx context.Context, cfg Config) error {
 	if _, err := a.store.Apply(ctx, c); err != nil {
 		return fmt.Errorf("writing IPAM configuration: %w", err)
 	}
-	return nil
+	return a.putCalicoConfig(ctx, cfg)
 }
 
 // blockCap is the block limit for a request: the tighter of the request's

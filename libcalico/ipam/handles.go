@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
 // handleRecord is a handle as stored, in Calico's JSON shape: per block
 // CIDR, how many addresses the handle holds there.
+//
+// The ID is the key's last segment; like Calico, the value does not hold it.
 type handleRecord struct {
-	HandleID string         `json:"handleID"`
+	HandleID string         `json:"-"`
 	Block    map[string]int `json:"block"`
 	Deleted  bool           `json:"deleted"`
 }
@@ -28,6 +31,7 @@ func decodeHandle(p datastore.KVPair) (*handleRecord, error) {
 	if h.Block == nil {
 		h.Block = map[string]int{}
 	}
+	h.HandleID = strings.TrimPrefix(p.Key, handlesPrefix)
 	return &h, nil
 }
 

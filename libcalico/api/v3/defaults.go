@@ -113,8 +113,9 @@ func canonicalCIDR(s string) string {
 	return p.String()
 }
 
-// defaultRules drops the empty ends of rules ("source: {}") that Calico
-// does not store, by normalising empty lists to nil. Nets are stored as
+// defaultRules normalises empty lists of rule ends to nil, as Calico drops
+// them (an empty end itself, "source: {}", is stored and printed, as
+// Calico does). Nets are stored as
 // written (host bits, bare addresses, upper-case IPv6), as Calico stores
 // them; every reader masks them.
 func defaultRules(lists ...[]Rule) {

@@ -27,8 +27,8 @@ type Rule struct {
 	NotProtocol *numorstring.Protocol `json:"notProtocol,omitempty"`
 	// NotICMP excludes an ICMP type and code.
 	NotICMP     *ICMPFields `json:"notICMP,omitempty"`
-	Source      EntityRule  `json:"source,omitzero"`
-	Destination EntityRule  `json:"destination,omitzero"`
+	Source      EntityRule  `json:"source"`
+	Destination EntityRule  `json:"destination"`
 	// HTTP matches on HTTP attributes (only enforced by an application
 	// layer proxy).
 	HTTP *HTTPMatch `json:"http,omitempty"`
