@@ -144,7 +144,8 @@ func defaultRules(lists ...[]Rule) {
 // connect-time load balancing and host-networked NAT, the last two set
 // from the deprecated bpfConnectTimeLoadBalancingEnabled when it is given)
 // and from its CRD schema's defaults (nftablesMode Auto, flowtable
-// offload Disabled, an empty bpfLogLevel).
+// offload Disabled, and an empty bpfLogLevel, which is why that field is
+// always printed).
 func defaultFelixConfig(c *FelixConfiguration) {
 	for _, pp := range []*[]ProtoPort{c.Spec.FailsafeInboundHostPorts, c.Spec.FailsafeOutboundHostPorts} {
 		if pp == nil {
@@ -173,7 +174,6 @@ func defaultFelixConfig(c *FelixConfiguration) {
 		s.NFTablesMode = "Auto"
 	}
 	setDefault(&s.NFTablesFlowTableOffload, "Disabled")
-	setDefault(&s.BPFLogLevel, "")
 }
 
 // setDefault points an unset optional string at a default.

@@ -131,7 +131,7 @@ type FelixConfigurationSpec struct {
 
 	BPFEnabled                         *bool     `json:"bpfEnabled,omitempty"`
 	BPFDisableUnprivileged             *bool     `json:"bpfDisableUnprivileged,omitempty"`
-	BPFLogLevel                        *string   `json:"bpfLogLevel,omitempty"`
+	BPFLogLevel                        string    `json:"bpfLogLevel"`
 	BPFDataIfacePattern                string    `json:"bpfDataIfacePattern,omitempty"`
 	BPFConnectTimeLoadBalancingEnabled *bool     `json:"bpfConnectTimeLoadBalancingEnabled,omitempty"`
 	BPFExternalServiceMode             string    `json:"bpfExternalServiceMode,omitempty"`

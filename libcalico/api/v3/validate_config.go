@@ -24,7 +24,7 @@ func (v *validator) felixConfig(c *FelixConfiguration) {
 		{"spec.logSeverityScreen", s.LogSeverityScreen, felixLogLevels},
 		{"spec.logSeverityFile", s.LogSeverityFile, felixLogLevels + "|None"},
 		{"spec.logSeveritySys", s.LogSeveritySys, felixLogLevels + "|None"},
-		{"spec.bpfLogLevel", deref(s.BPFLogLevel), "Off|Info|Debug"},
+		{"spec.bpfLogLevel", s.BPFLogLevel, "Off|Info|Debug"},
 		{"spec.bpfExternalServiceMode", s.BPFExternalServiceMode, "Tunnel|DSR"},
 		{"spec.routeSource", s.RouteSource, "WorkloadIPs|CalicoIPAM"},
 		{"spec.serviceLoopPrevention", s.ServiceLoopPrevention, "Drop|Reject|Disabled"},
