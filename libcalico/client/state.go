@@ -178,7 +178,7 @@ func (st *state) check(op Op, index int, r v3.Resource) (pending, error) {
 			return p, err
 		}
 		if st.known[tpath] == nil {
-			return p, &missingTierError{policy: k, tier: &datastore.NotFoundError{Key: tk}}
+			return p, missingTier(k, tk)
 		}
 	}
 	for _, fk := range neededFilters(r) {
@@ -187,7 +187,7 @@ func (st *state) check(op Op, index int, r v3.Resource) (pending, error) {
 			return p, err
 		}
 		if st.known[fpath] == nil {
-			return p, &missingFilterError{peer: k, filter: &datastore.NotFoundError{Key: fk}}
+			return p, missingFilter(k, fk)
 		}
 	}
 	st.known[path] = r

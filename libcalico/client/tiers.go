@@ -48,19 +48,6 @@ func neededTier(r v3.Resource) (datastore.Key, bool) {
 	return datastore.Key{Kind: v3.KindTier, Name: tier}, true
 }
 
-// missingTierError refuses a policy created in a tier that does not exist,
-// as Calico does (the creation is refused with the Tier's not-found error).
-type missingTierError struct {
-	policy datastore.Key
-	tier   *datastore.NotFoundError
-}
-
-func (e *missingTierError) Error() string {
-	return fmt.Sprintf("%s is in tier %q, which does not exist", e.policy, e.tier.Key.Name)
-}
-
-func (e *missingTierError) Unwrap() error { return e.tier }
-
 // builtinTiers are the tiers Calico never deletes.
 var builtinTiers = map[string]bool{
 	v3.DefaultTierName:      true,
