@@ -31,8 +31,11 @@ TEST_FLAGS ?=
 # (kube-apiserver, kube-controller-manager, kube-proxy, kubectl), built by
 # hack/kube-tools.sh into a cache outside the checkout, keyed by version.
 KUBE_BIN = $(shell hack/kube-tools.sh --print-dir)
+# CoreDNS, the cluster DNS add-on of manifests/coredns.yaml (the lab and
+# the e2e suites), built by hack/coredns.sh into the same cache.
+COREDNS_BIN = $(shell hack/coredns.sh --print-dir)
 
-.PHONY: all help deps build kube-tools image-bins image-debs images test bench lint clean demo $(BINARIES)
+.PHONY: all help deps build kube-tools coredns image-bins image-debs images test bench lint clean demo $(BINARIES)
 
 all: build
 
@@ -40,7 +43,8 @@ help:
 	@echo "make deps   install Debian packages and Go tools the project needs (root)"
 	@echo "make build  build $(BINARIES) into $(BIN)/"
 	@echo "make kube-tools  build kube-apiserver, kube-controller-manager, kube-proxy and kubectl into $(KUBE_BIN) (once)"
-	@echo "make images multi-platform ($(IMAGE_ARCHES)) OCI image archives of calico-node, calico-kube-controllers, pause and agnhost in $(IMAGE_DIR)/ (IMAGE_TAG=$(IMAGE_TAG)), no container engine needed"
+	@echo "make coredns  build CoreDNS (the cluster DNS of manifests/coredns.yaml) into $(COREDNS_BIN) (once)"
+	@echo "make images multi-platform ($(IMAGE_ARCHES)) OCI image archives of calico-node, calico-kube-controllers, pause, agnhost and coredns in $(IMAGE_DIR)/ (IMAGE_TAG=$(IMAGE_TAG)), no container engine needed"
 	@echo "make test   run every test, including those that need root"
 	@echo "make bench  run every benchmark and print one table of ratios"
 	@echo "make lint   gofmt, go vet and staticcheck"
@@ -60,6 +64,9 @@ $(BINARIES):
 # cold, milliseconds after).
 kube-tools:
 	@hack/kube-tools.sh
+
+coredns:
+	@hack/coredns.sh
 
 # The architectures the images are built for (Go's and Debian's names).
 IMAGE_ARCHES ?= amd64 arm64
@@ -87,19 +94,21 @@ image-debs:
 # calico-kube-controllers.tar (tagged IMAGE_TAG), pause.tar
 # (registry.k8s.io/pause:3.10.2) and agnhost.tar
 # (registry.k8s.io/e2e-test-images/agnhost:2.66.1, from hack/kube-tools.sh's
-# agnhost: this machine's architecture only). Created at the commit's time
+# agnhost: this machine's architecture only) and coredns.tar
+# (registry.k8s.io/coredns/coredns:v1.15.0, from hack/coredns.sh: this
+# machine's architecture only). Created at the commit's time
 # so the same commit makes the same images.
 IMAGE_TAG ?= latest
 IMAGE_DIR ?= images
-images: image-bins image-debs kube-tools
+images: image-bins image-debs kube-tools coredns
 	$(GO) run ./hack/images -bin '$(BIN)/linux-{arch}' -debs "$$(hack/image-debs.sh --print-dir '{arch}')" \
-		-arch "$$(echo $(IMAGE_ARCHES) | tr " " ,)" -agnhost $(KUBE_BIN)/agnhost -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
+		-arch "$$(echo $(IMAGE_ARCHES) | tr " " ,)" -agnhost $(KUBE_BIN)/agnhost -coredns $(COREDNS_BIN)/coredns -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
 		-version $(VERSION) -created "$$(git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)"
 
 # Tests that exec the binaries find them through PALISADE_BIN, and the
 # Kubernetes ones through PALISADE_KUBE_BIN (a test needing them fails
 # when they are missing).
-test: build image-bins kube-tools image-debs
+test: build image-bins kube-tools coredns image-debs
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 bench: build kube-tools

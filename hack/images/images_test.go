@@ -28,13 +28,17 @@ import (
 
 // inputs are, for each of Arches, the binaries ($PALISADE_BIN/linux-ARCH,
 // make image-bins), the packages (hack/image-debs.sh's cache) and, for
-// this machine's architecture, agnhost ($PALISADE_KUBE_BIN): make test
-// provides them all.
+// this machine's architecture, agnhost ($PALISADE_KUBE_BIN) and coredns
+// (hack/coredns.sh's cache): make test provides them all.
 func inputs(t *testing.T) []Inputs {
 	t.Helper()
 	bin := os.Getenv("PALISADE_BIN")
 	if bin == "" {
 		t.Skip("PALISADE_BIN is not set (make test sets it)")
+	}
+	dns, err := exec.Command("../coredns.sh", "--print-dir").Output()
+	if err != nil {
+		t.Fatal(err)
 	}
 	var in []Inputs
 	for _, arch := range Arches {
@@ -45,6 +49,9 @@ func inputs(t *testing.T) []Inputs {
 		p := Inputs{Arch: arch, Bin: filepath.Join(bin, "linux-"+arch), Debs: strings.TrimSpace(string(out))}
 		if kube := os.Getenv("PALISADE_KUBE_BIN"); kube != "" && arch == runtime.GOARCH {
 			p.Agnhost = filepath.Join(kube, "agnhost")
+		}
+		if arch == runtime.GOARCH {
+			p.CoreDNS = filepath.Join(strings.TrimSpace(string(dns)), "coredns")
 		}
 		in = append(in, p)
 	}
@@ -116,13 +123,14 @@ func TestImages(t *testing.T) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	targets := Targets(in, "test", "v-test", created)
 	if err := Check(targets); err != nil {
-		t.Fatalf("%v (make image-bins image-debs)", err)
+		t.Fatalf("%v (make image-bins image-debs coredns)", err)
 	}
 	for _, tg := range targets {
 		t.Run(tg.Archive, func(t *testing.T) {
 			wantArches := Arches
-			if tg.Ref == AgnhostRef {
-				// hack/kube-tools.sh builds agnhost for this machine only.
+			if tg.Ref == AgnhostRef || tg.Ref == CoreDNSRef {
+				// hack/kube-tools.sh and hack/coredns.sh build for this
+				// machine only.
 				wantArches = []string{runtime.GOARCH}
 			}
 			if got := archesOf(tg.Specs); !slices.Equal(got, wantArches) {
@@ -241,6 +249,9 @@ func checkImage(t *testing.T, tg Target, s Spec, img v1.Image, created time.Time
 			t.Errorf("no directory %s", d)
 		}
 	}
+	if tg.Ref == CoreDNSRef && s.Arch == runtime.GOARCH {
+		corednsPlugins(t, filepath.Join(rootfs, "coredns"))
+	}
 	if len(s.Debs) == 0 {
 		return
 	}
@@ -339,6 +350,29 @@ func installCNI(t *testing.T, rootfs string) {
 		if out, err := v.CombinedOutput(); err != nil || !strings.Contains(string(out), "supportedVersions") {
 			t.Errorf("%s VERSION on the host: %v\n%s", pl, err, out)
 		}
+	}
+}
+
+// corednsPlugins runs the image's coredns and checks the plugins compiled
+// into it: every one manifests/coredns.yaml's Corefile uses, and no
+// forward (the cluster DNS must never ask the machine's resolver).
+func corednsPlugins(t *testing.T, coredns string) {
+	t.Helper()
+	out, err := exec.Command(coredns, "-plugins").CombinedOutput()
+	if err != nil {
+		t.Fatalf("coredns -plugins: %v\n%s", err, out)
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Fields(string(out)) {
+		have[strings.TrimPrefix(l, "dns.")] = true
+	}
+	for _, p := range []string{"kubernetes", "errors", "health", "ready", "cache", "loop", "reload", "loadbalance", "log", "prometheus"} {
+		if !have[p] {
+			t.Errorf("coredns lacks the %s plugin: %s", p, out)
+		}
+	}
+	if have["forward"] {
+		t.Errorf("coredns has the forward plugin: %s", out)
 	}
 }
 

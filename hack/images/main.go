@@ -3,8 +3,9 @@
 // without a container engine: calico-node (the binaries of bin/, the
 // portmap and bandwidth CNI plugins and the Debian userspace felix runs,
 // unpacked from the packages hack/image-debs.sh downloaded),
-// calico-kube-controllers, the kubelet's sandbox image (pause) and the
-// e2e suites' workload (agnhost). `make images` runs it.
+// calico-kube-controllers, the kubelet's sandbox image (pause), the e2e
+// suites' workload (agnhost) and the cluster DNS of manifests/coredns.yaml
+// (coredns). `make images` runs it.
 package main
 
 import (
@@ -18,7 +19,8 @@ import (
 )
 
 // Names of the images, as manifests/calico-etcd.yaml (Palisade's) and
-// the kubelet and the e2e suite (pause, agnhost) refer to them.
+// the kubelet and the e2e suite (pause, agnhost) and manifests/coredns.yaml
+// refer to them.
 const (
 	NodeImage            = "docker.io/palisade/calico-node"
 	KubeControllersImage = "docker.io/palisade/calico-kube-controllers"
@@ -27,6 +29,9 @@ const (
 	// AgnhostRef is the image test/e2e v1.37.2 runs its workloads in
 	// (test/utils/image/manifest.go).
 	AgnhostRef = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	// CoreDNSRef is the cluster DNS add-on, tagged with the CoreDNS
+	// version hack/coredns.sh builds (kubeadm v1.37 would pull v1.14.6).
+	CoreDNSRef = "registry.k8s.io/coredns/coredns:v1.15.0"
 )
 
 // Arches are the architectures `make images` builds for.
@@ -36,19 +41,20 @@ func main() {
 	bin := flag.String("bin", "bin/linux-{arch}", "directory of the Palisade binaries (and pause) built for {arch}")
 	debs := flag.String("debs", "", "directory of the Debian packages for {arch} (hack/image-debs.sh --print-dir '{arch}')")
 	agnhost := flag.String("agnhost", "", "agnhost binaries (comma-separated; each one's ELF header says its architecture)")
+	coredns := flag.String("coredns", "", "coredns binaries (comma-separated; each one's ELF header says its architecture)")
 	arches := flag.String("arch", strings.Join(Arches, ","), "architectures to build")
 	out := flag.String("out", "images", "where the archives are written")
 	tag := flag.String("tag", "latest", "the Palisade images' tag")
 	version := flag.String("version", "dev", "the version recorded in the images' labels")
 	createdFlag := flag.String("created", "1970-01-01T00:00:00Z", "creation time of the images and their files (RFC 3339)")
 	flag.Parse()
-	if err := run(*bin, *debs, *agnhost, *arches, *out, *tag, *version, *createdFlag); err != nil {
+	if err := run(*bin, *debs, *agnhost, *coredns, *arches, *out, *tag, *version, *createdFlag); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, debs, agnhost, arches, out, tag, version, createdFlag string) error {
+func run(bin, debs, agnhost, coredns, arches, out, tag, version, createdFlag string) error {
 	created, err := time.Parse(time.RFC3339, createdFlag)
 	if err != nil {
 		return fmt.Errorf("-created %q: %w", createdFlag, err)
@@ -56,21 +62,18 @@ func run(bin, debs, agnhost, arches, out, tag, version, createdFlag string) erro
 	if debs == "" {
 		return fmt.Errorf("-debs is required (hack/image-debs.sh --print-dir '{arch}')")
 	}
-	agn := map[string]string{}
-	for _, p := range strings.Split(agnhost, ",") {
-		if p == "" {
-			continue
-		}
-		arch, err := ELFArch(p)
-		if err != nil {
-			return fmt.Errorf("-agnhost: %w", err)
-		}
-		agn[arch] = p
+	agn, err := byArch(agnhost)
+	if err != nil {
+		return fmt.Errorf("-agnhost: %w", err)
+	}
+	dns, err := byArch(coredns)
+	if err != nil {
+		return fmt.Errorf("-coredns: %w", err)
 	}
 	var in []Inputs
 	for _, arch := range strings.Split(arches, ",") {
 		in = append(in, Inputs{Arch: arch, Bin: strings.ReplaceAll(bin, "{arch}", arch),
-			Debs: strings.ReplaceAll(debs, "{arch}", arch), Agnhost: agn[arch]})
+			Debs: strings.ReplaceAll(debs, "{arch}", arch), Agnhost: agn[arch], CoreDNS: dns[arch]})
 	}
 	targets := Targets(in, tag, version, created)
 	if err := Check(targets); err != nil {
@@ -100,6 +103,23 @@ func run(bin, debs, agnhost, arches, out, tag, version, createdFlag string) erro
 		fmt.Printf("%s %s %s [%s]\n", t.Ref, digest, path, strings.Join(archs, " "))
 	}
 	return nil
+}
+
+// byArch maps a comma-separated list of executables to their
+// architectures, read from their ELF headers.
+func byArch(list string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, p := range strings.Split(list, ",") {
+		if p == "" {
+			continue
+		}
+		arch, err := ELFArch(p)
+		if err != nil {
+			return nil, err
+		}
+		m[arch] = p
+	}
+	return m, nil
 }
 
 // ELFArch is the GOARCH name of an ELF executable's machine.

@@ -13,23 +13,42 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestManifestImages: every container of manifests/calico-etcd.yaml runs
-// an image this command builds, and the programs it starts (command and
-// exec probes) are files of that image.
+// TestManifestImages: every container of manifests/calico-etcd.yaml and
+// manifests/coredns.yaml runs an image this command builds, and the
+// programs it starts (command and exec probes) are files of that image.
 func TestManifestImages(t *testing.T) {
-	raw, err := os.ReadFile("../../manifests/calico-etcd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := map[string][]string{}
-	for _, tg := range Targets([]Inputs{{Arch: "amd64", Bin: "bin", Agnhost: "agnhost"}}, "latest", "", time.Time{}) {
+	for _, tg := range Targets([]Inputs{{Arch: "amd64", Bin: "bin", Agnhost: "agnhost", CoreDNS: "coredns"}}, "latest", "", time.Time{}) {
 		s := tg.Specs[0]
 		for _, f := range s.Files {
 			files[tg.Ref] = append(files[tg.Ref], f.Dst)
 		}
 		files[tg.Ref] = append(files[tg.Ref], s.Entrypoint...)
 	}
-	checked := 0
+	for _, c := range []struct {
+		manifest string
+		want     []string
+	}{
+		{"calico-etcd.yaml", []string{"install-cni", "calico-node", "calico-kube-controllers"}},
+		{"coredns.yaml", []string{"coredns"}},
+	} {
+		t.Run(c.manifest, func(t *testing.T) {
+			if got := manifestContainers(t, "../../manifests/"+c.manifest, files); !slices.Equal(got, c.want) {
+				t.Errorf("checked containers %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// manifestContainers checks the containers of one manifest against the
+// images' files, and names those it checked.
+func manifestContainers(t *testing.T, manifest string, files map[string][]string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checked []string
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		var meta struct{ Kind string }
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
@@ -42,7 +61,9 @@ func TestManifestImages(t *testing.T) {
 			if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
 				t.Fatal(err)
 			}
-			checkPlugins(t, cm.Data["cni_network_config"], files[NodeImage+":latest"])
+			if cm.Name == "calico-config" {
+				checkPlugins(t, cm.Data["cni_network_config"], files[NodeImage+":latest"])
+			}
 			continue
 		case "DaemonSet":
 			var ds appsv1.DaemonSet
@@ -79,12 +100,10 @@ func TestManifestImages(t *testing.T) {
 					t.Errorf("%s starts %s, which %s does not have", c.Name, p, c.Image)
 				}
 			}
-			checked++
+			checked = append(checked, c.Name)
 		}
 	}
-	if checked != 3 {
-		t.Errorf("checked %d containers, want install-cni, calico-node and calico-kube-controllers", checked)
-	}
+	return checked
 }
 
 // checkPlugins: every plugin the conflist template names (each entry's

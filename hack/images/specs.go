@@ -19,6 +19,8 @@ type Inputs struct {
 	Debs string
 	// Agnhost is the agnhost binary for Arch; "" when there is none.
 	Agnhost string
+	// CoreDNS is hack/coredns.sh's coredns for Arch; "" when there is none.
+	CoreDNS string
 }
 
 // Target is one image: its name, its archive and a Spec per platform.
@@ -54,8 +56,8 @@ var agnhostLinks = map[string]string{"bin/nc": "nc.openbsd"}
 // installed by install-cni beside calico and calico-ipam.
 var ChainedPlugins = []string{"portmap", "bandwidth"}
 
-// Targets are the four images, for every architecture of in (agnhost
-// only for those with an agnhost binary).
+// Targets are the five images, for every architecture of in (agnhost and
+// coredns only for those with such a binary).
 func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 	labels := func(title string) map[string]string {
 		return map[string]string{"org.opencontainers.image.title": title, "org.opencontainers.image.version": version}
@@ -64,6 +66,7 @@ func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 	kc := Target{Ref: KubeControllersImage + ":" + tag, Archive: "calico-kube-controllers.tar"}
 	pause := Target{Ref: PauseRef, Archive: "pause.tar"}
 	agnhost := Target{Ref: AgnhostRef, Archive: "agnhost.tar"}
+	coredns := Target{Ref: CoreDNSRef, Archive: "coredns.tar"}
 	for _, p := range in {
 		files := []File{
 			{Src: filepath.Join(p.Bin, "calico-node"), Dst: "/bin/calico-node", Mode: 0o755},
@@ -106,8 +109,19 @@ func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 				Labels: labels("agnhost"), Arch: p.Arch, Created: created,
 			})
 		}
+		if p.CoreDNS != "" {
+			// A static binary alone, as upstream's distroless image. Root
+			// in the image: upstream's non-root user binds :53 through a
+			// file capability these layers do not carry; the manifest
+			// drops every capability but NET_BIND_SERVICE instead.
+			coredns.Specs = append(coredns.Specs, Spec{
+				Files:      []File{{Src: p.CoreDNS, Dst: "/coredns", Mode: 0o755}},
+				Entrypoint: []string{"/coredns"},
+				Labels:     labels("coredns"), Arch: p.Arch, Created: created,
+			})
+		}
 	}
-	return []Target{node, kc, pause, agnhost}
+	return []Target{node, kc, pause, agnhost, coredns}
 }
 
 // Check reports the first input a target is missing, naming it.
