@@ -69,7 +69,7 @@ func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, in
 			return
 		}
 	}
-	t.Fatalf("%s has no %s %s", manifest, kind, name)
+	t.Fatalf("the manifest has no %s %s", kind, name)
 }
 
 func writeObjects(t *testing.T, path string, objs []*unstructured.Unstructured) {
@@ -140,7 +140,7 @@ func TestManifests(t *testing.T) {
 	if !t.Run("apply", func(t *testing.T) { applied = apply(t, c, objs) }) {
 		t.FailNow()
 	}
-	t.Run("golden", func(t *testing.T) { checkApplied(t, applied, len(objs)) })
+	t.Run("golden", func(t *testing.T) { checkApplied(t, applied, len(objs), "testdata/calico-etcd.applied.yaml") })
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, c) })
 	t.Run("kube-controllers", func(t *testing.T) { testKubeControllers(t, c, objs) })
 	t.Run("install-cni", func(t *testing.T) { testInstallCNI(t, c, objs) })
@@ -180,7 +180,7 @@ func apply(t *testing.T, c *kubetest.Cluster, objs []*unstructured.Unstructured)
 
 // checkApplied compares the objects the API server returned, defaults and
 // all, with the golden file.
-func checkApplied(t *testing.T, applied string, want int) {
+func checkApplied(t *testing.T, applied string, want int, goldenFile string) {
 	var out bytes.Buffer
 	n := 0
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(applied), 4096)
@@ -212,7 +212,7 @@ func checkApplied(t *testing.T, applied string, want int) {
 	if n != want {
 		t.Errorf("the API server returned %d objects, the manifest has %d", n, want)
 	}
-	golden.Check(t, "testdata/calico-etcd.applied.yaml", out.String(), *update)
+	golden.Check(t, goldenFile, out.String(), *update)
 }
 
 // perm is one thing a ServiceAccount may do.
