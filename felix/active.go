@@ -30,8 +30,8 @@ func (a *activeCounts) setSize(id string, n int) {
 func (s *dataplaneSwitch) report(m *metrics.Felix) {
 	a := &s.active
 	selectors := len(a.sets)
-	for _, id := range []string{calc.IPSetMasqPools, calc.IPSetAllPools} {
-		if _, ok := a.sets[id]; ok {
+	for id := range a.sets {
+		if calc.IsNodeSet(id) {
 			selectors--
 		}
 	}

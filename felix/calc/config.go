@@ -65,8 +65,39 @@ type Config struct {
 	// FloatingIPs is "Enabled" or "Disabled" (Calico's default): whether
 	// workloads' ipNATs are programmed.
 	FloatingIPs string
+	// VXLAN4 and VXLAN6 say whether VXLAN is in use for the family, as
+	// Calico's encapsulation calculator decides: vxlanEnabled when set,
+	// else whether any IP pool of the family has a vxlanMode other than
+	// Never. The graph sets them (they depend on the pools).
+	VXLAN4, VXLAN6 bool
+	// VXLANPort is vxlanPort (4789).
+	VXLANPort int
+	// AllowVXLANFromWorkloads is allowVXLANPacketsFromWorkloads: without
+	// it, VXLAN packets (UDP to VXLANPort) a workload sends are dropped.
+	AllowVXLANFromWorkloads bool
+	// NAT is what natOutgoing masquerades and how.
+	NAT NATOutgoing
+	// ExternalNodes is externalNodesList: CIDRs of hosts outside the
+	// cluster treated as nodes (their VXLAN is accepted, and with
+	// natOutgoingExclusions IPPoolsAndHostIPs they are not masqueraded to).
+	ExternalNodes []netip.Prefix
 	// Spec is the merged FelixConfiguration spec before defaults.
 	Spec v3.FelixConfigurationSpec
+}
+
+// NATOutgoing is the configuration of the masquerade of natOutgoing pools.
+type NATOutgoing struct {
+	// ExcludeHosts is natOutgoingExclusions IPPoolsAndHostIPs: traffic to
+	// the nodes' addresses (and ExternalNodes) is not masqueraded either.
+	ExcludeHosts bool
+	// PortMin and PortMax are natPortRange (0, 0 when unset): TCP and UDP
+	// are masqueraded to source ports in that range.
+	PortMin, PortMax uint16
+	// Address is natOutgoingAddress: SNAT to it instead of MASQUERADE.
+	Address netip.Addr
+	// Interface is iptablesNATOutgoingInterfaceFilter: masquerade only
+	// traffic leaving by it (an iptables interface name, "+" a wildcard).
+	Interface string
 }
 
 // defaultFailsafeInbound and defaultFailsafeOutbound are Calico's
@@ -128,7 +159,14 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		LogSeverityScreen:           orDefault(spec.LogSeverityScreen, "Info"),
 		WorkloadSourceSpoofing:      orDefault(spec.WorkloadSourceSpoofing, "Disabled"),
 		FloatingIPs:                 oneOf("floatingIPs", spec.FloatingIPs, "Disabled", "Enabled"),
+		VXLANPort:                   4789,
+		AllowVXLANFromWorkloads:     spec.AllowVXLANPacketsFromWorkloads != nil && *spec.AllowVXLANPacketsFromWorkloads,
+		NAT:                         natOutgoing(spec),
+		ExternalNodes:               externalNodes(spec.ExternalNodesCIDRList),
 		Spec:                        spec,
+	}
+	if spec.VXLANPort != nil && *spec.VXLANPort > 0 && *spec.VXLANPort < 65536 {
+		c.VXLANPort = *spec.VXLANPort
 	}
 	if spec.IptablesBackend != nil && *spec.IptablesBackend != "" {
 		c.IptablesBackend = string(*spec.IptablesBackend)
@@ -159,6 +197,59 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 		c.RouteRefreshInterval = spec.RouteRefreshInterval.Duration
 	}
 	return c
+}
+
+// SetEncapsulation sets VXLAN4 and VXLAN6 from whether pools of each
+// family ask for VXLAN, unless vxlanEnabled says otherwise (as Calico's
+// encapsulation calculator: vxlanEnabled wins when set).
+func (c *Config) SetEncapsulation(pools4, pools6 bool) {
+	c.VXLAN4, c.VXLAN6 = pools4, pools6
+	if e := c.Spec.VXLANEnabled; e != nil {
+		c.VXLAN4, c.VXLAN6 = *e, *e && pools6
+	}
+}
+
+// natOutgoing reads natOutgoingExclusions, natPortRange,
+// natOutgoingAddress and iptablesNATOutgoingInterfaceFilter. A value
+// that does not parse is warned about and left at its default.
+func natOutgoing(spec v3.FelixConfigurationSpec) NATOutgoing {
+	var n NATOutgoing
+	if e := spec.NATOutgoingExclusions; e != nil {
+		n.ExcludeHosts = oneOf("natOutgoingExclusions", *e, "IPPoolsOnly", "IPPoolsAndHostIPs") == "IPPoolsAndHostIPs"
+	}
+	if r := spec.NATPortRange; r != nil && r.PortName == "" && r.MaxPort > 0 {
+		n.PortMin, n.PortMax = r.MinPort, r.MaxPort
+	} else if r != nil {
+		log.WithField("natPortRange", r.String()).Warn("natPortRange is not a port range: masquerading to any port")
+	}
+	if a := spec.NATOutgoingAddress; a != "" {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			log.WithError(err).WithField("natOutgoingAddress", a).Warn("natOutgoingAddress does not parse: masquerading instead")
+		} else {
+			n.Address = addr.Unmap()
+		}
+	}
+	n.Interface = spec.IptablesNATOutgoingInterfaceFilter
+	return n
+}
+
+// externalNodes reads externalNodesList; an entry that does not parse is
+// left out with a warning (it would only open more).
+func externalNodes(list *[]string) []netip.Prefix {
+	if list == nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, s := range *list {
+		p, err := ParseNet(strings.TrimSpace(s))
+		if err != nil {
+			log.WithError(err).WithField("externalNodesList", s).Warn("externalNodesList entry left out: it does not parse")
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // FloatingIPsActive says whether workloads' ipNATs are programmed, and

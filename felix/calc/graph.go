@@ -23,6 +23,7 @@ type Graph struct {
 	policies *policyResolver
 	out      *sequencer
 	overlay  *routeResolver
+	hosts    *hostSets
 
 	felixGlobal, felixNode *v3.FelixConfigurationSpec
 	configDirty            bool
@@ -67,6 +68,7 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 	g.labels.ref(&ipSetSpec{id: IPSetMasqPools, pools: true})
 	g.labels.ref(&ipSetSpec{id: IPSetAllPools, pools: true})
 	g.masqSet, g.allPoolsSet = g.labels.sets[IPSetMasqPools], g.labels.sets[IPSetAllPools]
+	g.hosts = newHostSets(g.labels)
 	return g
 }
 
@@ -122,6 +124,7 @@ func (g *Graph) OnUpdate(u Update) {
 	case v3.KindNode:
 		n, _ := u.Value.(*v3.Node)
 		g.overlay.onNode(k.Name, n)
+		g.hosts.onNode(k.Name, n)
 	case KindIPAMBlock:
 		if b, ok := u.Value.(*Block); ok {
 			g.overlay.onBlock(b.CIDR, b)
@@ -278,6 +281,9 @@ func stripPrefix(own, apply map[string]string, prefix string) map[string]string 
 func (g *Graph) onIPPool(name string, r v3.Resource) {
 	pool, _ := r.(*v3.IPPool)
 	g.overlay.onPool(name, pool)
+	if g.hosts.onPool(name, pool) {
+		g.configDirty = true
+	}
 	if old, ok := g.pools[name]; ok {
 		g.poolMembers(old, g.labels.removeMember)
 		delete(g.pools, name)
@@ -336,6 +342,8 @@ func (g *Graph) Flush() {
 	g.labels.syncServices()
 	if g.configDirty {
 		cfg := MergeConfig(g.felixGlobal, g.felixNode)
+		cfg.SetEncapsulation(g.hosts.encapsulation())
+		g.hosts.setExternal(cfg.ExternalNodes)
 		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")
 		g.policies.setFloating(cfg.FloatingIPsActive())
 		g.dp.OnConfigUpdate(cfg)

@@ -143,9 +143,19 @@ func (r *routeResolver) onNode(name string, n *v3.Node) {
 		return
 	}
 	var on overlayNode
+	on.read(n)
+	if !had || old != on {
+		r.nodes[name] = on
+		r.dirty = true
+	}
+}
+
+// read takes the node's own addresses (spec.bgp, else its CalicoNodeIP
+// addresses), VXLAN tunnel addresses and MACs.
+func (o *overlayNode) read(n *v3.Node) {
 	if b := n.Spec.BGP; b != nil {
-		on.addr4, _ = netip.ParsePrefix(b.IPv4Address)
-		on.addr6, _ = netip.ParsePrefix(b.IPv6Address)
+		o.addr4, _ = netip.ParsePrefix(b.IPv4Address)
+		o.addr6, _ = netip.ParsePrefix(b.IPv6Address)
 	}
 	for _, a := range n.Spec.Addresses {
 		if a.Type != v3.NodeAddressCalicoNodeIP {
@@ -158,20 +168,16 @@ func (r *routeResolver) onNode(name string, n *v3.Node) {
 		if pp, err := netip.ParsePrefix(a.Address); err == nil {
 			p = pp
 		}
-		if p.Addr().Is4() && !on.addr4.IsValid() {
-			on.addr4 = p
-		} else if p.Addr().Is6() && !on.addr6.IsValid() {
-			on.addr6 = p
+		if p.Addr().Is4() && !o.addr4.IsValid() {
+			o.addr4 = p
+		} else if p.Addr().Is6() && !o.addr6.IsValid() {
+			o.addr6 = p
 		}
 	}
-	on.tunnel4 = parseAddr(n.Spec.IPv4VXLANTunnelAddr)
-	on.tunnel6 = parseAddr(n.Spec.IPv6VXLANTunnelAddr)
-	on.mac4 = normalMAC(n.Spec.VXLANTunnelMACAddr)
-	on.mac6 = normalMAC(n.Spec.VXLANTunnelMACAddrV6)
-	if !had || old != on {
-		r.nodes[name] = on
-		r.dirty = true
-	}
+	o.tunnel4 = parseAddr(n.Spec.IPv4VXLANTunnelAddr)
+	o.tunnel6 = parseAddr(n.Spec.IPv6VXLANTunnelAddr)
+	o.mac4 = normalMAC(n.Spec.VXLANTunnelMACAddr)
+	o.mac6 = normalMAC(n.Spec.VXLANTunnelMACAddrV6)
 }
 
 func (r *routeResolver) onPool(name string, p *v3.IPPool) {

@@ -15,7 +15,9 @@ import (
 // sets it once both hooks are attached; the CNI plugin's route to the pod
 // is there before). With defaultEndpointToHostAction Accept, workload
 // traffic to the host that the program let through is accepted, as the
-// iptables dataplane does. raw and mangle hold nothing of felix's.
+// iptables dataplane does. VXLAN from hosts that are not nodes and from
+// workloads is dropped as Render drops it. raw and mangle hold nothing of
+// felix's.
 func BPFMode(in Input, seenMark, attachedGroup uint32) *Ruleset {
 	if in.Config == nil {
 		in.Config = calc.MergeConfig(nil, nil)
@@ -31,14 +33,22 @@ func BPFMode(in Input, seenMark, attachedGroup uint32) *Ruleset {
 			Comment: "From a workload interface, not let through by its BPF program",
 		})
 	}
-	input := append([]Rule(nil), guard...)
+	// VXLAN from hosts that are not nodes, and from workloads, is
+	// dropped as the iptables dataplane does (vxlanInput,
+	// workloadEncapDrop).
+	var encap []Rule
+	for _, p := range cfg.InterfacePrefixes {
+		encap = append(encap, workloadEncapDrop(cfg, "-i "+p+workloadIfaceSuffix+" ")...)
+	}
+	input := append(vxlanInput(cfg, in.IPVersion), guard...)
+	input = append(input, encap...)
 	if cfg.DefaultEndpointToHostAction == "Accept" {
 		for _, p := range cfg.InterfacePrefixes {
 			input = append(input, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: "ACCEPT", Comment: "Configured DefaultEndpointToHostAction"})
 		}
 	}
 	b.add("filter", ChainFilterInput, input)
-	forward := append([]Rule(nil), guard...)
+	forward := append(append([]Rule(nil), guard...), encap...)
 	for _, p := range cfg.InterfacePrefixes {
 		forward = append(forward, Rule{
 			Match:   fmt.Sprintf("-o %s%s -m devgroup ! --dst-group %#x", p, workloadIfaceSuffix, attachedGroup),

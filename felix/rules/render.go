@@ -153,7 +153,7 @@ func Render(in Input) *Ruleset {
 	})
 
 	// filter: the entry chains.
-	var input []Rule
+	input := vxlanInput(cfg, in.IPVersion)
 	for _, p := range cfg.InterfacePrefixes {
 		input = append(input, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: "goto " + ChainWorkloadToHost})
 	}
@@ -177,6 +177,7 @@ func Render(in Input) *Ruleset {
 			toHostRules = append(toHostRules, Rule{Match: fmt.Sprintf("-p ipv6-icmp -m icmp6 --icmpv6-type %d", typ), Action: "ACCEPT"})
 		}
 	}
+	toHostRules = append(toHostRules, workloadEncapDrop(cfg, "")...)
 	toHostRules = append(toHostRules,
 		Rule{Action: ChainFromWlDispatch},
 		Rule{Action: toHost, Comment: "Configured DefaultEndpointToHostAction"},
@@ -188,6 +189,7 @@ func Render(in Input) *Ruleset {
 		Rule{Action: ChainFromHEPForward},
 	)
 	for _, p := range cfg.InterfacePrefixes {
+		forward = append(forward, workloadEncapDrop(cfg, "-i "+p+workloadIfaceSuffix+" ")...)
 		forward = append(forward, Rule{Match: "-i " + p + workloadIfaceSuffix, Action: ChainFromWlDispatch})
 	}
 	for _, p := range cfg.InterfacePrefixes {
@@ -268,11 +270,7 @@ func Render(in Input) *Ruleset {
 	dnat, snat := floatingRules(workloads, in.IPVersion)
 	b.add("nat", ChainFIPDNAT, dnat)
 	b.add("nat", ChainFIPSNAT, snat)
-	b.add("nat", ChainNATOutgoing, []Rule{{
-		Match: fmt.Sprintf("-m set --match-set %s src -m set ! --match-set %s dst",
-			IPSetName(calc.IPSetMasqPools, in.IPVersion), IPSetName(calc.IPSetAllPools, in.IPVersion)),
-		Action: "MASQUERADE --random-fully",
-	}})
+	b.add("nat", ChainNATOutgoing, natOutgoingRules(cfg.NAT, in.IPVersion))
 
 	rs := &Ruleset{IPVersion: in.IPVersion, Tables: b.tables}
 	for _, j := range []struct{ table, kernel, ours string }{

@@ -68,7 +68,32 @@ var (
 	icmp = numorstring.ProtocolFromString("ICMP")
 )
 
-func intp(i int) *int                                { return &i }
+func intp(i int) *int       { return &i }
+func boolp(b bool) *bool    { return &b }
+func strp(s string) *string { return &s }
+
+func portRange(lo, hi uint16) *numorstring.Port {
+	p, err := numorstring.PortFromRange(lo, hi)
+	if err != nil {
+		panic(err)
+	}
+	return &p
+}
+
+// vxlanNodes are this node and two others with VXLAN tunnel addresses
+// (node-b of both families, node-c of IPv4 only) and node-d without one.
+func vxlanNodes() []v3.Resource {
+	n := func(name, a4, a6, t4, t6 string) *v3.Node {
+		return &v3.Node{TypeMeta: v3.TypeMeta{Kind: v3.KindNode}, ObjectMeta: v3.ObjectMeta{Name: name},
+			Spec: v3.NodeSpec{BGP: &v3.NodeBGPSpec{IPv4Address: a4, IPv6Address: a6}, IPv4VXLANTunnelAddr: t4, IPv6VXLANTunnelAddr: t6}}
+	}
+	return []v3.Resource{
+		n(node, "198.18.0.1/24", "fd00:18::1/64", "10.65.0.1", "fd00:65::1"),
+		n("node-b", "198.18.0.2/24", "fd00:18::2/64", "10.65.1.1", "fd00:65:0:1::1"),
+		n("node-c", "198.18.1.3/24", "", "10.65.2.1", ""),
+		n("node-d", "198.18.1.4/24", "fd00:18::4/64", "", ""),
+	}
+}
 func ord(f float64) *float64                         { return &f }
 func ports(p ...numorstring.Port) []numorstring.Port { return p }
 
@@ -259,6 +284,38 @@ func catalogue() []catalogueCase {
 			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
 			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "nonat"}, Spec: v3.IPPoolSpec{CIDR: "10.66.0.0/16"}},
 		}, []int{4}},
+		// VXLAN in use (a VXLAN pool of each family): cali-INPUT accepts
+		// VXLAN to a local address only from nodes with a tunnel address
+		// of the family and externalNodesList (all-vxlan-net) and drops
+		// the rest; workloads' VXLAN is dropped where their traffic
+		// enters. all-hosts-net holds every node's addresses.
+		{"vxlan", append(vxlanNodes(),
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "vx4"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", VXLANMode: v3.EncapAlways}},
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "vx6"}, Spec: v3.IPPoolSpec{CIDR: "fd00:65::/48", VXLANMode: v3.EncapCrossSubnet}},
+			felixConfig(v3.FelixConfigurationSpec{ExternalNodesCIDRList: &[]string{"198.19.200.0/24", "fd00:19::7"}}),
+		), []int{4, 6}},
+		// vxlanEnabled false wins over the pools; workloads may send VXLAN
+		// (to the configured port) when allowed.
+		{"vxlan-disabled-workloads-allowed", append(vxlanNodes(),
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "vx4"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", VXLANMode: v3.EncapAlways}},
+			felixConfig(v3.FelixConfigurationSpec{VXLANEnabled: boolp(false), AllowVXLANPacketsFromWorkloads: boolp(true), VXLANPort: intp(4790)}),
+		), []int{4}},
+		// No VXLAN pool: no VXLAN rule in cali-INPUT, workloads' VXLAN to
+		// the configured port still dropped.
+		{"vxlan-port-no-pool", []v3.Resource{felixConfig(v3.FelixConfigurationSpec{VXLANPort: intp(4790)})}, []int{4}},
+		// natOutgoingExclusions IPPoolsAndHostIPs keeps the nodes (and
+		// externalNodesList) out of the masquerade; natPortRange gives TCP
+		// and UDP ports from the range; natOutgoingAddress SNATs instead
+		// (its family only); the interface filter limits it all.
+		{"nat-outgoing-options", append(vxlanNodes(),
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
+			felixConfig(v3.FelixConfigurationSpec{NATOutgoingExclusions: strp("IPPoolsAndHostIPs"), NATPortRange: portRange(32768, 65000),
+				NATOutgoingAddress: "198.18.0.1", IptablesNATOutgoingInterfaceFilter: "eth+", ExternalNodesCIDRList: &[]string{"198.19.200.0/24"}}),
+		), []int{4, 6}},
+		{"nat-outgoing-exclusions", append(vxlanNodes(),
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
+			felixConfig(v3.FelixConfigurationSpec{NATOutgoingExclusions: strp("IPPoolsAndHostIPs")}),
+		), []int{4}},
 		{"floating-ips", append(floaters(), felixConfig(v3.FelixConfigurationSpec{FloatingIPs: "Enabled"})), []int{4, 6}},
 		{"floating-ips-disabled", floaters(), []int{4}},
 	}

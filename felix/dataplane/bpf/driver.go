@@ -289,7 +289,10 @@ func (d *Driver) OnIPSetRemoved(id string) {
 	d.sets.remove(id)
 }
 
-func isPoolSet(id string) bool { return id == calc.IPSetMasqPools || id == calc.IPSetAllPools }
+// isPoolSet says whether a set lives in the kernel's ipset (the pools and
+// the nodes' addresses, which the iptables rules the eBPF dataplane keeps
+// use) rather than in a BPF map.
+func isPoolSet(id string) bool { return calc.IsNodeSet(id) }
 
 // OnPolicyUpdate implements calc.Dataplane.
 func (d *Driver) OnPolicyUpdate(p *calc.Policy) { d.policies[p.ID] = p; d.changedPolicies[p.ID] = true }

@@ -60,6 +60,10 @@ var FelixConfigurationActedOn = map[string]bool{
 	"failsafeInboundHostPorts": true, "failsafeOutboundHostPorts": true, "workloadSourceSpoofing": true,
 	// WorkloadEndpoint ipNATs (felix/calc, the nat table's cali-fip-*).
 	"floatingIPs": true,
+	// cali-INPUT's VXLAN source check and the workload VXLAN drop
+	// (felix/rules/encap.go); cali-nat-outgoing (felix/rules/natoutgoing.go).
+	"allowVXLANPacketsFromWorkloads": true, "externalNodesList": true,
+	"natOutgoingExclusions": true, "natPortRange": true, "natOutgoingAddress": true, "iptablesNATOutgoingInterfaceFilter": true,
 	// The VXLAN overlay (felix/dataplane/vxlan).
 	"vxlanEnabled": true, "vxlanMTU": true, "vxlanMTUV6": true, "vxlanPort": true, "vxlanVNI": true, "mtuIfacePattern": true,
 	// The eBPF dataplane's.
