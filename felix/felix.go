@@ -66,10 +66,12 @@ type Config struct {
 	// Inspector, when set, is served by felix's main loop (explanations
 	// and rule counters).
 	Inspector *Inspector
-	// Getenv reads the FELIX_* variables that override FelixConfiguration's
-	// health and metrics settings (FELIX_HEALTHENABLED, FELIX_HEALTHHOST,
-	// FELIX_HEALTHPORT, FELIX_PROMETHEUSMETRICSENABLED, …); nil reads none.
-	Getenv func(string) string
+	// Environ is the environment (os.Environ's form) whose FELIX_<NAME>
+	// variables set FelixConfiguration fields over the datastore's, and
+	// ConfigFile felix's configuration file ("" for none; calico-node:
+	// DefaultConfigFile), below the environment: see LocalConfig.
+	Environ    []string
+	ConfigFile string
 	// DatastoreHealth, when set, says whether the datastore answers (nil
 	// when it does), for /readiness; when nil felix reads the datastore
 	// once a second itself.
@@ -98,7 +100,6 @@ const (
 // served is felix's state that outlives a restart of the main loop: the
 // health and metrics endpoints and the instruments.
 type served struct {
-	over    overrides
 	health  *health
 	healthE *libmetrics.Endpoint
 	metricE *libmetrics.Endpoint
@@ -139,7 +140,7 @@ func (s *served) serveMetrics(w http.ResponseWriter, r *http.Request) {
 // or their collectors changed: the dataplane counts into the instruments
 // it was made with).
 func (s *served) configure(cfg *calc.Config) (remake bool) {
-	want := servingOf(cfg.Spec, s.over)
+	want := servingOf(cfg.Spec)
 	_ = s.healthE.Set(want.HealthAddr)
 	if want.MetricsAddr != "" {
 		fm := s.metrics.Load()
@@ -196,9 +197,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	own := ownLogger(base.Logger)
 	logger := log.NewEntry(own).WithFields(base.Data).WithFields(log.Fields{"part": "felix", "node": cfg.NodeName})
-	over, err := readOverrides(cfg.Getenv)
+	local, err := ReadLocalConfig(cfg.Environ, cfg.ConfigFile)
 	if err != nil {
 		return fmt.Errorf("felix: %w", err)
+	}
+	if len(local.Set) > 0 {
+		logger.WithField("set", local.Set).Info("Configuration from the environment and the config file wins over the datastore's")
+	}
+	if len(local.Unknown) > 0 {
+		logger.WithField("unknown", local.Unknown).Warn("Ignoring FELIX_ variables and config file keys that are not FelixConfiguration parameters")
 	}
 	dsHealth := cfg.DatastoreHealth
 	if dsHealth == nil {
@@ -210,7 +217,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// The per-rule metrics read the counters through one.
 		cfg.Inspector = NewInspector()
 	}
-	srv := &served{over: over, health: newHealth(dsHealth),
+	srv := &served{health: newHealth(dsHealth),
 		extra: libmetrics.NewBadValues(datastore.BadValuesOf(cfg.Store)),
 		rules: metrics.NewRuleCounters(cfg.Inspector, logger)}
 	srv.healthE = libmetrics.NewEndpoint("health", srv.health.handler(), logger)
@@ -218,7 +225,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer srv.healthE.Close()
 	defer srv.metricE.Close()
 	for {
-		restart, err := runOnce(ctx, cfg, logger, own, srv)
+		restart, err := runOnce(ctx, cfg, local, logger, own, srv)
 		if !restart || err != nil || ctx.Err() != nil {
 			return err
 		}
@@ -229,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 // runOnce runs the syncer, the graph and one dataplane until ctx ends
 // (false) or FelixConfiguration bpfEnabled asks for the other dataplane
 // (true).
-func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger, srv *served) (bool, error) {
+func runOnce(ctx context.Context, cfg Config, local *LocalConfig, logger *log.Entry, own *log.Logger, srv *served) (bool, error) {
 	dp := &dataplaneSwitch{conf: dataplane.Config{NetNS: cfg.NetNS, StatusDir: cfg.StatusDir, Log: logger}, log: logger, logger: own, srv: srv}
 	defer dp.Close()
 	run, err := nsexec.New(cfg.NetNS)
@@ -245,6 +252,7 @@ func runOnce(ctx context.Context, cfg Config, logger *log.Entry, own *log.Logger
 	ov.Blackholes = cfg.OverlayBlackholes
 	dp.overlay = ov
 	graph := calc.NewGraph(cfg.NodeName, dp)
+	graph.SetLocalConfig(&local.Spec)
 	srv.health.restart()
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -3,6 +3,7 @@ package felix
 import (
 	"testing"
 
+	"github.com/palisade-net/palisade/felix/calc"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
@@ -40,11 +41,15 @@ func TestServingOf(t *testing.T) {
 			if c.env != nil {
 				e = c.env
 			}
-			o, err := readOverrides(func(k string) string { return e[k] })
+			var environ []string
+			for k, v := range e {
+				environ = append(environ, k+"="+v)
+			}
+			local, err := ReadLocalConfig(environ, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := servingOf(c.spec, o); got != c.want {
+			if got := servingOf(calc.MergeConfig(&c.spec, nil, &local.Spec).Spec); got != c.want {
 				t.Errorf("got %+v, want %+v", got, c.want)
 			}
 		})

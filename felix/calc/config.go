@@ -125,15 +125,20 @@ func DefaultFailsafeOutbound() []ProtoPort {
 }
 
 // MergeConfig computes the Config of a node from the `default` and
-// `node.<name>` FelixConfiguration specs (either may be nil).
-func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
+// `node.<name>` FelixConfiguration specs (either may be nil) and, over
+// them, any further layers (felix's local configuration: its environment
+// over its configuration file). A field set in a later layer wins.
+func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfigurationSpec) *Config {
 	var spec v3.FelixConfigurationSpec
 	if global != nil {
 		spec = *global
 	}
-	if node != nil {
+	for _, layer := range append([]*v3.FelixConfigurationSpec{node}, over...) {
+		if layer == nil {
+			continue
+		}
 		dst := reflect.ValueOf(&spec).Elem()
-		src := reflect.ValueOf(node).Elem()
+		src := reflect.ValueOf(layer).Elem()
 		for i := 0; i < src.NumField(); i++ {
 			if !src.Field(i).IsZero() {
 				dst.Field(i).Set(src.Field(i))
@@ -143,8 +148,8 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec) *Config {
 	c := &Config{
 		InterfacePrefixes:           splitList(orDefault(spec.InterfacePrefix, "cali")),
 		InterfaceExclude:            splitList(orDefault(spec.InterfaceExclude, "kube-ipvs0")),
-		ChainInsertMode:             orDefault(spec.ChainInsertMode, "Insert"),
-		DefaultEndpointToHostAction: orDefault(spec.DefaultEndpointToHostAction, "Drop"),
+		ChainInsertMode:             oneOf("chainInsertMode", spec.ChainInsertMode, "Insert", "Append"),
+		DefaultEndpointToHostAction: oneOf("defaultEndpointToHostAction", spec.DefaultEndpointToHostAction, "Drop", "Return", "Accept"),
 		IptablesFilterAllowAction:   oneOf("iptablesFilterAllowAction", spec.IptablesFilterAllowAction, "Accept", "Return"),
 		IptablesMangleAllowAction:   oneOf("iptablesMangleAllowAction", spec.IptablesMangleAllowAction, "Accept", "Return"),
 		IptablesFilterDenyAction:    oneOf("iptablesFilterDenyAction", spec.IptablesFilterDenyAction, "Drop", "Reject"),

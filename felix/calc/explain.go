@@ -328,7 +328,10 @@ func (x *explainer) config(node string) (*Config, bool) {
 	g := x.g
 	switch {
 	case node == g.hostname:
-		return MergeConfig(g.felixGlobal, g.felixNode), true
+		// felix's own graph knows its local configuration too; one
+		// loaded from the datastore (calicoctl) cannot see a node's
+		// FELIX_ environment or config file.
+		return MergeConfig(g.felixGlobal, g.felixNode, g.felixLocal), true
 	case g.otherNodes[node] != nil:
 		return MergeConfig(g.felixGlobal, g.otherNodes[node]), true
 	}

@@ -26,10 +26,13 @@ type Graph struct {
 	hosts    *hostSets
 
 	felixGlobal, felixNode *v3.FelixConfigurationSpec
-	configDirty            bool
-	pools                  map[string]v3.IPPoolSpec
-	masqSet, allPoolsSet   *ipSetState
-	inSync                 bool
+	// felixLocal is felix's own configuration (environment and file),
+	// laid over the datastore's.
+	felixLocal           *v3.FelixConfigurationSpec
+	configDirty          bool
+	pools                map[string]v3.IPPoolSpec
+	masqSet, allPoolsSet *ipSetState
+	inSync               bool
 	// otherNodes holds FelixConfiguration node.<name> of other nodes
 	// (only an explaining graph is fed them: felix's syncer keeps its
 	// own), for explanations of their endpoints.
@@ -70,6 +73,14 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 	g.masqSet, g.allPoolsSet = g.labels.sets[IPSetMasqPools], g.labels.sets[IPSetAllPools]
 	g.hosts = newHostSets(g.labels)
 	return g
+}
+
+// SetLocalConfig lays felix's local configuration (its FELIX_*
+// environment and configuration file, nil for none) over the datastore's
+// FelixConfiguration, as Calico's felix: a field it sets wins.
+func (g *Graph) SetLocalConfig(spec *v3.FelixConfigurationSpec) {
+	g.felixLocal = spec
+	g.configDirty = true
 }
 
 // Hostname is the node whose graph it is ("" for an explaining graph).
@@ -341,7 +352,7 @@ func (g *Graph) Flush() {
 	g.labels.scanPending()
 	g.labels.syncServices()
 	if g.configDirty {
-		cfg := MergeConfig(g.felixGlobal, g.felixNode)
+		cfg := MergeConfig(g.felixGlobal, g.felixNode, g.felixLocal)
 		cfg.SetEncapsulation(g.hosts.encapsulation())
 		g.hosts.setExternal(cfg.ExternalNodes)
 		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")

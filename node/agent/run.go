@@ -54,6 +54,12 @@ type Options struct {
 	EtcdJoinFile string
 	// Getenv reads the environment (for the datastore settings).
 	Getenv func(string) string
+	// Environ lists the environment, for felix's FELIX_* variables
+	// (os.Environ when nil).
+	Environ func() []string
+	// FelixConfigFile is felix's configuration file (felix.DefaultConfigFile
+	// when empty; absent is fine).
+	FelixConfigFile string
 	// BGPGRPCListen is where GoBGP's gRPC API is served ("" for none).
 	BGPGRPCListen string
 	// BGPRouteProtocol marks the kernel routes BGP programs; 0 means
@@ -165,12 +171,19 @@ func Run(ctx context.Context, o Options) (err error) {
 	felixDone := make(chan error, 1)
 	var policy status.Policy
 	if !o.DisableFelix {
+		environ, felixFile := o.Environ, o.FelixConfigFile
+		if environ == nil {
+			environ = os.Environ
+		}
+		if felixFile == "" {
+			felixFile = felix.DefaultConfigFile
+		}
 		inspector := felix.NewInspector()
 		policy = livePolicy{inspector: inspector, store: store}
 		go func() {
 			felixDone <- felix.Run(ctx, felix.Config{
 				NodeName: cfg.NodeName, Store: store, KV: store.KV(), StatusDir: filepath.Join(o.RunDir, felix.EndpointStatusDir),
-				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger, Getenv: o.Getenv, DatastoreHealth: ds.err,
+				MTUFile: filepath.Join(filepath.Dir(cfg.NodenameFile), "mtu"), OverlayBlackholes: !cfg.BGPEnabled(), Log: logger, Environ: environ(), ConfigFile: felixFile, DatastoreHealth: ds.err,
 				Inspector: inspector, EndpointSlices: endpointSlices(o.Getenv, logger),
 			})
 		}()
