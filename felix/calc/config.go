@@ -81,6 +81,13 @@ type Config struct {
 	// cluster treated as nodes (their VXLAN is accepted, and with
 	// natOutgoingExclusions IPPoolsAndHostIPs they are not masqueraded to).
 	ExternalNodes []netip.Prefix
+	// Workload routes: DeviceRouteProtocol is deviceRouteProtocol (3,
+	// RTPROT_BOOT), RemoveExternalRoutes removeExternalRoutes (true),
+	// DeviceRouteSource4/6 deviceRouteSourceAddress(IPv6) (invalid when
+	// unset).
+	DeviceRouteProtocol                    int
+	RemoveExternalRoutes                   bool
+	DeviceRouteSource4, DeviceRouteSource6 netip.Addr
 	// Spec is the merged FelixConfiguration spec before defaults.
 	Spec v3.FelixConfigurationSpec
 }
@@ -170,6 +177,19 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		ExternalNodes:               externalNodes(spec.ExternalNodesCIDRList),
 		Spec:                        spec,
 	}
+	c.DeviceRouteProtocol, c.RemoveExternalRoutes = 3, true
+	if p := spec.DeviceRouteProtocol; p != nil {
+		if *p > 0 && *p < 256 {
+			c.DeviceRouteProtocol = *p
+		} else {
+			log.WithField("deviceRouteProtocol", *p).Warn("deviceRouteProtocol is not a route protocol (1-255): using 3")
+		}
+	}
+	if spec.RemoveExternalRoutes != nil {
+		c.RemoveExternalRoutes = *spec.RemoveExternalRoutes
+	}
+	c.DeviceRouteSource4 = routeSource("deviceRouteSourceAddress", spec.DeviceRouteSourceAddress, false)
+	c.DeviceRouteSource6 = routeSource("deviceRouteSourceAddressIPv6", spec.DeviceRouteSourceAddressIPv6, true)
 	if spec.VXLANPort != nil && *spec.VXLANPort > 0 && *spec.VXLANPort < 65536 {
 		c.VXLANPort = *spec.VXLANPort
 	}
@@ -212,6 +232,20 @@ func (c *Config) SetEncapsulation(pools4, pools6 bool) {
 	if e := c.Spec.VXLANEnabled; e != nil {
 		c.VXLAN4, c.VXLAN6 = *e, *e && pools6
 	}
+}
+
+// routeSource reads a source address hint of the family; one that does
+// not parse or is of the other family is warned about and left out.
+func routeSource(field, s string, ipv6 bool) netip.Addr {
+	if s == "" {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Unmap().Is6() != ipv6 {
+		log.WithField(field, s).Warnf("%s is not an IPv%d address: routes to workloads get no source hint", field, map[bool]int{false: 4, true: 6}[ipv6])
+		return netip.Addr{}
+	}
+	return a.Unmap()
 }
 
 // natOutgoing reads natOutgoingExclusions, natPortRange,

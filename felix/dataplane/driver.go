@@ -136,6 +136,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.cfg = cfg
 	d.hosts.configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
+	d.routes.SetOptions(routes.OptionsOf(cfg))
 	d.rulesDirty = true
 }
 

@@ -228,6 +228,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.cfg = cfg
 	d.hosts.Configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
+	d.routes.SetOptions(routes.OptionsOf(cfg))
 	d.att.setPrefixes(cfg.InterfacePrefixes)
 	d.att.setTC(cfg.Spec.BPFAttachType == "TC")
 	if cfg.Spec.BPFAttachType != "TC" && !d.rcuNoted {

@@ -1,9 +1,13 @@
 // Package routes keeps the routes to local workloads — a /32 (or /128),
 // scope link, through each workload's cali interface — equal to the
 // endpoints felix knows: it adds the missing ones and removes scope-link
-// routes on workload interfaces that no endpoint wants. It never touches
-// routes of other protocols on those interfaces (BGP's, protocol 201) nor
-// any route on other interfaces.
+// routes on workload interfaces that no endpoint wants. As Calico's
+// felix, it writes them with deviceRouteProtocol (RTPROT_BOOT) and the
+// source hint deviceRouteSourceAddress(IPv6) when set; with
+// removeExternalRoutes (the default) every other scope-link route on a
+// workload interface goes, without it only those of its own protocol.
+// It never touches BGP's routes (protocol 201) nor any route on other
+// interfaces.
 package routes
 
 import (
@@ -18,11 +22,26 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 )
 
-// Protocol is the route protocol felix writes (RTPROT_BOOT, as Calico).
+// Protocol is the route protocol felix writes by default (RTPROT_BOOT,
+// as Calico's deviceRouteProtocol).
 const Protocol = unix.RTPROT_BOOT
+
+// Options are the FelixConfiguration fields of workload routes.
+type Options struct {
+	// Protocol is deviceRouteProtocol (Protocol when 0).
+	Protocol int
+	// KeepExternal is removeExternalRoutes false: scope-link routes of
+	// another protocol on workload interfaces are left alone.
+	KeepExternal bool
+	// Src4 and Src6 are deviceRouteSourceAddress and
+	// deviceRouteSourceAddressIPv6 (invalid: none), the source the host
+	// uses to reach its workloads.
+	Src4, Src6 netip.Addr
+}
 
 // bgpProtocol is the protocol of routes programmed by the BGP part
 // (node/bgp/kernel.DefaultProtocol).
@@ -34,9 +53,14 @@ type Manager struct {
 	prefixes []string
 	log      *log.Entry
 
+	opts Options
+
 	desired map[netip.Prefix]string // dst → interface
 	dirty   map[netip.Prefix]struct{}
 	resync  bool
+	// oldProtocol is the protocol routes were written with before the
+	// last change of Options.Protocol (0: none).
+	oldProtocol int
 }
 
 // New opens netlink in run's namespace.
@@ -46,7 +70,7 @@ func New(run *nsexec.Runner, logger *log.Entry) (*Manager, error) {
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}
 	return &Manager{
-		h: h, prefixes: []string{"cali"}, log: logger.WithField("part", "routes"),
+		h: h, prefixes: []string{"cali"}, log: logger.WithField("part", "routes"), opts: Options{Protocol: Protocol},
 		desired: map[netip.Prefix]string{}, dirty: map[netip.Prefix]struct{}{}, resync: true,
 	}, nil
 }
@@ -61,6 +85,42 @@ func (m *Manager) SetInterfacePrefixes(p []string) {
 		m.prefixes = p
 		m.resync = true
 	}
+}
+
+// SetOptions sets how routes are written; a change rewrites them all.
+func (m *Manager) SetOptions(o Options) {
+	if o.Protocol == 0 {
+		o.Protocol = Protocol
+	}
+	if o != m.opts {
+		old := m.opts.Protocol
+		m.opts = o
+		m.resync = true
+		if old != o.Protocol {
+			// Routes of the old protocol are ours to take over even
+			// when external ones are kept.
+			m.oldProtocol = old
+		}
+	}
+}
+
+// OptionsOf is the route options of a configuration.
+func OptionsOf(cfg *calc.Config) Options {
+	return Options{Protocol: cfg.DeviceRouteProtocol, KeepExternal: !cfg.RemoveExternalRoutes, Src4: cfg.DeviceRouteSource4, Src6: cfg.DeviceRouteSource6}
+}
+
+// route is the route felix wants to dst through the interface index.
+func (m *Manager) route(dst netip.Prefix, index int) *netlink.Route {
+	r := &netlink.Route{Dst: toIPNet(dst), LinkIndex: index, Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(m.opts.Protocol)}
+	if src := m.opts.Src4; dst.Addr().Is6() {
+		src = m.opts.Src6
+		if src.IsValid() {
+			r.Src = src.AsSlice()
+		}
+	} else if src.IsValid() {
+		r.Src = src.AsSlice()
+	}
+	return r
 }
 
 // Set wants a route to dst through iface.
@@ -109,7 +169,7 @@ func (m *Manager) Apply() error {
 	for dst := range m.dirty {
 		iface, want := m.desired[dst]
 		if !want {
-			r := &netlink.Route{Dst: toIPNet(dst), Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: Protocol}
+			r := &netlink.Route{Dst: toIPNet(dst), Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(m.opts.Protocol)}
 			if err := m.h.RouteDel(r); err != nil && !errors.Is(err, syscall.ESRCH) {
 				m.log.WithError(err).WithField("dst", dst).Debug("Removing a workload route")
 			}
@@ -128,7 +188,7 @@ func (m *Manager) Apply() error {
 		if link.Attrs().Flags&net.FlagUp == 0 {
 			continue
 		}
-		r := &netlink.Route{Dst: toIPNet(dst), LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: Protocol}
+		r := m.route(dst, link.Attrs().Index)
 		if err := m.h.RouteReplace(r); err != nil {
 			if errors.Is(err, syscall.ENETDOWN) || errors.Is(err, syscall.ENODEV) {
 				continue
@@ -171,11 +231,19 @@ func (m *Manager) readBack() error {
 			if r.Protocol == unix.RTPROT_KERNEL && fam == netlink.FAMILY_V6 {
 				continue // the interface's own link-local routes
 			}
+			proto := int(r.Protocol)
+			mine := proto == m.opts.Protocol || proto == m.oldProtocol
+			if m.opts.KeepExternal && !mine {
+				continue // removeExternalRoutes false: another program's
+			}
 			ip, _ := netip.AddrFromSlice(r.Dst.IP)
 			ones, _ := r.Dst.Mask.Size()
 			dst := netip.PrefixFrom(ip.Unmap(), ones)
 			if m.desired[dst] == name {
-				have[dst] = true
+				// Right, or rewritten in place (RouteReplace: the
+				// protocol and source are not part of a route's key).
+				want := m.route(dst, r.LinkIndex)
+				have[dst] = proto == m.opts.Protocol && net.IP(want.Src).Equal(r.Src)
 				continue
 			}
 			m.log.WithFields(log.Fields{"dst": dst, "iface": name}).Info("Removing a workload route no endpoint wants")
@@ -190,5 +258,6 @@ func (m *Manager) readBack() error {
 			m.dirty[dst] = struct{}{}
 		}
 	}
+	m.oldProtocol = 0
 	return nil
 }

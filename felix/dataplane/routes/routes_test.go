@@ -71,3 +71,70 @@ func TestManager(t *testing.T) {
 		t.Errorf("after removal:\n%s", got)
 	}
 }
+
+// TestOptions: deviceRouteProtocol and deviceRouteSourceAddress(IPv6) are
+// what felix writes (a change rewrites its routes in place, the old
+// protocol's included); removeExternalRoutes true (the default) removes
+// another program's scope-link route on a workload interface, false
+// keeps it.
+func TestOptions(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "node")
+	ns.MustRun(t, "ip", "link", "add", "cali1", "type", "veth", "peer", "name", "p1")
+	for _, l := range []string{"cali1", "p1", "lo"} {
+		ns.MustRun(t, "ip", "link", "set", l, "up")
+	}
+	ns.MustRun(t, "ip", "addr", "add", "198.18.5.1/32", "dev", "lo")
+	ns.MustRun(t, "ip", "-6", "addr", "add", "fd00:18::5/128", "dev", "lo")
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	m, err := New(run, log.WithField("test", t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	routes := func() string {
+		return ns.MustRun(t, "ip", "-N", "route", "show") + ns.MustRun(t, "ip", "-N", "-6", "route", "show")
+	}
+	apply := func() {
+		t.Helper()
+		if err := m.Apply(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, want, unwanted []string) {
+		t.Helper()
+		got := routes()
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: routes lack %q:\n%s", what, w, got)
+			}
+		}
+		for _, u := range unwanted {
+			if strings.Contains(got, u) {
+				t.Errorf("%s: routes hold %q:\n%s", what, u, got)
+			}
+		}
+	}
+	m.Set(netip.MustParsePrefix("10.65.0.1/32"), "cali1")
+	m.Set(netip.MustParsePrefix("fd00:65::1/128"), "cali1")
+	apply()
+	// ip -N prints scope link as 253 and leaves out proto 3 (boot).
+	check("defaults", []string{"10.65.0.1 dev cali1 scope 253", "fd00:65::1 dev cali1 metric"}, []string{"src", "proto 90"})
+
+	m.SetOptions(Options{Protocol: 90, Src4: netip.MustParseAddr("198.18.5.1"), Src6: netip.MustParseAddr("fd00:18::5")})
+	apply()
+	check("protocol 90 with sources", []string{"10.65.0.1 dev cali1 proto 90 scope 253 src 198.18.5.1", "fd00:65::1 dev cali1 proto 90 src fd00:18::5"}, []string{"10.65.0.1 dev cali1 scope"})
+
+	// Another program's routes on the workload interface.
+	ns.MustRun(t, "ip", "route", "add", "10.65.0.50/32", "dev", "cali1", "proto", "99", "scope", "link")
+	m.SetOptions(Options{Protocol: 90, KeepExternal: true})
+	apply()
+	check("removeExternalRoutes false", []string{"10.65.0.50 dev cali1 proto 99", "10.65.0.1 dev cali1 proto 90 scope 253"}, []string{"src 198.18.5.1"})
+	m.SetOptions(Options{})
+	apply()
+	check("removeExternalRoutes true", []string{"10.65.0.1 dev cali1 scope 253", "fd00:65::1 dev cali1 metric"}, []string{"10.65.0.50", "proto 90"})
+}
