@@ -85,6 +85,8 @@ type Config struct {
 	// RTPROT_BOOT), RemoveExternalRoutes removeExternalRoutes (true),
 	// DeviceRouteSource4/6 deviceRouteSourceAddress(IPv6) (invalid when
 	// unset).
+	// MaxIPSetSize is maxIpsetSize (1048576): the maxelem of IP sets.
+	MaxIPSetSize                           int
 	DeviceRouteProtocol                    int
 	RemoveExternalRoutes                   bool
 	DeviceRouteSource4, DeviceRouteSource6 netip.Addr
@@ -177,7 +179,14 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		ExternalNodes:               externalNodes(spec.ExternalNodesCIDRList),
 		Spec:                        spec,
 	}
-	c.DeviceRouteProtocol, c.RemoveExternalRoutes = 3, true
+	c.DeviceRouteProtocol, c.RemoveExternalRoutes, c.MaxIPSetSize = 3, true, 1048576
+	if n := spec.MaxIpsetSize; n != nil {
+		if *n > 0 {
+			c.MaxIPSetSize = *n
+		} else {
+			log.WithField("maxIpsetSize", *n).Warn("maxIpsetSize is not positive: using 1048576")
+		}
+	}
 	if p := spec.DeviceRouteProtocol; p != nil {
 		if *p > 0 && *p < 256 {
 			c.DeviceRouteProtocol = *p

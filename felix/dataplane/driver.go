@@ -137,6 +137,7 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.hosts.configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
 	d.routes.SetOptions(routes.OptionsOf(cfg))
+	d.forSets(func(m *ipsets.Manager) { m.SetMaxSize(cfg.MaxIPSetSize) })
 	d.rulesDirty = true
 }
 

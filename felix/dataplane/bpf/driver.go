@@ -229,6 +229,9 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.hosts.Configure(cfg, d.log)
 	d.routes.SetInterfacePrefixes(cfg.InterfacePrefixes)
 	d.routes.SetOptions(routes.OptionsOf(cfg))
+	for _, m := range d.poolSets {
+		m.SetMaxSize(cfg.MaxIPSetSize)
+	}
 	d.att.setPrefixes(cfg.InterfacePrefixes)
 	d.att.setTC(cfg.Spec.BPFAttachType == "TC")
 	if cfg.Spec.BPFAttachType != "TC" && !d.rcuNoted {

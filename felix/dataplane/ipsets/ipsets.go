@@ -26,7 +26,8 @@ import (
 	"github.com/palisade-net/palisade/felix/rules"
 )
 
-// MaxElem is the capacity each set is created with.
+// MaxElem is the capacity each set is created with by default (Calico's
+// maxIpsetSize default).
 const MaxElem = 1048576
 
 // swapThreshold: a change touching more members than this (and more than
@@ -36,10 +37,12 @@ const swapThreshold = 64
 type set struct {
 	typ     calc.IPSetType
 	members map[string]struct{}
+	// max is the kernel set's maxelem (0 in wanted sets).
+	max int
 }
 
 func (s *set) clone() *set {
-	c := &set{typ: s.typ, members: make(map[string]struct{}, len(s.members))}
+	c := &set{typ: s.typ, max: s.max, members: make(map[string]struct{}, len(s.members))}
 	for m := range s.members {
 		c.members[m] = struct{}{}
 	}
@@ -63,6 +66,27 @@ type Manager struct {
 	nl *netlink.Handle
 	// metrics counts ipset runs and netlink transactions (nil: none).
 	metrics *metrics.Felix
+	// maxElem is maxIpsetSize: the maxelem sets are created with; a set
+	// of another size is rebuilt (filled under a temporary name, swapped).
+	maxElem int
+}
+
+// SetMaxSize sets maxIpsetSize (MaxElem when n <= 0); sets of another
+// size are rebuilt at the next apply. A set that would hold more fails
+// to write, as in Calico.
+func (m *Manager) SetMaxSize(n int) {
+	if n <= 0 {
+		n = MaxElem
+	}
+	if n == m.maxElem {
+		return
+	}
+	m.maxElem = n
+	for name := range m.desired {
+		if k := m.kernel[name]; k != nil && k.max != n {
+			m.dirty[name] = struct{}{}
+		}
+	}
 }
 
 // SetMetrics makes the manager count its ipset runs and netlink writes
@@ -89,7 +113,7 @@ func New(family int, run *nsexec.Runner, logger *log.Entry) *Manager {
 		nl: nl, family: family, prefix: fmt.Sprintf("cali%d", family), run: run,
 		log:     logger.WithField("ipsets", family),
 		desired: map[string]*set{}, kernel: map[string]*set{}, dirty: map[string]struct{}{},
-		resync: true,
+		resync: true, maxElem: MaxElem,
 	}
 }
 
@@ -162,7 +186,7 @@ func (m *Manager) read(ctx context.Context) error {
 	m.kernel = kernel
 	// Every set whose kernel content differs is rewritten.
 	for name, want := range m.desired {
-		if have := kernel[name]; have == nil || !equal(have, want) {
+		if have := kernel[name]; have == nil || !equal(have, want) || have.max != m.maxElem {
 			m.dirty[name] = struct{}{}
 		}
 	}
@@ -183,7 +207,11 @@ func parseSave(out []byte, prefix string) (map[string]*set, error) {
 		}
 		switch f[0] {
 		case "create":
-			sets[f[1]] = &set{typ: calc.IPSetType(f[2]), members: map[string]struct{}{}}
+			s := &set{typ: calc.IPSetType(f[2]), members: map[string]struct{}{}}
+			if i := slices.Index(f, "maxelem"); i > 0 && i+1 < len(f) {
+				s.max, _ = strconv.Atoi(f[i+1])
+			}
+			sets[f[1]] = s
 		case "add":
 			s := sets[f[1]]
 			if s == nil {
@@ -253,7 +281,7 @@ func (m *Manager) ApplyUpdates(ctx context.Context) error {
 		}
 		have := m.kernel[name]
 		create := func(n string) {
-			fmt.Fprintf(&b, "create %s %s family %s maxelem %d\n", n, want.typ, m.family6(), MaxElem)
+			fmt.Fprintf(&b, "create %s %s family %s maxelem %d\n", n, want.typ, m.family6(), m.maxElem)
 		}
 		switch {
 		case have == nil:
@@ -280,7 +308,7 @@ func (m *Manager) ApplyUpdates(ctx context.Context) error {
 					dels = append(dels, mb)
 				}
 			}
-			if n := len(adds) + len(dels); n > swapThreshold && n > len(want.members)/2 {
+			if n := len(adds) + len(dels); n > swapThreshold && n > len(want.members)/2 || have.max != m.maxElem {
 				tmp := m.tempName(name)
 				create(tmp)
 				fmt.Fprintf(&b, "flush %s\n", tmp)
@@ -314,6 +342,7 @@ func (m *Manager) ApplyUpdates(ctx context.Context) error {
 	}
 	for _, name := range written {
 		m.kernel[name] = m.desired[name].clone()
+		m.kernel[name].max = m.maxElem
 	}
 	for _, name := range names {
 		if strings.HasPrefix(name, m.prefix+"t") {
@@ -445,7 +474,10 @@ func (m *Manager) applyNetlink() bool {
 		if have == nil {
 			// A new small set: created through netlink too.
 			creates = append(creates, name)
-			have = &set{typ: want.typ}
+			have = &set{typ: want.typ, max: m.maxElem}
+		}
+		if have.max != m.maxElem {
+			return false // rebuilt at the new size by ipset restore
 		}
 		if want.typ != have.typ {
 			return false
@@ -477,7 +509,7 @@ func (m *Manager) applyNetlink() bool {
 		family = unix.NFPROTO_IPV6
 	}
 	for _, name := range creates {
-		err := m.nl.IpsetCreate(name, string(m.desired[name].typ), netlink.IpsetCreateOptions{Family: family, MaxElements: MaxElem, Revision: revision[m.desired[name].typ]})
+		err := m.nl.IpsetCreate(name, string(m.desired[name].typ), netlink.IpsetCreateOptions{Family: family, MaxElements: uint32(m.maxElem), Revision: revision[m.desired[name].typ]})
 		if err != nil {
 			m.metrics.IPSet(err)
 			m.log.WithError(err).WithField("set", name).Debug("netlink IP set create failed; falling back to ipset restore")
@@ -506,6 +538,7 @@ func (m *Manager) applyNetlink() bool {
 	}
 	for name := range m.dirty {
 		m.kernel[name] = m.desired[name].clone()
+		m.kernel[name].max = m.maxElem
 		delete(m.dirty, name)
 	}
 	return true

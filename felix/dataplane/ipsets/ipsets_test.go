@@ -137,3 +137,70 @@ func TestManager(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxSize: maxIpsetSize is the maxelem sets are created with (new
+// ones through netlink and restore alike); a change rebuilds the existing
+// sets at the new size with their members, a restarted manager rebuilds
+// sets of another size, and a set that would hold more than the maximum
+// fails to write.
+func TestMaxSize(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, nstest.Prefix(), "node")
+	run, err := nsexec.New(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	ctx := context.Background()
+	maxelem := func(name string) string {
+		t.Helper()
+		out := ns.MustRun(t, "ipset", "list", "-t", name)
+		for _, l := range strings.Split(out, "\n") {
+			if _, h, ok := strings.Cut(l, "Header: "); ok {
+				f := strings.Fields(h)
+				if i := slices.Index(f, "maxelem"); i >= 0 {
+					return f[i+1]
+				}
+			}
+		}
+		t.Fatalf("no maxelem in\n%s", out)
+		return ""
+	}
+	m := New(4, run, log.WithField("test", t.Name()))
+	m.SetMaxSize(1000)
+	m.Set("s:small", calc.IPSetNet, []string{"10.0.0.1"})
+	var big []string
+	for i := range 100 {
+		big = append(big, fmt.Sprintf("10.1.%d.1", i))
+	}
+	m.Set("s:big", calc.IPSetNet, big) // more than netlink writes: ipset restore
+	if err := m.ApplyUpdates(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"cali40s:small", "cali40s:big"} {
+		if got := maxelem(n); got != "1000" {
+			t.Errorf("%s maxelem %s, want 1000", n, got)
+		}
+	}
+	m.SetMaxSize(5000)
+	if err := m.ApplyUpdates(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxelem("cali40s:big"); got != "5000" || len(members(t, ns, "cali40s:big")) != 100 {
+		t.Errorf("after the change: maxelem %s, %d members; want 5000, 100", got, len(members(t, ns, "cali40s:big")))
+	}
+	// A restarted felix with the default size rebuilds them.
+	m2 := New(4, run, log.WithField("test", t.Name()))
+	m2.Set("s:small", calc.IPSetNet, []string{"10.0.0.1"})
+	if err := m2.ApplyUpdates(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxelem("cali40s:small"); got != fmt.Sprint(MaxElem) {
+		t.Errorf("restarted: maxelem %s, want %d", got, MaxElem)
+	}
+	m2.SetMaxSize(50)
+	m2.Set("s:big", calc.IPSetNet, big)
+	if err := m2.ApplyUpdates(ctx); err == nil {
+		t.Error("100 members written into sets of at most 50")
+	}
+}
