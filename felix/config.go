@@ -4,7 +4,8 @@ import "github.com/palisade-net/palisade/felix/calc"
 
 // OnConfigUpdate implements calc.Dataplane: every configuration first
 // sets felix's log level from logSeverityScreen, names the fields felix
-// does not act on, goes to the VXLAN overlay and to the health and metrics
+// does not act on, sets the liveness timeout (healthTimeoutOverrides),
+// goes to the VXLAN overlay and to the health and metrics
 // endpoints (new instruments remake the dataplane), and then selects the
 // driver.
 func (s *dataplaneSwitch) OnConfigUpdate(cfg *calc.Config) {
@@ -17,6 +18,7 @@ func (s *dataplaneSwitch) OnConfigUpdate(cfg *calc.Config) {
 	}
 	s.unused.warn(cfg, s.log)
 	s.overlay.SetConfig(cfg.Spec)
+	s.srv.health.setTimeouts(cfg.Spec.HealthTimeoutOverrides, s.log)
 	if s.srv.configure(cfg) && s.d != nil {
 		s.restart = true
 	}

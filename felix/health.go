@@ -8,15 +8,26 @@ import (
 	"sync"
 	"time"
 
+	log "github.com/sirupsen/logrus"
+
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
 // livenessTimeout is how long felix's main loop may go without reporting
-// before /liveness fails; the loop reports at least every heartbeat.
+// before /liveness fails by default; the loop reports at least every
+// heartbeat.
 const (
 	livenessTimeout = 90 * time.Second
 	heartbeat       = 10 * time.Second
+)
+
+// Health reporter names, Calico's: the one main loop of Palisade's felix
+// does the work of both, so healthTimeoutOverrides of either set its
+// timeout (the larger when both are given).
+const (
+	reporterDataplane = "InternalDataplaneMainLoop"
+	reporterCalcGraph = "CalculationGraph"
 )
 
 // health is what /liveness and /readiness say. Ready means: the
@@ -31,11 +42,14 @@ type health struct {
 	applyErr  error
 	beat      time.Time
 	datastore func() error
+	// timeout is how long the loop may go without reporting (0: no
+	// limit), from healthTimeoutOverrides.
+	timeout time.Duration
 }
 
 // newHealth starts not ready, and live (the loop has just started).
 func newHealth(datastore func() error) *health {
-	return &health{beat: time.Now(), datastore: datastore}
+	return &health{beat: time.Now(), datastore: datastore, timeout: livenessTimeout}
 }
 
 // restart is a new main loop: not in sync, nothing programmed.
@@ -74,10 +88,35 @@ func (h *health) alive() {
 func (h *health) live(now time.Time) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if d := now.Sub(h.beat); d > livenessTimeout {
+	if d := now.Sub(h.beat); h.timeout > 0 && d > h.timeout {
 		return fmt.Errorf("felix's main loop has not reported for %s", d.Round(time.Second))
 	}
 	return nil
+}
+
+// setTimeouts follows healthTimeoutOverrides (as Calico's: a timeout of 0
+// turns the check off); names of reporters felix does not have are warned
+// about and otherwise ignored.
+func (h *health) setTimeouts(overrides []v3.HealthTimeoutOverride, logger *log.Entry) {
+	t, set := time.Duration(0), false
+	for _, o := range overrides {
+		switch o.Name {
+		case reporterDataplane, reporterCalcGraph:
+			t, set = max(t, o.Timeout.Duration), true
+		default:
+			logger.WithFields(log.Fields{"name": o.Name, "reporters": []string{reporterDataplane, reporterCalcGraph}}).
+				Warn("healthTimeoutOverrides names no health reporter of felix: ignored")
+		}
+	}
+	if !set {
+		t = livenessTimeout
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t != h.timeout {
+		logger.WithFields(log.Fields{"reporters": []string{reporterDataplane, reporterCalcGraph}, "timeout": t}).Info("Liveness timeout of felix's main loop")
+	}
+	h.timeout = t
 }
 
 // ready is nil when felix is ready, else why not.

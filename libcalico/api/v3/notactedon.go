@@ -74,7 +74,7 @@ var FelixConfigurationActedOn = map[string]bool{
 	"bpfEnabled": true, "bpfAttachType": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
 	"bpfHostConntrackBypass": true, "bpfDataIfacePattern": true, "bpfRedirectToPeer": true, "bpfL3IfacePattern": true,
 	// Health and Prometheus metrics (docs/metrics.md).
-	"healthEnabled": true, "healthHost": true, "healthPort": true,
+	"healthEnabled": true, "healthHost": true, "healthPort": true, "healthTimeoutOverrides": true,
 	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,
 	"prometheusGoMetricsEnabled": true, "prometheusProcessMetricsEnabled": true,
 }
