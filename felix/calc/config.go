@@ -107,6 +107,32 @@ type NATOutgoing struct {
 	// Interface is iptablesNATOutgoingInterfaceFilter: masquerade only
 	// traffic leaving by it (an iptables interface name, "+" a wildcard).
 	Interface string
+	// MasqRandom and SNATRandom add --random-fully to MASQUERADE and
+	// SNAT: on unless featureDetectOverride says MASQFullyRandom=false
+	// (SNATFullyRandom=false); the kernels Palisade runs on have it.
+	MasqRandom, SNATRandom bool
+}
+
+// featureOverrides reads featureDetectOverride (Calico's
+// "Feature=true,Other=false,Auto="): true or false forces a feature, an
+// empty value leaves it to detection. Palisade acts on MASQFullyRandom and
+// SNATFullyRandom; other features are warned about.
+func featureOverrides(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, kv := range splitList(s) {
+		k, v, _ := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case k != "MASQFullyRandom" && k != "SNATFullyRandom":
+			log.WithField("featureDetectOverride", kv).Warn("featureDetectOverride names a feature Palisade does not detect: ignored")
+		case v == "":
+		case strings.EqualFold(v, "true") || strings.EqualFold(v, "false"):
+			out[k] = strings.EqualFold(v, "true")
+		default:
+			log.WithField("featureDetectOverride", kv).Warn("featureDetectOverride value is not true, false or empty: ignored")
+		}
+	}
+	return out
 }
 
 // defaultFailsafeInbound and defaultFailsafeOutbound are Calico's
@@ -279,6 +305,14 @@ func natOutgoing(spec v3.FelixConfigurationSpec) NATOutgoing {
 		}
 	}
 	n.Interface = spec.IptablesNATOutgoingInterfaceFilter
+	n.MasqRandom, n.SNATRandom = true, true
+	f := featureOverrides(spec.FeatureDetectOverride)
+	if v, ok := f["MASQFullyRandom"]; ok {
+		n.MasqRandom = v
+	}
+	if v, ok := f["SNATFullyRandom"]; ok {
+		n.SNATRandom = v
+	}
 	return n
 }
 

@@ -14,7 +14,8 @@ import (
 // by iptablesNATOutgoingInterfaceFilter when that is set. With a
 // natPortRange, TCP and UDP get source ports from the range (each
 // followed by a RETURN so the catch-all after them leaves them alone),
-// other protocols the catch-all.
+// other protocols the catch-all. --random-fully is on unless
+// featureDetectOverride turns MASQFullyRandom (SNATFullyRandom) off.
 func natOutgoingRules(n calc.NATOutgoing, family int) []Rule {
 	match := fmt.Sprintf("-m set --match-set %s src -m set ! --match-set %s dst",
 		IPSetName(calc.IPSetMasqPools, family), IPSetName(calc.IPSetAllPools, family))
@@ -23,6 +24,12 @@ func natOutgoingRules(n calc.NATOutgoing, family int) []Rule {
 	}
 	if n.Interface != "" {
 		match = "-o " + n.Interface + " " + match
+	}
+	random := func(on bool) string {
+		if on {
+			return " --random-fully"
+		}
+		return ""
 	}
 	snat := func(ports string) string {
 		if n.Address.IsValid() && n.Address.Is6() == (family == 6) {
@@ -33,12 +40,12 @@ func natOutgoingRules(n calc.NATOutgoing, family int) []Rule {
 				}
 				to += ":" + ports
 			}
-			return "SNAT --to-source " + to + " --random-fully"
+			return "SNAT --to-source " + to + random(n.SNATRandom)
 		}
 		if ports != "" {
-			return "MASQUERADE --to-ports " + ports + " --random-fully"
+			return "MASQUERADE --to-ports " + ports + random(n.MasqRandom)
 		}
-		return "MASQUERADE --random-fully"
+		return "MASQUERADE" + random(n.MasqRandom)
 	}
 	if n.PortMax == 0 {
 		return []Rule{{Match: match, Action: snat("")}}

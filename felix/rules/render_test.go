@@ -312,6 +312,11 @@ func catalogue() []catalogueCase {
 			felixConfig(v3.FelixConfigurationSpec{NATOutgoingExclusions: strp("IPPoolsAndHostIPs"), NATPortRange: portRange(32768, 65000),
 				NATOutgoingAddress: "198.18.0.1", IptablesNATOutgoingInterfaceFilter: "eth+", ExternalNodesCIDRList: &[]string{"198.19.200.0/24"}}),
 		), []int{4, 6}},
+		// featureDetectOverride MASQFullyRandom=false: no --random-fully.
+		{"nat-outgoing-masq-not-random", []v3.Resource{
+			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
+			felixConfig(v3.FelixConfigurationSpec{FeatureDetectOverride: "MASQFullyRandom=false,SNATFullyRandom=,ChecksumOffloadBroken=true"}),
+		}, []int{4}},
 		{"nat-outgoing-exclusions", append(vxlanNodes(),
 			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
 			felixConfig(v3.FelixConfigurationSpec{NATOutgoingExclusions: strp("IPPoolsAndHostIPs")}),

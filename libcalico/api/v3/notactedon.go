@@ -64,6 +64,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	// (felix/rules/encap.go); cali-nat-outgoing (felix/rules/natoutgoing.go).
 	"allowVXLANPacketsFromWorkloads": true, "externalNodesList": true,
 	"natOutgoingExclusions": true, "natPortRange": true, "natOutgoingAddress": true, "iptablesNATOutgoingInterfaceFilter": true,
+	// MASQFullyRandom and SNATFullyRandom (other features are warned about).
+	"featureDetectOverride": true,
 	// The maxelem of IP sets (felix/dataplane/ipsets).
 	"maxIpsetSize": true,
 	// Workload routes (felix/dataplane/routes).
