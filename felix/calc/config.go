@@ -85,6 +85,11 @@ type Config struct {
 	// RTPROT_BOOT), RemoveExternalRoutes removeExternalRoutes (true),
 	// DeviceRouteSource4/6 deviceRouteSourceAddress(IPv6) (invalid when
 	// unset).
+	// ServiceLoopAction is serviceLoopPrevention: "Drop" (Calico's
+	// default), "Reject" or "Disabled"; ServiceLoopRanges the advertised
+	// service ranges it applies to (SetServiceRanges), sorted.
+	ServiceLoopAction string
+	ServiceLoopRanges []netip.Prefix
 	// MaxIPSetSize is maxIpsetSize (1048576): the maxelem of IP sets.
 	MaxIPSetSize                           int
 	DeviceRouteProtocol                    int
@@ -200,6 +205,7 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		WorkloadSourceSpoofing:      orDefault(spec.WorkloadSourceSpoofing, "Disabled"),
 		FloatingIPs:                 oneOf("floatingIPs", spec.FloatingIPs, "Disabled", "Enabled"),
 		VXLANPort:                   4789,
+		ServiceLoopAction:           oneOf("serviceLoopPrevention", spec.ServiceLoopPrevention, "Drop", "Reject", "Disabled"),
 		AllowVXLANFromWorkloads:     spec.AllowVXLANPacketsFromWorkloads != nil && *spec.AllowVXLANPacketsFromWorkloads,
 		NAT:                         natOutgoing(spec),
 		ExternalNodes:               externalNodes(spec.ExternalNodesCIDRList),
@@ -281,6 +287,43 @@ func routeSource(field, s string, ipv6 bool) netip.Addr {
 		return netip.Addr{}
 	}
 	return a.Unmap()
+}
+
+// SetServiceRanges sets the ranges serviceLoopPrevention applies to:
+// BGPConfiguration default's serviceClusterIPs, serviceExternalIPs and
+// serviceLoadBalancerIPs (as Calico's felix).
+func (c *Config) SetServiceRanges(r []netip.Prefix) { c.ServiceLoopRanges = r }
+
+// serviceRanges reads the advertised service ranges of a BGPConfiguration
+// (nil: none), sorted, without duplicates; one that does not parse is
+// left out (the BGP part warns about it).
+func serviceRanges(bc *v3.BGPConfiguration) []netip.Prefix {
+	if bc == nil {
+		return nil
+	}
+	var cidrs []string
+	for _, b := range bc.Spec.ServiceClusterIPs {
+		cidrs = append(cidrs, b.CIDR)
+	}
+	for _, b := range bc.Spec.ServiceExternalIPs {
+		cidrs = append(cidrs, b.CIDR)
+	}
+	for _, b := range bc.Spec.ServiceLoadBalancerIPs {
+		cidrs = append(cidrs, b.CIDR)
+	}
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := ParseNet(c); err == nil {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
 }
 
 // natOutgoing reads natOutgoingExclusions, natPortRange,

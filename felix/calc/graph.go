@@ -28,7 +28,10 @@ type Graph struct {
 	felixGlobal, felixNode *v3.FelixConfigurationSpec
 	// felixLocal is felix's own configuration (environment and file),
 	// laid over the datastore's.
-	felixLocal           *v3.FelixConfigurationSpec
+	felixLocal *v3.FelixConfigurationSpec
+	// serviceRanges are BGPConfiguration default's advertised service
+	// ranges, for serviceLoopPrevention.
+	serviceRanges        []netip.Prefix
 	configDirty          bool
 	pools                map[string]v3.IPPoolSpec
 	masqSet, allPoolsSet *ipSetState
@@ -132,6 +135,12 @@ func (g *Graph) OnUpdate(u Update) {
 		g.onIPPool(k.Name, u.Value)
 	case v3.KindFelixConfiguration:
 		g.onFelixConfiguration(k.Name, u.Value)
+	case v3.KindBGPConfiguration:
+		if k.Name == "default" {
+			bc, _ := u.Value.(*v3.BGPConfiguration)
+			g.serviceRanges = serviceRanges(bc)
+			g.configDirty = true
+		}
 	case v3.KindNode:
 		n, _ := u.Value.(*v3.Node)
 		g.overlay.onNode(k.Name, n)
@@ -354,6 +363,7 @@ func (g *Graph) Flush() {
 	if g.configDirty {
 		cfg := MergeConfig(g.felixGlobal, g.felixNode, g.felixLocal)
 		cfg.SetEncapsulation(g.hosts.encapsulation())
+		cfg.SetServiceRanges(g.serviceRanges)
 		g.hosts.setExternal(cfg.ExternalNodes)
 		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")
 		g.policies.setFloating(cfg.FloatingIPsActive())

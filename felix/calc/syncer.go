@@ -14,6 +14,7 @@ import (
 func SyncedKinds() []string {
 	return []string{
 		v3.KindFelixConfiguration,
+		v3.KindBGPConfiguration,
 		v3.KindIPPool,
 		v3.KindNode,
 		v3.KindTier,
@@ -106,10 +107,13 @@ func (s *Syncer) Run(ctx context.Context) error {
 }
 
 func (s *Syncer) wanted(k datastore.Key) bool {
-	if k.Kind != v3.KindFelixConfiguration {
-		return true
+	switch k.Kind {
+	case v3.KindFelixConfiguration:
+		return k.Name == "default" || k.Name == "node."+s.hostname
+	case v3.KindBGPConfiguration:
+		return k.Name == "default" // its service ranges
 	}
-	return k.Name == "default" || k.Name == "node."+s.hostname
+	return true
 }
 
 // runKind lists and watches one kind for ever.

@@ -16,8 +16,9 @@ import (
 // is there before). With defaultEndpointToHostAction Accept, workload
 // traffic to the host that the program let through is accepted, as the
 // iptables dataplane does. VXLAN from hosts that are not nodes and from
-// workloads is dropped as Render drops it. raw and mangle hold nothing of
-// felix's.
+// workloads is dropped as Render drops it, and so are forwarded packets to
+// advertised service ranges (serviceLoopPrevention, cali-cidr-block). raw
+// and mangle hold nothing of felix's.
 func BPFMode(in Input, seenMark, attachedGroup uint32) *Ruleset {
 	if in.Config == nil {
 		in.Config = calc.MergeConfig(nil, nil)
@@ -49,6 +50,7 @@ func BPFMode(in Input, seenMark, attachedGroup uint32) *Ruleset {
 	}
 	b.add("filter", ChainFilterInput, input)
 	forward := append(append([]Rule(nil), guard...), encap...)
+	forward = append(forward, Rule{Action: ChainCIDRBlock})
 	for _, p := range cfg.InterfacePrefixes {
 		forward = append(forward, Rule{
 			Match:   fmt.Sprintf("-o %s%s -m devgroup ! --dst-group %#x", p, workloadIfaceSuffix, attachedGroup),
@@ -57,6 +59,7 @@ func BPFMode(in Input, seenMark, attachedGroup uint32) *Ruleset {
 		})
 	}
 	b.add("filter", ChainFilterForward, forward)
+	b.add("filter", ChainCIDRBlock, cidrBlockRules(cfg, in.IPVersion))
 	rs := &Ruleset{IPVersion: in.IPVersion, Tables: b.tables}
 	for _, j := range full.Jumps {
 		if j.Table == "nat" || j.Table == "filter" && (j.Chain == "INPUT" || j.Chain == "FORWARD") {

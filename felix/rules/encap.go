@@ -25,6 +25,18 @@ func vxlanInput(cfg *calc.Config, family int) []Rule {
 	}
 }
 
+// vxlanOutput is the rule of cali-OUTPUT, before host endpoint policy,
+// that accepts the host's own VXLAN to the nodes (all-vxlan-net) while
+// VXLAN is in use, as Calico's: a host endpoint policy cannot cut the
+// overlay by mistake.
+func vxlanOutput(cfg *calc.Config, family int) []Rule {
+	if family == 4 && !cfg.VXLAN4 || family == 6 && !cfg.VXLAN6 {
+		return nil
+	}
+	return []Rule{{Match: fmt.Sprintf("-p udp -m udp --dport %d -m addrtype --src-type LOCAL -m set --match-set %s dst", cfg.VXLANPort, IPSetName(calc.IPSetAllVXLAN, family)),
+		Action: "ACCEPT", Comment: fmt.Sprintf("Allow IPv%d VXLAN packets to other allowed hosts", family)}}
+}
+
 // workloadEncapDrop drops VXLAN packets (UDP to vxlanPort) sent by
 // workloads unless allowVXLANPacketsFromWorkloads, with or without VXLAN
 // in use, as Calico: encapsulation would let a pod step around the

@@ -32,6 +32,7 @@ const (
 	ChainFailsafeIn     = "cali-failsafe-in"
 	ChainFailsafeOut    = "cali-failsafe-out"
 	ChainRPFSkip        = "cali-rpf-skip"
+	ChainCIDRBlock      = "cali-cidr-block"
 
 	PrefixToWorkload    = "cali-tw-"
 	PrefixFromWorkload  = "cali-fw-"
@@ -197,13 +198,16 @@ func Render(in Input) *Ruleset {
 	}
 	forward = append(forward,
 		Rule{Action: ChainToHEPForward},
+		Rule{Action: ChainCIDRBlock},
 		Rule{Match: b.m.isAccept, Action: "ACCEPT", Comment: "Policy explicitly accepted packet."},
 	)
 	b.add("filter", ChainFilterForward, forward)
+	b.add("filter", ChainCIDRBlock, cidrBlockRules(cfg, in.IPVersion))
 	output := []Rule{{Match: b.m.isAccept, Action: "ACCEPT"}}
 	for _, p := range cfg.InterfacePrefixes {
 		output = append(output, Rule{Match: "-o " + p + workloadIfaceSuffix, Action: "RETURN"})
 	}
+	output = append(output, vxlanOutput(cfg, in.IPVersion)...)
 	output = append(output,
 		Rule{Action: b.m.clearAll},
 		Rule{Action: ChainToHEP},

@@ -80,6 +80,17 @@ func portRange(lo, hi uint16) *numorstring.Port {
 	return &p
 }
 
+// serviceRanges is a BGPConfiguration default advertising service ranges
+// of both families.
+func serviceRanges() *v3.BGPConfiguration {
+	return &v3.BGPConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindBGPConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"},
+		Spec: v3.BGPConfigurationSpec{
+			ServiceClusterIPs:      []v3.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/112"}},
+			ServiceExternalIPs:     []v3.ServiceExternalIPBlock{{CIDR: "203.0.113.0/24"}},
+			ServiceLoadBalancerIPs: []v3.ServiceLoadBalancerIPBlock{{CIDR: "198.51.100.7/32"}, {CIDR: "10.96.0.0/12"}},
+		}}
+}
+
 // vxlanNodes are this node and two others with VXLAN tunnel addresses
 // (node-b of both families, node-c of IPv4 only) and node-d without one.
 func vxlanNodes() []v3.Resource {
@@ -321,6 +332,11 @@ func catalogue() []catalogueCase {
 			&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool}, ObjectMeta: v3.ObjectMeta{Name: "pool"}, Spec: v3.IPPoolSpec{CIDR: "10.65.0.0/16", NATOutgoing: true}},
 			felixConfig(v3.FelixConfigurationSpec{NATOutgoingExclusions: strp("IPPoolsAndHostIPs")}),
 		), []int{4}},
+		// serviceLoopPrevention (Drop by default): forwarded packets still
+		// addressed to an advertised service range end in cali-cidr-block.
+		{"service-loop-prevention", []v3.Resource{serviceRanges()}, []int{4, 6}},
+		{"service-loop-prevention-reject", []v3.Resource{serviceRanges(), felixConfig(v3.FelixConfigurationSpec{ServiceLoopPrevention: "Reject"})}, []int{4}},
+		{"service-loop-prevention-disabled", []v3.Resource{serviceRanges(), felixConfig(v3.FelixConfigurationSpec{ServiceLoopPrevention: "Disabled"})}, []int{4}},
 		{"floating-ips", append(floaters(), felixConfig(v3.FelixConfigurationSpec{FloatingIPs: "Enabled"})), []int{4, 6}},
 		{"floating-ips-disabled", floaters(), []int{4}},
 	}

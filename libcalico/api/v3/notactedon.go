@@ -66,6 +66,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	"natOutgoingExclusions": true, "natPortRange": true, "natOutgoingAddress": true, "iptablesNATOutgoingInterfaceFilter": true,
 	// MASQFullyRandom and SNATFullyRandom (other features are warned about).
 	"featureDetectOverride": true,
+	// cali-cidr-block (felix/rules/cidrblock.go).
+	"serviceLoopPrevention": true,
 	// The maxelem of IP sets (felix/dataplane/ipsets).
 	"maxIpsetSize": true,
 	// Workload routes (felix/dataplane/routes).
