@@ -273,6 +273,38 @@ func TestInClusterRR(t *testing.T) {
 	}
 }
 
+// TestNextHopSelf: TestInClusterRR with nextHopMode Self on the peering
+// BGPPeer: the reflector is the next hop of the routes it reflects, so
+// n2 routes n1's block through rr1; back to Auto, through n1 again.
+func TestNextHopSelf(t *testing.T) {
+	t.Parallel()
+	f := newFabric(t)
+	f.pool()
+	off := false
+	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}})
+	self := v3.NextHopSelf
+	peer := &v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "peer-with-rr"}, Spec: v3.BGPPeerSpec{NodeSelector: "all()", PeerSelector: "has(routeReflector)", NextHopMode: &self}}
+	f.apply(peer)
+	f.node("rr1", "198.18.0.11/24", func(n *v3.Node) {
+		n.Labels = map[string]string{"routeReflector": "true"}
+		n.Spec.BGP.RouteReflectorClusterID = "224.0.0.1"
+	})
+	f.node("n1", "198.18.0.1/24", nil)
+	f.node("n2", "198.18.0.2/24", nil)
+	b1, b2 := f.block("n1"), f.block("n2")
+	for _, n := range []string{"rr1", "n1", "n2"} {
+		f.start(n)
+	}
+	f.waitRoute(f.ns["n2"], b1, "198.18.0.11")
+	f.waitRoute(f.ns["n1"], b2, "198.18.0.11")
+	f.waitRoute(f.ns["rr1"], b1, "198.18.0.1")
+	auto := v3.NextHopAuto
+	peer.Spec.NextHopMode = &auto
+	f.apply(peer)
+	f.waitRoute(f.ns["n2"], b1, "198.18.0.1")
+	f.waitRoute(f.ns["n1"], b2, "198.18.0.2")
+}
+
 // TestGracefulRestart: n1's BGP process is killed with -9 and restarted;
 // BIRD keeps n1's block throughout, and n1's kernel keeps BIRD's route.
 func TestGracefulRestart(t *testing.T) {

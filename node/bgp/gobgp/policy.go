@@ -139,6 +139,9 @@ func statements(ss []routepolicy.Statement) []*api.Statement {
 		if s.KeepNextHop {
 			a.Nexthop = &api.NexthopAction{Unchanged: true}
 		}
+		if s.SelfNextHop {
+			a.Nexthop = &api.NexthopAction{Self: true}
+		}
 		out = append(out, &api.Statement{Name: s.Name, Conditions: c, Actions: a})
 	}
 	return out

@@ -63,6 +63,9 @@ type Peer struct {
 	RestartTime time.Duration `json:"-"`
 	// KeepOriginalNextHop keeps the next hop of routes sent to this peer.
 	KeepOriginalNextHop bool `json:"keepOriginalNextHop,omitempty"`
+	// NextHopSelf makes this node the next hop of every route sent to
+	// this peer (BGPPeer nextHopMode Self), reflected iBGP routes too.
+	NextHopSelf bool `json:"nextHopSelf,omitempty"`
 	// SourceAddress is the local address of the session (the node's
 	// address of the peer's family); invalid when unset.
 	SourceAddress netip.Addr `json:"sourceAddress,omitzero"`
@@ -111,9 +114,6 @@ func Ignored(bp v3.BGPPeer) []string {
 		if strings.HasPrefix(f, "spec.") {
 			out = append(out, f+" is not acted on")
 		}
-	}
-	if s := bp.Spec; s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf {
-		out = append(out, "spec.nextHopMode Self is not acted on: next hops are set as with Auto")
 	}
 	return out
 }
@@ -352,6 +352,7 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 		RestartTime: DefaultRestartTime,
 		// nextHopMode Keep is the newer spelling of keepOriginalNextHop.
 		KeepOriginalNextHop: s.KeepOriginalNextHop || (s.NextHopMode != nil && *s.NextHopMode == v3.NextHopKeep),
+		NextHopSelf:         s.NextHopMode != nil && *s.NextHopMode == v3.NextHopSelf,
 	}
 	if s.MaxRestartTime != nil {
 		template.RestartTime = s.MaxRestartTime.Duration

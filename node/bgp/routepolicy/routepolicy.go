@@ -86,8 +86,10 @@ type Statement struct {
 	// these prefixes: the subnets of the interfaces a BGPFilter rule's
 	// interface pattern names.
 	NextHopIn []netip.Prefix `json:"nextHopIn,omitempty"`
-	// KeepNextHop leaves the next hop unchanged (export only).
+	// KeepNextHop leaves the next hop unchanged, SelfNextHop sets it to
+	// this node's address (export only).
 	KeepNextHop bool   `json:"keepNextHop,omitempty"`
+	SelfNextHop bool   `json:"selfNextHop,omitempty"`
 	Action      Action `json:"action,omitempty"`
 }
 
@@ -118,6 +120,7 @@ type Input struct {
 // Names of the fixed statements and sets.
 const (
 	keepNextHopSet = "palisade-keep-next-hop"
+	selfNextHopSet = "palisade-self-next-hop"
 	ibgpSet        = "palisade-ibgp-peers"
 )
 
@@ -134,11 +137,15 @@ func Compile(in Input) (Policy, []error) {
 	ps := append([]peers.Peer(nil), in.Peers...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Key() < ps[j].Key() })
 
-	// Next hops kept first: it changes the route and goes on.
-	var keep, ibgp []netip.Addr
+	// Next hops kept or set to self first: it changes the route and
+	// goes on.
+	var keep, self, ibgp []netip.Addr
 	for _, p := range ps {
 		if p.KeepOriginalNextHop {
 			keep = append(keep, p.Address)
+		}
+		if p.NextHopSelf {
+			self = append(self, p.Address)
 		}
 		if !p.EBGP && !sameCluster(in.Local, p) {
 			ibgp = append(ibgp, p.Address)
@@ -147,6 +154,10 @@ func Compile(in Input) (Policy, []error) {
 	if len(keep) > 0 {
 		c.neighbors(keepNextHopSet, keep)
 		c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-keep-next-hop", Neighbors: keepNextHopSet, KeepNextHop: true})
+	}
+	if len(self) > 0 {
+		c.neighbors(selfNextHopSet, self)
+		c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-self-next-hop", Neighbors: selfNextHopSet, SelfNextHop: true})
 	}
 
 	// Each session's BGPFilters, in order, before the defaults.
