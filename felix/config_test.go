@@ -1,6 +1,7 @@
 package felix
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -15,6 +16,23 @@ spec:
   iptablesRefreshInterval: 1s
   routeRefreshInterval: 2s
 `
+
+// applyFelixConfig writes FelixConfiguration default as newCluster does
+// (the cluster's backend and dataplane) with the spec lines of extra
+// ("  field: value\n") added.
+func (c *cluster) applyFelixConfig(extra string) {
+	c.t.Helper()
+	c.apply(fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec:
+  iptablesBackend: %s
+  ipv6Support: false
+  bpfEnabled: %t
+  iptablesRefreshInterval: 1s
+  routeRefreshInterval: 2s
+%s`, c.backend, c.bpf, extra))
+}
 
 // kernelChain lists the rules of a kernel chain of the filter table as
 // iptables-save prints them, in order.

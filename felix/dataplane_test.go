@@ -214,7 +214,7 @@ spec: {node: node-a, expectedIPs: [198.18.0.1]}
 		c.t = t
 		rogue := &pod{ns: "ns-a", name: "rogue", ip: netip.MustParseAddr("10.65.0.9"), iface: "caliunknown01"}
 		rogue.netns = nstest.New(t, c.prefix, "rogue")
-		rogue.run = mustRunner(t, rogue.netns)
+		rogue.run = nstest.Runner(t, rogue.netns)
 		podH, podNS := nstest.Handle(t, rogue.netns)
 		if err := nstest.Workload(c.nodeH, podH, podNS, rogue.iface, rogue.ip); err != nil {
 			t.Fatal(err)

@@ -58,6 +58,7 @@ type cluster struct {
 	statusDir string
 	pods      map[string]*pod
 	save      string // iptables-save of the backend
+	backend   string // FelixConfiguration iptablesBackend (NFT for BPF)
 	// bpf: the eBPF dataplane (FelixConfiguration bpfEnabled) enforces
 	// policy, not iptables.
 	bpf bool
@@ -75,16 +76,6 @@ type pod struct {
 	run      *nsexec.Runner
 	srv      *nstest.Server
 	wep      *v3.WorkloadEndpoint // as written
-}
-
-func mustRunner(t testing.TB, ns nstest.NS) *nsexec.Runner {
-	t.Helper()
-	r, err := nsexec.New(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
 }
 
 // Dataplanes every policy test runs against: the iptables dataplane on
@@ -121,11 +112,12 @@ func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 	if backend == "BPF" {
 		c.bpf, backend = true, "NFT"
 	}
+	c.backend = backend
 	c.cancel = cancel
 	c.endpoints = etcdtest.Start(t)
 	c.store = etcdtest.NewStore(t, c.endpoints)
 	c.node = nstest.New(t, c.prefix, "node")
-	c.nodeRun = mustRunner(t, c.node)
+	c.nodeRun = nstest.Runner(t, c.node)
 	// The eBPF dataplane's pins outlive the namespace: removed after felix
 	// stopped, before the namespace goes.
 	t.Cleanup(func() {
@@ -148,7 +140,7 @@ func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 
 	// The external namespace, reachable through the node.
 	c.ext = nstest.New(t, c.prefix, "ext")
-	c.extRun = mustRunner(t, c.ext)
+	c.extRun = nstest.Runner(t, c.ext)
 	c.node.MustRun(t, "ip", "link", "add", "eth-ext", "type", "veth", "peer", "name", "eth0", "netns", c.ext.Name)
 	c.node.MustRun(t, "ip", "addr", "add", nodeAddr.String()+"/24", "dev", "eth-ext")
 	c.node.MustRun(t, "ip", "link", "set", "eth-ext", "up")
@@ -368,7 +360,7 @@ func (c *cluster) addDualPod(ns, name, ip, ip6 string, labels map[string]string,
 	c.t.Helper()
 	p := &pod{ns: ns, name: name, ip: netip.MustParseAddr(ip), iface: names.VethNameForWorkload(ns, name)}
 	p.netns = nstest.New(c.t, c.prefix, "pod-"+name)
-	p.run = mustRunner(c.t, p.netns)
+	p.run = nstest.Runner(c.t, p.netns)
 	podH, podNS := nstest.Handle(c.t, p.netns)
 	nets := []string{ip + "/32"}
 	if ip6 != "" {

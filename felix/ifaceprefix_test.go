@@ -17,7 +17,7 @@ func (c *cluster) plainPod(name, iface, ip string) *pod {
 	c.t.Helper()
 	p := &pod{ns: "ns-a", name: name, ip: netip.MustParseAddr(ip), iface: iface}
 	p.netns = nstest.New(c.t, c.prefix, "pod-"+name)
-	p.run = mustRunner(c.t, p.netns)
+	p.run = nstest.Runner(c.t, p.netns)
 	podH, podNS := nstest.Handle(c.t, p.netns)
 	if err := nstest.Workload(c.nodeH, podH, podNS, iface, p.ip); err != nil {
 		c.t.Fatalf("pod %s: %v", name, err)

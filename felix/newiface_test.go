@@ -29,7 +29,7 @@ func TestBPFNewInterfaceClosedFromTheStart(t *testing.T) {
 		iface := fmt.Sprintf("caliwindow%04d", i)
 		p := &pod{ns: "ns-a", name: fmt.Sprintf("window%d", i), ip: ip, iface: iface}
 		p.netns = nstest.New(t, c.prefix, p.name)
-		p.run = mustRunner(t, p.netns)
+		p.run = nstest.Runner(t, p.netns)
 		var got atomic.Int64
 		var conn net.PacketConn
 		if err := p.run.Do(func() error {

@@ -1,7 +1,6 @@
 package felix
 
 import (
-	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -20,22 +19,7 @@ func TestServiceLoopPrevention(t *testing.T) {
 	for _, dp := range dataplanes {
 		t.Run(dp, func(t *testing.T) {
 			c := newCluster(t, dp)
-			backend := map[string]string{"BPF": "NFT"}[dp]
-			if backend == "" {
-				backend = dp
-			}
-			config := func(extra string) {
-				c.apply(fmt.Sprintf(`apiVersion: projectcalico.org/v3
-kind: FelixConfiguration
-metadata: {name: default}
-spec:
-  iptablesBackend: %s
-  ipv6Support: false
-  bpfEnabled: %t
-  iptablesRefreshInterval: 1s
-  routeRefreshInterval: 2s
-%s`, backend, c.bpf, extra))
-			}
+			config := c.applyFelixConfig
 			c.node.MustRun(t, "ip", "route", "add", "10.96.0.0/12", "via", extAddr.String())
 			c.ext.MustRun(t, "ip", "addr", "add", "10.96.0.50/32", "dev", "lo")
 			p := c.addPod("ns-a", "client", "10.65.0.10", map[string]string{"app": "client"}, "sa-x")

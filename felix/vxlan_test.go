@@ -47,23 +47,7 @@ func TestVXLANInjection(t *testing.T) {
 	for _, dp := range dataplanes {
 		t.Run(dp, func(t *testing.T) {
 			c := newCluster(t, dp)
-			backend := map[string]string{"BPF": "NFT"}[dp]
-			if backend == "" {
-				backend = dp
-			}
-			config := func(extra string) {
-				c.apply(fmt.Sprintf(`apiVersion: projectcalico.org/v3
-kind: FelixConfiguration
-metadata: {name: default}
-spec:
-  iptablesBackend: %s
-  ipv6Support: false
-  bpfEnabled: %t
-  iptablesRefreshInterval: 1s
-  routeRefreshInterval: 2s
-  defaultEndpointToHostAction: Accept
-%s`, backend, c.bpf, extra))
-			}
+			config := func(extra string) { c.applyFelixConfig("  defaultEndpointToHostAction: Accept\n" + extra) }
 			config("")
 			// node-b is at 198.18.0.3, an address of the external
 			// namespace: a known node's VXLAN comes from there.

@@ -146,11 +146,7 @@ func TestManager(t *testing.T) {
 func TestMaxSize(t *testing.T) {
 	nstest.RequireRoot(t)
 	ns := nstest.New(t, nstest.Prefix(), "node")
-	run, err := nsexec.New(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer run.Close()
+	run := nstest.Runner(t, ns)
 	ctx := context.Background()
 	maxelem := func(name string) string {
 		t.Helper()

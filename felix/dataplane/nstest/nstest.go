@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 )
 
 // RequireRoot skips the test when not run as root.
@@ -71,4 +73,15 @@ func (n NS) MustRun(t testing.TB, args ...string) string {
 		t.Fatalf("in %s: %s: %v: %s", n.Name, strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// Runner runs commands and code in the namespace until the test ends.
+func Runner(t testing.TB, n NS) *nsexec.Runner {
+	t.Helper()
+	r, err := nsexec.New(n.Path())
+	if err != nil {
+		t.Fatalf("namespace %s: %v", n.Name, err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }

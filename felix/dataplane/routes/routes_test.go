@@ -86,12 +86,7 @@ func TestOptions(t *testing.T) {
 	}
 	ns.MustRun(t, "ip", "addr", "add", "198.18.5.1/32", "dev", "lo")
 	ns.MustRun(t, "ip", "-6", "addr", "add", "fd00:18::5/128", "dev", "lo")
-	run, err := nsexec.New(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer run.Close()
-	m, err := New(run, log.WithField("test", t.Name()))
+	m, err := New(nstest.Runner(t, ns), log.WithField("test", t.Name()))
 	if err != nil {
 		t.Fatal(err)
 	}
