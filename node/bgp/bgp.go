@@ -213,7 +213,7 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 	if err != nil {
 		return st, err
 	}
-	floating, floatingOn, err := readFloating(ctx, cfg)
+	floating, workloads, floatingOn, err := readWorkloads(ctx, cfg)
 	if err != nil {
 		return st, err
 	}
@@ -257,7 +257,7 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 	}
 	st.peers, st.errors = peers.Compute(in)
 	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Blocks: blocks, Config: conf,
-		Floating: floating, FloatingEnabled: floatingOn}
+		Floating: floating, FloatingEnabled: floatingOn, Workloads: workloads}
 	if st.peers.Local.IPv4.IsValid() {
 		pin.IPv4 = st.peers.Local.IPv4.Addr()
 	}
@@ -304,26 +304,33 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 	return st, nil
 }
 
-// readFloating lists the floating IPs of the cluster's workloads (their
-// WorkloadEndpoints' ipNATs) and says whether this node's felix programs
-// them: its FelixConfiguration (node.<name> over default) has floatingIPs
-// Enabled and bpfEnabled not set, as felix/calc decides.
-func readFloating(ctx context.Context, cfg Config) ([]paths.Floating, bool, error) {
+// readWorkloads lists the floating IPs of the cluster's workloads (their
+// WorkloadEndpoints' ipNATs) and their own addresses (ipNetworks), and
+// says whether this node's felix programs floating IPs: its
+// FelixConfiguration (node.<name> over default) has floatingIPs Enabled
+// and bpfEnabled not set, as felix/calc decides.
+func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Floating, on bool, err error) {
 	weps, err := listAs[*v3.WorkloadEndpoint](ctx, cfg.Store, v3.KindWorkloadEndpoint)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	var out []paths.Floating
 	for _, w := range weps {
 		for _, n := range w.Spec.IPNATs {
 			if a, err := netip.ParseAddr(n.ExternalIP); err == nil {
-				out = append(out, paths.Floating{Node: w.Spec.Node, Addr: a})
+				floating = append(floating, paths.Floating{Node: w.Spec.Node, Addr: a})
+			}
+		}
+		for _, n := range w.Spec.IPNetworks {
+			if p, err := netip.ParsePrefix(n); err == nil && p.IsSingleIP() {
+				own = append(own, paths.Floating{Node: w.Spec.Node, Addr: p.Addr()})
+			} else if a, err := netip.ParseAddr(n); err == nil {
+				own = append(own, paths.Floating{Node: w.Spec.Node, Addr: a})
 			}
 		}
 	}
 	fcs, err := listAs[*v3.FelixConfiguration](ctx, cfg.Store, v3.KindFelixConfiguration)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	floatingIPs, bpf := "", false
 	for _, name := range []string{"default", "node." + cfg.NodeName} {
@@ -339,7 +346,7 @@ func readFloating(ctx context.Context, cfg Config) ([]paths.Floating, bool, erro
 			}
 		}
 	}
-	return out, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
+	return floating, own, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
 }
 
 // listAs lists one kind.
@@ -399,7 +406,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	for _, kind := range []string{v3.KindNode, v3.KindBGPPeer, v3.KindBGPConfiguration, v3.KindIPPool, v3.KindFelixConfiguration} {
 		go watchKind(wctx, cfg, kind, poke, nil)
 	}
-	go watchKind(wctx, cfg, v3.KindWorkloadEndpoint, poke, floatingChange())
+	go watchKind(wctx, cfg, v3.KindWorkloadEndpoint, poke, workloadChange(cfg.NodeName))
 	svcs := &serviceFeed{ctx: wctx, node: cfg.NodeName, connect: cfg.Kubernetes, log: cfg.Log.WithField("component", "services"), poke: poke}
 	defer svcs.stop()
 
@@ -555,14 +562,18 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 }
 
 // watchKind pokes on every change of one kind, re-watching after errors.
-// floatingChange says which WorkloadEndpoint events matter to BGP: those
-// of endpoints that have (or had) ipNATs, so ordinary pod churn does not
-// start a reconcile each.
-func floatingChange() func(datastore.Event) bool {
+// workloadChange says which WorkloadEndpoint events matter to BGP: those
+// of endpoints that have (or had) ipNATs, and those of this node's (whose
+// addresses outside IPAM blocks it advertises), so the pod churn of other
+// nodes does not start a reconcile each.
+func workloadChange(node string) func(datastore.Event) bool {
 	had := map[string]bool{}
 	return func(ev datastore.Event) bool {
 		w, ok := ev.Object.(*v3.WorkloadEndpoint)
 		if !ok {
+			return true
+		}
+		if w.Spec.Node == node {
 			return true
 		}
 		key := w.Namespace + "/" + w.Name

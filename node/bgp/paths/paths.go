@@ -31,6 +31,10 @@ const (
 	// KindFloating is a floating IP (a WorkloadEndpoint's ipNATs
 	// externalIP) of a workload on this node.
 	KindFloating Kind = "floating"
+	// KindWorkload is the address of a workload on this node that no
+	// IPAM block holds (host-local IPAM, usePodCidr), in an exported
+	// pool: Calico's BIRD learns felix's route to it and exports it.
+	KindWorkload Kind = "workload"
 	// KindServiceIP is one Service address (a /32 or /128): a Service
 	// with a Local traffic policy from a node holding a ready endpoint
 	// of it, or a LoadBalancer address with aggregation Disabled.
@@ -107,6 +111,9 @@ type Input struct {
 	// floatingIPs Enabled, not eBPF): only then are NodeName's advertised.
 	Floating        []Floating
 	FloatingEnabled bool
+	// Workloads are the addresses of the cluster's WorkloadEndpoints
+	// (their ipNetworks), with their nodes.
+	Workloads []Floating
 	// Services are the cluster's Kubernetes Services, as far as
 	// advertisement needs them; only read when Config names service
 	// CIDRs.
@@ -251,6 +258,18 @@ func Compute(in Input) (Result, []error) {
 			if !slices.Contains(res.Lent, host) {
 				res.Lent = append(res.Lent, host)
 			}
+		}
+	}
+	// Workload addresses outside every IPAM block (host-local IPAM): a
+	// host route from the workload's node, in an exported pool.
+	inBlock := func(a netip.Addr) bool {
+		return slices.ContainsFunc(in.Blocks, func(b ipam.Block) bool { return b.CIDR.Contains(a) }) ||
+			slices.ContainsFunc(res.Blocks, func(b netip.Prefix) bool { return b.Contains(a) })
+	}
+	for _, w := range in.Workloads {
+		a := w.Addr.Unmap()
+		if host := netip.PrefixFrom(a, a.BitLen()); w.Node == in.NodeName && !inBlock(a) && exported(host) {
+			add(host, KindWorkload)
 		}
 	}
 	if c := in.Config; c != nil {

@@ -104,6 +104,23 @@ var cases = []struct {
 		},
 	},
 	{
+		// Workload addresses no IPAM block holds (host-local IPAM):
+		// node-a's own in an exported pool get a host route; those in
+		// a block (node-a's or another's), outside every pool, in a pool
+		// with disableBGPExport, or of another node do not.
+		name: "workloads-outside-blocks",
+		in: Input{
+			NodeName: "node-a", IPv4: v4, IPv6: v6,
+			Pools:      []v3.IPPool{pool("pods", "10.244.0.0/16", false), pool("pods6", "fd00:244::/64", false), pool("private", "10.245.0.0/24", true)},
+			Affinities: []ipam.Affinity{aff("node-a", "10.244.0.0/26", ipam.AffinityConfirmed)},
+			Blocks:     []ipam.Block{blk("10.244.0.0/26", "node-a"), blk("10.244.0.64/26", "node-b")},
+			Workloads: []Floating{{"node-a", netip.MustParseAddr("10.244.7.5")}, {"node-a", netip.MustParseAddr("fd00:244::7:5")},
+				{"node-a", netip.MustParseAddr("10.244.0.5")}, {"node-a", netip.MustParseAddr("10.244.0.70")},
+				{"node-a", netip.MustParseAddr("10.245.0.5")}, {"node-a", netip.MustParseAddr("192.0.2.5")},
+				{"node-b", netip.MustParseAddr("10.244.8.5")}},
+		},
+	},
+	{
 		// The same with floatingIPs not Enabled on node-a: none of its
 		// own are advertised.
 		name: "floating-disabled",
