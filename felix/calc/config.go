@@ -90,6 +90,10 @@ type Config struct {
 	// service ranges it applies to (SetServiceRanges), sorted.
 	ServiceLoopAction string
 	ServiceLoopRanges []netip.Prefix
+	// RouteSource is routeSource: "CalicoIPAM" (routes to other nodes'
+	// pods from IPAM blocks) or "WorkloadIPs" (from their
+	// WorkloadEndpoints' addresses: host-local IPAM).
+	RouteSource string
 	// MaxIPSetSize is maxIpsetSize (1048576): the maxelem of IP sets.
 	MaxIPSetSize                           int
 	DeviceRouteProtocol                    int
@@ -206,6 +210,7 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		FloatingIPs:                 oneOf("floatingIPs", spec.FloatingIPs, "Disabled", "Enabled"),
 		VXLANPort:                   4789,
 		ServiceLoopAction:           oneOf("serviceLoopPrevention", spec.ServiceLoopPrevention, "Drop", "Reject", "Disabled"),
+		RouteSource:                 oneOf("routeSource", spec.RouteSource, "CalicoIPAM", "WorkloadIPs"),
 		AllowVXLANFromWorkloads:     spec.AllowVXLANPacketsFromWorkloads != nil && *spec.AllowVXLANPacketsFromWorkloads,
 		NAT:                         natOutgoing(spec),
 		ExternalNodes:               externalNodes(spec.ExternalNodesCIDRList),

@@ -171,6 +171,7 @@ func itemKey(k datastore.Key) string {
 func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
 	id := EndpointID{Kind: WorkloadEndpoint, Namespace: k.Namespace, Name: k.Name}
 	if wep == nil {
+		g.overlay.onWorkload(itemKey(k), "", nil)
 		g.labels.setItem(itemKey(k), nil)
 		g.policies.setEndpoint(id, nil)
 		return
@@ -184,6 +185,7 @@ func (g *Graph) onWorkloadEndpoint(k datastore.Key, wep *v3.WorkloadEndpoint) {
 		it.ports = append(it.ports, namedPort{name: p.Name, proto: protoName(p.Protocol), port: p.Port})
 	}
 	g.labels.setItem(itemKey(k), it)
+	g.overlay.onWorkload(itemKey(k), it.node, it.nets)
 	if wep.Spec.Node != g.hostname || g.hostname == "" {
 		g.policies.setEndpoint(id, nil)
 		return
@@ -364,6 +366,7 @@ func (g *Graph) Flush() {
 		cfg := MergeConfig(g.felixGlobal, g.felixNode, g.felixLocal)
 		cfg.SetEncapsulation(g.hosts.encapsulation())
 		cfg.SetServiceRanges(g.serviceRanges)
+		g.overlay.setRouteSource(cfg.RouteSource == "WorkloadIPs")
 		g.hosts.setExternal(cfg.ExternalNodes)
 		g.policies.setSpoofAllowed(cfg.WorkloadSourceSpoofing == "Any")
 		g.policies.setFloating(cfg.FloatingIPsActive())

@@ -122,14 +122,25 @@ type routeResolver struct {
 	nodes    map[string]overlayNode
 	pools    map[string]overlayPool
 	blocks   map[netip.Prefix]*Block
-	dirty    bool
-	sent     *Overlay
+	// workloadIPs is FelixConfiguration routeSource WorkloadIPs: routes
+	// come from the workloads' addresses (workloads, by endpoint key),
+	// not from IPAM blocks, as Calico's route resolver.
+	workloadIPs bool
+	workloads   map[string]overlayWorkload
+	dirty       bool
+	sent        *Overlay
+}
+
+// overlayWorkload is what the resolver keeps of a WorkloadEndpoint.
+type overlayWorkload struct {
+	node string
+	nets []netip.Prefix
 }
 
 func newRouteResolver(hostname string) *routeResolver {
 	return &routeResolver{
 		hostname: hostname, nodes: map[string]overlayNode{}, pools: map[string]overlayPool{},
-		blocks: map[netip.Prefix]*Block{}, dirty: true,
+		blocks: map[netip.Prefix]*Block{}, workloads: map[string]overlayWorkload{}, dirty: true,
 	}
 }
 
@@ -178,6 +189,27 @@ func (o *overlayNode) read(n *v3.Node) {
 	o.tunnel6 = parseAddr(n.Spec.IPv6VXLANTunnelAddr)
 	o.mac4 = normalMAC(n.Spec.VXLANTunnelMACAddr)
 	o.mac6 = normalMAC(n.Spec.VXLANTunnelMACAddrV6)
+}
+
+// onWorkload records a WorkloadEndpoint's node and addresses (nil nets:
+// gone); only with routeSource WorkloadIPs do they change the overlay.
+func (r *routeResolver) onWorkload(key, node string, nets []netip.Prefix) {
+	old, had := r.workloads[key]
+	if nets == nil {
+		delete(r.workloads, key)
+	} else {
+		r.workloads[key] = overlayWorkload{node: node, nets: nets}
+	}
+	if r.workloadIPs && (had || nets != nil) && (!had || old.node != node || !slices.Equal(old.nets, nets)) {
+		r.dirty = true
+	}
+}
+
+// setRouteSource follows FelixConfiguration routeSource.
+func (r *routeResolver) setRouteSource(workloadIPs bool) {
+	if workloadIPs != r.workloadIPs {
+		r.workloadIPs, r.dirty = workloadIPs, true
+	}
 }
 
 func (r *routeResolver) onPool(name string, p *v3.IPPool) {
@@ -356,7 +388,24 @@ func (r *routeResolver) compute() *Overlay {
 		}
 	}
 	routes := map[netip.Prefix]OverlayRoute{}
+	if r.workloadIPs {
+		// routeSource WorkloadIPs: a host route per address of another
+		// node's workload, blocks unused (nor blackholed here).
+		for _, w := range r.workloads {
+			for _, n := range w.nets {
+				if !n.IsSingleIP() {
+					continue
+				}
+				if rt, ok := r.route(n, w.node); ok {
+					routes[n] = rt
+				}
+			}
+		}
+	}
 	for cidr, b := range r.blocks {
+		if r.workloadIPs {
+			break
+		}
 		if b.Host == r.hostname {
 			if _, pool, ok := r.poolOf(cidr); ok && pool.vxlan != v3.EncapNever {
 				o.LocalBlocks = append(o.LocalBlocks, cidr)

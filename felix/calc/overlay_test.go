@@ -186,3 +186,57 @@ func TestVTEPMAC(t *testing.T) {
 		t.Fatal("MACs collide")
 	}
 }
+
+func wepUpd(name, node string, nets ...string) Update {
+	w := &v3.WorkloadEndpoint{TypeMeta: v3.TypeMeta{Kind: v3.KindWorkloadEndpoint}, ObjectMeta: v3.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: v3.WorkloadEndpointSpec{Node: node, IPNetworks: nets, InterfaceName: "cali" + name}}
+	return Update{Key: datastore.KeyOf(w), Value: w}
+}
+
+// workloadIPsCluster is overlayCluster with routeSource WorkloadIPs and
+// workloads of every node, some at addresses no block holds (host-local
+// IPAM).
+func workloadIPsCluster() []Update {
+	fc := &v3.FelixConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindFelixConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"},
+		Spec: v3.FelixConfigurationSpec{RouteSource: "WorkloadIPs"}}
+	return append(overlayCluster(),
+		Update{Key: datastore.KeyOf(fc), Value: fc},
+		wepUpd("a", "node1", "10.244.0.3/32"),
+		wepUpd("b", "node2", "10.244.1.5/32", "10.245.7.2/32"),
+		wepUpd("c", "node3", "10.244.77.7/32", "fd00:10:244:77::7/128"),
+		wepUpd("d", "node2", "10.246.1.9/32"),
+		wepUpd("e", "node4", "10.245.9.9/32"),
+	)
+}
+
+// TestOverlayWorkloadIPs: with routeSource WorkloadIPs the routes are one
+// per address of another node's workload in a VXLAN pool, whether or not
+// a block holds it (host-local IPAM), through the tunnel or direct as the
+// pool's mode says, and none from blocks (nor local blocks kept); in any
+// order of the same inputs; back to CalicoIPAM, the block routes return.
+func TestOverlayWorkloadIPs(t *testing.T) {
+	want := runOverlay(workloadIPsCluster(), 0).overlay.String()
+	r := rand.New(rand.NewPCG(29, 4789))
+	for i := 0; i < 100; i++ {
+		us := workloadIPsCluster()
+		r.Shuffle(len(us), func(a, b int) { us[a], us[b] = us[b], us[a] })
+		if got := runOverlay(us, r.IntN(4)).overlay.String(); got != want {
+			t.Fatalf("order %d: overlay differs:\n%s\nwant\n%s", i, got, want)
+		}
+	}
+	rec := &overlayRecorder{recorder: newRecorder()}
+	g := NewGraph("node1", rec)
+	g.OnInSync()
+	g.OnUpdates(workloadIPsCluster())
+	g.Flush()
+	var out strings.Builder
+	out.WriteString("## WorkloadIPs\n" + rec.overlay.String())
+	g.OnUpdates([]Update{{Key: datastore.Key{Kind: v3.KindWorkloadEndpoint, Namespace: "ns", Name: "c"}}, wepUpd("b", "node2", "10.244.1.6/32")})
+	g.Flush()
+	out.WriteString("## workload c gone, b moved\n" + rec.overlay.String())
+	fc := &v3.FelixConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindFelixConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"}}
+	g.OnUpdate(Update{Key: datastore.KeyOf(fc), Value: fc})
+	g.Flush()
+	out.WriteString("## CalicoIPAM\n" + rec.overlay.String())
+	golden.Check(t, filepath.Join("testdata", "overlay_workloadips.golden"), out.String(), *updateGolden)
+}

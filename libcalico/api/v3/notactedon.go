@@ -72,6 +72,9 @@ var FelixConfigurationActedOn = map[string]bool{
 	"maxIpsetSize": true,
 	// Workload routes (felix/dataplane/routes).
 	"deviceRouteProtocol": true, "deviceRouteSourceAddress": true, "deviceRouteSourceAddressIPv6": true, "removeExternalRoutes": true,
+	// routeSource WorkloadIPs: overlay routes by workload address
+	// (felix/calc/overlay.go).
+	"routeSource": true,
 	// The VXLAN overlay (felix/dataplane/vxlan).
 	"vxlanEnabled": true, "vxlanMTU": true, "vxlanMTUV6": true, "vxlanPort": true, "vxlanVNI": true, "mtuIfacePattern": true,
 	// The eBPF dataplane's.
