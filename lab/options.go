@@ -89,6 +89,11 @@ type Options struct {
 	// default floatingIPs: Enabled, and the pool FloatingPoolCIDR to take
 	// them from.
 	FloatingIPs bool `json:"floatingIPs,omitempty"`
+	// HostLocal gives pods their addresses from the reference host-local
+	// IPAM plugin (/usr/lib/cni) instead of calico-ipam: node N takes
+	// HostLocalSubnet(N), as with host-local's usePodCidr and a node's
+	// podCIDR. The lab adds no pool for them: a test applies one.
+	HostLocal bool `json:"hostLocal,omitempty"`
 	// Metrics turns on felix's health endpoint and Prometheus metrics and
 	// the BGP metrics on every node, with Calico's variables
 	// (FELIX_HEALTHENABLED, FELIX_PROMETHEUSMETRICSENABLED,

@@ -203,13 +203,21 @@ func (l *Lab) waitMTU(ctx context.Context, n Node, timeout time.Duration) error 
 
 // cniIPAM is the CNI configuration's ipam section: calico-ipam, with an
 // IPv6 address too when the lab has IPv6.
-func (l *Lab) cniIPAM() map[string]any {
+func (l *Lab) cniIPAM(n Node) map[string]any {
+	if l.st.Options.HostLocal {
+		return map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": HostLocalSubnet(n.Index)}}},
+			"dataDir": l.nodeDir(n.Name, "host-local")}
+	}
 	ipam := map[string]any{"type": "calico-ipam"}
 	if l.st.Options.IPv6 {
 		ipam["assign_ipv6"] = "true"
 	}
 	return ipam
 }
+
+// HostLocalSubnet is the host-local range of node index (Options.HostLocal):
+// 10.70.<index>.0/24.
+func HostLocalSubnet(index int) string { return fmt.Sprintf("10.70.%d.0/24", index) }
 
 // overlayRouteProto is the protocol of felix's overlay routes.
 const overlayRouteProto = "80"

@@ -48,7 +48,7 @@ func (l *Lab) writeCNIConf(n Node) error {
 			// No mtu: the plugin takes the pod MTU felix writes beside
 			// the nodename file (less the VXLAN overhead with VXLAN).
 			"nodename_file": l.nodeDir(n.Name, "nodename"),
-			"ipam":          l.cniIPAM(),
+			"ipam":          l.cniIPAM(n),
 			// Like kubelet with Calico's policy setup timeout: ADD returns
 			// once felix has the pod's policy in place.
 			"policy_setup_timeout_seconds": 5,
@@ -86,7 +86,11 @@ func (l *Lab) cni(n Node, fn func(c *libcni.CNIConfig) error) error {
 	}
 	defer f.Close()
 	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: f}, PluginDecoder: version.PluginDecoder{}}
-	c := libcni.NewCNIConfigWithCacheDir([]string{l.st.Options.BinDir}, l.path("cni-cache"), exec)
+	path := []string{l.st.Options.BinDir}
+	if l.st.Options.HostLocal {
+		path = append(path, "/usr/lib/cni") // host-local
+	}
+	c := libcni.NewCNIConfigWithCacheDir(path, l.path("cni-cache"), exec)
 	return inNS(n.NS, func() error { return fn(c) })
 }
 
