@@ -29,6 +29,10 @@ import (
 // calico-kube-controllers.
 var kubeAddr = netip.MustParseAddr("198.18.0.252")
 
+// kubeServiceAddr is the kubernetes Service's address (the first of
+// ServiceCIDR), which pods reach the API server by: in its certificate.
+var kubeServiceAddr = netip.MustParseAddr("10.96.0.1")
+
 // Ports of the control plane in its namespace.
 const (
 	kubeAPIPort      = 6443
@@ -78,7 +82,7 @@ func (l *Lab) startKube(ctx context.Context) error {
 	if err := l.recordProc("kube/etcd", p); err != nil {
 		return err
 	}
-	files, err := kubeapi.WriteFiles(l.path("kube", "pki"), kubeAddr)
+	files, err := kubeapi.WriteFiles(l.path("kube", "pki"), kubeAddr, kubeServiceAddr)
 	if err != nil {
 		return err
 	}
@@ -86,6 +90,20 @@ func (l *Lab) startKube(ctx context.Context) error {
 		return err
 	}
 	srv := kubeapi.APIServer{Bin: bin, Files: files, Etcd: []string{kubeEtcdEndpoint}, Bind: kubeAddr, Advertise: kubeAddr, Port: kubeAPIPort}
+	if o.Kubelet {
+		// Real kubelets: node identities, RBAC as a cluster has it (the
+		// manifest's roles are what calico-node and the controllers get),
+		// and the API server's certificate to the kubelets.
+		srv.Nodes, srv.Authorization = true, "Node,RBAC"
+		if err := files.EnsureKubeletClient(); err != nil {
+			return err
+		}
+		// The pods' resolv.conf: the lab has no DNS, and no pod may ask
+		// the machine's resolver.
+		if err := os.WriteFile(l.path("kube", "resolv.conf"), []byte("# the lab has no DNS\n"), 0o644); err != nil {
+			return err
+		}
+	}
 	api, err := start(ns, "kube-apiserver", l.path("kube", "kube-apiserver.log"), srv.Argv(), env)
 	if err != nil {
 		return err
@@ -100,12 +118,25 @@ func (l *Lab) startKube(ctx context.Context) error {
 		return fmt.Errorf("%w\n%s", err, tail(api.Log, 3000))
 	}
 	l.say("✓ kube-apiserver ready (%s)", time.Since(began).Round(10*time.Millisecond))
-	kcm, err := start(ns, "kube-controller-manager", l.path("kube", "kube-controller-manager.log"),
-		kubeapi.ControllerManager(bin, l.KubeconfigPath()), env)
+	kcmArgv := kubeapi.ControllerManager(bin, l.KubeconfigPath())
+	if o.Kubelet {
+		kcmArgv = kubeapi.ClusterControllerManager(bin, l.KubeconfigPath(), files, ServiceCIDR)
+	}
+	kcm, err := start(ns, "kube-controller-manager", l.path("kube", "kube-controller-manager.log"), kcmArgv, env)
 	if err != nil {
 		return err
 	}
-	return l.recordProc("kube/kube-controller-manager", kcm)
+	if err := l.recordProc("kube/kube-controller-manager", kcm); err != nil {
+		return err
+	}
+	if !o.Kubelet {
+		return nil
+	}
+	sched, err := start(ns, "kube-scheduler", l.path("kube", "kube-scheduler.log"), kubeapi.Scheduler(bin, l.KubeconfigPath()), env)
+	if err != nil {
+		return err
+	}
+	return l.recordProc("kube/kube-scheduler", sched)
 }
 
 // dialIn dials from inside a namespace.

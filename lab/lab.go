@@ -306,6 +306,14 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 			return nil, err
 		}
 	}
+	if o.Kubelet {
+		if err := l.upRealNodes(ctx, append([]Node{first}, rest...)); err != nil {
+			return nil, err
+		}
+		l.times.Total = time.Since(began)
+		l.say("✓ lab %s is up after %s", o.Name, l.times.Total.Round(10*time.Millisecond))
+		return l, nil
+	}
 	if o.Kubernetes {
 		if err := l.startKube(ctx); err != nil {
 			return nil, err
@@ -483,6 +491,22 @@ func (l *Lab) Down(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	// Real nodes: what their containerd and kubelet leave (pods, shims,
+	// cgroups, the mount namespaces holding their mounts), found by name
+	// even when the lab was killed before recording it.
+	for _, n := range l.st.Nodes {
+		if err := removeNodeCgroups(l.cgroupName(n.Name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, cg := range labCgroups(l.st.Prefix) {
+		if err := removeNodeCgroups(cg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeMountNamespaces(l.mountNSDir()); err != nil {
+		errs = append(errs, err)
+	}
 	// The eBPF dataplane's pins outlive a namespace: removed while the
 	// nodes' namespaces still exist.
 	for _, n := range l.st.Nodes {

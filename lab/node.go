@@ -23,8 +23,15 @@ func (l *Lab) nodeDir(name string, elem ...string) string {
 	return l.path(append([]string{"nodes", name}, elem...)...)
 }
 
-// RunDir is the directory of a node's pid file and status socket.
-func (l *Lab) RunDir(node string) string { return l.nodeDir(node, "run") }
+// RunDir is the directory of a node's pid file and status socket (on a
+// real node, its /var/run/calico, where the DaemonSet's calico-node
+// keeps them).
+func (l *Lab) RunDir(node string) string {
+	if l.st.Options.Kubelet {
+		return l.hostDir(node, "/run/calico")
+	}
+	return l.nodeDir(node, "run")
+}
 
 // addNodeNS creates the next node's namespace and files (not its agent).
 func (l *Lab) addNodeNS(ctx context.Context) (Node, error) {

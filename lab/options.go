@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 
@@ -123,6 +124,22 @@ type Options struct {
 	// namespace, watching the lab's API server (needs Kubernetes; not
 	// with BPF, whose dataplane replaces kube-proxy).
 	KubeProxy bool `json:"kubeProxy,omitempty"`
+	// Kubelet makes every node a real one (implies Kubernetes and
+	// KubeProxy; etcd external unless cluster): a containerd and a kubelet
+	// in the node's namespaces, kube-scheduler in the control plane, the
+	// images of ImagesDir imported into each node's containerd, and
+	// Palisade installed from Manifest with kubectl, as docs/install.md
+	// says. calico-node runs as the DaemonSet's pods, not as the lab's
+	// process.
+	Kubelet bool `json:"kubelet,omitempty"`
+	// ImagesDir holds the OCI image archives `make images` builds
+	// (default $PALISADE_IMAGES, else images/ found upward from the
+	// working directory and BinDir).
+	ImagesDir string `json:"imagesDir,omitempty"`
+	// Manifest is the manifest Kubelet installs (default
+	// manifests/calico-etcd.yaml found upward from the working directory
+	// and BinDir).
+	Manifest string `json:"manifest,omitempty"`
 	// KubeBinDir holds kube-apiserver, kube-controller-manager, kubectl
 	// and kube-proxy (default $PALISADE_KUBE_BIN, else
 	// hack/kube-tools.sh's cache).
@@ -174,6 +191,11 @@ func (o *Options) defaults() error {
 	default:
 		return fmt.Errorf("lab %q: peering %q: want mesh, rr or node-rr", o.Name, o.Peering)
 	}
+	if o.Kubelet {
+		if err := o.kubeletDefaults(); err != nil {
+			return err
+		}
+	}
 	switch o.Etcd {
 	case "":
 		o.Etcd = EtcdEmbedded
@@ -196,6 +218,11 @@ func (o *Options) defaults() error {
 		return err
 	}
 	o.BinDir = abs
+	if o.Kubelet {
+		if err := o.kubeletPaths(); err != nil {
+			return err
+		}
+	}
 	for _, b := range []string{"calico-node", "calicoctl", "calico", "calico-ipam"} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
 			return fmt.Errorf("lab %q: %s not found in %s (make build, or set PALISADE_BIN)", o.Name, b, o.BinDir)
@@ -207,7 +234,7 @@ func (o *Options) defaults() error {
 	if o.KubeProxy && !o.Kubernetes {
 		return fmt.Errorf("lab %q: --kube-proxy needs --kubernetes (kube-proxy watches the lab's API server)", o.Name)
 	}
-	if o.KubeProxy && o.BPF {
+	if o.KubeProxy && o.BPF && !o.Kubelet {
 		return fmt.Errorf("lab %q: --kube-proxy with --bpf: felix's eBPF dataplane replaces kube-proxy (as in Calico, run one or the other)", o.Name)
 	}
 	if o.Kubernetes {
@@ -223,6 +250,65 @@ func (o *Options) defaults() error {
 		}
 	}
 	return o.overlayDefaults()
+}
+
+// kubeletDefaults fills in and checks what real nodes need.
+func (o *Options) kubeletDefaults() error {
+	o.Kubernetes, o.KubeProxy = true, true
+	switch o.Etcd {
+	case "":
+		o.Etcd = EtcdExternal
+	case EtcdEmbedded:
+		return fmt.Errorf("lab %q: --kubelet with etcd embedded: calico-node runs as a DaemonSet there, so etcd must be outside the nodes (external or cluster)", o.Name)
+	}
+	return nil
+}
+
+// kubeletPaths finds the images, the manifest and the node software
+// (after BinDir is known).
+func (o *Options) kubeletPaths() error {
+	if o.ImagesDir == "" {
+		o.ImagesDir = os.Getenv("PALISADE_IMAGES")
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = findUp("images", o.BinDir)
+	}
+	if o.Manifest == "" {
+		o.Manifest = findUp(filepath.Join("manifests", "calico-etcd.yaml"), o.BinDir)
+	}
+	if o.ImagesDir == "" {
+		return fmt.Errorf("lab %q: --kubelet: no images directory found (make images, or set PALISADE_IMAGES)", o.Name)
+	}
+	if o.Manifest == "" {
+		return fmt.Errorf("lab %q: --kubelet: manifests/calico-etcd.yaml not found upward from here or %s", o.Name, o.BinDir)
+	}
+	for _, p := range []*string{&o.ImagesDir, &o.Manifest} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return err
+		}
+		*p = abs
+	}
+	for _, b := range []string{"containerd", "ctr", "runc", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return fmt.Errorf("lab %q: --kubelet: %s is not installed (make deps installs containerd and runc)", o.Name, b)
+		}
+	}
+	return nil
+}
+
+// findUp looks for rel upward from the working directory and from dirs,
+// returning the first found ("" when none).
+func findUp(rel string, dirs ...string) string {
+	wd, _ := os.Getwd()
+	for _, start := range append([]string{wd}, dirs...) {
+		for d := start; d != "" && d != "/"; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, rel)); err == nil {
+				return filepath.Join(d, rel)
+			}
+		}
+	}
+	return ""
 }
 
 // stateRoot resolves the directory holding the labs.

@@ -108,7 +108,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.RR, "rr", lab.RRNone, "Route reflector: bird2, bird1 (BIRD 1.6) or none")
 	f.StringVar(&o.Peering, "peering", "", "Initial topology: rr (default with --rr), mesh, or node-rr (node1 a route reflector for the others)")
 	f.BoolVar(&o.Border, "border", false, "Add a BIRD border router in AS 65001 peering eBGP with every node")
-	f.StringVar(&o.Etcd, "etcd", lab.EtcdEmbedded, "etcd: embedded (calico-node on node1), external (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
+	f.StringVar(&o.Etcd, "etcd", "", "etcd: embedded (calico-node on node1; the default), external (the default with --kubelet) (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
 	f.IntVar(&o.Subnets, "subnets", 1, "1, or 2: odd nodes in 198.18.0.0/24, even ones in 198.18.1.0/24 behind a router namespace")
@@ -119,6 +119,9 @@ func newUp(g *globals) *cobra.Command {
 	f.BoolVar(&o.FloatingIPs, "floating-ips", false, "Floating IPs (cni.projectcalico.org/floatingIPs): the CNI config's feature_control.floating_ips, FelixConfiguration floatingIPs: Enabled, and the pool "+lab.FloatingPoolCIDR)
 	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
 	f.BoolVar(&o.KubeProxy, "kube-proxy", false, "Run the real kube-proxy (iptables mode) in every node's namespace (needs --kubernetes)")
+	f.BoolVar(&o.Kubelet, "kubelet", false, "Real nodes: a kubelet and a containerd in every node's namespaces, kube-scheduler, and Palisade installed from its manifest and images (implies --kubernetes and --kube-proxy; etcd external unless cluster)")
+	f.StringVar(&o.ImagesDir, "images", "", "With --kubelet: the directory of the OCI image archives make images builds (PALISADE_IMAGES; default images/ found upward)")
+	f.StringVar(&o.Manifest, "manifest", "", "With --kubelet: the manifest to install (default manifests/calico-etcd.yaml found upward)")
 	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager, kubectl and kube-proxy (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
 	return c
 }

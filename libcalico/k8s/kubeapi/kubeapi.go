@@ -38,7 +38,7 @@ const Version = "v1.37.2"
 const BinEnv = "PALISADE_KUBE_BIN"
 
 // Binaries are the programs hack/kube-tools.sh builds.
-var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-proxy", "kubectl"}
+var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "kubectl"}
 
 // DefaultBinDir is where hack/kube-tools.sh caches the binaries:
 // $PALISADE_CACHE, else $XDG_CACHE_HOME/palisade, else
@@ -77,8 +77,9 @@ func CheckBinDir(dir string) error {
 // Files are what the API server and its clients read, in one directory.
 type Files struct {
 	Dir string
-	// CACert signs ServingCert; clients trust it.
-	CACert string
+	// CACert signs ServingCert (and the client certificates IssueClient
+	// makes, with CAKey); clients trust it.
+	CACert, CAKey string
 	// ServingCert and ServingKey are the API server's TLS identity.
 	ServingCert, ServingKey string
 	// SAKey signs and verifies service-account tokens.
@@ -92,8 +93,7 @@ type Files struct {
 // the given addresses (127.0.0.1 and localhost are always included), a
 // service-account key and an admin token.
 func WriteFiles(dir string, addrs ...netip.Addr) (Files, error) {
-	f := Files{Dir: dir, CACert: filepath.Join(dir, "ca.crt"), ServingCert: filepath.Join(dir, "apiserver.crt"),
-		ServingKey: filepath.Join(dir, "apiserver.key"), SAKey: filepath.Join(dir, "sa.key"), TokenFile: filepath.Join(dir, "tokens.csv")}
+	f := FilesIn(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return f, err
 	}
@@ -138,6 +138,7 @@ func WriteFiles(dir string, addrs ...netip.Addr) (Files, error) {
 		data []byte
 	}{
 		{f.CACert, pemBlock("CERTIFICATE", caDER)},
+		{f.CAKey, ecPEM(caKey)},
 		{f.ServingCert, pemBlock("CERTIFICATE", srvDER)},
 		{f.ServingKey, ecPEM(srvKey)},
 		{f.SAKey, ecPEM(saKey)},
@@ -149,6 +150,13 @@ func WriteFiles(dir string, addrs ...netip.Addr) (Files, error) {
 		}
 	}
 	return f, nil
+}
+
+// FilesIn names the files WriteFiles makes in dir (Token is not read).
+func FilesIn(dir string) Files {
+	return Files{Dir: dir, CACert: filepath.Join(dir, "ca.crt"), CAKey: filepath.Join(dir, "ca.key"),
+		ServingCert: filepath.Join(dir, "apiserver.crt"), ServingKey: filepath.Join(dir, "apiserver.key"),
+		SAKey: filepath.Join(dir, "sa.key"), TokenFile: filepath.Join(dir, "tokens.csv")}
 }
 
 func serial() *big.Int {
@@ -208,8 +216,14 @@ type APIServer struct {
 	// ServiceCIDR is the service cluster IP range (default 10.96.0.0/16).
 	ServiceCIDR string
 	// Authorization is --authorization-mode (default AlwaysAllow; RBAC
-	// for tests of what a ServiceAccount may do).
+	// for tests of what a ServiceAccount may do; Node,RBAC for real
+	// kubelets).
 	Authorization string
+	// Nodes runs it for real kubelets: the kubernetes Service's endpoints
+	// kept by the lease reconciler (pods reach the API server through
+	// it), and a client certificate (Files.KubeletClient) for the
+	// kubelets' exec, logs and port-forward.
+	Nodes bool
 }
 
 // URL is where clients reach it.
@@ -243,10 +257,20 @@ func (a APIServer) Argv() []string {
 	if authz == "" {
 		authz = "AlwaysAllow"
 	}
-	return []string{filepath.Join(a.Bin, "kube-apiserver"),
+	// Without kubelets nothing reaches the API server through its
+	// Service, and a lease would only be noise.
+	reconciler := "none"
+	var nodes []string
+	if a.Nodes {
+		reconciler = "lease"
+		cert, key := a.Files.KubeletClient()
+		nodes = []string{"--kubelet-client-certificate=" + cert, "--kubelet-client-key=" + key,
+			"--kubelet-preferred-address-types=InternalIP"}
+	}
+	return append([]string{filepath.Join(a.Bin, "kube-apiserver"),
 		"--etcd-servers=" + strings.Join(a.Etcd, ","),
 		"--bind-address=" + bind.String(), "--advertise-address=" + a.advertise().String(),
-		"--secure-port=" + strconv.Itoa(a.Port), "--endpoint-reconciler-type=none",
+		"--secure-port=" + strconv.Itoa(a.Port), "--endpoint-reconciler-type=" + reconciler,
 		"--cert-dir=" + filepath.Join(a.Files.Dir, "certs"),
 		"--tls-cert-file=" + a.Files.ServingCert, "--tls-private-key-file=" + a.Files.ServingKey,
 		"--client-ca-file=" + a.Files.CACert,
@@ -256,7 +280,7 @@ func (a APIServer) Argv() []string {
 		// As kubeadm sets it: calico-node runs privileged.
 		"--allow-privileged=true",
 		"--profiling=false", "--enable-priority-and-fairness=false", "--event-ttl=5m",
-	}
+	}, nodes...)
 }
 
 // ControllerManager is the command line of a kube-controller-manager
