@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests run (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, the
-# e2e test image agnhost and the upstream e2e suite e2e.test) from the Go
+# e2e test image agnhost, the upstream e2e suite e2e.test and the ginkgo
+# that runs it) from the Go
 # module proxy, in
 # a helper module of their own (never the project's go.mod), and keeps them
 # in a cache outside the checkout, keyed by version. A second call finds
@@ -19,6 +20,9 @@ BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubel
 # k8s.io/kubernetes module); e2e.test is test/e2e compiled as a test binary.
 AGNHOST_PKG=k8s.io/kubernetes/test/images/agnhost
 E2E_PKG=k8s.io/kubernetes/test/e2e
+# ginkgo runs e2e.test in parallel processes (at the version Kubernetes
+# requires).
+GINKGO_PKG=github.com/onsi/ginkgo/v2/ginkgo
 
 die() { echo "kube-tools: $*" >&2; exit 1; }
 
@@ -29,7 +33,7 @@ fi
 
 complete() {
 	[ "$(cat "$DIR/.version" 2>/dev/null)" = "$KUBE_VERSION" ] || return 1
-	for b in "${BINARIES[@]}" agnhost e2e.test; do [ -x "$DIR/$b" ] || return 1; done
+	for b in "${BINARIES[@]}" agnhost e2e.test ginkgo; do [ -x "$DIR/$b" ] || return 1; done
 }
 complete && exit 0
 
@@ -85,6 +89,8 @@ GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out" -ldflags "$ldflags" 
 	die "go build of Kubernetes $KUBE_VERSION failed"
 GOFLAGS=-mod=mod CGO_ENABLED=0 go test -c -trimpath -o "$out/e2e.test" -ldflags "$ldflags" "$E2E_PKG" ||
 	die "go test -c of Kubernetes $KUBE_VERSION's e2e suite failed"
+GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$out/ginkgo" "$GINKGO_PKG" ||
+	die "go build of ginkgo failed"
 echo "$KUBE_VERSION" >"$out/.version"
 rm -rf "$DIR"
 mv "$out" "$DIR"

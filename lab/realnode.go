@@ -351,6 +351,9 @@ func (l *Lab) startRealNode(ctx context.Context, n Node) error {
 	if err := l.makeMountNS(ctx, n.Name); err != nil {
 		return err
 	}
+	if err := l.provisionHost(n); err != nil {
+		return err
+	}
 	files := kubeapi.FilesIn(l.path("kube", "pki"))
 	cert, key, err := files.IssueClient("system:node:"+n.Name, "system:nodes")
 	if err != nil {
@@ -383,6 +386,27 @@ func (l *Lab) startRealNode(ctx context.Context, n Node) error {
 		return err
 	}
 	return l.startKubelet(ctx, n, kubeconfig)
+}
+
+// hostCNIPlugins are the CNI plugins a node has before Palisade is
+// installed (a kubeadm host's kubernetes-cni package): containerd's CRI
+// plugin brings every sandbox's loopback up with loopback.
+var hostCNIPlugins = []string{"loopback"}
+
+// provisionHost puts on the node what its host would have from its own
+// packages: the loopback CNI plugin in /opt/cni/bin (from Debian's
+// containernetworking-plugins).
+func (l *Lab) provisionHost(n Node) error {
+	for _, p := range hostCNIPlugins {
+		b, err := os.ReadFile(filepath.Join("/usr/lib/cni", p))
+		if err != nil {
+			return fmt.Errorf("node %s: the host's CNI plugin %s (Debian's containernetworking-plugins): %w", n.Name, p, err)
+		}
+		if err := os.WriteFile(filepath.Join(l.hostDir(n.Name, "/opt/cni/bin"), p), b, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startKubelet starts node n's kubelet (its files made by

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Runs Kubernetes' own e2e suites (e2e.test v1.37.2, built by
+# hack/kube-tools.sh) against a lab of real nodes (`lab up --kubelet`):
+# builds what is missing, brings up its own lab, runs the suites with
+# ginkgo, removes the lab and prints Ginkgo's summary last.
+#
+#   hack/e2e.sh                       the whole set: sig-network's NetworkPolicy
+#                                     suites and its conformance tests
+#   hack/e2e.sh --set netpol          only the NetworkPolicy suites
+#   hack/e2e.sh --set conformance     only [sig-network] ... [Conformance]
+#   hack/e2e.sh --focus REGEX --skip REGEX --bpf --nodes N --procs P
+#
+# --focus replaces the set's focus; --skip adds to the environment's
+# skips below. docs/conformance.md has the results and the reasons.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+set_name=all
+focus=""
+extra_skip=""
+bpf=""
+nodes=3
+procs=4
+while (($#)); do
+	case "$1" in
+	--set) set_name="$2"; shift 2 ;;
+	--focus) focus="$2"; shift 2 ;;
+	--skip) extra_skip="$2"; shift 2 ;;
+	--bpf) bpf="--bpf"; shift ;;
+	--nodes) nodes="$2"; shift 2 ;;
+	--procs) procs="$2"; shift 2 ;;
+	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+	*) echo "e2e: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+netpol_focus='\[sig-network\] (Netpol|NetworkPolicy)'
+conformance_focus='\[sig-network\].*\[Conformance\]'
+if [ -z "$focus" ]; then
+	case "$set_name" in
+	all) focus="($netpol_focus)|($conformance_focus)" ;;
+	netpol) focus="$netpol_focus" ;;
+	conformance) focus="$conformance_focus" ;;
+	*) echo "e2e: --set $set_name: want all, netpol or conformance" >&2; exit 2 ;;
+	esac
+fi
+
+# What this environment cannot run, each with its reason (also in
+# docs/conformance.md). Nothing here is a Palisade failure.
+skips=(
+	# The kernel has no SCTP sockets (netfilter's SCTP match works, but
+	# agnhost cannot open an SCTP socket to probe with).
+	'SCTP'
+	# No DNS add-on runs in the lab (no CoreDNS image can be had without
+	# a registry).
+	'DNS' '[Ff]ully [Qq]ualified'
+	# No address outside the lab may be reached.
+	'Internet'
+	# The lab's nodes are IPv4 only.
+	'IPv6' '[Dd]ual[Ss]tack'
+	# Disruptive and slow tests restart components or take many minutes
+	# each; the lab tests cover restarts (lab/kubelet_test.go).
+	'\[Disruptive\]' '\[Slow\]'
+)
+skip=$(IFS='|'; echo "${skips[*]}")
+[ -n "$extra_skip" ] && skip="$skip|$extra_skip"
+
+make -s build kube-tools >/dev/null
+[ -f images/calico-node.tar ] || make -s images >/dev/null
+KUBE_BIN=$(hack/kube-tools.sh --print-dir)
+
+name="e2e$$"
+out=$(mktemp -d /tmp/palisade-e2e.XXXXXX)
+down() { bin/lab down --name "$name" >"$out/down.log" 2>&1 || cat "$out/down.log" >&2; }
+trap down EXIT
+echo "e2e: lab up --kubelet --nodes $nodes $bpf (lab $name; logs in $out)"
+bin/lab up --name "$name" --kubelet --nodes "$nodes" $bpf >"$out/up.log" 2>&1 || {
+	tail -40 "$out/up.log" >&2
+	exit 1
+}
+cp "/run/palisade-lab/$name/kube/kubeconfig" "$out/kubeconfig"
+
+echo "e2e: focus $focus"
+echo "e2e: skip $skip"
+rc=0
+# e2e.test reaches the API server from the control plane's namespace.
+nsenter --net="/run/netns/pl-$name-kube" "$KUBE_BIN/ginkgo" --procs="$procs" --no-color \
+	--focus="$focus" --skip="$skip" --output-dir="$out" --junit-report=junit.xml \
+	"$KUBE_BIN/e2e.test" -- --kubeconfig="$out/kubeconfig" --provider=skeleton \
+	--kubectl-path="$KUBE_BIN/kubectl" --report-dir="$out" >"$out/e2e.log" 2>&1 || rc=$?
+grep -E '^\[FAIL\]|^  \[FAIL\]' "$out/e2e.log" | sort -u || true
+trap - EXIT
+down
+echo "e2e: full output in $out/e2e.log"
+# Ginkgo's own summary, last.
+grep -E '^Ran [0-9]+ of [0-9]+ Specs|^(SUCCESS|FAIL)!' "$out/e2e.log" | tail -2
+exit "$rc"
