@@ -84,6 +84,12 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // agents' logs first if it failed.
 func newLab(t testing.TB, o Options) *Lab {
 	t.Helper()
+	return newLabTimeout(t, o, 2*time.Minute)
+}
+
+// newLabTimeout is newLab with a timeout of its own for Up.
+func newLabTimeout(t testing.TB, o Options, timeout time.Duration) *Lab {
+	t.Helper()
 	requireLab(t)
 	if o.Name == "" {
 		o.Name = "t"
@@ -93,7 +99,7 @@ func newLab(t testing.TB, o Options) *Lab {
 	if testing.Verbose() {
 		o.Progress = &logWriter{t: t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	l, err := Up(ctx, o)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/palisade-net/palisade/libcalico/k8s/kubeapi"
 )
@@ -264,9 +265,10 @@ func removeMountNamespaces(dir string) error {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
 		}
 	}
-	if isMountPoint(dir) {
+	for i := 0; isMountPoint(dir) && i < 10; i++ {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", dir, err))
+			break
 		}
 	}
 	return errors.Join(errs...)
@@ -570,6 +572,10 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 	if err := l.startKube(ctx); err != nil {
 		return err
 	}
+	// Once, before the nodes start side by side.
+	if err := l.ensurePrivateMount(l.mountNSDir()); err != nil {
+		return err
+	}
 	errc := make(chan error, len(nodes))
 	for _, n := range nodes {
 		go func() { errc <- l.startRealNode(ctx, n) }()
@@ -610,4 +616,115 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 	var err error
 	l.times.Sessions, err = l.WaitSessions(ctx, 90*time.Second)
 	return err
+}
+
+// PodNetNS is the network namespace file of a pod on a real node (its
+// sandbox's pause process's), found through the node's cgroups: for
+// tests that run traffic from inside pods without going through
+// Kubernetes (docs/lab.md).
+func (l *Lab) PodNetNS(ctx context.Context, namespace, name string) (string, error) {
+	kc, err := l.Kube()
+	if err != nil {
+		return "", err
+	}
+	pod, err := kc.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pod.Spec.NodeName == "" {
+		return "", fmt.Errorf("pod %s/%s is not scheduled", namespace, name)
+	}
+	pids := l.cgroupPIDs(pod.Spec.NodeName, "pod"+string(pod.UID))
+	for _, pid := range pids {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "pause" {
+			return fmt.Sprintf("/proc/%d/ns/net", pid), nil
+		}
+	}
+	return "", fmt.Errorf("pod %s/%s: no sandbox process on %s", namespace, name, pod.Spec.NodeName)
+}
+
+// NodeProcesses lists the pids of processes called comm running under a
+// real node's cgroups (kubelet's pods included): "calico-node" is the
+// DaemonSet's agent on that node.
+func (l *Lab) NodeProcesses(node, comm string) []int {
+	var out []int
+	for _, pid := range l.cgroupPIDs(node, "") {
+		if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(c)) == comm {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// cgroupPIDs lists the processes in node's cgroups (pids hierarchy)
+// whose cgroup path has a component called part ("" for all).
+func (l *Lab) cgroupPIDs(node, part string) []int {
+	root := filepath.Join("/sys/fs/cgroup/pids", l.cgroupName(node))
+	var pids []int
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if part != "" && !strings.Contains(p, "/"+part+"/") && !strings.HasSuffix(p, "/"+part) {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// RestartNodeRuntime starts a real node's containerd and kubelet again
+// after they died (as systemd restarts them on a host); the node's pods
+// and calico-node are kubelet's to bring back.
+func (l *Lab) RestartNodeRuntime(ctx context.Context, node string) error {
+	n, ok := l.Node(node)
+	if !ok {
+		return fmt.Errorf("lab %s: no node %q", l.st.Name, node)
+	}
+	for _, role := range []string{"kubelet/" + node, "containerd/" + node} {
+		if p, ok := l.Proc(role); ok && p.Alive() {
+			return fmt.Errorf("%s is still running (pid %d)", role, p.PID)
+		}
+	}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	p, err := start(n.NS, "containerd "+n.Name, l.nodeDir(n.Name, "containerd.log"),
+		l.inNodeArgv(n.Name, "containerd", "--config", l.nodeDir(n.Name, "containerd.toml")), env)
+	if err != nil {
+		return err
+	}
+	if err := l.recordProc("containerd/"+n.Name, p); err != nil {
+		return err
+	}
+	if err := l.waitContainerd(ctx, n, p); err != nil {
+		return err
+	}
+	return l.startKubelet(ctx, n, l.nodeDir(n.Name, "kubelet.kubeconfig"))
+}
+
+// StopNodeRuntime stops a real node's kubelet and containerd (the
+// node's pods keep running, as on a host whose kubelet is stopped).
+func (l *Lab) StopNodeRuntime(node string, sig syscall.Signal) error {
+	var errs []error
+	for _, role := range []string{"kubelet/" + node, "containerd/" + node} {
+		p, ok := l.Proc(role)
+		if !ok {
+			continue
+		}
+		if sig == syscall.SIGKILL {
+			errs = append(errs, p.Signal(sig))
+			p.wait(5 * time.Second)
+			continue
+		}
+		errs = append(errs, p.Stop(10*time.Second))
+	}
+	return errors.Join(errs...)
 }
