@@ -108,8 +108,8 @@ images: image-bins image-debs kube-tools coredns
 # Tests that exec the binaries find them through PALISADE_BIN, and the
 # Kubernetes ones through PALISADE_KUBE_BIN (a test needing them fails
 # when they are missing).
-test: build image-bins kube-tools coredns image-debs
-	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+test: build images kube-tools coredns image-debs
+	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) PALISADE_IMAGES=$(CURDIR)/$(IMAGE_DIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 bench: build kube-tools
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) run ./hack/benchtable -- $(GO) test -run '^$$' -bench . -count 1 -p 1 -timeout 60m ./...

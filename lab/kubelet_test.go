@@ -122,17 +122,25 @@ func runningPods(t *testing.T, l *Lab, selector string) []corev1.Pod {
 
 // hostname asks a netexec server for its pod name from inside ns.
 func hostname(ctx context.Context, ns string, addr netip.AddrPort) (string, error) {
-	var body []byte
-	err := netns.Do(ns, func() error {
-		c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := c.Get("http://" + addr.String() + "/hostname")
-		if err != nil {
+	// The connection is dialled on a thread inside ns; the client's own
+	// goroutines only read and write it.
+	dial := func(ctx context.Context, network, a string) (c net.Conn, err error) {
+		err = netns.Do(ns, func() (err error) {
+			c, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, a)
 			return err
-		}
-		defer resp.Body.Close()
-		body, err = io.ReadAll(resp.Body)
-		return err
-	})
+		})
+		return c, err
+	}
+	c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + addr.String() + "/hostname")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", addr, resp.Status)
+	}
 	return string(body), err
 }
 
@@ -260,9 +268,17 @@ spec:
 		n2, _ := l.Node("node2")
 		for _, from := range []string{"node1", "node3"} {
 			n, _ := l.Node(from)
-			got, err := hostname(ctx, nsPath(n.NS), netip.AddrPortFrom(n2.IP, 30080))
+			var got string
+			var err error
+			for i := 0; i < 40; i++ {
+				if got, err = hostname(ctx, nsPath(n.NS), netip.AddrPortFrom(n2.IP, 30080)); err == nil {
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
 			if err != nil || got != "hostport" {
-				t.Errorf("hostPort 30080 on node2 from %s: %q, %v", from, got, err)
+				nat, _ := l.Output(ctx, "node2", nil, "iptables-save", "-t", "nat")
+				t.Errorf("hostPort 30080 on node2 from %s: %q, %v\nnode2's nat table:\n%s", from, got, err, nat)
 			}
 		}
 		kubectl(t, l, "", "delete", "pod", "hostport", "--wait=true")
