@@ -42,10 +42,11 @@ all: build
 help:
 	@echo "make deps   install Debian packages and Go tools the project needs (root)"
 	@echo "make build  build $(BINARIES) into $(BIN)/"
-	@echo "make kube-tools  build kube-apiserver, kube-controller-manager, kube-proxy and kubectl into $(KUBE_BIN) (once)"
+	@echo "make kube-tools  build the Kubernetes binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, agnhost, e2e.test, ginkgo) into $(KUBE_BIN) (once)"
 	@echo "make coredns  build CoreDNS (the cluster DNS of manifests/coredns.yaml) into $(COREDNS_BIN) (once)"
 	@echo "make images multi-platform ($(IMAGE_ARCHES)) OCI image archives of calico-node, calico-kube-controllers, pause, agnhost and coredns in $(IMAGE_DIR)/ (IMAGE_TAG=$(IMAGE_TAG)), no container engine needed"
 	@echo "make test   run every test, including those that need root"
+	@echo "make e2e    Kubernetes' sig-network NetworkPolicy and conformance suites on a lab of real nodes (root; hack/e2e.sh)"
 	@echo "make bench  run every benchmark and print one table of ratios"
 	@echo "make lint   gofmt, go vet and staticcheck"
 	@echo "make demo   3 nodes, a BIRD route reflector, Kubernetes, 6 pods, their ping matrix and one NetworkPolicy taking effect (root; KEEP=1 leaves it running)"
@@ -110,6 +111,13 @@ images: image-bins image-debs kube-tools coredns
 # when they are missing).
 test: build images kube-tools coredns image-debs
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) PALISADE_IMAGES=$(CURDIR)/$(IMAGE_DIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+# Kubernetes' own sig-network suites against a lab of real nodes (lab up
+# --kubelet): NetworkPolicy and conformance on iptables, NetworkPolicy on
+# eBPF. Longer than make test; docs/conformance.md has the results.
+e2e: build images kube-tools
+	hack/e2e.sh
+	hack/e2e.sh --set netpol --bpf
 
 bench: build kube-tools
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) run ./hack/benchtable -- $(GO) test -run '^$$' -bench . -count 1 -p 1 -timeout 60m ./...

@@ -17,8 +17,13 @@ TOOLS_DIR="${TOOLS_DIR:-$PWD/.tools}"
 #     (gobgpd brings the stock `gobgp` CLI that inspects our nodes).
 #   frr: FRRouting, the other peer of the BGP tests (its daemons run in
 #     the tests' namespaces; the system service is left off).
+#   containerd, runc: the container runtime of the lab's real nodes (lab up
+#     --kubelet; one containerd per node, started by the lab, never the
+#     system service). Debian's 1.6 is what kubelet v1.37 is run with:
+#     docs/lab.md says why.
 DEBIAN_PACKAGES=(
 	bird2
+	containerd
 	containernetworking-plugins
 	etcd-server
 	frr
@@ -26,6 +31,7 @@ DEBIAN_PACKAGES=(
 	iproute2
 	iptables
 	ipset
+	runc
 )
 
 # Go tools, pinned: "binary module@version". Only `make lint` needs them,

@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,7 +35,7 @@ import (
 const agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 
 // requireRealNodes skips a test that cannot run real nodes here.
-func requireRealNodes(t *testing.T) {
+func requireRealNodes(t testing.TB) {
 	t.Helper()
 	requireLab(t)
 	if os.Getenv("PALISADE_BIN") == "" {
@@ -243,6 +246,20 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
+	t.Run("upstream e2e subset", func(t *testing.T) {
+		// A few minutes of Kubernetes' own suites (hack/e2e.sh runs them
+		// all): NetworkPolicy from the Netpol suite and the conformance
+		// checks of pod networking, through e2e.test v1.37.2.
+		focus := strings.Join([]string{
+			`Netpol NetworkPolicy between server and client should support a 'default-deny-ingress' policy`,
+			`Netpol NetworkPolicy between server and client should allow ingress access on one named port`,
+			`Netpol NetworkPolicy between server and client should enforce egress policy allowing traffic to a server in a different namespace based on PodSelector and NamespaceSelector`,
+			`Networking Granular Checks: Pods should function for intra-pod communication: (http|udp)`,
+			`Networking Granular Checks: Pods should function for node-pod communication: http`,
+		}, "|")
+		runE2E(t, l, focus, 6)
+	})
+
 	t.Run("pods and hostPort", func(t *testing.T) {
 		kubectl(t, l, deployment("web", 6), "apply", "-f", "-")
 		kubectl(t, l, "", "rollout", "status", "deploy/web", "--timeout=3m")
@@ -445,4 +462,110 @@ func podFlow(ctx context.Context, l *Lab, src, dst corev1.Pod, port int) (*udpfl
 		return nil, fmt.Errorf("dialling from %s: %w", src.Name, err)
 	}
 	return udpflow.Start(rc, sc, 10*time.Millisecond, 32), nil
+}
+
+// runE2E runs e2e.test (under ginkgo, two processes) from the control
+// plane's namespace with focus, and fails unless wantSpecs specs ran and
+// every one passed.
+func runE2E(t *testing.T, l *Lab, focus string, wantSpecs int) {
+	t.Helper()
+	bin := kubeapi.BinDir()
+	for _, b := range []string{"e2e.test", "ginkgo"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			t.Fatalf("%s is not in %s (hack/kube-tools.sh builds it)", b, bin)
+		}
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ginkgo"), "--procs=2", "--no-color", "--focus="+focus,
+		filepath.Join(bin, "e2e.test"), "--", "--kubeconfig="+l.KubeconfigPath(), "--provider=skeleton",
+		"--kubectl-path="+filepath.Join(bin, "kubectl"), "--report-dir="+dir)
+	cmd.Dir = dir
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := l.InNamespace("kube", cmd.Run)
+	summary := regexp.MustCompile(`(?m)^Ran (\d+) of \d+ Specs.*$|^(SUCCESS|FAIL)!.*$`).FindAllString(out.String(), -1)
+	t.Logf("e2e.test: %s", strings.Join(summary, "; "))
+	if err != nil || len(summary) < 2 || !strings.HasPrefix(summary[len(summary)-1], "SUCCESS!") {
+		t.Fatalf("e2e.test: %v\n%s", err, lastLines(out.String(), 120))
+	}
+	if m := regexp.MustCompile(`^Ran (\d+) of`).FindStringSubmatch(summary[0]); m == nil || m[1] != strconv.Itoa(wantSpecs) {
+		t.Errorf("e2e.test ran other than the %d focused specs: %s", wantSpecs, summary[0])
+	}
+}
+
+// TestRealNodesDownAfterKill kills `lab up --kubelet` (-9) while its
+// node runs pods, then wants `lab down` to leave no process, cgroup,
+// mount or namespace of it.
+func TestRealNodesDownAfterKill(t *testing.T) {
+	requireRealNodes(t)
+	name := uniqueName("kk")
+	prefix := "pl-" + name + "-"
+	up := exec.Command(filepath.Join(binDir, "lab"), "up", "--name", name, "--kubelet", "--nodes", "1",
+		"--state-dir", testRoot, "--bin-dir", binDir)
+	var out strings.Builder
+	up.Stdout, up.Stderr = &out, &out
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Killed once the DaemonSet's calico-node runs on the node: pods,
+	// shims, overlay mounts and the node's mount namespace all exist.
+	deadline := time.Now().Add(4 * time.Minute)
+	for len(processesIn(prefix, "calico-node")) == 0 {
+		if time.Now().After(deadline) {
+			_ = up.Process.Kill()
+			_ = up.Wait()
+			t.Fatalf("calico-node never ran on the lab's node:\n%s", out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = up.Process.Kill()
+	_ = up.Wait()
+	down := exec.Command(filepath.Join(binDir, "lab"), "down", "--name", name, "--state-dir", testRoot)
+	if b, err := down.CombinedOutput(); err != nil {
+		t.Fatalf("lab down after kill -9 of lab up: %v\n%s", err, b)
+	}
+	if pids := processesIn(prefix, ""); len(pids) > 0 {
+		t.Errorf("processes left in the lab's cgroups: %v", pids)
+	}
+	if cgs := labCgroups(prefix); len(cgs) > 0 {
+		t.Errorf("cgroups left: %v", cgs)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, filepath.Join(testRoot, name)) {
+			t.Errorf("mount left: %s", line)
+		}
+	}
+	ents, _ := os.ReadDir(netnsDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			t.Errorf("namespace %s left", e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(testRoot, name)); err == nil {
+		t.Errorf("state directory %s left", filepath.Join(testRoot, name))
+	}
+}
+
+// processesIn lists the processes (called comm, or all) whose cgroup is
+// under one named with prefix.
+func processesIn(prefix, comm string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil || !strings.Contains(string(cg), "/"+prefix) {
+			continue
+		}
+		if c, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm")); comm == "" || strings.TrimSpace(string(c)) == comm {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

@@ -132,6 +132,11 @@ type Options struct {
 	// says. calico-node runs as the DaemonSet's pods, not as the lab's
 	// process.
 	Kubelet bool `json:"kubelet,omitempty"`
+	// ReferenceCNI (with Kubelet) installs no Palisade: each node's
+	// pods get the reference plugins instead (bridge with host-local,
+	// 10.88.<index>.0/24 per node, routed between the nodes statically),
+	// the baseline benchmarks measure Palisade against on the same nodes.
+	ReferenceCNI bool `json:"referenceCNI,omitempty"`
 	// ImagesDir holds the OCI image archives `make images` builds
 	// (default $PALISADE_IMAGES, else images/ found upward from the
 	// working directory and BinDir).

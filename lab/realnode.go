@@ -590,6 +590,12 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 	if err := l.startKubeProxies(ctx, nodes); err != nil {
 		return err
 	}
+	if o.ReferenceCNI {
+		if err := l.installReferenceCNI(ctx, nodes); err != nil {
+			return err
+		}
+		return l.WaitNodesReady(ctx, 2*time.Minute)
+	}
 	if err := l.applyTopology(ctx, o.Peering); err != nil {
 		return err
 	}
@@ -727,4 +733,48 @@ func (l *Lab) StopNodeRuntime(node string, sig syscall.Signal) error {
 		errs = append(errs, p.Stop(10*time.Second))
 	}
 	return errors.Join(errs...)
+}
+
+// referencePlugins are the reference CNI plugins ReferenceCNI installs.
+var referencePlugins = []string{"bridge", "host-local", "portmap"}
+
+// installReferenceCNI gives every node the reference plugins' network
+// (Options.ReferenceCNI): a bridge with host-local addresses from
+// 10.88.<index>.0/24, and routes to the other nodes' ranges via their
+// addresses.
+func (l *Lab) installReferenceCNI(ctx context.Context, nodes []Node) error {
+	l.say("installing the reference CNI (bridge, host-local) instead of Palisade")
+	subnet := func(n Node) string { return fmt.Sprintf("10.88.%d.0/24", n.Index) }
+	for _, n := range nodes {
+		for _, p := range referencePlugins {
+			b, err := os.ReadFile(filepath.Join("/usr/lib/cni", p))
+			if err != nil {
+				return fmt.Errorf("the reference CNI plugin %s (Debian's containernetworking-plugins): %w", p, err)
+			}
+			if err := os.WriteFile(filepath.Join(l.hostDir(n.Name, "/opt/cni/bin"), p), b, 0o755); err != nil {
+				return err
+			}
+		}
+		conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "reference", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
+]}
+`, subnet(n))
+		if err := os.WriteFile(filepath.Join(l.hostDir(n.Name, "/etc/cni/net.d"), "10-reference.conflist"), []byte(conf), 0o644); err != nil {
+			return err
+		}
+		if _, err := run(ctx, "ip", "netns", "exec", n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+			return err
+		}
+		for _, m := range nodes {
+			if m.Name == n.Name {
+				continue
+			}
+			if _, err := run(ctx, "ip", "-n", n.NS, "route", "add", subnet(m), "via", m.IP.String()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -120,6 +120,7 @@ func newUp(g *globals) *cobra.Command {
 	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
 	f.BoolVar(&o.KubeProxy, "kube-proxy", false, "Run the real kube-proxy (iptables mode) in every node's namespace (needs --kubernetes)")
 	f.BoolVar(&o.Kubelet, "kubelet", false, "Real nodes: a kubelet and a containerd in every node's namespaces, kube-scheduler, and Palisade installed from its manifest and images (implies --kubernetes and --kube-proxy; etcd external unless cluster)")
+	f.BoolVar(&o.ReferenceCNI, "reference-cni", false, "With --kubelet: no Palisade; the reference plugins (bridge, host-local) on the same nodes, for benchmarks")
 	f.StringVar(&o.ImagesDir, "images", "", "With --kubelet: the directory of the OCI image archives make images builds (PALISADE_IMAGES; default images/ found upward)")
 	f.StringVar(&o.Manifest, "manifest", "", "With --kubelet: the manifest to install (default manifests/calico-etcd.yaml found upward)")
 	f.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "Directory of kube-apiserver, kube-controller-manager, kubectl and kube-proxy (PALISADE_KUBE_BIN; default hack/kube-tools.sh's cache)")
