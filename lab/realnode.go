@@ -590,6 +590,14 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 	if err := l.startKubeProxies(ctx, nodes); err != nil {
 		return err
 	}
+	// The API server reaches pods (its proxy, exec's port-forward,
+	// webhooks) as a control-plane node would: its namespace routes the
+	// pools through node 1, which has every node's routes by BGP.
+	for _, pool := range l.poolCIDRs() {
+		if _, err := run(ctx, "ip", "-n", l.kubeNS(), "route", "add", pool, "via", nodes[0].IP.String()); err != nil {
+			return err
+		}
+	}
 	if o.ReferenceCNI {
 		if err := l.installReferenceCNI(ctx, nodes); err != nil {
 			return err
@@ -777,4 +785,12 @@ func (l *Lab) installReferenceCNI(ctx context.Context, nodes []Node) error {
 		}
 	}
 	return nil
+}
+
+// poolCIDRs are the IPv4 ranges pods get addresses from.
+func (l *Lab) poolCIDRs() []string {
+	if l.st.Options.ReferenceCNI {
+		return []string{"10.88.0.0/16"}
+	}
+	return []string{l.st.Options.PoolCIDR}
 }
