@@ -346,15 +346,16 @@ spec:
 		if len(agents) == 0 {
 			t.Fatal("no calico-node process on node2")
 		}
-		if err := l.StopNodeRuntime("node2", syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		// kubelet, containerd (and the shims) -9, then calico-node: the
+		// supervisors start containerd and kubelet again as systemd
+		// would, and kubelet brings calico-node back.
+		if killed := l.KillNodeRuntime("node2"); len(killed) < 2 {
+			t.Fatalf("killed %v on node2, want at least kubelet and containerd", killed)
 		}
 		for _, pid := range agents {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if err := l.RestartNodeRuntime(ctx, "node2"); err != nil {
-			t.Fatal(err)
-		}
+		time.Sleep(2 * time.Second)
 		kubectl(t, l, "", "-n", "kube-system", "rollout", "status", "ds/calico-node", "--timeout=3m")
 		if _, err := l.WaitSessions(ctx, 90*time.Second); err != nil {
 			t.Error(err)
@@ -394,7 +395,7 @@ spec:
 	t.Run("node deleted", func(t *testing.T) {
 		kubectl(t, l, "", "scale", "deploy/web", "--replicas=6")
 		kubectl(t, l, "", "rollout", "status", "deploy/web", "--timeout=3m")
-		if err := l.StopNodeRuntime("node3", syscall.SIGTERM); err != nil {
+		if err := l.StopNodeRuntime("node3"); err != nil {
 			t.Fatal(err)
 		}
 		kubectl(t, l, "", "delete", "node", "node3")

@@ -371,14 +371,9 @@ func (l *Lab) startRealNode(ctx context.Context, n Node) error {
 	if err := os.WriteFile(l.nodeDir(n.Name, "kubelet.yaml"), []byte(l.kubeletConfig(n)), 0o644); err != nil {
 		return err
 	}
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	l.say("starting containerd on %s (log %s)", n.Name, l.nodeDir(n.Name, "containerd.log"))
-	p, err := start(n.NS, "containerd "+n.Name, l.nodeDir(n.Name, "containerd.log"),
-		l.inNodeArgv(n.Name, "containerd", "--config", l.nodeDir(n.Name, "containerd.toml")), env)
+	p, err := l.startNodeDaemon(n, "containerd", "containerd", "--config", l.nodeDir(n.Name, "containerd.toml"))
 	if err != nil {
-		return err
-	}
-	if err := l.recordProc("containerd/"+n.Name, p); err != nil {
 		return err
 	}
 	if err := l.waitContainerd(ctx, n, p); err != nil {
@@ -388,6 +383,24 @@ func (l *Lab) startRealNode(ctx context.Context, n Node) error {
 		return err
 	}
 	return l.startKubelet(ctx, n, kubeconfig)
+}
+
+// startNodeDaemon runs one of a node's daemons (containerd, kubelet) in
+// the node's namespaces and system cgroup under the lab's supervisor,
+// which restarts it when it exits, as systemd does on a host; the
+// supervisor is in the node's cgroup too, so lab down finds it even
+// unrecorded.
+func (l *Lab) startNodeDaemon(n Node, name string, argv ...string) (Proc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return Proc{}, fmt.Errorf("finding the supervisor (this executable): %w", err)
+	}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", SuperviseEnv + "=1"}
+	p, err := start(n.NS, name+" "+n.Name, l.nodeDir(n.Name, name+".log"), l.inNodeArgv(n.Name, append([]string{exe}, argv...)...), env)
+	if err != nil {
+		return Proc{}, err
+	}
+	return p, l.recordProc(name+"/"+n.Name, p)
 }
 
 // hostCNIPlugins are the CNI plugins a node has before Palisade is
@@ -414,16 +427,13 @@ func (l *Lab) provisionHost(n Node) error {
 // startKubelet starts node n's kubelet (its files made by
 // startRealNode) and waits for its healthz.
 func (l *Lab) startKubelet(ctx context.Context, n Node, kubeconfig string) error {
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	l.say("starting kubelet on %s (log %s)", n.Name, l.nodeDir(n.Name, "kubelet.log"))
-	argv := l.inNodeArgv(n.Name, filepath.Join(l.st.Options.KubeBinDir, "kubelet"),
+	// Under the supervisor, kubelet is started again when it exits (it
+	// does when containerd's CRI is not serving yet after a restart).
+	p, err := l.startNodeDaemon(n, "kubelet", filepath.Join(l.st.Options.KubeBinDir, "kubelet"),
 		"--config="+l.nodeDir(n.Name, "kubelet.yaml"), "--kubeconfig="+kubeconfig,
 		"--hostname-override="+n.Name, "--node-ip="+n.IP.String(), "--v=1")
-	p, err := start(n.NS, "kubelet "+n.Name, l.nodeDir(n.Name, "kubelet.log"), argv, env)
 	if err != nil {
-		return err
-	}
-	if err := l.recordProc("kubelet/"+n.Name, p); err != nil {
 		return err
 	}
 	return l.waitHTTP(ctx, n.NS, fmt.Sprintf("http://127.0.0.1:%d/healthz", kubeletHealthPort), p, "kubelet on "+n.Name, 60*time.Second)
@@ -696,49 +706,31 @@ func (l *Lab) cgroupPIDs(node, part string) []int {
 	return pids
 }
 
-// RestartNodeRuntime starts a real node's containerd and kubelet again
-// after they died (as systemd restarts them on a host); the node's pods
-// and calico-node are kubelet's to bring back.
-func (l *Lab) RestartNodeRuntime(ctx context.Context, node string) error {
-	n, ok := l.Node(node)
-	if !ok {
-		return fmt.Errorf("lab %s: no node %q", l.st.Name, node)
-	}
-	for _, role := range []string{"kubelet/" + node, "containerd/" + node} {
-		if p, ok := l.Proc(role); ok && p.Alive() {
-			return fmt.Errorf("%s is still running (pid %d)", role, p.PID)
+// KillNodeRuntime kills (-9) a real node's containerd and kubelet, not
+// their supervisors: they come back as they do under systemd. The shims
+// live on, so the node's containers keep running and containerd finds
+// them again.
+func (l *Lab) KillNodeRuntime(node string) []int {
+	var pids []int
+	for _, comm := range []string{"kubelet", "containerd"} {
+		for _, pid := range l.NodeProcesses(node, comm) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				pids = append(pids, pid)
+			}
 		}
 	}
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	p, err := start(n.NS, "containerd "+n.Name, l.nodeDir(n.Name, "containerd.log"),
-		l.inNodeArgv(n.Name, "containerd", "--config", l.nodeDir(n.Name, "containerd.toml")), env)
-	if err != nil {
-		return err
-	}
-	if err := l.recordProc("containerd/"+n.Name, p); err != nil {
-		return err
-	}
-	if err := l.waitContainerd(ctx, n, p); err != nil {
-		return err
-	}
-	return l.startKubelet(ctx, n, l.nodeDir(n.Name, "kubelet.kubeconfig"))
+	return pids
 }
 
-// StopNodeRuntime stops a real node's kubelet and containerd (the
-// node's pods keep running, as on a host whose kubelet is stopped).
-func (l *Lab) StopNodeRuntime(node string, sig syscall.Signal) error {
+// StopNodeRuntime stops a real node's kubelet and containerd for good
+// (their supervisors); its containers keep running, as on a host whose
+// kubelet is stopped.
+func (l *Lab) StopNodeRuntime(node string) error {
 	var errs []error
 	for _, role := range []string{"kubelet/" + node, "containerd/" + node} {
-		p, ok := l.Proc(role)
-		if !ok {
-			continue
+		if p, ok := l.Proc(role); ok {
+			errs = append(errs, p.Stop(15*time.Second))
 		}
-		if sig == syscall.SIGKILL {
-			errs = append(errs, p.Signal(sig))
-			p.wait(5 * time.Second)
-			continue
-		}
-		errs = append(errs, p.Stop(10*time.Second))
 	}
 	return errors.Join(errs...)
 }
