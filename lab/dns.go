@@ -23,7 +23,6 @@ const dnsRolloutTimeout = 2 * time.Minute
 // coredns image must be among the images the nodes imported (make images
 // writes images/coredns.tar).
 //
-//lint:ignore U1000 called by the real-node install (lab --kubelet), which lands beside this file
 func (l *Lab) installDNS(ctx context.Context) error {
 	began := time.Now()
 	l.say("kubectl apply -f manifests/coredns.yaml (the cluster DNS, kube-dns at %s)", ClusterDNS)

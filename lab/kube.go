@@ -98,9 +98,9 @@ func (l *Lab) startKube(ctx context.Context) error {
 		if err := files.EnsureKubeletClient(); err != nil {
 			return err
 		}
-		// The pods' resolv.conf: the lab has no DNS, and no pod may ask
-		// the machine's resolver.
-		if err := os.WriteFile(l.path("kube", "resolv.conf"), []byte("# the lab has no DNS\n"), 0o644); err != nil {
+		// The host's resolv.conf, which kubelet gives pods of dnsPolicy
+		// Default: empty, so no pod ever asks the machine's resolver.
+		if err := os.WriteFile(l.path("kube", "resolv.conf"), []byte("# no resolver: pods have the cluster DNS only\n"), 0o644); err != nil {
 			return err
 		}
 	}

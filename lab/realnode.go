@@ -326,6 +326,7 @@ authentication:
   x509: {clientCAFile: %s}
 authorization: {mode: Webhook}
 clusterDomain: cluster.local
+clusterDNS: [%s]
 resolvConf: %s
 # No registry: images are imported, never pulled, so never collected.
 imageGCHighThresholdPercent: 100
@@ -333,7 +334,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", nodefs.inodesFree: "1%%", imagefs.available: "1%%"}
 maxPods: 110
-`, l.cgroupName(n.Name), n.IP, kubeletHealthPort, files.CACert, l.path("kube", "resolv.conf"))
+`, l.cgroupName(n.Name), n.IP, kubeletHealthPort, files.CACert, ClusterDNS, l.path("kube", "resolv.conf"))
 }
 
 // startRealNode makes node n's cgroups, mount namespace and files, starts
@@ -624,6 +625,10 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 		}
 	}
 	if err := l.installPalisade(ctx); err != nil {
+		return err
+	}
+	// The cluster DNS add-on, as a cluster has it (manifests/coredns.yaml).
+	if err := l.installDNS(ctx); err != nil {
 		return err
 	}
 	if o.Peering == PeeringNodeRR {
