@@ -22,7 +22,6 @@ const dnsRolloutTimeout = 2 * time.Minute
 // that is until CoreDNS has listed the cluster's Services and answers. The
 // coredns image must be among the images the nodes imported (make images
 // writes images/coredns.tar).
-//
 func (l *Lab) installDNS(ctx context.Context) error {
 	began := time.Now()
 	l.say("kubectl apply -f manifests/coredns.yaml (the cluster DNS, kube-dns at %s)", ClusterDNS)
