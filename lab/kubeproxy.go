@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -135,22 +134,7 @@ func (l *Lab) startKubeProxy(ctx context.Context, n Node) error {
 // kubeProxyHealthy asks kube-proxy's healthz on node n (200 once its rules
 // are in place and recent).
 func (l *Lab) kubeProxyHealthy(ctx context.Context, n Node) error {
-	tr := &http.Transport{DialContext: l.dialIn(n.NS)}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/healthz", netip.AddrPortFrom(n.IP, kubeProxyHealthPort)), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
-	}
-	return nil
+	return l.httpOK(ctx, n.NS, fmt.Sprintf("http://%s/healthz", netip.AddrPortFrom(n.IP, kubeProxyHealthPort)))
 }
 
 // startKubeProxies starts kube-proxy on the nodes at once.

@@ -175,6 +175,12 @@ func ecPEM(k *ecdsa.PrivateKey) []byte {
 
 // Kubeconfig renders a kubeconfig for server with the admin token.
 func (f Files) Kubeconfig(server string) []byte {
+	return f.kubeconfig(server, "admin", "    token: "+f.Token+"\n")
+}
+
+// kubeconfig renders a kubeconfig for server trusting the CA, as user
+// with the credential lines given.
+func (f Files) kubeconfig(server, user, credential string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: v1
 kind: Config
@@ -184,16 +190,15 @@ clusters:
     server: %s
     certificate-authority: %s
 users:
-- name: admin
+- name: %s
   user:
-    token: %s
-contexts:
+%scontexts:
 - name: palisade
   context:
     cluster: palisade
-    user: admin
+    user: %s
 current-context: palisade
-`, server, f.CACert, f.Token)
+`, server, f.CACert, user, credential, user)
 	return b.Bytes()
 }
 

@@ -64,25 +64,7 @@ func (f Files) EnsureKubeletClient() error {
 // ClientKubeconfig renders a kubeconfig for server that presents a
 // client certificate.
 func (f Files) ClientKubeconfig(server, user, cert, key string) []byte {
-	return fmt.Appendf(nil, `apiVersion: v1
-kind: Config
-clusters:
-- name: palisade
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: %s
-  user:
-    client-certificate: %s
-    client-key: %s
-contexts:
-- name: palisade
-  context:
-    cluster: palisade
-    user: %s
-current-context: palisade
-`, server, f.CACert, user, cert, key, user)
+	return f.kubeconfig(server, user, "    client-certificate: "+cert+"\n    client-key: "+key+"\n")
 }
 
 func (f Files) loadCA() (*x509.Certificate, *ecdsa.PrivateKey, error) {
