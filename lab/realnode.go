@@ -761,7 +761,7 @@ func (l *Lab) installReferenceCNI(ctx context.Context, nodes []Node) error {
 			}
 		}
 		conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "reference", "plugins": [
-  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}},
   {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
 ]}
