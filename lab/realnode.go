@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -548,29 +547,6 @@ func (l *Lab) httpOK(ctx context.Context, ns, url string) error {
 		return errors.New(resp.Status)
 	}
 	return nil
-}
-
-// stopRealNode stops a node's kubelet and containerd and removes what
-// they leave: every process in the node's cgroups (pods, shims) and the
-// cgroups, then its mount namespace.
-func (l *Lab) stopRealNode(n Node) error {
-	var errs []error
-	for _, role := range []string{"kubelet/" + n.Name, "containerd/" + n.Name} {
-		if p, ok := l.Proc(role); ok {
-			errs = append(errs, p.Stop(5*time.Second))
-		}
-	}
-	errs = append(errs, removeNodeCgroups(l.cgroupName(n.Name)))
-	if err := unix.Unmount(l.mountNS(n.Name), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		errs = append(errs, fmt.Errorf("unmounting %s: %w", l.mountNS(n.Name), err))
-	}
-	return errors.Join(errs...)
-}
-
-// nodeIP4 is the fabric address of a node by name (for messages).
-func (l *Lab) nodeIP4(name string) netip.Addr {
-	n, _ := l.Node(name)
-	return n.IP
 }
 
 // upRealNodes is Up's second half on real nodes: the control plane with
