@@ -133,6 +133,8 @@ func removeNodeCgroups(name string) error {
 		return err
 	}
 	var errs []error
+	killed := map[int]bool{}
+	defer func() { waitGone(killed, 5*time.Second) }()
 	for attempt := 0; attempt < 50; attempt++ {
 		errs = errs[:0]
 		left := false
@@ -154,6 +156,7 @@ func removeNodeCgroups(name string) error {
 					for _, f := range strings.Fields(string(b)) {
 						if pid, err := strconv.Atoi(f); err == nil {
 							_ = syscall.Kill(pid, syscall.SIGKILL)
+							killed[pid] = true
 						}
 					}
 				}
@@ -168,6 +171,23 @@ func removeNodeCgroups(name string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return errors.Join(errs...)
+}
+
+// waitGone waits, up to timeout, until every pid has exited: gone or a
+// zombie left for its parent (often init, once lab up was killed) to
+// reap. An emptied cgroup can be removed while its killed processes are
+// still tearing down their memory.
+func waitGone(pids map[int]bool, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for pid := range pids {
+		for time.Now().Before(deadline) {
+			st, _, err := procStat(pid)
+			if err != nil || st == 'Z' || st == 'X' {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // labCgroups lists the node cgroups named with prefix (in any hierarchy).

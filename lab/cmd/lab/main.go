@@ -108,7 +108,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&o.RR, "rr", lab.RRNone, "Route reflector: bird2, bird1 (BIRD 1.6) or none")
 	f.StringVar(&o.Peering, "peering", "", "Initial topology: rr (default with --rr), mesh, or node-rr (node1 a route reflector for the others)")
 	f.BoolVar(&o.Border, "border", false, "Add a BIRD border router in AS 65001 peering eBGP with every node")
-	f.StringVar(&o.Etcd, "etcd", "", "etcd: embedded (calico-node on node1; the default), external (the default with --kubelet) (/usr/bin/etcd in its own namespace) or cluster (three members, each in its own namespace); TLS with client certificates either way")
+	f.StringVar(&o.Etcd, "etcd", "", "etcd: embedded (calico-node on node1; the default), external (/usr/bin/etcd in its own namespace; the default with --kubelet) or cluster (three members, each in its own namespace); TLS with client certificates either way")
 	f.StringVar(&o.PoolCIDR, "pool", "10.244.0.0/16", "Default IPv4 pool")
 	f.StringVar(&o.LogLevel, "log-level", "info", "calico-node's log level")
 	f.IntVar(&o.Subnets, "subnets", 1, "1, or 2: odd nodes in 198.18.0.0/24, even ones in 198.18.1.0/24 behind a router namespace")
