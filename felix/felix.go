@@ -103,6 +103,7 @@ type served struct {
 	health  *health
 	healthE *libmetrics.Endpoint
 	metricE *libmetrics.Endpoint
+	debugE  *libmetrics.Endpoint
 	extra   prometheus.Collector
 	// rules are the per-rule counters (felix_policy_rule_*).
 	rules prometheus.Collector
@@ -151,6 +152,7 @@ func (s *served) configure(cfg *calc.Config) (remake bool) {
 		}
 	}
 	_ = s.metricE.Set(want.MetricsAddr)
+	_ = s.debugE.Set(want.DebugAddr)
 	return remake
 }
 
@@ -222,8 +224,10 @@ func Run(ctx context.Context, cfg Config) error {
 		rules: metrics.NewRuleCounters(cfg.Inspector, logger)}
 	srv.healthE = libmetrics.NewEndpoint("health", srv.health.handler(), logger)
 	srv.metricE = libmetrics.NewEndpoint("metrics", http.HandlerFunc(srv.serveMetrics), logger)
+	srv.debugE = libmetrics.NewEndpoint("debug", profiles(), logger)
 	defer srv.healthE.Close()
 	defer srv.metricE.Close()
+	defer srv.debugE.Close()
 	for {
 		restart, err := runOnce(ctx, cfg, local, logger, own, srv)
 		if !restart || err != nil || ctx.Err() != nil {

@@ -10,14 +10,19 @@ const (
 	DefaultHealthHost  = "localhost"
 	DefaultHealthPort  = 9099
 	DefaultMetricsPort = 9091
+	// DefaultDebugHost is where debugPort's profiling server listens
+	// unless debugHost says otherwise.
+	DefaultDebugHost = "localhost"
 )
 
 // serving is where felix serves health and metrics, from the merged
 // FelixConfiguration (where felix's FELIX_* environment wins over the
 // datastore, as in Calico).
 type serving struct {
-	// HealthAddr and MetricsAddr are host:port, "" when disabled.
-	HealthAddr, MetricsAddr string
+	// HealthAddr, MetricsAddr and DebugAddr are host:port, "" when
+	// disabled. DebugAddr serves Go's profiles (net/http/pprof) when
+	// debugPort is set, as Calico's felix does.
+	HealthAddr, MetricsAddr, DebugAddr string
 	// GoMetrics and ProcessMetrics add the standard collectors.
 	GoMetrics, ProcessMetrics bool
 }
@@ -31,6 +36,9 @@ func servingOf(s v3.FelixConfigurationSpec) serving {
 	}
 	if setting(s.PrometheusMetricsEnabled, false) {
 		out.MetricsAddr = libmetrics.Addr(setting(nonEmpty(&s.PrometheusMetricsHost), ""), setting(s.PrometheusMetricsPort, DefaultMetricsPort))
+	}
+	if port := setting(s.DebugPort, 0); port > 0 {
+		out.DebugAddr = libmetrics.Addr(setting(nonEmpty(s.DebugHost), DefaultDebugHost), port)
 	}
 	out.GoMetrics = setting(s.PrometheusGoMetricsEnabled, true)
 	out.ProcessMetrics = setting(s.PrometheusProcessMetricsEnabled, true)

@@ -13,7 +13,7 @@ import (
 func TestServingOf(t *testing.T) {
 	yes, no := true, false
 	empty, specHost := "", "10.0.0.1"
-	port := 9200
+	port, debugPort := 9200, 6060
 	env := map[string]string{}
 	for _, c := range []struct {
 		name string
@@ -33,6 +33,10 @@ func TestServingOf(t *testing.T) {
 			want: serving{HealthAddr: "127.0.0.2:9099", ProcessMetrics: true}},
 		{name: "metrics on all addresses", spec: v3.FelixConfigurationSpec{PrometheusMetricsEnabled: &yes},
 			want: serving{MetricsAddr: ":9091", GoMetrics: true, ProcessMetrics: true}},
+		{name: "profiles on localhost", spec: v3.FelixConfigurationSpec{DebugPort: &debugPort},
+			want: serving{DebugAddr: "localhost:6060", GoMetrics: true, ProcessMetrics: true}},
+		{name: "profiles from the environment", env: map[string]string{"FELIX_DEBUGPORT": "6061", "FELIX_DEBUGHOST": "127.0.0.3"},
+			want: serving{DebugAddr: "127.0.0.3:6061", GoMetrics: true, ProcessMetrics: true}},
 		{name: "metrics from the environment", env: map[string]string{"FELIX_PROMETHEUSMETRICSENABLED": "TRUE", "FELIX_PROMETHEUSMETRICSPORT": "0", "FELIX_PROMETHEUSMETRICSHOST": "::1"},
 			want: serving{MetricsAddr: "[::1]:0", GoMetrics: true, ProcessMetrics: true}},
 	} {

@@ -53,6 +53,7 @@ var NotActedOn = map[string][]string{
 // and not acted on: it is a row of NotActedOn, calicoctl names it at apply
 // and felix names it in its log.
 var FelixConfigurationActedOn = map[string]bool{
+	"debugHost": true, "debugPort": true,
 	"ipv6Support": true, "routeRefreshInterval": true, "iptablesRefreshInterval": true, "ipsetsRefreshInterval": true,
 	"iptablesBackend": true, "interfacePrefix": true, "interfaceExclude": true, "chainInsertMode": true,
 	"defaultEndpointToHostAction": true, "iptablesFilterAllowAction": true, "iptablesMangleAllowAction": true,
