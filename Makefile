@@ -64,10 +64,10 @@ $(BINARIES):
 # Builds the Kubernetes binaries when they are not cached yet (minutes
 # cold, milliseconds after).
 kube-tools:
-	@hack/kube-tools.sh
+	@IMAGE_ARCHES="$(IMAGE_ARCHES)" hack/kube-tools.sh
 
 coredns:
-	@hack/coredns.sh
+	@IMAGE_ARCHES="$(IMAGE_ARCHES)" hack/coredns.sh
 
 # The architectures the images are built for (Go's and Debian's names).
 IMAGE_ARCHES ?= amd64 arm64
@@ -95,15 +95,20 @@ image-debs:
 # calico-kube-controllers.tar (tagged IMAGE_TAG), pause.tar
 # (registry.k8s.io/pause:3.10.2) and agnhost.tar
 # (registry.k8s.io/e2e-test-images/agnhost:2.66.1, from hack/kube-tools.sh's
-# agnhost: this machine's architecture only) and coredns.tar
-# (registry.k8s.io/coredns/coredns:v1.15.0, from hack/coredns.sh: this
-# machine's architecture only). Created at the commit's time
-# so the same commit makes the same images.
+# agnhost) and coredns.tar (registry.k8s.io/coredns/coredns:v1.15.0, from
+# hack/coredns.sh), both cross-compiled for each of IMAGE_ARCHES into
+# linux-<arch>/ of their caches. Created at the commit's time so the same
+# commit makes the same images.
 IMAGE_TAG ?= latest
+# per-arch DIR NAME: DIR/linux-<arch>/NAME for each of IMAGE_ARCHES,
+# comma-separated (the images command reads each one's architecture from
+# its ELF header).
+comma := ,
+per-arch = $(subst $(eval) ,$(comma),$(foreach a,$(IMAGE_ARCHES),$(1)/linux-$(a)/$(2)))
 IMAGE_DIR ?= images
 images: image-bins image-debs kube-tools coredns
 	$(GO) run ./hack/images -bin '$(BIN)/linux-{arch}' -debs "$$(hack/image-debs.sh --print-dir '{arch}')" \
-		-arch "$$(echo $(IMAGE_ARCHES) | tr " " ,)" -agnhost $(KUBE_BIN)/agnhost -coredns $(COREDNS_BIN)/coredns -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
+		-arch "$$(echo $(IMAGE_ARCHES) | tr " " ,)" -agnhost "$(call per-arch,$(KUBE_BIN),agnhost)" -coredns "$(call per-arch,$(COREDNS_BIN),coredns)" -out $(IMAGE_DIR) -tag $(IMAGE_TAG) \
 		-version $(VERSION) -created "$$(git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)"
 
 # Tests that exec the binaries find them through PALISADE_BIN, and the

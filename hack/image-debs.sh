@@ -8,7 +8,8 @@
 #          portmap and bandwidth plugins;
 #   agnhost/  the shell and tools the e2e suites run in the agnhost image
 #          through `kubectl exec … /bin/sh -c` (sh, sleep, grep, curl, wget,
-#          nc), with everything they depend on.
+#          nc; nslookup, which the Services specs resolve ExternalName
+#          Services with), with everything they depend on.
 # A foreign architecture (arm64 on an amd64 machine) is added to dpkg
 # (`dpkg --add-architecture`, then apt-get update) the first time; that
 # needs root. Idempotent: a second call finds the packages and returns at
@@ -20,7 +21,7 @@ set -euo pipefail
 
 NODE_PACKAGES=(iptables ipset)
 CNI_PACKAGES=(containernetworking-plugins)
-AGNHOST_PACKAGES=(dash coreutils grep curl wget netcat-openbsd)
+AGNHOST_PACKAGES=(dash coreutils grep curl wget netcat-openbsd bind9-dnsutils)
 CACHE_ROOT="${PALISADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/palisade}"
 NATIVE=$(dpkg --print-architecture)
 

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -24,12 +25,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // inputs are, for each of Arches, the binaries ($PALISADE_BIN/linux-ARCH,
-// make image-bins), the packages (hack/image-debs.sh's cache) and, for
-// this machine's architecture, agnhost ($PALISADE_KUBE_BIN) and coredns
-// (hack/coredns.sh's cache): make test provides them all.
+// make image-bins), the packages (hack/image-debs.sh's cache), agnhost
+// ($PALISADE_KUBE_BIN/linux-ARCH) and coredns (linux-ARCH of
+// hack/coredns.sh's cache): make test provides them all.
 func inputs(t *testing.T) []Inputs {
 	t.Helper()
 	bin := os.Getenv("PALISADE_BIN")
@@ -47,12 +49,10 @@ func inputs(t *testing.T) []Inputs {
 			t.Fatal(err)
 		}
 		p := Inputs{Arch: arch, Bin: filepath.Join(bin, "linux-"+arch), Debs: strings.TrimSpace(string(out))}
-		if kube := os.Getenv("PALISADE_KUBE_BIN"); kube != "" && arch == runtime.GOARCH {
-			p.Agnhost = filepath.Join(kube, "agnhost")
+		if kube := os.Getenv("PALISADE_KUBE_BIN"); kube != "" {
+			p.Agnhost = filepath.Join(kube, "linux-"+arch, "agnhost")
 		}
-		if arch == runtime.GOARCH {
-			p.CoreDNS = filepath.Join(strings.TrimSpace(string(dns)), "coredns")
-		}
+		p.CoreDNS = filepath.Join(strings.TrimSpace(string(dns)), "linux-"+arch, "coredns")
 		in = append(in, p)
 	}
 	return in
@@ -127,14 +127,8 @@ func TestImages(t *testing.T) {
 	}
 	for _, tg := range targets {
 		t.Run(tg.Archive, func(t *testing.T) {
-			wantArches := Arches
-			if tg.Ref == AgnhostRef || tg.Ref == CoreDNSRef {
-				// hack/kube-tools.sh and hack/coredns.sh build for this
-				// machine only.
-				wantArches = []string{runtime.GOARCH}
-			}
-			if got := archesOf(tg.Specs); !slices.Equal(got, wantArches) {
-				t.Fatalf("platforms %v, want %v", got, wantArches)
+			if got := archesOf(tg.Specs); !slices.Equal(got, Arches) {
+				t.Fatalf("platforms %v, want %v", got, Arches)
 			}
 			idx, err := Index(tg)
 			if err != nil {
@@ -233,11 +227,15 @@ func checkImage(t *testing.T, tg Target, s Spec, img v1.Image, created time.Time
 	rc := mutate.Extract(img)
 	files := extract(t, tar.NewReader(rc), rootfs)
 	rc.Close()
-	// Every file of the last layer is a program for the image's platform.
+	// Every executable of the last layer is a program for the image's
+	// platform; the rest are data files (porter's certificate and key).
 	for _, f := range s.Files {
 		h := files[strings.TrimPrefix(f.Dst, "/")]
-		if h == nil || h.Mode != 0o755 {
-			t.Errorf("%s: %+v", f.Dst, h)
+		if h == nil || h.Mode != f.Mode {
+			t.Errorf("%s: %+v, want mode %o", f.Dst, h, f.Mode)
+			continue
+		}
+		if f.Mode != 0o755 {
 			continue
 		}
 		if m := machine(t, filepath.Join(rootfs, f.Dst)); m != elfMachines[s.Arch] {
@@ -267,10 +265,10 @@ func checkImage(t *testing.T, tg Target, s Spec, img v1.Image, created time.Time
 		NodeImage + ":test": {"usr/sbin/ipset", "usr/sbin/xtables-nft-multi", "usr/sbin/xtables-legacy-multi",
 			"usr/sbin/iptables-nft-restore", "usr/sbin/iptables-legacy-save", "usr/sbin/iptables", "etc/protocols",
 			"opt/cni/bin/portmap", "opt/cni/bin/bandwidth"},
-		AgnhostRef: {"bin/sh", "bin/dash", "bin/sleep", "bin/grep", "bin/nc", "usr/bin/curl", "usr/bin/wget"},
+		AgnhostRef: {"bin/sh", "bin/dash", "bin/sleep", "bin/grep", "bin/nc", "usr/bin/curl", "usr/bin/wget", "usr/bin/nslookup"},
 	}, map[string][]string{
 		NodeImage + ":test": {"usr/sbin/xtables-nft-multi", "usr/sbin/ipset"},
-		AgnhostRef:          {"bin/dash", "usr/bin/curl", "bin/nc.openbsd"},
+		AgnhostRef:          {"bin/dash", "usr/bin/curl", "bin/nc.openbsd", "usr/bin/nslookup"},
 	}
 	for _, p := range append(want[tg.Ref], loaders[s.Arch]) {
 		if files[p] == nil {
@@ -425,8 +423,12 @@ func agnhostTools(t *testing.T, rootfs string) {
 		}
 	}))
 	defer web.Close()
+	dns := dnsServer(t, "externalsvc.ns-1.svc.cluster.local.", net.IPv4(10, 96, 0, 7))
 	echo, url := tcp.Addr().(*net.TCPAddr), web.URL+"/hostname"
 	for _, c := range []struct{ argv []string }{
+		// As the ExternalName specs resolve a Service (jig.go), here
+		// against a server on loopback.
+		{[]string{"/bin/sh", "-x", "-c", fmt.Sprintf("nslookup -port=%d externalsvc.ns-1.svc.cluster.local %s && echo pod-1", dns.Port, dns.IP)}},
 		{[]string{"/bin/sh", "-x", "-c", fmt.Sprintf("echo hostName | nc -v -t -w 2 %s %d", echo.IP, echo.Port)}},
 		{[]string{"/bin/sh", "-x", "-c", "curl -g -q -s --connect-timeout 2 " + url}},
 		{[]string{"/bin/sh", "-x", "-c", "wget -T 5 -qO- " + url}},
@@ -438,4 +440,89 @@ func agnhostTools(t *testing.T, rootfs string) {
 			t.Errorf("chroot %q: %v\n%s", c.argv, err, out)
 		}
 	}
+	porterTLS(t, rootfs)
+}
+
+// porterTLS runs agnhost's porter in the image with a TLS port, as the
+// Proxy conformance spec does, and reads its answer over TLS: porter
+// serves with the image's /localhost.crt and /localhost.key.
+func porterTLS(t *testing.T, rootfs string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command("chroot", rootfs, "/agnhost", "porter")
+	cmd.Env = []string{fmt.Sprintf("SERVE_TLS_PORT_%d=pod-1", port)}
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/", port))
+		if err != nil {
+			last = err
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "pod-1" {
+			t.Fatalf("porter over TLS answered %q, want pod-1", body)
+		}
+		if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+			t.Fatal("porter's answer came without a certificate")
+		}
+		return
+	}
+	t.Fatalf("porter over TLS: %v\n%s", last, log.String())
+}
+
+// dnsServer answers A queries for name with ip on a UDP port of
+// loopback, and every other name with NXDOMAIN.
+func dnsServer(t *testing.T, name string, ip net.IP) *net.UDPAddr {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			h.Response, h.Authoritative, h.RecursionAvailable = true, true, true
+			var answers []dnsmessage.Resource
+			switch {
+			case q.Name.String() != name:
+				h.RCode = dnsmessage.RCodeNameError
+			case q.Type == dnsmessage.TypeA:
+				answers = append(answers, dnsmessage.Resource{
+					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 5},
+					Body:   &dnsmessage.AResource{A: [4]byte(ip.To4())}})
+			}
+			msg := dnsmessage.Message{Header: h, Questions: []dnsmessage.Question{q}, Answers: answers}
+			if out, err := msg.Pack(); err == nil {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().(*net.UDPAddr)
 }

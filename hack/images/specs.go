@@ -103,7 +103,7 @@ func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 			// CMD pause, as upstream's: a pod naming only the image idles.
 			agnhost.Specs = append(agnhost.Specs, Spec{
 				Debs: glob(filepath.Join(p.Debs, "agnhost", "*.deb")), Links: agnhostLinks,
-				Files:      []File{{Src: p.Agnhost, Dst: "/agnhost", Mode: 0o755}},
+				Files:      agnhostFiles(p.Agnhost),
 				Dirs:       []string{"/tmp", "/uploads"},
 				Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{defaultPath},
 				Labels: labels("agnhost"), Arch: p.Arch, Created: created,
@@ -122,6 +122,21 @@ func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 		}
 	}
 	return []Target{node, kc, pause, agnhost, coredns}
+}
+
+// PorterFiles are the TLS certificate and key agnhost's porter serves
+// from its working directory (/), which upstream's image adds beside
+// the binary; hack/kube-tools.sh puts them next to each agnhost.
+var PorterFiles = []string{"localhost.crt", "localhost.key"}
+
+// agnhostFiles are the agnhost image's own files: the binary and
+// porter's certificate and key from the binary's directory.
+func agnhostFiles(agnhost string) []File {
+	files := []File{{Src: agnhost, Dst: "/agnhost", Mode: 0o755}}
+	for _, f := range PorterFiles {
+		files = append(files, File{Src: filepath.Join(filepath.Dir(agnhost), f), Dst: "/" + f, Mode: 0o644})
+	}
+	return files
 }
 
 // Check reports the first input a target is missing, naming it.
