@@ -8,12 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/kubeslices"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 )
 
 // sliceFeed is felix's EndpointSlice source for a kernel test: the test
@@ -123,7 +123,7 @@ func TestServicePolicyKube(t *testing.T) {
 	}
 	c := newClusterNoFelix(t, "NFT", false)
 	cfg := c.felixConfigOf()
-	cfg.EndpointSlices = &kubeslices.Source{Connect: func() (kubernetes.Interface, error) { return kc.Client, nil }, Log: cfg.Log}
+	cfg.EndpointSlices = &kubeslices.Source{Connect: func() (*listwatch.Client, error) { return listwatch.New(kc.Config) }, Log: cfg.Log}
 	runFelix(t, c.ctx, c.cancel, cfg)
 	setupPods(c)
 

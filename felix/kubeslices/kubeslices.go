@@ -15,20 +15,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 )
 
 // Source reads every EndpointSlice of the cluster.
 type Source struct {
 	// Connect makes the Kubernetes client; it is called again (with a
 	// growing pause) until it succeeds.
-	Connect func() (kubernetes.Interface, error)
+	Connect func() (*listwatch.Client, error)
 	Log     *log.Entry
 }
 
@@ -40,7 +39,7 @@ func (s *Source) Run(ctx context.Context, out func([]calc.Update)) {
 		logger = log.NewEntry(log.StandardLogger())
 	}
 	logger = logger.WithField("part", "endpointslices")
-	var client kubernetes.Interface
+	var client *listwatch.Client
 	for pause := time.Second; ; pause = min(2*pause, 30*time.Second) {
 		c, err := s.Connect()
 		if err == nil {
@@ -54,13 +53,8 @@ func (s *Source) Run(ctx context.Context, out func([]calc.Update)) {
 		case <-time.After(pause):
 		}
 	}
-	inf := discoveryinformers.NewEndpointSliceInformer(client, metav1.NamespaceAll, 0, cache.Indexers{})
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-			s.ManagedFields = nil
-		}
-		return obj, nil
-	})
+	inf := cache.NewSharedIndexInformer(client.EndpointSlices(), &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
+	_ = inf.SetTransform(slim)
 	send := func(obj any, gone bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj, gone = d.Obj, true
@@ -93,6 +87,32 @@ func (s *Source) Run(ctx context.Context, out func([]calc.Update)) {
 	logger.Info("EndpointSlices read: rules naming a Service are enforced")
 	out([]calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}})
 	<-ctx.Done()
+}
+
+// slim is the informer's transform: the cache keeps only what Convert
+// reads of a slice (its name, Service label, address type, endpoint
+// addresses and ports), not whole objects with their managed fields,
+// annotations, conditions, hints and topology.
+func slim(obj any) (any, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	out := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion},
+		AddressType: s.AddressType,
+		Ports:       s.Ports,
+	}
+	if name, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: name}
+	}
+	if len(s.Endpoints) > 0 {
+		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
+		for i, ep := range s.Endpoints {
+			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses}
+		}
+	}
+	return out, nil
 }
 
 // Convert keeps what felix needs of a slice: its Service (the

@@ -12,11 +12,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/kubeslices"
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 )
 
 // view folds the source's updates into what felix's sets of a Service
@@ -125,7 +125,7 @@ func TestSource(t *testing.T) {
 	}
 
 	v := &view{slices: map[string]*calc.EndpointSlice{}}
-	src := &kubeslices.Source{Connect: func() (kubernetes.Interface, error) { return kc, nil }}
+	src := &kubeslices.Source{Connect: func() (*listwatch.Client, error) { return listwatch.New(c.Config) }}
 	done := make(chan struct{})
 	go func() { defer close(done); src.Run(ctx, v.out) }()
 	t.Cleanup(func() { cancel(); <-done })

@@ -17,9 +17,9 @@ import (
 	"github.com/palisade-net/palisade/libcalico/client"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 	libmetrics "github.com/palisade-net/palisade/libcalico/metrics"
 	"github.com/palisade-net/palisade/node/bgp"
-	"github.com/palisade-net/palisade/node/bgp/services"
 	"github.com/palisade-net/palisade/node/startup"
 	"github.com/palisade-net/palisade/node/status"
 )
@@ -263,5 +263,5 @@ func endpointSlices(getenv func(string) string, logger *log.Entry) felix.UpdateS
 	if getenv == nil || getenv("KUBECONFIG") == "" && getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return nil
 	}
-	return &kubeslices.Source{Connect: services.ClientFromEnv, Log: logger}
+	return &kubeslices.Source{Connect: listwatch.FromEnv, Log: logger}
 }

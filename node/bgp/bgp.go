@@ -27,18 +27,17 @@ import (
 	"time"
 
 	log "github.com/sirupsen/logrus"
-	"k8s.io/client-go/kubernetes"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 	"github.com/palisade-net/palisade/node/bgp/gobgp"
 	"github.com/palisade-net/palisade/node/bgp/kernel"
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
 	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
-	"github.com/palisade-net/palisade/node/bgp/services"
 )
 
 // DefaultGRPCListen is where GoBGP's gRPC API is served unless configured.
@@ -93,8 +92,8 @@ type Config struct {
 	Peers *PeerTable
 	// Kubernetes connects to the Kubernetes API, used to watch Services
 	// and EndpointSlices while BGPConfiguration names service CIDRs;
-	// services.ClientFromEnv (KUBECONFIG, else in-cluster) when nil.
-	Kubernetes func() (kubernetes.Interface, error)
+	// listwatch.FromEnv (KUBECONFIG, else in-cluster) when nil.
+	Kubernetes func() (*listwatch.Client, error)
 }
 
 func (c *Config) defaults() {
@@ -117,7 +116,7 @@ func (c *Config) defaults() {
 		c.Log = log.NewEntry(log.StandardLogger())
 	}
 	if c.Kubernetes == nil {
-		c.Kubernetes = services.ClientFromEnv
+		c.Kubernetes = listwatch.FromEnv
 	}
 	c.Log = c.Log.WithField("node", c.NodeName)
 }

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	log "github.com/sirupsen/logrus"
-	"k8s.io/client-go/kubernetes"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/services"
 )
@@ -17,7 +17,7 @@ import (
 type serviceFeed struct {
 	ctx     context.Context
 	node    string
-	connect func() (kubernetes.Interface, error)
+	connect func() (*listwatch.Client, error)
 	log     *log.Entry
 	poke    func()
 	w       *services.Watcher

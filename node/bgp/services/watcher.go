@@ -2,61 +2,43 @@ package services
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sort"
+	"sync"
 	"time"
 
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 	"github.com/palisade-net/palisade/node/bgp/paths"
 )
 
-// ClientFromEnv connects to the Kubernetes API as Calico's calico-node
-// does: the kubeconfig file named by KUBECONFIG, or else the in-cluster
-// service account.
-func ClientFromEnv() (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kc := os.Getenv("KUBECONFIG"); kc != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kc)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", kc, err)
-		}
-	} else if cfg, err = rest.InClusterConfig(); err != nil {
-		return nil, fmt.Errorf("no KUBECONFIG and not in a cluster: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
-}
-
 const byService = "service"
+
+// resync is how often the informers hand every cached object to the
+// handlers again.
+const resync = 10 * time.Minute
 
 // Watcher keeps informer caches of Services and EndpointSlices.
 type Watcher struct {
 	node     string
 	svcs     cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
-	factory  informers.SharedInformerFactory
 	cancel   context.CancelFunc
+	running  sync.WaitGroup
 	onChange func()
 }
 
 // Start runs the informers until Stop or ctx ends; onChange is called on
 // every change (and once the caches have synced).
-func Start(ctx context.Context, client kubernetes.Interface, node string, logger *log.Entry, onChange func()) *Watcher {
+func Start(ctx context.Context, client *listwatch.Client, node string, logger *log.Entry, onChange func()) *Watcher {
 	ctx, cancel := context.WithCancel(ctx)
-	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
-	w := &Watcher{node: node, factory: f, cancel: cancel, onChange: onChange,
-		svcs:   f.Core().V1().Services().Informer(),
-		slices: f.Discovery().V1().EndpointSlices().Informer(),
+	w := &Watcher{node: node, cancel: cancel, onChange: onChange,
+		svcs:   cache.NewSharedIndexInformer(client.Services(), &corev1.Service{}, resync, cache.Indexers{}),
+		slices: cache.NewSharedIndexInformer(client.EndpointSlices(), &discoveryv1.EndpointSlice{}, resync, cache.Indexers{}),
 	}
 	// The caches keep only what From reads: whole objects (managed
 	// fields, annotations, every endpoint's addresses and hints) made
@@ -81,7 +63,9 @@ func Start(ctx context.Context, client kubernetes.Interface, node string, logger
 	}
 	_, _ = w.svcs.AddEventHandler(h)
 	_, _ = w.slices.AddEventHandler(h)
-	f.Start(ctx.Done())
+	for _, inf := range []cache.SharedIndexInformer{w.svcs, w.slices} {
+		w.running.Go(func() { inf.Run(ctx.Done()) })
+	}
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), w.svcs.HasSynced, w.slices.HasSynced) {
 			logger.Info("Kubernetes Services and EndpointSlices synced")
@@ -139,10 +123,10 @@ func slimSlice(node string, obj any) any {
 	return out
 }
 
-// Stop ends the informers.
+// Stop ends the informers and waits for them.
 func (w *Watcher) Stop() {
 	w.cancel()
-	w.factory.Shutdown()
+	w.running.Wait()
 }
 
 // Synced reports whether both caches hold a full list.
