@@ -52,8 +52,9 @@ skips=(
 	# agnhost cannot open an SCTP socket to probe with). The NetworkPolicy
 	# specs that only write SCTP policies and probe with TCP do run.
 	'\[Feature:SCTPConnectivity\]'
-	# The DNS specs query with dig, which the agnhost image built here
-	# lacks (the lab does run CoreDNS: Services are reached by name).
+	# The DNS specs probe from two images, agnhost and glibc-dns-testing
+	# 2.1.1, and only agnhost is built here (no registry to pull the
+	# other from). The lab does run CoreDNS: Services are reached by name.
 	'\[sig-network\] DNS'
 	# No address outside the lab may be reached.
 	'Internet'
