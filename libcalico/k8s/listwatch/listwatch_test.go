@@ -2,6 +2,7 @@ package listwatch_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,14 +10,16 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
 	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 )
 
-// TestListWatch: against a real kube-apiserver (which makes no
-// "kubernetes" Service here), the two-group client lists Services as
-// typed objects and watches a new Service and EndpointSlice arrive.
+// TestListWatch: against a real kube-apiserver, the two-group client
+// lists Services as typed objects (the apiserver's own "kubernetes" one
+// may or may not be there yet) and watches a new Service and
+// EndpointSlice arrive.
 func TestListWatch(t *testing.T) {
 	kc := kubetest.Start(t)
 	c, err := listwatch.New(kc.Config)
@@ -26,20 +29,21 @@ func TestListWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	svcs, err := c.Services().List(metav1.ListOptions{})
+	svcLW, sliceLW := cache.ToListerWatcherWithContext(c.Services()), cache.ToListerWatcherWithContext(c.EndpointSlices())
+	svcs, err := svcLW.ListWithContext(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sl, ok := svcs.(*corev1.ServiceList)
-	if !ok || len(sl.Items) != 0 || sl.ResourceVersion == "" {
+	if !ok || sl.ResourceVersion == "" || slices.ContainsFunc(sl.Items, func(s corev1.Service) bool { return s.Name == "db" }) {
 		t.Fatalf("services: %T %+v", svcs, svcs)
 	}
-	w, err := c.Services().Watch(metav1.ListOptions{ResourceVersion: sl.ResourceVersion})
+	w, err := svcLW.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: sl.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	ew, err := c.EndpointSlices().Watch(metav1.ListOptions{})
+	ew, err := sliceLW.WatchWithContext(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
