@@ -14,7 +14,6 @@ import (
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/palisade-net/palisade/felix/calc"
@@ -99,7 +98,7 @@ func slim(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion},
+		ObjectMeta:  listwatch.Meta(s.ObjectMeta),
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
 	}

@@ -92,3 +92,10 @@ func (c *Client) Services() cache.ListerWatcher {
 func (c *Client) EndpointSlices() cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.discovery, "endpointslices", metav1.NamespaceAll, fields.Everything())
 }
+
+// Meta is what an informer's transform keeps of an object's metadata
+// when its cache holds only what the agent reads: the object's identity
+// and version, none of its labels, annotations or managed fields.
+func Meta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
+}

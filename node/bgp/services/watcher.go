@@ -9,7 +9,6 @@ import (
 	log "github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
@@ -82,7 +81,7 @@ func slimService(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion},
+		ObjectMeta: listwatch.Meta(svc.ObjectMeta),
 		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ClusterIP: svc.Spec.ClusterIP, ClusterIPs: svc.Spec.ClusterIPs,
 			ExternalIPs: svc.Spec.ExternalIPs, ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy, InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy},
 	}
@@ -102,7 +101,7 @@ func slimSlice(node string, obj any) any {
 		return obj
 	}
 	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: es.Name, Namespace: es.Namespace, UID: es.UID, ResourceVersion: es.ResourceVersion},
+		ObjectMeta:  listwatch.Meta(es.ObjectMeta),
 		AddressType: es.AddressType,
 	}
 	if name, ok := es.Labels[discoveryv1.LabelServiceName]; ok {
