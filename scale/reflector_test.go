@@ -21,7 +21,7 @@ func TestBGPSmall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	series, err := BGP(ctx, []int{5, 20}, t.TempDir())
+	series, err := BGP(ctx, []int{5, 20}, t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

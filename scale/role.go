@@ -104,8 +104,10 @@ func runBGP(ctx context.Context) error {
 // BGP runs the BGP measurements (Reflectors at every size, Mesh at the
 // largest) in a child process inside a network namespace of its own
 // (unshare --net: the namespace, and every loopback address in it, goes
-// with the process, whichever way it ends). It needs root.
-func BGP(ctx context.Context, sizes []int, dir string) ([]Series, error) {
+// with the process, whichever way it ends). It needs root. With lock set
+// the child runs under flock(1) on that file (the machine's kernel-test
+// lock), held only while it runs.
+func BGP(ctx context.Context, sizes []int, dir, lock string) ([]Series, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the harness binary: %w", err)
@@ -114,7 +116,11 @@ func BGP(ctx context.Context, sizes []int, dir string) ([]Series, error) {
 	for _, n := range sizes {
 		ss = append(ss, strconv.Itoa(n))
 	}
-	cmd := exec.CommandContext(ctx, "unshare", "--net", "--", self)
+	args := []string{"unshare", "--net", "--", self}
+	if lock != "" {
+		args = append([]string{"flock", lock}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleBGP, sizesEnv+"="+strings.Join(ss, ","), dirEnv+"="+dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
