@@ -199,7 +199,9 @@ func stormOnce(ctx context.Context, n int, dir string) (Point, error) {
 		return Point{}, fmt.Errorf("%d addresses in the blocks and %d returned, want %d", total, len(seen), want)
 	}
 	slices.Sort(took)
-	q := func(f float64) float64 { return took[max(0, min(len(took)-1, int(f*float64(len(took))+0.5)-1))].Seconds() }
+	q := func(f float64) float64 {
+		return took[max(0, min(len(took)-1, int(f*float64(len(took))+0.5)-1))].Seconds()
+	}
 	return Point{N: n, Values: map[string]float64{
 		"storm_s": storm.Seconds(), "node_p50_s": q(0.5), "node_p99_s": q(0.99),
 		"conflicts": float64(conflicts.Load()), "conflicts_per_node": float64(conflicts.Load()) / float64(n),
