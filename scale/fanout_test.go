@@ -17,6 +17,9 @@ func TestFanOutSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(s.Points) != 2 {
+		t.Fatalf("%d points, want 2: %v", len(s.Points), s.Notes)
+	}
 	for _, p := range s.Points {
 		t.Logf("%d agents: %v", p.N, p.Values)
 		if p.Values["policy_p99_ms"] <= 0 || p.Values["wep_p99_ms"] <= 0 {

@@ -16,6 +16,9 @@ func TestIPAMStormSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(s.Points) != 2 {
+		t.Fatalf("%d points, want 2: %v", len(s.Points), s.Notes)
+	}
 	for _, p := range s.Points {
 		t.Logf("%d nodes: %v", p.N, p.Values)
 		if p.Values["blocks"] < float64(p.N) {

@@ -69,23 +69,22 @@ const clusterAS = 64512
 func Reflectors(ctx context.Context, sizes []int, dir string) (Series, error) {
 	s := Series{Name: "reflector", Metrics: ReflectorMetrics}
 	for _, n := range sizes {
-		p := Point{N: n, Values: map[string]float64{}}
+		p := Point{N: n}
 		ours, err := oursReflector(ctx, n, dir)
 		if err != nil {
-			return s, fmt.Errorf("Palisade reflector with %d clients: %w", n, err)
+			err = fmt.Errorf("Palisade reflector with %d clients: %w", n, err)
+		} else if bird, berr := birdReflector(ctx, n, dir); berr != nil {
+			err = fmt.Errorf("BIRD reflector with %d clients: %w", n, berr)
+		} else {
+			p.Values = merge(ours.values("ours"), bird.values("bird"))
+			p.Values["converge_x"] = ours.converge.Seconds() / bird.converge.Seconds()
+			p.Values["rss_x"] = ours.rss / bird.rss
 		}
-		bird, err := birdReflector(ctx, n, dir)
 		if err != nil {
-			return s, fmt.Errorf("BIRD reflector with %d clients: %w", n, err)
+			s.Notes = append(s.Notes, fmt.Sprintf("reflector: not measured at %d clients and above: %v", n, err))
+			log.WithError(err).Error("Route reflector round failed")
+			break
 		}
-		for k, v := range ours.values("ours") {
-			p.Values[k] = v
-		}
-		for k, v := range bird.values("bird") {
-			p.Values[k] = v
-		}
-		p.Values["converge_x"] = ours.converge.Seconds() / bird.converge.Seconds()
-		p.Values["rss_x"] = ours.rss / bird.rss
 		log.WithFields(log.Fields{"n": n, "values": p.Values}).Info("Route reflectors measured")
 		s.Points = append(s.Points, p)
 	}
@@ -383,4 +382,11 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+func merge(a, b map[string]float64) map[string]float64 {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
 }

@@ -36,7 +36,9 @@ func main() {
 	out := flag.String("out", "", "directory for results.md and the plots (none when empty)")
 	lock := flag.String("lock", "", "file to flock while the BGP measurements run in their network namespace (the machine's kernel-test lock)")
 	flag.Parse()
-	log.SetLevel(log.WarnLevel)
+	// Errors only: the thousands of agents say "listing failed" as they
+	// stop, which is how a size ends, not news.
+	log.SetLevel(log.ErrorLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 	if err := run(ctx, *sizes, *calcExtra, *phases, *out, *lock); err != nil {
