@@ -126,12 +126,13 @@ bench: build kube-tools
 # The scale harness (scale/, docs/scale.md): every measurement at each of
 # SIZES (cluster sizes, comma separated), the table on stdout, the table
 # and the plots in docs/scale/. The BGP part runs in a network namespace
-# of its own, under the kernel-test lock only while it runs.
+# of its own, under the kernel-test lock only while it runs. PHASES (comma
+# separated: calc, fanout, fanout3, bgp, ipam) runs only those.
 SIZES ?= 100,250,500,1000
 scale:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/scale ./scale/cmd/scale
-	$(BIN)/scale -sizes $(SIZES) -out docs/scale -lock /tmp/palisade-kernel.lock
+	$(BIN)/scale -sizes $(SIZES) -out docs/scale -lock /tmp/palisade-kernel.lock $(if $(PHASES),-phases $(PHASES))
 
 lint:
 	@hack/install-deps.sh --lint

@@ -34,6 +34,7 @@ func main() {
 	calcExtra := flag.String("calc-sizes", "2000,5000", "more sizes for the calculation graph alone (cheap), comma separated")
 	phases := flag.String("phases", "calc,fanout,fanout3,bgp,ipam", "measurements to run, in order")
 	out := flag.String("out", "", "directory for results.md and the plots (none when empty)")
+	max3 := flag.Int("fanout3-max", 500, "largest size the 3-member etcd fan-out runs at (it costs as much again as the 1-member one)")
 	lock := flag.String("lock", "", "file to flock while the BGP measurements run in their network namespace (the machine's kernel-test lock)")
 	flag.Parse()
 	// Errors only: the thousands of agents say "listing failed" as they
@@ -41,7 +42,7 @@ func main() {
 	log.SetLevel(log.ErrorLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	if err := run(ctx, *sizes, *calcExtra, *phases, *out, *lock); err != nil {
+	if err := run(ctx, *sizes, *calcExtra, *phases, *out, *lock, *max3); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
@@ -63,7 +64,7 @@ func parseSizes(s string) ([]int, error) {
 	return slices.Compact(out), nil
 }
 
-func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string) error {
+func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max3 int) error {
 	sizes, err := parseSizes(sizesFlag)
 	if err != nil {
 		return err
@@ -99,12 +100,13 @@ func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string) err
 			all := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(sizes), extra...))))
 			err = step(ph, func() ([]scale.Series, error) { return one(scale.CalcGraph(all, scale.CalcSetup, 200)) })
 		case "fanout", "fanout3":
-			members := 1
+			members, at := 1, sizes
 			if ph == "fanout3" {
 				members = 3
+				at = slices.DeleteFunc(slices.Clone(sizes), func(n int) bool { return n > max3 })
 			}
 			err = step(ph, func() ([]scale.Series, error) {
-				return one(scale.FanOut(ctx, sizes, scale.FanOutConfig{Members: members, Cluster: fanCluster, Changes: 5, Dir: dir}))
+				return one(scale.FanOut(ctx, at, scale.FanOutConfig{Members: members, Cluster: fanCluster, Changes: 5, Dir: dir}))
 			})
 		case "bgp":
 			err = step(ph, func() ([]scale.Series, error) { return scale.BGP(ctx, sizes, dir, lock) })
