@@ -56,7 +56,7 @@ func WriteTable(w io.Writer, series []Series) {
 						xs, ys = append(xs, ns[i]), append(ys, v)
 					}
 				}
-				if strings.HasSuffix(m.Key, "_x") || slices.Max(ys) == slices.Min(ys) {
+				if len(ys) < 3 || strings.HasSuffix(m.Key, "_x") || slices.Max(ys) == slices.Min(ys) {
 					continue // a ratio, or a constant: nothing to fit
 				}
 				g, ok := FitGrowth(xs, ys)
