@@ -2,6 +2,7 @@ package scale
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 )
 
 // EtcdBinary is the system etcd the harness runs (Debian's etcd-server).
@@ -80,6 +83,41 @@ func StartEtcd(dir string, members int) (*Etcd, error) {
 		}
 	}
 	return e, nil
+}
+
+// run is one measurement's etcd: its members, a connection to write the
+// cluster with, and the directory both live in.
+type run struct {
+	etcd *Etcd
+	w    *etcdv3.Store
+	dir  string
+}
+
+// startRun starts members etcd processes in a new directory under dir
+// (named after prefix) and connects to them; stop undoes it all.
+func startRun(ctx context.Context, dir, prefix string, members int) (*run, error) {
+	d, err := os.MkdirTemp(dir, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("a directory for etcd: %w", err)
+	}
+	e, err := StartEtcd(d, members)
+	if err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	w, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: e.Endpoints})
+	if err != nil {
+		e.Stop()
+		os.RemoveAll(d)
+		return nil, err
+	}
+	return &run{etcd: e, w: w, dir: d}, nil
+}
+
+func (r *run) stop() {
+	r.w.Close()
+	r.etcd.Stop()
+	os.RemoveAll(r.dir)
 }
 
 // Pids are the members' process ids.

@@ -3,7 +3,6 @@ package scale
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -112,21 +111,12 @@ func (a *agent) OnUpdates(us []calc.Update) {
 func (a *agent) OnInSync() { a.synced <- a.i }
 
 func fanOutOnce(ctx context.Context, n int, cfg FanOutConfig) (Point, error) {
-	dir, err := os.MkdirTemp(cfg.Dir, fmt.Sprintf("etcd-%d-", n))
-	if err != nil {
-		return Point{}, fmt.Errorf("etcd's directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	e, err := StartEtcd(dir, cfg.Members)
+	r, err := startRun(ctx, cfg.Dir, fmt.Sprintf("etcd-%d-", n), cfg.Members)
 	if err != nil {
 		return Point{}, err
 	}
-	defer e.Stop()
-	w, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: e.Endpoints})
-	if err != nil {
-		return Point{}, err
-	}
-	defer w.Close()
+	defer r.stop()
+	e, w := r.etcd, r.w
 	c := cfg.Cluster
 	c.Nodes = n
 	if err := populate(ctx, w, c); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -101,21 +100,12 @@ func (c countingKV) Txn(ctx context.Context, conds []datastore.KVCond, ops []dat
 }
 
 func stormOnce(ctx context.Context, n int, dir string) (Point, error) {
-	d, err := os.MkdirTemp(dir, fmt.Sprintf("ipam-%d-", n))
+	r, err := startRun(ctx, dir, fmt.Sprintf("ipam-%d-", n), 1)
 	if err != nil {
 		return Point{}, err
 	}
-	defer os.RemoveAll(d)
-	e, err := StartEtcd(d, 1)
-	if err != nil {
-		return Point{}, err
-	}
-	defer e.Stop()
-	w, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: e.Endpoints})
-	if err != nil {
-		return Point{}, err
-	}
-	defer w.Close()
+	defer r.stop()
+	e, w := r.etcd, r.w
 	rs := []v3.Resource{&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool, APIVersion: v3.APIVersion},
 		ObjectMeta: v3.ObjectMeta{Name: "default-ipv4-ippool"}, Spec: v3.IPPoolSpec{CIDR: "10.0.0.0/8", BlockSize: 26}}}
 	for i := range n {

@@ -204,11 +204,7 @@ func stopProcess(cmd *exec.Cmd, done <-chan struct{}) {
 // bgpCluster writes the datastore of a BGP round: the pool, the
 // BGPConfiguration (mesh on or off), n client Nodes and, when rr, the
 // reflector's Node and the BGPPeer that peers every node with it.
-func bgpCluster(ctx context.Context, e *Etcd, n int, rr bool) (*etcdv3.Store, error) {
-	w, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: e.Endpoints})
-	if err != nil {
-		return nil, err
-	}
+func bgpCluster(ctx context.Context, w *etcdv3.Store, n int, rr bool) error {
 	mesh := !rr
 	asn := numorstring.ASNumber(clusterAS)
 	rs := []v3.Resource{
@@ -235,29 +231,22 @@ func bgpCluster(ctx context.Context, e *Etcd, n int, rr bool) (*etcdv3.Store, er
 		rs = append(rs, node)
 	}
 	if err := parallelDo(16, len(rs), func(k int) error { _, err := w.Create(ctx, rs[k]); return err }); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("writing the BGP resources: %w", err)
+		return fmt.Errorf("writing the BGP resources: %w", err)
 	}
-	return w, nil
+	return nil
 }
 
 func oursReflector(ctx context.Context, n int, dir string) (roundResult, error) {
-	d, err := os.MkdirTemp(dir, fmt.Sprintf("rr-%d-", n))
+	run, err := startRun(ctx, dir, fmt.Sprintf("rr-%d-", n), 1)
 	if err != nil {
 		return roundResult{}, err
 	}
-	defer os.RemoveAll(d)
-	e, err := StartEtcd(d, 1)
-	if err != nil {
+	defer run.stop()
+	if err := bgpCluster(ctx, run.w, n, true); err != nil {
 		return roundResult{}, err
 	}
-	defer e.Stop()
-	w, err := bgpCluster(ctx, e, n, true)
-	if err != nil {
-		return roundResult{}, err
-	}
-	defer w.Close()
-	cmd, done, err := startNode("rr", e, d)
+	d := run.dir
+	cmd, done, err := startNode("rr", run.etcd, d)
 	if err != nil {
 		return roundResult{}, err
 	}
@@ -333,12 +322,7 @@ func birdReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 func Mesh(ctx context.Context, sizes []int, dir string) (Series, error) {
 	s := Series{Name: "mesh", Metrics: MeshMetrics}
 	for _, n := range sizes {
-		d, err := os.MkdirTemp(dir, fmt.Sprintf("mesh-%d-", n))
-		if err != nil {
-			return s, err
-		}
-		r, err := meshOnce(ctx, n, d)
-		os.RemoveAll(d)
+		r, err := meshOnce(ctx, n, dir)
 		if err != nil {
 			return s, fmt.Errorf("full mesh of %d nodes: %w", n, err)
 		}
@@ -349,17 +333,16 @@ func Mesh(ctx context.Context, sizes []int, dir string) (Series, error) {
 	return s, nil
 }
 
-func meshOnce(ctx context.Context, n int, d string) (roundResult, error) {
-	e, err := StartEtcd(d, 1)
+func meshOnce(ctx context.Context, n int, dir string) (roundResult, error) {
+	run, err := startRun(ctx, dir, fmt.Sprintf("mesh-%d-", n), 1)
 	if err != nil {
 		return roundResult{}, err
 	}
-	defer e.Stop()
-	w, err := bgpCluster(ctx, e, n-1, false)
-	if err != nil {
+	defer run.stop()
+	w, e, d := run.w, run.etcd, run.dir
+	if err := bgpCluster(ctx, w, n-1, false); err != nil {
 		return roundResult{}, err
 	}
-	defer w.Close()
 	// The node's own block, as its first pod's CNI ADD claims it.
 	if _, _, err := ipam.New(w, w.KV()).AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, Hostname: NodeName(0), HandleID: "k8s-pod-network.scale"}); err != nil {
 		return roundResult{}, fmt.Errorf("claiming the node's block: %w", err)
