@@ -35,7 +35,7 @@ KUBE_BIN = $(shell hack/kube-tools.sh --print-dir)
 # the e2e suites), built by hack/coredns.sh into the same cache.
 COREDNS_BIN = $(shell hack/coredns.sh --print-dir)
 
-.PHONY: all help deps build kube-tools coredns image-bins image-debs images test bench lint clean demo $(BINARIES)
+.PHONY: all help deps build kube-tools coredns image-bins image-debs images test bench scale lint clean demo $(BINARIES)
 
 all: build
 
@@ -48,6 +48,7 @@ help:
 	@echo "make test   run every test, including those that need root"
 	@echo "make e2e    Kubernetes' sig-network NetworkPolicy and conformance suites on a lab of real nodes (root; hack/e2e.sh)"
 	@echo "make bench  run every benchmark and print one table of ratios"
+	@echo "make scale  the scale harness at SIZES=$(SIZES) (root; ≤ 20 min): prints the table, writes docs/scale/ (results.md, plots)"
 	@echo "make lint   gofmt, go vet and staticcheck"
 	@echo "make demo   3 nodes, a BIRD route reflector, Kubernetes, 6 pods, their ping matrix and one NetworkPolicy taking effect (root; KEEP=1 leaves it running)"
 	@echo "make clean  remove build output"
@@ -126,6 +127,17 @@ e2e: build images kube-tools
 
 bench: build kube-tools
 	PALISADE_BIN=$(CURDIR)/$(BIN) PALISADE_KUBE_BIN=$(KUBE_BIN) $(GO) run ./hack/benchtable -- $(GO) test -run '^$$' -bench . -count 1 -p 1 -timeout 60m ./...
+
+# The scale harness (scale/, docs/scale.md): every measurement at each of
+# SIZES (cluster sizes, comma separated), the table on stdout, the table
+# and the plots in docs/scale/. The BGP part runs in a network namespace
+# of its own, under the kernel-test lock only while it runs. PHASES (comma
+# separated: calc, fanout, fanout3, bgp, ipam) runs only those.
+SIZES ?= 100,250,500,1000
+scale:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/scale ./scale/cmd/scale
+	$(BIN)/scale -sizes $(SIZES) -out docs/scale -lock /tmp/palisade-kernel.lock $(if $(PHASES),-phases $(PHASES))
 
 lint:
 	@hack/install-deps.sh --lint

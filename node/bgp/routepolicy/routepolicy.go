@@ -122,6 +122,7 @@ const (
 	keepNextHopSet = "palisade-keep-next-hop"
 	selfNextHopSet = "palisade-self-next-hop"
 	ibgpSet        = "palisade-ibgp-peers"
+	noReflectSet   = "palisade-no-reflect"
 )
 
 // Compile returns the policy. A BGPPeer naming a BGPFilter that does not
@@ -139,7 +140,7 @@ func Compile(in Input) (Policy, []error) {
 
 	// Next hops kept or set to self first: it changes the route and
 	// goes on.
-	var keep, self, ibgp []netip.Addr
+	var keep, self, ibgp, noReflect []netip.Addr
 	for _, p := range ps {
 		if p.KeepOriginalNextHop {
 			keep = append(keep, p.Address)
@@ -149,6 +150,8 @@ func Compile(in Input) (Policy, []error) {
 		}
 		if !p.EBGP && !sameCluster(in.Local, p) {
 			ibgp = append(ibgp, p.Address)
+		} else {
+			noReflect = append(noReflect, p.Address)
 		}
 	}
 	if len(keep) > 0 {
@@ -209,10 +212,21 @@ func Compile(in Input) (Policy, []error) {
 	// The defaults: our own routes go to everyone; a route reflector
 	// passes iBGP routes on to iBGP peers (GoBGP's reflection rules decide
 	// which) other than the reflectors of its own cluster; nothing else.
+	// Reflection is written as a rejection for the few sessions that get
+	// no reflected routes (eBGP peers, the cluster's other reflectors)
+	// before an acceptance for all: GoBGP scans a neighbor set linearly
+	// for every route it sends every peer, and a set of every client made
+	// a reflector's convergence cubic in its clients (docs/scale.md).
+	// The set of the sessions that do get them stays, named by no
+	// statement, for ChangedPeers.
 	c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-own-routes", Source: SourceLocal, Action: ActionAccept})
 	if in.Local.ClusterID != "" && len(ibgp) > 0 {
 		c.neighbors(ibgpSet, ibgp)
-		c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-reflect", Source: SourceInternal, Neighbors: ibgpSet, Action: ActionAccept})
+		if len(noReflect) > 0 {
+			c.neighbors(noReflectSet, noReflect)
+			c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-no-reflect", Source: SourceInternal, Neighbors: noReflectSet, Action: ActionReject})
+		}
+		c.pol.Export = append(c.pol.Export, Statement{Name: "palisade-reflect", Source: SourceInternal, Action: ActionAccept})
 	}
 
 	for _, s := range c.prefixSets {
