@@ -117,6 +117,12 @@ const (
 	KubeAdminTierOrder    = float64(1_000)
 	DefaultTierOrder      = float64(1_000_000)
 	KubeBaselineTierOrder = float64(10_000_000)
+	// The tiers of AdminNetworkPolicies and the
+	// BaselineAdminNetworkPolicy, before and after the default tier.
+	AdminNetworkPolicyTierName          = "adminnetworkpolicy"
+	BaselineAdminNetworkPolicyTierName  = "baselineadminnetworkpolicy"
+	AdminNetworkPolicyTierOrder         = float64(1_000)
+	BaselineAdminNetworkPolicyTierOrder = float64(10_000_000)
 )
 
 func (v *validator) tier(t *Tier) {
@@ -141,6 +147,8 @@ func (v *validator) tier(t *Tier) {
 		{KubeAdminTierName, KubeAdminTierOrder, Pass},
 		{KubeBaselineTierName, KubeBaselineTierOrder, Pass},
 		{DefaultTierName, DefaultTierOrder, Deny},
+		{AdminNetworkPolicyTierName, AdminNetworkPolicyTierOrder, Pass},
+		{BaselineAdminNetworkPolicyTierName, BaselineAdminNetworkPolicyTierOrder, Pass},
 	} {
 		if t.Name != w.name {
 			continue
