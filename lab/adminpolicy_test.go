@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,13 +32,27 @@ func (l *Lab) adminClient(t *testing.T) anpclient.Interface {
 	return ac
 }
 
+// explained runs calicoctl policy explain for TCP 80 from src to dst on
+// the first node and wants line in its output.
+func explained(t *testing.T, l *Lab, src, dst, line string) {
+	t.Helper()
+	out, err := l.Calicoctl(context.Background(), l.Nodes()[0].Name, nil, "policy", "explain", "--from", src, "--to", dst, "--protocol", "tcp", "--port", "80")
+	if err != nil {
+		t.Fatalf("calicoctl policy explain: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, line) {
+		t.Errorf("calicoctl policy explain does not say %q:\n%s", line, out)
+	}
+}
+
 // TestAdminNetworkPolicyTiers proves with real packets, on iptables and
 // on eBPF, the three places the network-policy-api puts a cluster
 // admin's policy relative to NetworkPolicy: an ANP Deny of namespace x's
 // egress to namespace y wins over a NetworkPolicy allowing it; an ANP
 // Pass hands the decision to NetworkPolicy (which then allows or denies);
 // a BANP Deny loses to a NetworkPolicy allow and holds where no
-// NetworkPolicy selects the pod.
+// NetworkPolicy selects the pod. calicoctl policy explain names the ANP
+// and BANP rules that decided.
 func TestAdminNetworkPolicyTiers(t *testing.T) {
 	for _, dp := range []struct {
 		name string
@@ -124,6 +139,7 @@ func testAdminTiers(t *testing.T, bpf bool) {
 		t.Fatal(err)
 	}
 	reach("ANP Deny over the NetworkPolicy allowing x", false)
+	explained(t, l, "x/a", b.IP.String(), `Decided by: rule 0 (Deny) "deny-to-y" of AdminNetworkPolicy x-not-to-y, of GlobalNetworkPolicy kanp.adminnetworkpolicy.x-not-to-y in tier adminnetworkpolicy (egress)`)
 
 	// Pass: the NetworkPolicy decides. It allows x... (read again: the
 	// controller wrote its status meanwhile)
@@ -165,6 +181,7 @@ func testAdminTiers(t *testing.T, bpf bool) {
 		t.Fatal(err)
 	}
 	reach("BANP Deny, no NetworkPolicy", false)
+	explained(t, l, "x/a", b.IP.String(), `Decided by: rule 0 (Deny) "deny-from-x" of BaselineAdminNetworkPolicy default, of GlobalNetworkPolicy kbanp.baselineadminnetworkpolicy.default in tier baselineadminnetworkpolicy (ingress)`)
 	if _, err := nps.Create(ctx, np("x"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,13 +21,13 @@ import (
 const (
 	// AdminPolicyNamePrefix prefixes the GlobalNetworkPolicy of an
 	// AdminNetworkPolicy.
-	AdminPolicyNamePrefix = "kanp.adminnetworkpolicy."
+	AdminPolicyNamePrefix = v3.AdminNetworkPolicyNamePrefix
 	// BaselinePolicyNamePrefix prefixes the GlobalNetworkPolicy of the
 	// BaselineAdminNetworkPolicy.
-	BaselinePolicyNamePrefix = "kbanp.baselineadminnetworkpolicy."
+	BaselinePolicyNamePrefix = v3.BaselineAdminNetworkPolicyNamePrefix
 	// AdminRuleNameAnnotation is the rule metadata annotation that carries
 	// the ANP or BANP rule's name.
-	AdminRuleNameAnnotation = "name"
+	AdminRuleNameAnnotation = v3.RuleNameAnnotation
 	// BaselinePolicyOrder is the order of the BaselineAdminNetworkPolicy's
 	// GlobalNetworkPolicy, the only policy of its tier.
 	BaselinePolicyOrder = 1000.0

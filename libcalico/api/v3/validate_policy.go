@@ -123,6 +123,13 @@ const (
 	BaselineAdminNetworkPolicyTierName  = "baselineadminnetworkpolicy"
 	AdminNetworkPolicyTierOrder         = float64(1_000)
 	BaselineAdminNetworkPolicyTierOrder = float64(10_000_000)
+	// The name prefixes Calico gives the GlobalNetworkPolicies of an
+	// AdminNetworkPolicy and of the BaselineAdminNetworkPolicy.
+	AdminNetworkPolicyNamePrefix         = "kanp.adminnetworkpolicy."
+	BaselineAdminNetworkPolicyNamePrefix = "kbanp.baselineadminnetworkpolicy."
+	// RuleNameAnnotation is the rule metadata annotation carrying the
+	// name of the ANP or BANP rule a rule was converted from.
+	RuleNameAnnotation = "name"
 )
 
 func (v *validator) tier(t *Tier) {
