@@ -18,7 +18,7 @@ import (
 )
 
 // adminClient is a network-policy-api client of the lab's API server.
-func (l *Lab) adminClient(t *testing.T) anpclient.Interface {
+func (l *Lab) adminClient(t testing.TB) anpclient.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.KubeconfigPath())
 	if err != nil {
