@@ -85,10 +85,11 @@ for mnt in "/run/palisade-lab/$name/mntns/"*; do
 done
 echo "anp-conformance: features $features"
 rc=0
-nsenter --net="/run/netns/pl-$name-kube" "$suite" -test.v -test.timeout=60m ${run:+-test.run "$run"} \
-	--kubeconfig="$out/kubeconfig" --supported-features="$features" --report-output="$out/report.yaml" \
-	--organization=palisade-net --project=palisade --url=none --version=dev --contact=none \
-	--conformance-profiles=AdminNetworkPolicy,BaselineAdminNetworkPolicy >"$out/conformance.log" 2>&1 || rc=$?
+# The suite finds the API server through KUBECONFIG (controller-runtime's
+# config), from the control plane's namespace.
+KUBECONFIG="$out/kubeconfig" nsenter --net="/run/netns/pl-$name-kube" "$suite" -test.v -test.timeout=60m \
+	-test.run "${run:-^TestConformance\$}" --supported-features="$features" \
+	--debug >"$out/conformance.log" 2>&1 || rc=$?
 trap - EXIT
 down
 echo "anp-conformance: full output in $out/conformance.log, report $out/report.yaml"

@@ -43,44 +43,9 @@ func BenchmarkAdminNetworkPolicyToEnforced(b *testing.B) {
 		b.Fatal(err)
 	}
 	acl := l.adminClient(b)
-	nodes := l.Nodes()
+	server, client := benchPods(b, l, anpBenchPods)
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
-	errs := make(chan error, anpBenchPods)
-	var server, client Pod
-	var mu sync.Mutex
-	for i := range anpBenchPods {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			name, o := fmt.Sprintf("filler-%d", i), PodOptions{Labels: map[string]string{"app": fmt.Sprintf("filler-%d", i%10)}}
-			node := nodes[i%2].Name
-			switch i {
-			case 0:
-				name, node, o = "server", nodes[1].Name, PodOptions{Labels: map[string]string{"app": "server"}, Serve: []ServePort{{8080, ProtoTCP}}}
-			case 1:
-				name, node, o = "client", nodes[0].Name, PodOptions{Labels: map[string]string{"app": "client"}}
-			}
-			p, err := l.AddPodWith(ctx, node, "bench", name, o)
-			if err != nil {
-				errs <- err
-				return
-			}
-			mu.Lock()
-			switch i {
-			case 0:
-				server = p
-			case 1:
-				client = p
-			}
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
 	b.Logf("%d pods after %s", anpBenchPods, time.Since(began).Round(time.Second))
 	fillerSel := func(k int) *metav1.LabelSelector {
 		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("filler-%d", k%10)}}
@@ -127,25 +92,7 @@ func BenchmarkAdminNetworkPolicyToEnforced(b *testing.B) {
 			Subject: anpv1.AdminNetworkPolicySubject{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}},
 			Ingress: []anpv1.AdminNetworkPolicyIngressRule{{Name: "allow-client", Action: anpv1.AdminNetworkPolicyRuleActionAllow, Ports: &anpPorts,
 				From: []anpv1.AdminNetworkPolicyIngressPeer{{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}}}}}
-	measure := func(what string, on, off func() error) (time.Duration, time.Duration) {
-		t0 := time.Now()
-		if err := on(); err != nil {
-			b.Fatalf("%s: %v", what, err)
-		}
-		dOn, ok := untilOpen(l, client, dst, true, t0, 10*time.Second)
-		if !ok {
-			b.Fatalf("%s: created, but the client never got through", what)
-		}
-		t0 = time.Now()
-		if err := off(); err != nil {
-			b.Fatalf("%s: %v", what, err)
-		}
-		dOff, ok := untilOpen(l, client, dst, false, t0, 10*time.Second)
-		if !ok {
-			b.Fatalf("%s: deleted, but the client still gets through", what)
-		}
-		return dOn, dOff
-	}
+	measure := toggler(b, l, client, dst)
 	var anp, ref, anpOn, anpOff []time.Duration
 	const warmUp, rounds = 2, 100
 	b.ResetTimer()
