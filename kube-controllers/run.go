@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	anpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/palisade-net/palisade/kube-controllers/config"
 	"github.com/palisade-net/palisade/kube-controllers/controllers"
@@ -91,6 +92,13 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	go checkAPIServer(ctx, client, h)
+	// The network-policy-api types are CRDs, served as JSON only.
+	arc := rest.CopyConfig(rc)
+	arc.ContentType, arc.AcceptContentTypes = "application/json", "application/json"
+	admin, err := anpclient.NewForConfig(arc)
+	if err != nil {
+		return fmt.Errorf("network-policy-api client: %w", err)
+	}
 
 	store, err := connectEtcd(ctx, st.Etcd, h)
 	if err != nil {
@@ -127,7 +135,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		log.WithFields(log.Fields{"controllers": run.Enabled, "leakGracePeriod": run.LeakGracePeriod,
 			"compactionPeriod": run.CompactionPeriod}).Info("Configuration loaded")
-		err = lead(ctx, o, client, store, h, run, status, spec, rev)
+		err = lead(ctx, o, client, admin, store, h, run, status, spec, rev)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -250,7 +258,7 @@ func specHash(s v3.KubeControllersConfigurationSpec) [32]byte {
 // lead takes part in the leader election and, while leading, runs the
 // controllers. It returns errConfigChanged when the configuration's spec
 // changes, ErrLostLeadership when another replica took the lease.
-func lead(ctx context.Context, o Options, client kubernetes.Interface, store *etcdv3.Store, h *Health,
+func lead(ctx context.Context, o Options, client kubernetes.Interface, admin anpclient.Interface, store *etcdv3.Store, h *Health,
 	run config.Run, status v3.KubeControllersConfigurationStatus, spec v3.KubeControllersConfigurationSpec, rev string) error {
 	st := o.Static
 	ectx, cancel := context.WithCancelCause(ctx)
@@ -271,7 +279,7 @@ func lead(ctx context.Context, o Options, client kubernetes.Interface, store *et
 			OnStartedLeading: func(lctx context.Context) {
 				log.WithField("identity", st.Identity).Info("Elected leader; starting the controllers")
 				h.set(func(h *Health) { h.leader, h.standby = true, false; h.leaderGauge.Set(1) })
-				runErr <- runControllers(lctx, client, store, h, run, status)
+				runErr <- runControllers(lctx, client, admin, store, h, run, status)
 			},
 			OnStoppedLeading: func() {
 				h.set(func(h *Health) { h.leader = false; h.leaderGauge.Set(0); h.controllers = map[string]controllerHealth{} })
@@ -345,7 +353,7 @@ func watchConfig(ctx context.Context, store datastore.Interface, rev string, run
 }
 
 // runControllers runs the enabled controllers until ctx ends.
-func runControllers(ctx context.Context, client kubernetes.Interface, store *etcdv3.Store, h *Health,
+func runControllers(ctx context.Context, client kubernetes.Interface, admin anpclient.Interface, store *etcdv3.Store, h *Health,
 	run config.Run, status v3.KubeControllersConfigurationStatus) error {
 	resync := time.Duration(0)
 	for _, p := range run.ReconcilerPeriod {
@@ -362,6 +370,8 @@ func runControllers(ctx context.Context, client kubernetes.Interface, store *etc
 		switch name {
 		case config.Policy:
 			cs = append(cs, controllers.NewPolicy(d))
+		case config.AdminNetworkPolicy:
+			cs = append(cs, controllers.NewAdminPolicy(d, admin))
 		case config.Namespace:
 			cs = append(cs, controllers.NewNamespace(d))
 		case config.ServiceAccount:

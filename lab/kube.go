@@ -118,6 +118,9 @@ func (l *Lab) startKube(ctx context.Context) error {
 		return fmt.Errorf("%w\n%s", err, tail(api.Log, 3000))
 	}
 	l.say("✓ kube-apiserver ready (%s)", time.Since(began).Round(10*time.Millisecond))
+	if err := l.installAdminPolicyCRDs(ctx); err != nil {
+		return err
+	}
 	kcmArgv := kubeapi.ControllerManager(bin, l.KubeconfigPath())
 	if o.Kubelet {
 		kcmArgv = kubeapi.ClusterControllerManager(bin, l.KubeconfigPath(), files, ServiceCIDR)

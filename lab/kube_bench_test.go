@@ -31,29 +31,19 @@ import (
 // from deleting it until connections are dropped: the API server,
 // calico-kube-controllers and felix in turn. The reference, interleaved
 // in the same run, is the same Calico policy written straight into etcd
-// (felix alone). Goals: p99 ≤ 150 ms and ≤ 1.5× the reference.
-func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
-	requireLab(b)
-	kube := kubetest.Bin(b)
-	began := time.Now()
-	l, err := Up(context.Background(), Options{Name: "benchnp", Nodes: 2, BinDir: binDir, StateRoot: testRoot, Kubernetes: true, KubeBinDir: kube})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Down(context.Background()) })
+// benchPods creates n pods in namespace bench over the first two nodes,
+// eight at a time: the server (app=server, serving TCP 8080) on the
+// second, the client (app=client) on the first, and fillers labelled
+// app=filler-<i mod 10>.
+func benchPods(b *testing.B, l *Lab, n int) (server, client Pod) {
+	b.Helper()
 	ctx := context.Background()
-	kc, err := l.Kube()
-	if err != nil {
-		b.Fatal(err)
-	}
 	nodes := l.Nodes()
-	const pods, policies = 100, 500
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
-	errs := make(chan error, pods)
-	var server, client Pod
+	errs := make(chan error, n)
 	var mu sync.Mutex
-	for i := range pods {
+	for i := range n {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -85,6 +75,52 @@ func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
 	for err := range errs {
 		b.Fatal(err)
 	}
+	return server, client
+}
+
+// toggler returns measure: it runs on, times until the client reaches
+// dst, runs off, and times until it no longer does.
+func toggler(b *testing.B, l *Lab, client Pod, dst netip.AddrPort) func(what string, on, off func() error) (time.Duration, time.Duration) {
+	return func(what string, on, off func() error) (time.Duration, time.Duration) {
+		t0 := time.Now()
+		if err := on(); err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+		dOn, ok := untilOpen(l, client, dst, true, t0, 10*time.Second)
+		if !ok {
+			b.Fatalf("%s: written, but the client never got through", what)
+		}
+		t0 = time.Now()
+		if err := off(); err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+		dOff, ok := untilOpen(l, client, dst, false, t0, 10*time.Second)
+		if !ok {
+			b.Fatalf("%s: deleted, but the client still gets through", what)
+		}
+		return dOn, dOff
+	}
+}
+
+// (felix alone). Goals: p99 ≤ 150 ms and ≤ 1.5× the reference.
+func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
+	requireLab(b)
+	kube := kubetest.Bin(b)
+	began := time.Now()
+	l, err := Up(context.Background(), Options{Name: "benchnp", Nodes: 2, BinDir: binDir, StateRoot: testRoot, Kubernetes: true, KubeBinDir: kube})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Down(context.Background()) })
+	ctx := context.Background()
+	kc, err := l.Kube()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const pods, policies = 100, 500
+	server, client := benchPods(b, l, pods)
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
 	tcp := corev1.ProtocolTCP
 	for i := range policies {
 		wg.Go(func() {
@@ -126,25 +162,7 @@ func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
 	direct.Name = "direct-allow-client" // not knp.default.*: calico-kube-controllers would remove it
 	v3.Default(direct)
 	directKey := datastore.KeyOf(direct)
-	measure := func(what string, on, off func() error) (time.Duration, time.Duration) {
-		t0 := time.Now()
-		if err := on(); err != nil {
-			b.Fatalf("%s: %v", what, err)
-		}
-		dOn, ok := untilOpen(l, client, dst, true, t0, 10*time.Second)
-		if !ok {
-			b.Fatalf("%s: written, but the client never got through", what)
-		}
-		t0 = time.Now()
-		if err := off(); err != nil {
-			b.Fatalf("%s: %v", what, err)
-		}
-		dOff, ok := untilOpen(l, client, dst, false, t0, 10*time.Second)
-		if !ok {
-			b.Fatalf("%s: deleted, but the client still gets through", what)
-		}
-		return dOn, dOff
-	}
+	measure := toggler(b, l, client, dst)
 	var api, ref, apiOn, apiOff []time.Duration
 	// The first toggle after setup took 150-260 ms on a quiet machine
 	// for either path (the API's and etcd's alike), the rest 10-90 ms: it

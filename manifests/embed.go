@@ -7,3 +7,11 @@ import _ "embed"
 //
 //go:embed coredns.yaml
 var CoreDNS string
+
+// AdminNetworkPolicyCRDs is network-policy-api-crds.yaml, the
+// AdminNetworkPolicy and BaselineAdminNetworkPolicy CRDs
+// calico-kube-controllers' adminnetworkpolicy controller reads (written
+// by hack/network-policy-api-crds.sh from the module go.mod requires).
+//
+//go:embed network-policy-api-crds.yaml
+var AdminNetworkPolicyCRDs string

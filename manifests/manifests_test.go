@@ -141,6 +141,13 @@ func TestManifests(t *testing.T) {
 		t.FailNow()
 	}
 	t.Run("golden", func(t *testing.T) { checkApplied(t, applied, len(objs), "testdata/calico-etcd.applied.yaml") })
+	t.Run("crds", func(t *testing.T) {
+		// The network-policy-api CRDs apply cleanly (strict field
+		// validation) beside the manifest.
+		kubectl(t, c, "apply", "--server-side", "--field-manager=palisade-install", "-f", "network-policy-api-crds.yaml")
+		kubectl(t, c, "wait", "--for=condition=Established", "--timeout=30s",
+			"crd/adminnetworkpolicies.policy.networking.k8s.io", "crd/baselineadminnetworkpolicies.policy.networking.k8s.io")
+	})
 	t.Run("rbac", func(t *testing.T) { testRBAC(t, c) })
 	t.Run("kube-controllers", func(t *testing.T) { testKubeControllers(t, c, objs) })
 	t.Run("install-cni", func(t *testing.T) { testInstallCNI(t, c, objs) })
@@ -237,7 +244,9 @@ func (p perm) String() string {
 //   - calico-kube-controllers (kube-controllers/run.go, controllers/):
 //     informers (list, watch) over pods and nodes (node.go,
 //     workloadendpoint.go), namespaces and service accounts (profiles.go)
-//     NetworkPolicies (policy.go), Services (loadbalancer.go) and
+//     NetworkPolicies (policy.go), AdminNetworkPolicies and
+//     BaselineAdminNetworkPolicies with an update of their status
+//     (adminpolicy.go), Services (loadbalancer.go) and
 //     StatefulSets (node.go, sticky addresses); a merge patch of a
 //     Service's status and the create of an Event on it (loadbalancer.go);
 //     a Get of a node (node.go), of a pod (node.go, workloadendpoint.go)
@@ -259,6 +268,9 @@ var needs = map[string][]perm{
 		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
 		{"patch", "", "services/status", "", ""}, {"create", "", "events", "", ""},
 		{"list", "networking.k8s.io", "networkpolicies", "", ""}, {"watch", "networking.k8s.io", "networkpolicies", "", ""},
+		{"list", "policy.networking.k8s.io", "adminnetworkpolicies", "", ""}, {"watch", "policy.networking.k8s.io", "adminnetworkpolicies", "", ""},
+		{"list", "policy.networking.k8s.io", "baselineadminnetworkpolicies", "", ""}, {"watch", "policy.networking.k8s.io", "baselineadminnetworkpolicies", "", ""},
+		{"update", "policy.networking.k8s.io", "adminnetworkpolicies/status", "", ""}, {"update", "policy.networking.k8s.io", "baselineadminnetworkpolicies/status", "", ""},
 		{"get", "apps", "statefulsets", "", ""}, {"list", "apps", "statefulsets", "", ""}, {"watch", "apps", "statefulsets", "", ""},
 		{"create", "coordination.k8s.io", "leases", "kube-system", ""},
 		{"get", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
@@ -281,6 +293,7 @@ var nearMisses = map[string][]perm{
 		{"update", "", "services", "default", ""}, {"patch", "", "services", "default", ""}, {"update", "", "services/status", "default", ""},
 		{"patch", "", "events", "default", ""}, {"list", "", "endpoints", "", ""},
 		{"create", "networking.k8s.io", "networkpolicies", "default", ""},
+		{"update", "policy.networking.k8s.io", "adminnetworkpolicies", "", ""}, {"delete", "policy.networking.k8s.io", "baselineadminnetworkpolicies", "", ""},
 		{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager"},
 		{"delete", "coordination.k8s.io", "leases", "kube-system", "calico-kube-controllers"},
 		{"create", "coordination.k8s.io", "leases", "default", ""},

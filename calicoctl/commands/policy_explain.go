@@ -349,6 +349,9 @@ func writePolicy(b *strings.Builder, p calc.PolicyResult, indent string) {
 			action = "-"
 		}
 		line := fmt.Sprintf("%s  rule %d %s: ", indent, r.Index, action)
+		if r.Name != "" {
+			line = fmt.Sprintf("%s  rule %d %s %q: ", indent, r.Index, action, r.Name)
+		}
 		switch {
 		case r.Matched:
 			line += "matched"

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
 // This file is the one definition of what the compiled policy means for a
@@ -246,6 +248,9 @@ type RuleResult struct {
 	// that direction, counting from 0.
 	Index  int    `json:"index"`
 	Action Action `json:"action"`
+	// Name is the rule's name annotation, when it has one (the ANP or
+	// BANP rule it was converted from).
+	Name string `json:"name,omitempty"`
 	// Matched is whether the rule matched; Miss says why not.
 	Matched bool  `json:"matched"`
 	Miss    *Miss `json:"miss,omitempty"`
@@ -304,6 +309,8 @@ type RuleRef struct {
 	Name      string `json:"name"`
 	Direction string `json:"direction"`
 	Index     int    `json:"index"`
+	// RuleName is the rule's name annotation, when it has one.
+	RuleName string `json:"ruleName,omitempty"`
 }
 
 // Decider is what made a side's verdict.
@@ -502,7 +509,7 @@ func evalRules(rules []Rule, ref RuleRef, p Packet, pol Policies) (PolicyResult,
 		dropped(r.Index)
 		next = r.Index + 1
 		ok, miss := MatchRule(r, p, pol.Sets)
-		rr := RuleResult{Index: r.Index, Action: r.Action, Matched: ok, Miss: miss}
+		rr := RuleResult{Index: r.Index, Action: r.Action, Name: r.Name, Matched: ok, Miss: miss}
 		if n, found := note(r.Index); found {
 			rr.Unenforced = n.Note
 		}
@@ -511,7 +518,7 @@ func evalRules(rules []Rule, ref RuleRef, p Packet, pol Policies) (PolicyResult,
 			continue
 		}
 		rref := ref
-		rref.Index = r.Index
+		rref.Index, rref.RuleName = r.Index, r.Name
 		switch r.Action {
 		case Allow:
 			pr.Outcome = OutcomeAllow
@@ -522,10 +529,28 @@ func evalRules(rules []Rule, ref RuleRef, p Packet, pol Policies) (PolicyResult,
 		default: // Log: the packet is logged and goes on.
 			continue
 		}
-		return pr, &Decider{What: "rule", Rule: &rref, Text: fmt.Sprintf("rule %d (%s) of %s", r.Index, r.Action, refName(rref))}
+		return pr, &Decider{What: "rule", Rule: &rref, Text: ruleText(rref, r.Action)}
 	}
 	dropped(1 << 30)
 	return pr, nil
+}
+
+// ruleText names a deciding rule for people: its index and action, its
+// name when it has one, and its policy, with the AdminNetworkPolicy or
+// BaselineAdminNetworkPolicy a converted policy came from.
+func ruleText(r RuleRef, action Action) string {
+	s := fmt.Sprintf("rule %d (%s)", r.Index, action)
+	if r.RuleName != "" {
+		s += fmt.Sprintf(" %q", r.RuleName)
+	}
+	if r.Kind == KindNameGlobalNetworkPolicy {
+		if n, ok := strings.CutPrefix(r.Name, v3.AdminNetworkPolicyNamePrefix); ok && r.Tier == v3.AdminNetworkPolicyTierName {
+			s += " of AdminNetworkPolicy " + n + ","
+		} else if n, ok := strings.CutPrefix(r.Name, v3.BaselineAdminNetworkPolicyNamePrefix); ok && r.Tier == v3.BaselineAdminNetworkPolicyTierName {
+			s += " of BaselineAdminNetworkPolicy " + n + ","
+		}
+	}
+	return s + " of " + refName(r)
 }
 
 // refName names a rule's policy or profile for people.

@@ -126,6 +126,9 @@ type Rule struct {
 	ICMPType, ICMPCode, NotICMPType, NotICMPCode *uint8
 	// Index is the rule's position in its policy (for logs and comments).
 	Index int
+	// Name is the rule's name annotation (the AdminNetworkPolicy or
+	// BaselineAdminNetworkPolicy rule it came from), for explanations.
+	Name string
 }
 
 // PolicyID names a policy: Namespace is empty for a GlobalNetworkPolicy.

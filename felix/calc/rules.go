@@ -108,6 +108,9 @@ func (c *ruleCompiler) compile(rules []v3.Rule, namespace, dir string) ([]Rule, 
 			continue
 		}
 		cr.Index = i
+		if r.Metadata != nil {
+			cr.Name = r.Metadata.Annotations[v3.RuleNameAnnotation]
+		}
 		out = append(out, cr)
 		specs = append(specs, ss...)
 	}

@@ -29,10 +29,15 @@ const (
 	WorkloadEndpoint = "workloadendpoint"
 	// LoadBalancer is the LoadBalancer IPAM controller.
 	LoadBalancer = "loadbalancer"
+	// AdminNetworkPolicy mirrors AdminNetworkPolicies and the
+	// BaselineAdminNetworkPolicy (a Palisade addition: Calico converts
+	// them only with the Kubernetes datastore). It runs with the policy
+	// controller, at its period, unless ENABLED_CONTROLLERS says otherwise.
+	AdminNetworkPolicy = "adminnetworkpolicy"
 )
 
 // AllControllers are the controllers Palisade runs, in start order.
-var AllControllers = []string{Policy, Namespace, ServiceAccount, WorkloadEndpoint, Node, LoadBalancer}
+var AllControllers = []string{Policy, AdminNetworkPolicy, Namespace, ServiceAccount, WorkloadEndpoint, Node, LoadBalancer}
 
 // Defaults, as Calico's.
 const (
@@ -211,6 +216,7 @@ func Merge(spec v3.KubeControllersConfigurationSpec, env map[string]string, heal
 	enabled := map[string]bool{}
 	if c.Policy != nil {
 		enabled[Policy], periods[Policy] = true, c.Policy.ReconcilerPeriod
+		enabled[AdminNetworkPolicy], periods[AdminNetworkPolicy] = true, c.Policy.ReconcilerPeriod
 	}
 	if c.Namespace != nil {
 		enabled[Namespace], periods[Namespace] = true, c.Namespace.ReconcilerPeriod

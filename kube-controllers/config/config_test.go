@@ -49,7 +49,7 @@ func TestMerge(t *testing.T) {
 	if err != nil || len(warnings) != 0 {
 		t.Fatal(err, warnings)
 	}
-	if got := strings.Join(r.Enabled, ","); got != "policy,namespace,serviceaccount,workloadendpoint,node,loadbalancer" || r.AssignIPs != "AllServices" {
+	if got := strings.Join(r.Enabled, ","); got != "policy,adminnetworkpolicy,namespace,serviceaccount,workloadendpoint,node,loadbalancer" || r.AssignIPs != "AllServices" {
 		t.Errorf("default controllers %s", got)
 	}
 	if r.LeakGracePeriod != 15*time.Minute || r.ReconcilerPeriod[Policy] != 5*time.Minute || r.MetricsPort != 9094 || !r.SyncLabels || r.CompactionPeriod != 10*time.Minute {

@@ -53,6 +53,9 @@ var builtinTiers = map[string]bool{
 	v3.DefaultTierName:      true,
 	v3.KubeAdminTierName:    true,
 	v3.KubeBaselineTierName: true,
+	// Palisade's kube-controllers owns these two and writes them back.
+	v3.AdminNetworkPolicyTierName:         true,
+	v3.BaselineAdminNetworkPolicyTierName: true,
 }
 
 // checkTierDelete refuses what Calico refuses: deleting a built-in tier,

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	anpv1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	"sigs.k8s.io/yaml"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
@@ -79,6 +81,32 @@ func convertDocument(src []byte) (string, error) {
 			return "", err
 		}
 		res = pol
+	case "AdminNetworkPolicy":
+		var anp anpv1.AdminNetworkPolicy
+		if err := yaml.UnmarshalStrict(src, &anp); err != nil {
+			return "", err
+		}
+		pol, cerr := AdminNetworkPolicy(&anp, catalogueNodes)
+		if cerr != nil {
+			fmt.Fprintf(&out, "# error: %v\n", cerr)
+		}
+		if err := valid(pol); err != nil {
+			return "", err
+		}
+		res = pol
+	case "BaselineAdminNetworkPolicy":
+		var banp anpv1.BaselineAdminNetworkPolicy
+		if err := yaml.UnmarshalStrict(src, &banp); err != nil {
+			return "", err
+		}
+		pol, cerr := BaselineAdminNetworkPolicy(&banp, catalogueNodes)
+		if cerr != nil {
+			fmt.Fprintf(&out, "# error: %v\n", cerr)
+		}
+		if err := valid(pol); err != nil {
+			return "", err
+		}
+		res = pol
 	case "Namespace":
 		var ns corev1.Namespace
 		if err := yaml.UnmarshalStrict(src, &ns); err != nil {
@@ -124,6 +152,25 @@ func convertDocument(src []byte) (string, error) {
 	}
 	out.Write(b)
 	return out.String(), nil
+}
+
+// catalogueNodes are the nodes the catalogue's egress nodes peers
+// select from: node1 (linux, zone a), node2 (linux, zone b, dual stack).
+func catalogueNodes(sel labels.Selector) []string {
+	nodes := []struct {
+		labels labels.Set
+		addrs  []string
+	}{
+		{labels.Set{"kubernetes.io/os": "linux", "zone": "a"}, []string{"198.18.0.1/32"}},
+		{labels.Set{"kubernetes.io/os": "linux", "zone": "b"}, []string{"198.18.0.2/32", "fd00::2/128"}},
+	}
+	var out []string
+	for _, n := range nodes {
+		if sel.Matches(n.labels) {
+			out = append(out, n.addrs...)
+		}
+	}
+	return out
 }
 
 func valid(r v3.Resource) error {

@@ -164,6 +164,12 @@ func TestValidateAsCalico(t *testing.T) {
 			`Tier "kube-baseline": spec.defaultAction "Deny": The 'kube-baseline' tier must have default action 'Pass'`},
 		{"kube-admin tier order", h + "kind: Tier\nmetadata: {name: kube-admin}\nspec: {order: 1, defaultAction: Pass}",
 			`Tier "kube-admin": spec.order: kube-admin tier order must be 1000`},
+		{"adminnetworkpolicy tier order", h + "kind: Tier\nmetadata: {name: adminnetworkpolicy}\nspec: {order: 1, defaultAction: Pass}",
+			`Tier "adminnetworkpolicy": spec.order: adminnetworkpolicy tier order must be 1000`},
+		{"baselineadminnetworkpolicy tier action", h + "kind: Tier\nmetadata: {name: baselineadminnetworkpolicy}\nspec: {order: 10000000}",
+			`Tier "baselineadminnetworkpolicy": spec.defaultAction "Deny": The 'baselineadminnetworkpolicy' tier must have default action 'Pass'`},
+		{"dotted GlobalNetworkPolicy name outside the ANP prefixes", h + "kind: GlobalNetworkPolicy\nmetadata: {name: kanp.other.x}\nspec: {}",
+			`GlobalNetworkPolicy "kanp.other.x": metadata.name "kanp.other.x": name must consist of lower case alphanumeric characters or '-' (regex: [a-z0-9]([-a-z0-9]*[a-z0-9])?)`},
 		// Single-field formats and ranges.
 		{"port 0", np("{ingress: [{action: Allow, protocol: TCP, destination: {ports: [0]}}]}"),
 			`NetworkPolicy "prod/np": spec.ingress[0].destination.ports[0] "0": port range invalid, port number must be between 1 and 65535`},

@@ -136,9 +136,11 @@ var (
 		return regexp.MustCompile(`^((` + nameLabelFmt + `)(\.` + nameLabelFmt + `)?|((?:knp|ossg)\.default\.(` + nameLabelFmt + `(\.` + nameLabelFmt + `)*)))$`)
 	})
 	// globalNetworkPolicyNameRE is a label, optionally after one label and
-	// a dot.
+	// a dot, or the subdomain name of an AdminNetworkPolicy or the
+	// BaselineAdminNetworkPolicy after the prefix Calico gives its policy.
 	globalNetworkPolicyNameRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^(` + nameLabelFmt + `\.)?` + nameLabelFmt + `$`)
+		return regexp.MustCompile(`^((` + nameLabelFmt + `\.)?` + nameLabelFmt +
+			`|(?:kanp\.adminnetworkpolicy|kbanp\.baselineadminnetworkpolicy)\.` + nameLabelFmt + `(\.` + nameLabelFmt + `)*)$`)
 	})
 )
 

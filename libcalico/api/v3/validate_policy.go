@@ -117,6 +117,19 @@ const (
 	KubeAdminTierOrder    = float64(1_000)
 	DefaultTierOrder      = float64(1_000_000)
 	KubeBaselineTierOrder = float64(10_000_000)
+	// The tiers of AdminNetworkPolicies and the
+	// BaselineAdminNetworkPolicy, before and after the default tier.
+	AdminNetworkPolicyTierName          = "adminnetworkpolicy"
+	BaselineAdminNetworkPolicyTierName  = "baselineadminnetworkpolicy"
+	AdminNetworkPolicyTierOrder         = float64(1_000)
+	BaselineAdminNetworkPolicyTierOrder = float64(10_000_000)
+	// The name prefixes Calico gives the GlobalNetworkPolicies of an
+	// AdminNetworkPolicy and of the BaselineAdminNetworkPolicy.
+	AdminNetworkPolicyNamePrefix         = "kanp.adminnetworkpolicy."
+	BaselineAdminNetworkPolicyNamePrefix = "kbanp.baselineadminnetworkpolicy."
+	// RuleNameAnnotation is the rule metadata annotation carrying the
+	// name of the ANP or BANP rule a rule was converted from.
+	RuleNameAnnotation = "name"
 )
 
 func (v *validator) tier(t *Tier) {
@@ -141,6 +154,8 @@ func (v *validator) tier(t *Tier) {
 		{KubeAdminTierName, KubeAdminTierOrder, Pass},
 		{KubeBaselineTierName, KubeBaselineTierOrder, Pass},
 		{DefaultTierName, DefaultTierOrder, Deny},
+		{AdminNetworkPolicyTierName, AdminNetworkPolicyTierOrder, Pass},
+		{BaselineAdminNetworkPolicyTierName, BaselineAdminNetworkPolicyTierOrder, Pass},
 	} {
 		if t.Name != w.name {
 			continue
