@@ -48,6 +48,21 @@ func (c *cluster) checkBPFEnforces() {
 	}
 }
 
+// checkAttachedWithTC checks how the pods' interfaces run the programs:
+// as our cls_bpf filters on both hooks (tc), or with no filter of ours
+// (TCX links).
+func (c *cluster) checkAttachedWithTC(tc bool) {
+	c.t.Helper()
+	for name, p := range c.pods {
+		for _, hook := range []string{"ingress", "egress"} {
+			out, err := c.node.Run("tc", "filter", "show", "dev", p.iface, hook)
+			if got := err == nil && strings.Contains(out, "palisade"); got != tc {
+				c.t.Errorf("pod %s: %s hook of %s has our cls_bpf filter: %v, want %v (%v)\n%s", name, hook, p.iface, got, tc, err, out)
+			}
+		}
+	}
+}
+
 // ifaceKind is an interface's kind in the eBPF dataplane ("" when it has
 // no entry).
 func (c *cluster) ifaceKind(name string) string {
