@@ -184,6 +184,10 @@ func (c *cluster) detachByHand(name string) {
 		}
 		// Only the hook towards the workload: without the other, the
 		// workload's packets are not marked and the guard drops them.
+		if c.noTCX {
+			c.node.MustRun(c.t, "tc", "filter", "del", "dev", name, "egress")
+			return
+		}
 		for _, hook := range []string{"out"} {
 			l, err := link.LoadPinnedLink(filepath.Join(dir, "links", fmt.Sprintf("%d-%s", in.Ifindex, hook)), nil)
 			if err != nil {
