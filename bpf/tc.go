@@ -40,9 +40,10 @@ func tcDevice(ifindex int) netlink.Link {
 	return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ifindex}}
 }
 
-// AttachTC attaches kind's entry programs to both hooks of an interface
-// as our cls_bpf filters (direct action), adding a clsact qdisc when it
-// has none and replacing filters of ours already there.
+// AttachTC attaches kind's entry programs to its hooks of an interface
+// (both, but a data interface's ingress only) as our cls_bpf filters
+// (direct action), adding a clsact qdisc when it has none and replacing
+// filters of ours already there.
 func (o *Objects) AttachTC(ifindex int, kind int) error {
 	return o.ns.Do(func() error {
 		q := &netlink.GenericQdisc{
@@ -52,7 +53,7 @@ func (o *Objects) AttachTC(ifindex int, kind int) error {
 		if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("bpf: clsact qdisc on interface %d: %w", ifindex, err)
 		}
-		for _, h := range []Hook{In, Out} {
+		for _, h := range KindHooks(kind) {
 			f := &netlink.BpfFilter{
 				FilterAttrs: netlink.FilterAttrs{LinkIndex: ifindex, Parent: h.tcParent(), Handle: tcHandle,
 					Priority: tcPriority, Protocol: unix.ETH_P_ALL},
@@ -62,8 +63,33 @@ func (o *Objects) AttachTC(ifindex int, kind int) error {
 				return fmt.Errorf("bpf: cls_bpf filter on the %s hook of interface %d: %w", h, ifindex, err)
 			}
 		}
+		if kind == KindData {
+			// The egress filter of the host endpoint the interface was.
+			return detachTCHook(ifindex, Out)
+		}
 		return nil
 	})
+}
+
+// detachTCHook removes our filter from one hook of an interface, if it
+// has one.
+func detachTCHook(ifindex int, h Hook) error {
+	var fs []netlink.Filter
+	err := retryDump(func() (err error) { fs, err = netlink.FilterList(tcDevice(ifindex), h.tcParent()); return err })
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		return fmt.Errorf("bpf: listing the filters of interface %d: %w", ifindex, err)
+	}
+	for _, f := range fs {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == tcFilterName {
+			if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENODEV) {
+				return fmt.Errorf("bpf: removing the filter on the %s hook of interface %d: %w", h, ifindex, err)
+			}
+		}
+	}
+	return nil
 }
 
 // TCPrograms are the programs our filters on an interface run, by hook

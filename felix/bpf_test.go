@@ -48,6 +48,21 @@ func (c *cluster) checkBPFEnforces() {
 	}
 }
 
+// checkAttachedWithTC checks how the pods' interfaces run the programs:
+// as our cls_bpf filters on both hooks (tc), or with no filter of ours
+// (TCX links).
+func (c *cluster) checkAttachedWithTC(tc bool) {
+	c.t.Helper()
+	for name, p := range c.pods {
+		for _, hook := range []string{"ingress", "egress"} {
+			out, err := c.node.Run("tc", "filter", "show", "dev", p.iface, hook)
+			if got := err == nil && strings.Contains(out, "palisade"); got != tc {
+				c.t.Errorf("pod %s: %s hook of %s has our cls_bpf filter: %v, want %v (%v)\n%s", name, hook, p.iface, got, tc, err, out)
+			}
+		}
+	}
+}
+
 // ifaceKind is an interface's kind in the eBPF dataplane ("" when it has
 // no entry).
 func (c *cluster) ifaceKind(name string) string {
@@ -169,6 +184,10 @@ func (c *cluster) detachByHand(name string) {
 		}
 		// Only the hook towards the workload: without the other, the
 		// workload's packets are not marked and the guard drops them.
+		if c.noTCX {
+			c.node.MustRun(c.t, "tc", "filter", "del", "dev", name, "egress")
+			return
+		}
 		for _, hook := range []string{"out"} {
 			l, err := link.LoadPinnedLink(filepath.Join(dir, "links", fmt.Sprintf("%d-%s", in.Ifindex, hook)), nil)
 			if err != nil {

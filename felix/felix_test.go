@@ -180,7 +180,7 @@ func setupPods(c *cluster) {
 }
 
 func TestPolicy(t *testing.T) {
-	for _, backend := range dataplanes {
+	for _, backend := range append(dataplanes, bpfNoTCX) {
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, backend)
 			setupPods(c)
@@ -188,6 +188,7 @@ func TestPolicy(t *testing.T) {
 			c.t = t
 			if c.bpf {
 				c.checkBPFEnforces()
+				c.checkAttachedWithTC(c.noTCX)
 				return
 			}
 			// The backend actually used.

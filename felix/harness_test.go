@@ -62,6 +62,8 @@ type cluster struct {
 	// bpf: the eBPF dataplane (FelixConfiguration bpfEnabled) enforces
 	// policy, not iptables.
 	bpf bool
+	// noTCX: felix is told the kernel has no TCX (bpfNoTCX).
+	noTCX bool
 	// endpoints are etcd's client URLs.
 	endpoints []string
 	cancel    context.CancelFunc
@@ -83,6 +85,10 @@ type pod struct {
 // backend for what it keeps in iptables).
 var dataplanes = []string{"NFT", "Legacy", "BPF"}
 
+// bpfNoTCX is the eBPF dataplane with featureDetectOverride TCX=false, as
+// on a kernel without TCX: every program attached as a cls_bpf filter.
+const bpfNoTCX = "BPF-noTCX"
+
 // newCluster starts everything; backend is the FelixConfiguration
 // iptablesBackend, or "BPF" for the eBPF dataplane.
 func newCluster(t *testing.T, backend string) *cluster { return newClusterIPv6(t, backend, false) }
@@ -95,10 +101,22 @@ func newClusterIPv6(t *testing.T, backend string, ipv6 bool) *cluster {
 	return c
 }
 
+// featureOverrideEnv, when set, is given to felix as
+// FELIX_FEATUREDETECTOVERRIDE: PALISADE_FEATURE_DETECT_OVERRIDE=TCX=false
+// runs the eBPF suites on cls_bpf filters, as on a kernel without TCX.
+const featureOverrideEnv = "PALISADE_FEATURE_DETECT_OVERRIDE"
+
 // felixConfigOf is the felix.Config of the cluster's node.
 func (c *cluster) felixConfigOf() Config {
-	return Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
+	cfg := Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
 		Log: log.WithField("test", c.t.Name())}
+	if v := os.Getenv(featureOverrideEnv); v != "" {
+		cfg.Environ = []string{"FELIX_FEATUREDETECTOVERRIDE=" + v}
+	}
+	if c.noTCX && !strings.Contains(os.Getenv(featureOverrideEnv), "TCX=false") {
+		cfg.Environ = []string{"FELIX_FEATUREDETECTOVERRIDE=TCX=false"}
+	}
+	return cfg
 }
 
 // newClusterNoFelix is newClusterIPv6 without starting felix.
@@ -109,7 +127,8 @@ func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 	if backend == "Legacy" {
 		c.save = "iptables-legacy-save"
 	}
-	if backend == "BPF" {
+	if backend == "BPF" || backend == bpfNoTCX {
+		c.noTCX = backend == bpfNoTCX || strings.Contains(os.Getenv(featureOverrideEnv), "TCX=false")
 		c.bpf, backend = true, "NFT"
 	}
 	c.backend = backend

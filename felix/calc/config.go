@@ -77,6 +77,11 @@ type Config struct {
 	AllowVXLANFromWorkloads bool
 	// NAT is what natOutgoing masquerades and how.
 	NAT NATOutgoing
+	// Features is featureDetectOverride: the kernel features it forces
+	// on (true) or off (false), by Calico's name; a feature not named is
+	// detected. Palisade acts on MASQFullyRandom and SNATFullyRandom
+	// (NAT) and TCX (the eBPF dataplane's attachments).
+	Features map[string]bool
 	// ExternalNodes is externalNodesList: CIDRs of hosts outside the
 	// cluster treated as nodes (their VXLAN is accepted, and with
 	// natOutgoingExclusions IPPoolsAndHostIPs they are not masqueraded to).
@@ -124,15 +129,15 @@ type NATOutgoing struct {
 
 // featureOverrides reads featureDetectOverride (Calico's
 // "Feature=true,Other=false,Auto="): true or false forces a feature, an
-// empty value leaves it to detection. Palisade acts on MASQFullyRandom and
-// SNATFullyRandom; other features are warned about.
+// empty value leaves it to detection. Palisade acts on MASQFullyRandom,
+// SNATFullyRandom and TCX; other features are warned about.
 func featureOverrides(s string) map[string]bool {
 	out := map[string]bool{}
 	for _, kv := range splitList(s) {
 		k, v, _ := strings.Cut(kv, "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		switch {
-		case k != "MASQFullyRandom" && k != "SNATFullyRandom":
+		case k != "MASQFullyRandom" && k != "SNATFullyRandom" && k != "TCX":
 			log.WithField("featureDetectOverride", kv).Warn("featureDetectOverride names a feature Palisade does not detect: ignored")
 		case v == "":
 		case strings.EqualFold(v, "true") || strings.EqualFold(v, "false"):
@@ -212,10 +217,11 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		ServiceLoopAction:           oneOf("serviceLoopPrevention", spec.ServiceLoopPrevention, "Drop", "Reject", "Disabled"),
 		RouteSource:                 oneOf("routeSource", spec.RouteSource, "CalicoIPAM", "WorkloadIPs"),
 		AllowVXLANFromWorkloads:     spec.AllowVXLANPacketsFromWorkloads != nil && *spec.AllowVXLANPacketsFromWorkloads,
-		NAT:                         natOutgoing(spec),
+		Features:                    featureOverrides(spec.FeatureDetectOverride),
 		ExternalNodes:               externalNodes(spec.ExternalNodesCIDRList),
 		Spec:                        spec,
 	}
+	c.NAT = natOutgoing(spec, c.Features)
 	c.DeviceRouteProtocol, c.RemoveExternalRoutes, c.MaxIPSetSize = 3, true, 1048576
 	if n := spec.MaxIpsetSize; n != nil {
 		if *n > 0 {
@@ -334,7 +340,7 @@ func serviceRanges(bc *v3.BGPConfiguration) []netip.Prefix {
 // natOutgoing reads natOutgoingExclusions, natPortRange,
 // natOutgoingAddress and iptablesNATOutgoingInterfaceFilter. A value
 // that does not parse is warned about and left at its default.
-func natOutgoing(spec v3.FelixConfigurationSpec) NATOutgoing {
+func natOutgoing(spec v3.FelixConfigurationSpec, f map[string]bool) NATOutgoing {
 	var n NATOutgoing
 	if e := spec.NATOutgoingExclusions; e != nil {
 		n.ExcludeHosts = oneOf("natOutgoingExclusions", *e, "IPPoolsOnly", "IPPoolsAndHostIPs") == "IPPoolsAndHostIPs"
@@ -354,7 +360,6 @@ func natOutgoing(spec v3.FelixConfigurationSpec) NATOutgoing {
 	}
 	n.Interface = spec.IptablesNATOutgoingInterfaceFilter
 	n.MasqRandom, n.SNATRandom = true, true
-	f := featureOverrides(spec.FeatureDetectOverride)
 	if v, ok := f["MASQFullyRandom"]; ok {
 		n.MasqRandom = v
 	}

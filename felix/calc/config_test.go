@@ -2,6 +2,7 @@ package calc
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -100,5 +101,25 @@ func TestIptablesActionsAndMask(t *testing.T) {
 	c = MergeConfig(&v3.FelixConfigurationSpec{IptablesFilterDenyAction: "Explode", IptablesMarkMask: m(0x7)}, nil)
 	if c.IptablesFilterDenyAction != "Drop" || c.IptablesMarkMask != DefaultMarkMask {
 		t.Errorf("got %s %#x, want Drop and the default mask", c.IptablesFilterDenyAction, c.IptablesMarkMask)
+	}
+}
+
+// featureDetectOverride: TCX and the NAT features forced on or off, an
+// empty value left to detection, unknown features and values left out.
+func TestFeatureOverrides(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want map[string]bool
+	}{
+		{"", map[string]bool{}},
+		{"TCX=false", map[string]bool{"TCX": false}},
+		{"TCX=true,MASQFullyRandom=false", map[string]bool{"TCX": true, "MASQFullyRandom": false}},
+		{"TCX=", map[string]bool{}},
+		{"TCX=maybe,BPFConnectTimeLB=false", map[string]bool{}},
+	} {
+		got := MergeConfig(&v3.FelixConfigurationSpec{FeatureDetectOverride: c.in}, nil).Features
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("featureDetectOverride %q: features %v, want %v", c.in, got, c.want)
+		}
 	}
 }

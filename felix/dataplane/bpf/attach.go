@@ -35,6 +35,9 @@ type attacher struct {
 	tc map[int][2]ebpf.ProgramID
 	// useTC: bpfAttachType is TC.
 	useTC bool
+	// noTCX: the kernel has no TCX (or featureDetectOverride says
+	// TCX=false): every attachment is a cls_bpf filter.
+	noTCX bool
 	busy  map[int]chan struct{}
 	// failed are background attachments that failed, until the next
 	// apply reports them.
@@ -61,12 +64,14 @@ func (a *attacher) markAttached(idx int) error {
 	return a.setGroup(idx, palbpf.AttachedGroup)
 }
 
-// setTC chooses the attachment: cls_bpf filters (true) or TCX links. An
-// interface attached the other way is attached again, and its old
-// attachment removed, at the next apply.
-func (a *attacher) setTC(tc bool) {
+// setTC chooses the attachment: cls_bpf filters (tc, bpfAttachType TC)
+// or TCX links, and cls_bpf filters for every interface, data interfaces
+// included, when the kernel has no TCX. An interface attached the other
+// way is attached again, and its old attachment removed, at the next
+// apply.
+func (a *attacher) setTC(tc, tcx bool) {
 	a.mu.Lock()
-	a.useTC = tc
+	a.useTC, a.noTCX = tc, !tcx
 	a.mu.Unlock()
 }
 
@@ -114,7 +119,7 @@ func (a *attacher) close() {
 
 // has reports whether the hooks of an interface run the entry programs
 // of kind, attached the way bpfAttachType says (a data interface's with
-// TCX whatever it says).
+// TCX whatever it says, when the kernel has TCX).
 func (a *attacher) has(idx, kind int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -134,8 +139,8 @@ func (a *attacher) hasLocked(idx, kind int) bool {
 
 // tcFor reports whether kind's programs are attached as cls_bpf filters:
 // with bpfAttachType TC, but for a data interface's (TCX, which leaves
-// the host's qdiscs alone).
-func (a *attacher) tcFor(kind int) bool { return a.useTC && kind != palbpf.KindData }
+// the host's qdiscs alone); every kind's on a kernel without TCX.
+func (a *attacher) tcFor(kind int) bool { return a.noTCX || (a.useTC && kind != palbpf.KindData) }
 
 // hasTCXLocked reports whether kind's hooks' TCX links run its entry
 // programs.
@@ -251,7 +256,9 @@ func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
 			return err
 		}
 	}
-	if kind != palbpf.KindData && (cur[0] == nil || cur[1] == nil) {
+	// Filters of ours left from bpfAttachType TC or a kernel without TCX
+	// (featureDetectOverride), a data interface's included.
+	if cur[0] == nil || cur[1] == nil {
 		if err := objs.DetachTC(idx, false); err != nil {
 			return err
 		}

@@ -52,12 +52,17 @@ type Driver struct {
 	conf Config
 	// rcuNoted: the TCX attachment's cost has been logged.
 	rcuNoted bool
-	run      *nsexec.Runner
-	log      *log.Entry
-	routes   *routes.Manager
-	hosts    *dataplane.HostInterfaces
-	status   *dataplane.StatusFiles
-	links    *linkWatch
+	// tcx is whether the kernel has TCX (probed at the first
+	// configuration; nil before).
+	tcx *bool
+	// tcxLogged is the TCX choice last logged.
+	tcxLogged *bool
+	run       *nsexec.Runner
+	log       *log.Entry
+	routes    *routes.Manager
+	hosts     *dataplane.HostInterfaces
+	status    *dataplane.StatusFiles
+	links     *linkWatch
 
 	cfg       *calc.Config
 	objs      *palbpf.Objects
@@ -233,8 +238,9 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 		m.SetMaxSize(cfg.MaxIPSetSize)
 	}
 	d.att.setPrefixes(cfg.InterfacePrefixes)
-	d.att.setTC(cfg.Spec.BPFAttachType == "TC")
-	if cfg.Spec.BPFAttachType != "TC" && !d.rcuNoted {
+	tcx := d.useTCX(cfg)
+	d.att.setTC(cfg.Spec.BPFAttachType == "TC", tcx)
+	if cfg.Spec.BPFAttachType != "TC" && tcx && !d.rcuNoted {
 		d.rcuNoted = true
 		noteRCUGracePeriods(d.log, rcuExpedited)
 	}

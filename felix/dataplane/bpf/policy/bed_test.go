@@ -206,6 +206,7 @@ type packet struct {
 	proto        uint8
 	sport, dport uint16
 	icmpType     uint8
+	icmpCode     uint8
 	tcpFlags     uint8
 	payload      []byte
 }
@@ -227,12 +228,15 @@ func (p packet) bytes() []byte {
 		l4[12] = 5 << 4
 		l4[13] = p.tcpFlags
 	case 17, 132:
-		l4 = make([]byte, 8)
+		// SCTP's common header is 12 bytes (iptables' sctp match drops
+		// a shorter one).
+		l4 = make([]byte, map[uint8]int{17: 8, 132: 12}[p.proto])
 		binary.BigEndian.PutUint16(l4[0:], p.sport)
 		binary.BigEndian.PutUint16(l4[2:], p.dport)
 	case 1, 58:
 		l4 = make([]byte, 8)
 		l4[0] = p.icmpType
+		l4[1] = p.icmpCode
 		binary.BigEndian.PutUint16(l4[4:], p.sport)
 	default:
 		l4 = make([]byte, 8)

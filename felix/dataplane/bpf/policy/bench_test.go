@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ func BenchmarkPolicyPacket(b *testing.B) {
 		{"rules=100", 100, tcp("10.0.0.1", "10.0.0.2", 9)},
 		{"rules=1000", 1000, tcp("10.0.0.1", "10.0.0.2", 9)},
 		{"rules=1000-inrange", 1000, tcp("10.0.0.1", "10.0.0.3", 10500)},
+		{"rules=1000-mixed", -1000, tcp("10.0.0.1", "10.0.0.3", 9)},
 	} {
 		n, pkt := c.n, c.pkt.bytes()
 		var o, r time.Duration
@@ -65,7 +67,12 @@ func BenchmarkPolicyPacket(b *testing.B) {
 			// Measured once: a body faster than a second is called
 			// again with a larger b.N, which it does not use.
 			if r == 0 {
-				o, r = e.walkCost(b, prog, pkt, e.load(manyRules(n)), refSlot, 200000/(1+n/100))
+				in := manyRules(n)
+				if n < 0 {
+					n = -n
+					in = mixedRules(n)
+				}
+				o, r = e.walkCost(b, prog, pkt, e.load(in), refSlot, 200000/(1+n/100))
 			}
 			b.ReportMetric(float64(o.Nanoseconds()), "ns/pkt")
 			b.ReportMetric(float64(r.Nanoseconds()), "ref-ns/pkt")
@@ -82,6 +89,28 @@ func BenchmarkPolicyPacket(b *testing.B) {
 		b.ReportMetric(float64(r.Nanoseconds()), "ref-ns/pkt")
 		b.ReportMetric(float64(o)/float64(r), "x/ref")
 	})
+}
+
+// mixedRules is a stage of n rules of the mix: a third TCP to one
+// port each (as manyRules), a third to a CIDR of their own, a third from
+// a selector's IP set of their own (empty): a packet to port 9 matches
+// none, and the CIDR and selector rules have no port a guard could skip
+// them by.
+func mixedRules(n int) Input {
+	var rules []calc.Rule
+	for i := range n {
+		switch i % 3 {
+		case 0:
+			port := uint16(10000 + i)
+			rules = append(rules, calc.Rule{Action: calc.Allow, Protocol: 6, DstIPSets: []string{"s:many"},
+				DstPorts: []calc.PortRange{{Min: port, Max: port}}, Index: i})
+		case 1:
+			rules = append(rules, calc.Rule{Action: calc.Allow, DstNets: pfx(fmt.Sprintf("10.%d.%d.0/24", 1+i/256, i%256)), Index: i})
+		default:
+			rules = append(rules, calc.Rule{Action: calc.Allow, SrcIPSets: []string{fmt.Sprintf("s:mix%d", i)}, Index: i})
+		}
+	}
+	return Input{Final: true, Tiers: []Tier{{Name: "default", DefaultAction: calc.Deny, Policies: []Policy{{ID: calc.PolicyID{Tier: "default", Name: "mixed"}, Rules: rules}}}}}
 }
 
 // walkCost times a new flow's packet through the stage in slot against
