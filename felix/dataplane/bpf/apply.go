@@ -198,6 +198,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			return err
 		}
 		d.failsafeDirty = true
+		d.lb.dirty = d.lb.want != nil
 	}
 	if every := d.cfg.RouteRefreshInterval; every > 0 && now.Sub(d.lastRefresh.routes) >= every {
 		d.lastRefresh.routes = now
@@ -225,6 +226,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	}
 	phase("sets")
 	if err := d.sets.applyAdds(d.objs); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.lb.apply(d.objs); err != nil {
 		errs = append(errs, err)
 	}
 	for _, m := range d.poolSets {

@@ -70,6 +70,7 @@ type Driver struct {
 	profiles  map[string]*calc.Profile
 	endpoints map[calc.EndpointID]*calc.Endpoint
 	sets      *setMaps
+	lb        lbMaps
 	progs     *programs
 	ifaces    *ifaceState
 	att       *attacher
