@@ -191,8 +191,16 @@ func TestBPFServices(t *testing.T) {
 		}
 	}
 	waitAnswer("tcp", httpF)
+	// Subtests fail through c.t too (its helpers).
+	sub := func(name string, f func(t *testing.T)) {
+		t.Run(name, func(st *testing.T) {
+			c.t = st
+			defer func() { c.t = t }()
+			f(st)
+		})
+	}
 
-	t.Run("ClusterIP: both backends, client address kept", func(t *testing.T) {
+	sub("ClusterIP: both backends, client address kept", func(t *testing.T) {
 		for _, proto := range []string{"tcp", "udp"} {
 			dst := map[string]netip.AddrPort{"tcp": httpF, "udp": dnsF}[proto]
 			got, seen, errs := spread(client, proto, dst, 40)
@@ -205,7 +213,7 @@ func TestBPFServices(t *testing.T) {
 		}
 	})
 
-	t.Run("policy judges the backend", func(t *testing.T) {
+	sub("policy judges the backend", func(t *testing.T) {
 		rs := c.apply(`apiVersion: projectcalico.org/v3
 kind: NetworkPolicy
 metadata: {name: client-to-web, namespace: ns-a}
@@ -233,7 +241,7 @@ spec:
 		waitAnswer("tcp", httpF)
 	})
 
-	t.Run("no endpoints: refused at once", func(t *testing.T) {
+	sub("no endpoints: refused at once", func(t *testing.T) {
 		for _, proto := range []string{"tcp", "udp"} {
 			began := time.Now()
 			_, _, err := askService(client, proto, netip.AddrPortFrom(empty.Addr(), 80))
@@ -246,7 +254,7 @@ spec:
 		}
 	})
 
-	t.Run("hairpin", func(t *testing.T) {
+	sub("hairpin", func(t *testing.T) {
 		got, seen, errs := spread(c.pods["web"].run, "tcp", self, 10)
 		if len(errs) > 0 || got["web"] != 10 {
 			t.Errorf("web through its own Service: answers %v, errors %v", got, errs)
@@ -256,7 +264,42 @@ spec:
 		}
 	})
 
-	t.Run("endpoint changes: open flows kept, a removed backend's reset", func(t *testing.T) {
+	sub("kube-proxy's iptables rules removed", func(t *testing.T) {
+		kubeRules := func() bool {
+			out := c.node.MustRun(t, "iptables-nft-save")
+			return strings.Contains(out, "KUBE-")
+		}
+		add := func() {
+			for _, args := range [][]string{
+				{"-t", "nat", "-N", "KUBE-SERVICES"}, {"-t", "nat", "-N", "KUBE-SVC-TEST"},
+				{"-t", "nat", "-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
+				{"-t", "nat", "-A", "KUBE-SERVICES", "-d", "10.96.0.10/32", "-p", "tcp", "--dport", "80", "-j", "KUBE-SVC-TEST"},
+				{"-t", "nat", "-A", "KUBE-SVC-TEST", "-p", "tcp", "-j", "DNAT", "--to-destination", "10.65.0.3:8080"},
+				{"-t", "filter", "-N", "KUBE-FORWARD"}, {"-t", "filter", "-A", "FORWARD", "-j", "KUBE-FORWARD"},
+			} {
+				c.node.MustRun(t, append([]string{"iptables-nft"}, args...)...)
+			}
+		}
+		add()
+		c.waitFor("kube-proxy's rules removed (bpfKubeProxyIptablesCleanupEnabled by default)", func() bool { return !kubeRules() })
+		c.applyFelixConfig("  bpfKubeProxyIptablesCleanupEnabled: false\n")
+		time.Sleep(1500 * time.Millisecond) // the configuration reached felix
+		add()
+		time.Sleep(2500 * time.Millisecond) // iptablesRefreshInterval 1s: two refreshes
+		if !kubeRules() {
+			t.Errorf("kube-proxy's rules removed with bpfKubeProxyIptablesCleanupEnabled false")
+		}
+		// The programs translated before kube-proxy's DNAT could: the
+		// ClusterIP still reaches both backends.
+		got, _, errs := spread(client, "tcp", httpF, 30)
+		if len(errs) > 0 || got["web"] == 0 || got["other"] == 0 {
+			t.Errorf("with kube-proxy's rules present: answers %v, errors %v", got, errs)
+		}
+		c.applyFelixConfig("")
+		c.waitFor("kube-proxy's rules removed again", func() bool { return !kubeRules() })
+	})
+
+	sub("endpoint changes: open flows kept, a removed backend's reset", func(t *testing.T) {
 		// Open connections until both backends hold some.
 		type flow struct {
 			name string

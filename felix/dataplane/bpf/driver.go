@@ -96,6 +96,10 @@ type Driver struct {
 	failsafeDirty bool
 	// forward is the host conntrack bypass as last set (nil: not yet).
 	forward *bool
+	// kubeProxyDue: kube-proxy's iptables rules are looked for (at
+	// start and every iptablesRefreshInterval) and removed when
+	// bpfKubeProxyIptablesCleanupEnabled.
+	kubeProxyDue bool
 	// iptablesWritten: felix's iptables were written in this mode once.
 	iptablesWritten bool
 	// dataPattern is bpfDataIfacePattern (nil: none is a data interface).
