@@ -206,6 +206,17 @@ static __always_inline __u32 fold(__s64 s)
 	return ~c & 0xffff;
 }
 
+/* swap_macs turns the Ethernet header round, for a reply sent back. */
+static __always_inline int swap_macs(struct __sk_buff *skb)
+{
+	__u8 mac[12], sw[12];
+	if (bpf_skb_load_bytes(skb, 0, mac, 12) < 0)
+		return -1;
+	__builtin_memcpy(sw, mac + 6, 6);
+	__builtin_memcpy(sw + 6, mac, 6);
+	return bpf_skb_store_bytes(skb, 0, sw, 12, 0);
+}
+
 /* The reply nat_reject builds: IP header, ICMP header, then the start of
  * the packet rejected (its IP header and 8 bytes). */
 struct reject4 {
@@ -230,15 +241,8 @@ GLOBAL int nat_reject(struct __sk_buff *skb, struct state *st)
 	__u32 l3 = st->l3 & 0xff;
 	if (l3 != 0 && l3 != 14)
 		return PAL_TCX_DROP;
-	if (l3 == 14) {
-		__u8 mac[12], sw[12];
-		if (bpf_skb_load_bytes(skb, 0, mac, 12) < 0)
-			return PAL_TCX_DROP;
-		__builtin_memcpy(sw, mac + 6, 6);
-		__builtin_memcpy(sw + 6, mac, 6);
-		if (bpf_skb_store_bytes(skb, 0, sw, 12, 0) < 0)
-			return PAL_TCX_DROP;
-	}
+	if (l3 == 14 && swap_macs(skb) < 0)
+		return PAL_TCX_DROP;
 	if (st->family == 4) {
 		struct reject4 r = {};
 		if (bpf_skb_load_bytes(skb, l3, r.quote, sizeof(r.quote)) < 0 || (r.quote[0] & 0xf) != 5)
@@ -333,15 +337,8 @@ GLOBAL int nat_reset(struct __sk_buff *skb, struct state *st)
 		r.ack = bpf_htonl(bpf_ntohl(in.seq) + (paylen & 0xffff) + !!(in.flags & TCP_SYN) + !!(in.flags & TCP_FIN));
 		r.flags = TCP_RST | TCP_ACK;
 	}
-	if (l3 == 14) {
-		__u8 mac[12], sw[12];
-		if (bpf_skb_load_bytes(skb, 0, mac, 12) < 0)
-			return PAL_TCX_DROP;
-		__builtin_memcpy(sw, mac + 6, 6);
-		__builtin_memcpy(sw + 6, mac, 6);
-		if (bpf_skb_store_bytes(skb, 0, sw, 12, 0) < 0)
-			return PAL_TCX_DROP;
-	}
+	if (l3 == 14 && swap_macs(skb) < 0)
+		return PAL_TCX_DROP;
 	if (st->family == 4) {
 		struct iphdr ip = {.version = 4, .ihl = 5, .ttl = 64, .protocol = IPPROTO_TCP};
 		ip.tot_len = bpf_htons(sizeof(ip) + sizeof(r));
