@@ -156,7 +156,7 @@ var Reasons = []string{
 	"allowed: doNotTrack policy",
 	"allowed: later fragment of an allowed packet",
 	ReasonForwarded,
-	"rejected: Service without backends (ICMP unreachable sent back)",
+	"rejected: Service without backends (ICMP unreachable), or a flow whose backend left (TCP reset)",
 }
 
 // ReasonForwarded is the general counter of packets the programs sent on
