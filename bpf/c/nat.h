@@ -411,8 +411,22 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 	struct svc_key sk = {.port = st->dport, .proto = st->proto};
 	__builtin_memcpy(sk.addr, st->dst, 16);
 	struct svc_value *sv = bpf_map_lookup_elem(&pal_svc, &sk);
-	if (!sv)
+	if (!sv) {
+		/* A new connection straight to an address and port that was
+		 * a backend of an earlier one through a Service, from the
+		 * same source port: that flow's reply translation is stale
+		 * (a live one would share its tuple at the backend) and
+		 * would turn this one's replies into the frontend's. */
+		if (st->proto == IPPROTO_TCP && (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) {
+			struct nat_key rk = {.sport = st->dport, .dport = st->sport, .proto = st->proto};
+			__builtin_memcpy(rk.src, st->dst, 16);
+			__builtin_memcpy(rk.dst, st->src, 16);
+			struct nat_value *rv = bpf_map_lookup_elem(&pal_nat, &rk);
+			if (rv && rv->kind == PAL_NAT_REV)
+				bpf_map_delete_elem(&pal_nat, &rk);
+		}
 		return PAL_NAT_GO;
+	}
 	__u32 id = sv->id, n = sv->count;
 	if (n == 0)
 		return nat_reject(skb, st);
