@@ -30,6 +30,17 @@ type (
 	// CPU (the map is per CPU: sum them).
 	CounterKey   = palisadeCounterKey
 	CounterValue = palisadeCounterValue
+	// ServiceKey and ServiceValue are a Service frontend (c/nat.h).
+	ServiceKey   = palisadeSvcKey
+	ServiceValue = palisadeSvcValue
+	// BackendKey and BackendValue are a frontend's backend by index;
+	// BackendLiveKey a backend by address, whatever its index.
+	BackendKey     = palisadeBeKey
+	BackendValue   = palisadeBeValue
+	BackendLiveKey = palisadeBeLiveKey
+	// NATKey and NATValue are one flow's translation.
+	NATKey   = palisadeNatKey
+	NATValue = palisadeNatValue
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by
@@ -46,6 +57,11 @@ const (
 	MapFrag     = "pal_frag"
 	MapCounters = "pal_counters"
 	MapEvents   = "pal_events"
+	// Service load balancing (c/nat.h).
+	MapServices     = "pal_svc"
+	MapBackends     = "pal_be"
+	MapBackendsLive = "pal_be_live"
+	MapNAT          = "pal_nat"
 )
 
 // Stages (PAL_STAGE_*): one policy program each. In is a packet arriving
@@ -140,6 +156,7 @@ var Reasons = []string{
 	"allowed: doNotTrack policy",
 	"allowed: later fragment of an allowed packet",
 	ReasonForwarded,
+	"rejected: Service without backends (ICMP unreachable), or a flow whose backend left (TCP reset)",
 }
 
 // ReasonForwarded is the general counter of packets the programs sent on

@@ -13,6 +13,27 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type palisadeBeKey struct {
+	_   structs.HostLayout
+	Id  uint32
+	Idx uint32
+}
+
+type palisadeBeLiveKey struct {
+	_    structs.HostLayout
+	Id   uint32
+	Port uint16
+	Pad  [2]uint8
+	Addr [16]uint8
+}
+
+type palisadeBeValue struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  [2]uint8
+}
+
 type palisadeCounterKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
@@ -79,6 +100,27 @@ type palisadeFragValue struct {
 	LastSeen uint64
 }
 
+type palisadeNatKey struct {
+	_     structs.HostLayout
+	Src   [16]uint8
+	Dst   [16]uint8
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type palisadeNatValue struct {
+	_       structs.HostLayout
+	Addr    [16]uint8
+	Port    uint16
+	Kind    uint8
+	Flags   uint8
+	Ifindex uint32
+	Svc     uint32
+	Pad     uint32
+}
+
 type palisadePortKey struct {
 	_     structs.HostLayout
 	IdHi  uint32
@@ -136,22 +178,42 @@ type palisadeState struct {
 	Pad      uint32
 }
 
+type palisadeSvcKey struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type palisadeSvcValue struct {
+	_     structs.HostLayout
+	Id    uint32
+	Count uint32
+	Flags uint32
+	Pad   uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	palisadeMapPalBe            = "pal_be"
+	palisadeMapPalBeLive        = "pal_be_live"
 	palisadeMapPalCounters      = "pal_counters"
 	palisadeMapPalCt            = "pal_ct"
 	palisadeMapPalEp            = "pal_ep"
 	palisadeMapPalEvents        = "pal_events"
 	palisadeMapPalFailsafe      = "pal_failsafe"
 	palisadeMapPalFrag          = "pal_frag"
+	palisadeMapPalNat           = "pal_nat"
 	palisadeMapPalPorts         = "pal_ports"
 	palisadeMapPalProgs         = "pal_progs"
 	palisadeMapPalSetnames      = "pal_setnames"
 	palisadeMapPalSets          = "pal_sets"
 	palisadeMapPalSrc           = "pal_src"
 	palisadeMapPalState         = "pal_state"
+	palisadeMapPalSvc           = "pal_svc"
 	palisadeProgPalDataIn       = "pal_data_in"
 	palisadeProgPalDrop         = "pal_drop"
 	palisadeProgPalFwd          = "pal_fwd"
@@ -233,18 +295,22 @@ type palisadeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type palisadeMapSpecs struct {
+	PalBe       *ebpf.MapSpec `ebpf:"pal_be"`
+	PalBeLive   *ebpf.MapSpec `ebpf:"pal_be_live"`
 	PalCounters *ebpf.MapSpec `ebpf:"pal_counters"`
 	PalCt       *ebpf.MapSpec `ebpf:"pal_ct"`
 	PalEp       *ebpf.MapSpec `ebpf:"pal_ep"`
 	PalEvents   *ebpf.MapSpec `ebpf:"pal_events"`
 	PalFailsafe *ebpf.MapSpec `ebpf:"pal_failsafe"`
 	PalFrag     *ebpf.MapSpec `ebpf:"pal_frag"`
+	PalNat      *ebpf.MapSpec `ebpf:"pal_nat"`
 	PalPorts    *ebpf.MapSpec `ebpf:"pal_ports"`
 	PalProgs    *ebpf.MapSpec `ebpf:"pal_progs"`
 	PalSetnames *ebpf.MapSpec `ebpf:"pal_setnames"`
 	PalSets     *ebpf.MapSpec `ebpf:"pal_sets"`
 	PalSrc      *ebpf.MapSpec `ebpf:"pal_src"`
 	PalState    *ebpf.MapSpec `ebpf:"pal_state"`
+	PalSvc      *ebpf.MapSpec `ebpf:"pal_svc"`
 }
 
 // palisadeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -282,34 +348,42 @@ func (o *palisadeObjects) Close() error {
 //
 // It can be passed to loadPalisadeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type palisadeMaps struct {
+	PalBe       *ebpf.Map `ebpf:"pal_be"`
+	PalBeLive   *ebpf.Map `ebpf:"pal_be_live"`
 	PalCounters *ebpf.Map `ebpf:"pal_counters"`
 	PalCt       *ebpf.Map `ebpf:"pal_ct"`
 	PalEp       *ebpf.Map `ebpf:"pal_ep"`
 	PalEvents   *ebpf.Map `ebpf:"pal_events"`
 	PalFailsafe *ebpf.Map `ebpf:"pal_failsafe"`
 	PalFrag     *ebpf.Map `ebpf:"pal_frag"`
+	PalNat      *ebpf.Map `ebpf:"pal_nat"`
 	PalPorts    *ebpf.Map `ebpf:"pal_ports"`
 	PalProgs    *ebpf.Map `ebpf:"pal_progs"`
 	PalSetnames *ebpf.Map `ebpf:"pal_setnames"`
 	PalSets     *ebpf.Map `ebpf:"pal_sets"`
 	PalSrc      *ebpf.Map `ebpf:"pal_src"`
 	PalState    *ebpf.Map `ebpf:"pal_state"`
+	PalSvc      *ebpf.Map `ebpf:"pal_svc"`
 }
 
 func (m *palisadeMaps) Close() error {
 	return _PalisadeClose(
+		m.PalBe,
+		m.PalBeLive,
 		m.PalCounters,
 		m.PalCt,
 		m.PalEp,
 		m.PalEvents,
 		m.PalFailsafe,
 		m.PalFrag,
+		m.PalNat,
 		m.PalPorts,
 		m.PalProgs,
 		m.PalSetnames,
 		m.PalSets,
 		m.PalSrc,
 		m.PalState,
+		m.PalSvc,
 	)
 }
 

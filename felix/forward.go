@@ -102,3 +102,11 @@ func (s *dataplaneSwitch) OnInSync() {
 		s.d.OnInSync()
 	}
 }
+
+// OnLoadBalancerUpdate implements calc.ServiceDataplane: the eBPF driver
+// load-balances Services; with the iptables one kube-proxy does.
+func (s *dataplaneSwitch) OnLoadBalancerUpdate(lb *calc.LoadBalancer) {
+	if sd, ok := s.d.(calc.ServiceDataplane); ok && s.on() {
+		sd.OnLoadBalancerUpdate(lb)
+	}
+}

@@ -17,10 +17,10 @@ const floatingPoolName = "floating-ips"
 // floatingConfig is what Options.FloatingIPs applies: FelixConfiguration
 // default floatingIPs: Enabled (keeping bpfEnabled when Options.BPF set
 // it) and the floating pool.
-func floatingConfig(bpf bool) string {
+func floatingConfig(bpf, kubeProxy bool) string {
 	spec := "floatingIPs: Enabled"
 	if bpf {
-		spec += ", bpfEnabled: true"
+		spec += ", " + bpfSpec(kubeProxy)
 	}
 	return fmt.Sprintf(`apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
@@ -38,7 +38,7 @@ spec: {cidr: %s, nodeSelector: "!all()", natOutgoing: false, disableBGPExport: f
 // CNI configuration's feature_control.floating_ips is writeCNIConf's.
 func (l *Lab) enableFloatingIPs(ctx context.Context) error {
 	l.say("calicoctl apply: FelixConfiguration default floatingIPs: Enabled; IPPool %s %s (nodeSelector !all())", floatingPoolName, FloatingPoolCIDR)
-	if err := l.Apply(ctx, floatingConfig(l.st.Options.BPF)); err != nil {
+	if err := l.Apply(ctx, floatingConfig(l.st.Options.BPF, l.st.Options.KubeProxy)); err != nil {
 		return fmt.Errorf("lab %s: floating IPs: %w", l.st.Name, err)
 	}
 	return nil

@@ -171,7 +171,7 @@ func TestFloatingIP(t *testing.T) {
 
 	// floatingIPs Disabled: withdrawn, and nothing answers at the
 	// floating address (its own address still does).
-	if err := l.Apply(ctx, strings.Replace(floatingConfig(false), "floatingIPs: Enabled", "floatingIPs: Disabled", 1)); err != nil {
+	if err := l.Apply(ctx, strings.Replace(floatingConfig(false, false), "floatingIPs: Enabled", "floatingIPs: Disabled", 1)); err != nil {
 		t.Fatal(err)
 	}
 	advertisedBy()

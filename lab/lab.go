@@ -19,12 +19,23 @@ import (
 	palbpf "github.com/palisade-net/palisade/bpf"
 )
 
+// bpfSpec is FelixConfiguration default's spec that turns felix's eBPF
+// dataplane on (Options.BPF). felix then load-balances Services itself
+// and removes kube-proxy's iptables rules (bpfKubeProxyIptablesCleanupEnabled,
+// true by default); where kube-proxy runs beside it (real nodes, whose
+// host-networked clients still reach the API through kube-proxy's
+// ClusterIP rules) the cleanup is turned off.
+func bpfSpec(kubeProxy bool) string {
+	if kubeProxy {
+		return "bpfEnabled: true, bpfKubeProxyIptablesCleanupEnabled: false"
+	}
+	return "bpfEnabled: true"
+}
+
 // bpfFelixConfig turns felix's eBPF dataplane on (Options.BPF).
-const bpfFelixConfig = `apiVersion: projectcalico.org/v3
-kind: FelixConfiguration
-metadata: {name: default}
-spec: {bpfEnabled: true}
-`
+func bpfFelixConfig(kubeProxy bool) string {
+	return "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {" + bpfSpec(kubeProxy) + "}\n"
+}
 
 // labNS runs work in one of the lab's namespaces (palbpf.NetNS).
 type labNS string
@@ -351,7 +362,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		// Before the other nodes start: their felix starts on eBPF.
 		// Node 1's moves over from iptables.
 		l.say("calicoctl apply: FelixConfiguration default bpfEnabled: true")
-		if err := l.Apply(ctx, bpfFelixConfig); err != nil {
+		if err := l.Apply(ctx, bpfFelixConfig(o.KubeProxy)); err != nil {
 			return nil, err
 		}
 	}

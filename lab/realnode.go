@@ -615,8 +615,8 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 		return err
 	}
 	if o.BPF {
-		l.say("calicoctl apply: FelixConfiguration default bpfEnabled: true")
-		if err := l.Apply(ctx, bpfFelixConfig); err != nil {
+		l.say("calicoctl apply: FelixConfiguration default %s", bpfSpec(o.KubeProxy))
+		if err := l.Apply(ctx, bpfFelixConfig(o.KubeProxy)); err != nil {
 			return err
 		}
 	}

@@ -615,6 +615,8 @@ GLOBAL int spoofed(struct state *st)
 	return bpf_map_lookup_elem(&pal_src, &k) == 0;
 }
 
+#include "nat.h"
+
 /* Slots of pal_progs holding the resume programs, by kind and direction;
  * policy programs go after them. */
 #define PAL_RESUME_WL_IN 0
@@ -707,6 +709,14 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 			return allow_because(skb, st, PAL_C_ND);
 		if (!own_src4(st, ep) && spoofed(st))
 			return drop(st, PAL_C_SPOOFED);
+		/* A Service frontend becomes its backend before conntrack
+		 * and policy (nat.h). */
+		int nv = nat_fwd(skb, st);
+		if (nv != PAL_NAT_GO) {
+			if (nv == TC_ACT_REDIRECT)
+				count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NAT_REJECT, st->len);
+			return nv;
+		}
 		if (ct_established(st)) {
 			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_ESTABLISHED, st->len);
 			/* The forward program sends it on, when it can; an
@@ -729,26 +739,42 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 	return allow(skb, st);
 }
 
+/* wl_out_allow lets a packet to a workload through, a Service's reply
+ * given its frontend as source (nat.h). */
+static __always_inline int wl_out_allow(struct __sk_buff *skb, struct state *st, __u16 reason)
+{
+	if (nat_rev(skb, st, st->ifindex) < 0)
+		return drop(st, PAL_C_MALFORMED);
+	if (reason != PAL_C_MAX)
+		count(st->ifindex, PAL_COUNTER_GENERAL, reason, st->len);
+	return allow(skb, st);
+}
+
 static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
 {
 	if (st->phase == PAL_PHASE_START) {
+		if (skb->mark & PAL_MARK_REPLY) {
+			/* A reject the workload's ingress program made. */
+			skb->mark &= ~PAL_MARK_REPLY;
+			return allow(skb, st);
+		}
 		if (skb->ingress_ifindex == 0) {
 			/* Open, and tracked: the workload's replies are
 			 * established, not new traffic to the host. */
 			if (!ct_established(st))
 				ct_create(st);
-			return allow_because(skb, st, PAL_C_FROM_HOST);
+			return wl_out_allow(skb, st, PAL_C_FROM_HOST);
 		}
 		if (ct_established(st))
-			return allow_because(skb, st, PAL_C_ESTABLISHED);
+			return wl_out_allow(skb, st, PAL_C_ESTABLISHED);
 		if (ct_related(skb, st, l4))
-			return allow_because(skb, st, PAL_C_RELATED);
+			return wl_out_allow(skb, st, PAL_C_RELATED);
 		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_OUT);
 	}
 	if (st->verdict != PAL_VERDICT_ALLOW)
 		return PAL_TCX_DROP;
 	ct_create(st);
-	return allow(skb, st);
+	return wl_out_allow(skb, st, PAL_C_MAX);
 }
 
 static __always_inline int walk_hep_in(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4)
@@ -1127,6 +1153,8 @@ static __always_inline int forward(struct __sk_buff *skb, struct state *st)
 			peer = peer_ok(st, dep, rc, 0);
 			if (peer ? to_workload(st, out) < 0 : !ct_live_at(st, out))
 				return -1;
+			if (peer && nat_rev(skb, st, out) < 0)
+				return PAL_TCX_DROP;
 		}
 	}
 	return deliver(skb, st, &p, peer);
@@ -1152,6 +1180,8 @@ static __always_inline int data_forward(struct __sk_buff *skb, struct state *st,
 	int peer = peer_ok(st, dep, rc, from_l3);
 	if (peer && to_workload(st, out) < 0)
 		return -1;
+	if (peer && nat_rev(skb, st, out) < 0)
+		return PAL_TCX_DROP;
 	return deliver(skb, st, &p, peer);
 }
 

@@ -85,7 +85,8 @@
 #define PAL_C_UNTRACKED_ALLOW 15
 #define PAL_C_FRAG_ALLOW 16
 #define PAL_C_FORWARDED 17   /* established, sent on by the program (host conntrack bypass) */
-#define PAL_C_MAX 18
+#define PAL_C_NAT_REJECT 18 /* to a Service without backends (ICMP unreachable), or a flow whose backend left (TCP reset) */
+#define PAL_C_MAX 19
 
 /* Conntrack flags. */
 #define PAL_CT_ORIG_A 0x01   /* side a opened the flow */

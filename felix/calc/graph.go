@@ -19,6 +19,7 @@ type Graph struct {
 	dp       Dataplane
 
 	labels   *labelIndex
+	lb       *lbIndex
 	compiler *ruleCompiler
 	policies *policyResolver
 	out      *sequencer
@@ -61,6 +62,7 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 		hostname:    hostname,
 		dp:          dp,
 		labels:      newLabelIndex(out),
+		lb:          newLBIndex(),
 		compiler:    newRuleCompiler(),
 		out:         out,
 		configDirty: true,
@@ -154,9 +156,13 @@ func (g *Graph) OnUpdate(u Update) {
 	case KindEndpointSlice:
 		s, _ := u.Value.(*EndpointSlice)
 		g.labels.services.onSlice(k.Namespace, k.Name, s)
+	case KindService:
+		s, _ := u.Value.(*Service)
+		g.lb.onService(k.Namespace, k.Name, s)
 	case KindEndpointSlicesSynced:
 		if !g.labels.services.synced {
 			g.labels.services.synced = true
+			g.labels.services.lbDirty = true
 			g.policies.servicesSynced()
 		}
 	default:
@@ -375,6 +381,7 @@ func (g *Graph) Flush() {
 	}
 	g.out.flushSets(g.dp)
 	g.policies.flush(g.dp)
+	g.flushLB()
 	if od, ok := g.dp.(OverlayDataplane); ok {
 		g.overlay.flush(od)
 	}

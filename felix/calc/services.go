@@ -32,6 +32,9 @@ type EndpointSlice struct {
 	Service   string
 	Addresses []netip.Addr
 	Ports     []ServicePort
+	// Endpoints are the addresses with their conditions, for the load
+	// balancer (lb.go).
+	Endpoints []SliceEndpoint
 }
 
 // ServicePort is one port of an EndpointSlice.
@@ -39,6 +42,8 @@ type ServicePort struct {
 	// Proto is "tcp", "udp" or "sctp".
 	Proto string
 	Port  uint16
+	// Name is the port's name (that of the Service port it serves).
+	Name string
 }
 
 // serviceIndex is the stage that keeps the endpoints of every Service
@@ -54,6 +59,8 @@ type serviceIndex struct {
 	synced bool
 	// dirty are the Services whose slices changed since the last sync.
 	dirty map[string]struct{}
+	// lbDirty: a slice changed since the load balancer was last passed.
+	lbDirty bool
 }
 
 func newServiceIndex() *serviceIndex {
@@ -63,6 +70,7 @@ func newServiceIndex() *serviceIndex {
 // onSlice adds, replaces or (nil) removes a slice.
 func (x *serviceIndex) onSlice(namespace, name string, s *EndpointSlice) {
 	key := namespace + "/" + name
+	x.lbDirty = true
 	if old := x.slices[key]; old != nil {
 		svc := namespace + "/" + old.Service
 		delete(x.bySvc[svc], key)

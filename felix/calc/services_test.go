@@ -97,20 +97,20 @@ func TestServiceRules(t *testing.T) {
 	step("before the slices are read",
 		up(wep("prod", "client", testNode, "10.0.0.1", map[string]string{"app": "client"})),
 		up(nsProfile("prod", nil)), up(pol),
-		slice("prod", "db-1", "db", []string{"10.1.0.1", "10.1.0.2", "fd00::1"}, ServicePort{"tcp", 5432}, ServicePort{"udp", 53}),
-		slice("prod", "db-2", "db", []string{"10.1.0.3"}, ServicePort{"tcp", 5433}),
-		slice("front", "web-1", "web", []string{"10.2.0.1"}, ServicePort{"tcp", 80}),
-		slice("prod", "secret-1", "secret", []string{"10.3.0.1"}, ServicePort{"tcp", 22}),
+		slice("prod", "db-1", "db", []string{"10.1.0.1", "10.1.0.2", "fd00::1"}, ServicePort{Proto: "tcp", Port: 5432}, ServicePort{Proto: "udp", Port: 53}),
+		slice("prod", "db-2", "db", []string{"10.1.0.3"}, ServicePort{Proto: "tcp", Port: 5433}),
+		slice("front", "web-1", "web", []string{"10.2.0.1"}, ServicePort{Proto: "tcp", Port: 80}),
+		slice("prod", "secret-1", "secret", []string{"10.3.0.1"}, ServicePort{Proto: "tcp", Port: 22}),
 		// A slice of another namespace's db is not prod/db's.
-		slice("other", "db-1", "db", []string{"10.9.0.1"}, ServicePort{"tcp", 5432}),
+		slice("other", "db-1", "db", []string{"10.9.0.1"}, ServicePort{Proto: "tcp", Port: 5432}),
 	)
 	step("slices read", slicesSynced())
 	step("endpoint removed, slice deleted, endpoint added",
-		slice("prod", "db-1", "db", []string{"10.1.0.1", "fd00::1"}, ServicePort{"tcp", 5432}, ServicePort{"udp", 53}),
+		slice("prod", "db-1", "db", []string{"10.1.0.1", "fd00::1"}, ServicePort{Proto: "tcp", Port: 5432}, ServicePort{Proto: "udp", Port: 53}),
 		sliceGone("prod", "db-2"),
-		slice("front", "web-2", "web", []string{"10.2.0.2"}, ServicePort{"tcp", 80}),
+		slice("front", "web-2", "web", []string{"10.2.0.2"}, ServicePort{Proto: "tcp", Port: 80}),
 	)
-	step("port changed", slice("prod", "secret-1", "secret", []string{"10.3.0.1"}, ServicePort{"tcp", 2222}))
+	step("port changed", slice("prod", "secret-1", "secret", []string{"10.3.0.1"}, ServicePort{Proto: "tcp", Port: 2222}))
 	step("last slice of a Service deleted", sliceGone("front", "web-1"), sliceGone("front", "web-2"))
 	step("policy deleted", del(pol))
 	golden.Check(t, filepath.Join("testdata", "services.golden"), dp.log.String(), *updateGolden)
@@ -124,8 +124,8 @@ func TestServiceRulesAnyOrder(t *testing.T) {
 	})
 	updates := []Update{
 		up(wep("prod", "client", testNode, "10.0.0.1", nil)), up(pol),
-		slice("prod", "db-1", "db", []string{"10.1.0.1"}, ServicePort{"tcp", 5432}),
-		slice("prod", "db-2", "db", []string{"10.1.0.2"}, ServicePort{"sctp", 9}),
+		slice("prod", "db-1", "db", []string{"10.1.0.1"}, ServicePort{Proto: "tcp", Port: 5432}),
+		slice("prod", "db-2", "db", []string{"10.1.0.2"}, ServicePort{Proto: "sctp", Port: 9}),
 		slicesSynced(),
 	}
 	want := []string{"10.1.0.1,tcp:5432", "10.1.0.2,sctp:9"}
@@ -204,7 +204,7 @@ func BenchmarkServiceRuleEndpointChange(b *testing.B) {
 		return out
 	}
 	for i := range 10_000 {
-		g.OnUpdate(slice("prod", fmt.Sprintf("svc-%d-abc", i), fmt.Sprintf("svc-%d", i), addrs(i, 0), ServicePort{"tcp", 8080}))
+		g.OnUpdate(slice("prod", fmt.Sprintf("svc-%d-abc", i), fmt.Sprintf("svc-%d", i), addrs(i, 0), ServicePort{Proto: "tcp", Port: 8080}))
 	}
 	g.OnUpdate(slicesSynced())
 	for i := range 200 {
@@ -224,7 +224,7 @@ func BenchmarkServiceRuleEndpointChange(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		svc := i % 200
-		u := slice("prod", fmt.Sprintf("svc-%d-abc", svc), fmt.Sprintf("svc-%d", svc), addrs(svc, i/200+1), ServicePort{"tcp", 8080})
+		u := slice("prod", fmt.Sprintf("svc-%d-abc", svc), fmt.Sprintf("svc-%d", svc), addrs(svc, i/200+1), ServicePort{Proto: "tcp", Port: 8080})
 		start := time.Now()
 		g.OnUpdate(u)
 		g.Flush()

@@ -1,8 +1,10 @@
-// Package kubeslices reads the Kubernetes EndpointSlices into felix's
-// calculation graph, for rules that name a Service: a client-go informer
-// is the syncer of this one kind, its events become calc Updates of
-// calc.KindEndpointSlice, and one calc.KindEndpointSlicesSynced follows
-// once the first list was delivered.
+// Package kubeslices reads the Kubernetes EndpointSlices and Services into
+// felix's calculation graph, for rules that name a Service and for the
+// eBPF dataplane's load balancer: client-go informers are the syncer of
+// these two kinds, their events become calc Updates of
+// calc.KindEndpointSlice and calc.KindService, and one
+// calc.KindEndpointSlicesSynced follows once both first lists were
+// delivered.
 package kubeslices
 
 import (
@@ -77,10 +79,36 @@ func (s *Source) Run(ctx context.Context, out func([]calc.Update)) {
 		logger.WithError(err).Error("Cannot watch EndpointSlices: rules naming a Service stay failed closed")
 		return
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); inf.Run(ctx.Done()) }()
-	defer func() { <-done }()
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	svcInf := cache.NewSharedIndexInformer(client.Services(), &corev1.Service{}, 0, cache.Indexers{})
+	_ = svcInf.SetTransform(slimService)
+	sendSvc := func(obj any, gone bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj, gone = d.Obj, true
+		}
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			return
+		}
+		u := calc.Update{Key: datastore.Key{Kind: calc.KindService, Namespace: svc.Namespace, Name: svc.Name}}
+		if !gone {
+			u.Value = ConvertService(svc)
+		}
+		out([]calc.Update{u})
+	}
+	svcReg, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { sendSvc(obj, false) },
+		UpdateFunc: func(_, obj any) { sendSvc(obj, false) },
+		DeleteFunc: func(obj any) { sendSvc(obj, true) },
+	})
+	if err != nil {
+		logger.WithError(err).Error("Cannot watch Services: rules naming a Service stay failed closed")
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { defer func() { done <- struct{}{} }(); inf.Run(ctx.Done()) }()
+	go func() { defer func() { done <- struct{}{} }(); svcInf.Run(ctx.Done()) }()
+	defer func() { <-done; <-done }()
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced, svcReg.HasSynced) {
 		return
 	}
 	logger.Info("EndpointSlices read: rules naming a Service are enforced")
@@ -90,7 +118,7 @@ func (s *Source) Run(ctx context.Context, out func([]calc.Update)) {
 
 // slim is the informer's transform: the cache keeps only what Convert
 // reads of a slice (its name, Service label, address type, endpoint
-// addresses and ports), not whole objects with their managed fields,
+// addresses and conditions, and ports), not whole objects with their managed fields,
 // annotations, conditions, hints and topology.
 func slim(obj any) (any, error) {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
@@ -108,10 +136,25 @@ func slim(obj any) (any, error) {
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
 		for i, ep := range s.Endpoints {
-			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses}
+			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses, Conditions: ep.Conditions}
 		}
 	}
 	return out, nil
+}
+
+// slimService is the Service informer's transform: the cache keeps only
+// what ConvertService reads (type, cluster addresses, ports).
+func slimService(obj any) (any, error) {
+	s, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Service{
+		ObjectMeta: listwatch.Meta(s.ObjectMeta),
+		Spec: corev1.ServiceSpec{
+			Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs, Ports: s.Spec.Ports,
+		},
+	}, nil
 }
 
 // Convert keeps what felix needs of a slice: its Service (the
@@ -128,9 +171,14 @@ func Convert(s *discoveryv1.EndpointSlice) *calc.EndpointSlice {
 	}
 	if s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6 {
 		for _, ep := range s.Endpoints {
+			c := ep.Conditions
 			for _, a := range ep.Addresses {
 				if ip, err := netip.ParseAddr(a); err == nil {
 					out.Addresses = append(out.Addresses, ip.Unmap())
+					out.Endpoints = append(out.Endpoints, calc.SliceEndpoint{
+						Addr: ip.Unmap(), Ready: c.Ready == nil || *c.Ready, Serving: c.Serving == nil || *c.Serving,
+						Terminating: c.Terminating != nil && *c.Terminating,
+					})
 				}
 			}
 		}
@@ -145,7 +193,45 @@ func Convert(s *discoveryv1.EndpointSlice) *calc.EndpointSlice {
 		}
 		switch proto {
 		case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
-			out.Ports = append(out.Ports, calc.ServicePort{Proto: strings.ToLower(string(proto)), Port: uint16(*p.Port)})
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			out.Ports = append(out.Ports, calc.ServicePort{Name: name, Proto: strings.ToLower(string(proto)), Port: uint16(*p.Port)})
+		}
+	}
+	return out
+}
+
+// ConvertService keeps what the load balancer needs of a Service: its
+// cluster addresses (none for a headless or an ExternalName Service) and
+// its ports of TCP, UDP and SCTP.
+func ConvertService(s *corev1.Service) *calc.Service {
+	out := &calc.Service{
+		TypeMeta:   v3.TypeMeta{Kind: calc.KindService},
+		ObjectMeta: v3.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+	}
+	if s.Spec.Type != corev1.ServiceTypeExternalName {
+		ips := s.Spec.ClusterIPs
+		if len(ips) == 0 && s.Spec.ClusterIP != "" {
+			ips = []string{s.Spec.ClusterIP}
+		}
+		for _, a := range ips {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				out.ClusterIPs = append(out.ClusterIPs, ip.Unmap())
+			}
+		}
+	}
+	for _, p := range s.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		switch proto {
+		case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+			if p.Port >= 1 && p.Port <= 65535 {
+				out.Ports = append(out.Ports, calc.ServiceSpecPort{Name: p.Name, Proto: strings.ToLower(string(proto)), Port: uint16(p.Port)})
+			}
 		}
 	}
 	return out

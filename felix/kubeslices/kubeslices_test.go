@@ -170,7 +170,7 @@ func TestConvert(t *testing.T) {
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}},
 				{Addresses: []string{"10.0.0.2", "bogus"}, Conditions: discoveryv1.EndpointConditions{Ready: new(bool)}}},
 			Ports: []discoveryv1.EndpointPort{{Port: port(80)}, {Port: port(53), Protocol: &udp}, {Port: port(9), Protocol: &sctp}, {Protocol: &tcp}},
-		}, "db [10.0.0.1 10.0.0.2] [{tcp 80} {udp 53} {sctp 9}]"},
+		}, "db [10.0.0.1 10.0.0.2] [{tcp 80 } {udp 53 } {sctp 9 }]"},
 		{"IPv6", discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Labels: map[string]string{discoveryv1.LabelServiceName: "db"}},
 			AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}}},

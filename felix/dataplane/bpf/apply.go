@@ -141,6 +141,8 @@ func (d *Driver) setup(ctx context.Context) error {
 		}
 	}
 	d.ready = true
+	d.kubeProxyDue = true
+	d.lb.dirty = d.lb.want != nil
 	now := time.Now()
 	d.lastRefresh.iptables, d.lastRefresh.routes, d.lastRefresh.gc = now, now, now
 	d.log.WithFields(log.Fields{"dir": objs.Dir, "backend": b, "ipVersions": d.families}).Info("eBPF dataplane ready")
@@ -198,6 +200,8 @@ func (d *Driver) Apply(ctx context.Context) error {
 			return err
 		}
 		d.failsafeDirty = true
+		d.lb.dirty = d.lb.want != nil
+		d.kubeProxyDue = true
 	}
 	if every := d.cfg.RouteRefreshInterval; every > 0 && now.Sub(d.lastRefresh.routes) >= every {
 		d.lastRefresh.routes = now
@@ -225,6 +229,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	}
 	phase("sets")
 	if err := d.sets.applyAdds(d.objs); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.lb.apply(d.objs); err != nil {
 		errs = append(errs, err)
 	}
 	for _, m := range d.poolSets {
@@ -263,6 +270,13 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if d.iptablesWritten || !d.att.pending() {
 		rulesOK = d.applyIptables(ctx, &errs)
 		d.iptablesWritten = d.iptablesWritten || rulesOK
+	}
+	if d.kubeProxyDue && kubeProxyCleanup(d.cfg) {
+		if err := d.cleanKubeProxy(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			d.kubeProxyDue = false
+		}
 	}
 	phase("iptables")
 	for _, p := range released {

@@ -75,6 +75,7 @@ type Driver struct {
 	profiles  map[string]*calc.Profile
 	endpoints map[calc.EndpointID]*calc.Endpoint
 	sets      *setMaps
+	lb        lbMaps
 	progs     *programs
 	ifaces    *ifaceState
 	att       *attacher
@@ -100,6 +101,10 @@ type Driver struct {
 	failsafeDirty bool
 	// forward is the host conntrack bypass as last set (nil: not yet).
 	forward *bool
+	// kubeProxyDue: kube-proxy's iptables rules are looked for (at
+	// start and every iptablesRefreshInterval) and removed when
+	// bpfKubeProxyIptablesCleanupEnabled.
+	kubeProxyDue bool
 	// iptablesWritten: felix's iptables were written in this mode once.
 	iptablesWritten bool
 	// dataPattern is bpfDataIfacePattern (nil: none is a data interface).

@@ -82,6 +82,7 @@ var FelixConfigurationActedOn = map[string]bool{
 	// The eBPF dataplane's.
 	"bpfEnabled": true, "bpfAttachType": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
 	"bpfHostConntrackBypass": true, "bpfDataIfacePattern": true, "bpfRedirectToPeer": true, "bpfL3IfacePattern": true,
+	"bpfKubeProxyIptablesCleanupEnabled": true,
 	// Health and Prometheus metrics (docs/metrics.md).
 	"healthEnabled": true, "healthHost": true, "healthPort": true, "healthTimeoutOverrides": true,
 	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,
