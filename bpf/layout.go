@@ -191,6 +191,36 @@ func Addr16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
+// mappedV4 is where the programs keep IPv4 addresses in the sets' trie
+// (Addr16: IPv4-mapped IPv6).
+var mappedV4 = netip.MustParsePrefix("::ffff:0:0/96")
+
+// SetKeys are the pal_sets keys of CIDR p in set id: one, except for an
+// IPv6 CIDR covering ::ffff:0:0/96. The programs look IPv4 addresses up
+// as IPv4-mapped IPv6 in the same trie, so such a member (::/0, a
+// NetworkSet's "all of IPv6") would match every IPv4 address, where an
+// IPv6 ipset of the iptables dataplane matches none: it becomes the
+// pieces of its prefix outside ::ffff:0:0/96.
+func SetKeys(id uint64, p netip.Prefix) []SetKey {
+	p = p.Masked()
+	key := func(p netip.Prefix) SetKey {
+		return SetKey{Prefixlen: uint32(64 + PrefixLen16(p)), IdHi: uint32(id >> 32), IdLo: uint32(id), Addr: Addr16(p.Addr())}
+	}
+	if !p.Addr().Is6() || p.Addr().Is4In6() || p.Bits() > mappedV4.Bits() || !p.Contains(mappedV4.Addr()) {
+		return []SetKey{key(p)}
+	}
+	var keys []SetKey
+	v4 := mappedV4.Addr().As16()
+	for bits := p.Bits(); bits < mappedV4.Bits(); bits++ {
+		// The prefix of length bits+1 that agrees with ::ffff:0:0/96 on
+		// its first bits and differs on the next one.
+		a := v4
+		a[bits/8] ^= 0x80 >> (bits % 8)
+		keys = append(keys, key(netip.PrefixFrom(netip.AddrFrom16(a), bits+1).Masked()))
+	}
+	return keys
+}
+
 // Src4 is an IPv4 address as Endpoint.Src4 holds it: its four bytes in
 // network order, read as the program reads them (host order); 0 for an
 // address that is not IPv4.

@@ -20,16 +20,19 @@ import (
 // new ones before the programs that use them (applyAdds), the old ones
 // after (applyRemovals). The kernel's keys are read back once at start.
 type setMaps struct {
-	members map[string]map[string]setKey // calc id → member → key
-	// want and have: the keys wanted and those in the kernel; dirty the
-	// keys whose two may differ.
-	want, have map[setKey]struct{}
-	dirty      map[setKey]struct{}
-	names      map[uint64]string // set id → calc id, wanted
-	haveNames  map[uint64]bool
-	types      map[string]calc.IPSetType
-	bad        map[string]bool // members already warned about
-	log        *log.Entry
+	members map[string]map[string][]setKey // calc id → member → its keys
+	// want counts the members wanting each key (two members of a set may
+	// share one: 10.0.0.1 and 10.0.0.1/32, or a piece of a split IPv6
+	// member); have the keys in the kernel; dirty the keys whose two may
+	// differ.
+	want      map[setKey]int
+	have      map[setKey]struct{}
+	dirty     map[setKey]struct{}
+	names     map[uint64]string // set id → calc id, wanted
+	haveNames map[uint64]bool
+	types     map[string]calc.IPSetType
+	bad       map[string]bool // members already warned about
+	log       *log.Entry
 }
 
 // setKey is a key of either map.
@@ -40,12 +43,27 @@ type setKey struct {
 }
 
 func newSetMaps(logger *log.Entry) *setMaps {
-	return &setMaps{log: logger, types: map[string]calc.IPSetType{}, members: map[string]map[string]setKey{}, want: map[setKey]struct{}{}, have: map[setKey]struct{}{},
+	return &setMaps{log: logger, types: map[string]calc.IPSetType{}, members: map[string]map[string][]setKey{}, want: map[setKey]int{}, have: map[setKey]struct{}{},
 		dirty: map[setKey]struct{}{}, names: map[uint64]string{}, haveNames: map[uint64]bool{}, bad: map[string]bool{}}
 }
 
-// memberKey is the map key of a member of set id.
-func memberKey(id string, typ calc.IPSetType, m string) (setKey, error) {
+// memberKeys are the map keys of a member of set id: one, except for an
+// IPv6 CIDR covering the IPv4-mapped range (bpf.SetKeys).
+func memberKeys(id string, typ calc.IPSetType, m string) ([]setKey, error) {
+	k, p, err := memberKey(id, typ, m)
+	if err != nil || typ == calc.IPSetIPPort {
+		return []setKey{k}, err
+	}
+	var keys []setKey
+	for _, nk := range palbpf.SetKeys(palbpf.SetID(id), p) {
+		keys = append(keys, setKey{net: nk})
+	}
+	return keys, nil
+}
+
+// memberKey is the map key of a member of set id (and, for a CIDR, the
+// masked prefix).
+func memberKey(id string, typ calc.IPSetType, m string) (setKey, netip.Prefix, error) {
 	sid := palbpf.SetID(id)
 	hi, lo := uint32(sid>>32), uint32(sid)
 	if typ == calc.IPSetIPPort {
@@ -55,25 +73,25 @@ func memberKey(id string, typ calc.IPSetType, m string) (setKey, error) {
 		n, err2 := strconv.ParseUint(port, 10, 16)
 		num := map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}[proto]
 		if !ok || !ok2 || err != nil || err2 != nil || num == 0 {
-			return setKey{}, fmt.Errorf("IP set %s: member %q is not ip,proto:port", id, m)
+			return setKey{}, netip.Prefix{}, fmt.Errorf("IP set %s: member %q is not ip,proto:port", id, m)
 		}
-		return setKey{port: true, pk: palbpf.PortKey{IdHi: hi, IdLo: lo, Addr: palbpf.Addr16(a), Port: uint16(n), Proto: num}}, nil
+		return setKey{port: true, pk: palbpf.PortKey{IdHi: hi, IdLo: lo, Addr: palbpf.Addr16(a), Port: uint16(n), Proto: num}}, netip.Prefix{}, nil
 	}
 	p, err := netip.ParsePrefix(m)
 	if err != nil {
 		a, err2 := netip.ParseAddr(m)
 		if err2 != nil {
-			return setKey{}, fmt.Errorf("IP set %s: member %q is not an address or CIDR", id, m)
+			return setKey{}, netip.Prefix{}, fmt.Errorf("IP set %s: member %q is not an address or CIDR", id, m)
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
 	p = p.Masked()
-	return setKey{net: palbpf.SetKey{Prefixlen: uint32(64 + palbpf.PrefixLen16(p)), IdHi: hi, IdLo: lo, Addr: palbpf.Addr16(p.Addr())}}, nil
+	return setKey{net: palbpf.SetKey{Prefixlen: uint32(64 + palbpf.PrefixLen16(p)), IdHi: hi, IdLo: lo, Addr: palbpf.Addr16(p.Addr())}}, p, nil
 }
 
 func (s *setMaps) set(id string, typ calc.IPSetType, members []string) {
 	old := s.members[id]
-	now := make(map[string]setKey, len(members))
+	now := make(map[string][]setKey, len(members))
 	for _, m := range members {
 		if k, ok := old[m]; ok {
 			now[m] = k
@@ -81,9 +99,9 @@ func (s *setMaps) set(id string, typ calc.IPSetType, members []string) {
 		}
 		s.addMember(id, typ, m, now)
 	}
-	for m, k := range old {
+	for m, ks := range old {
 		if _, ok := now[m]; !ok {
-			s.unwant(k)
+			s.unwant(ks)
 		}
 	}
 	s.members[id] = now
@@ -91,8 +109,8 @@ func (s *setMaps) set(id string, typ calc.IPSetType, members []string) {
 	s.names[palbpf.SetID(id)] = id
 }
 
-func (s *setMaps) addMember(id string, typ calc.IPSetType, m string, into map[string]setKey) {
-	k, err := memberKey(id, typ, m)
+func (s *setMaps) addMember(id string, typ calc.IPSetType, m string, into map[string][]setKey) {
+	ks, err := memberKeys(id, typ, m)
 	if err != nil {
 		// calc writes only valid members; one that is not matches
 		// nothing (the rule stays narrower, never wider).
@@ -102,14 +120,21 @@ func (s *setMaps) addMember(id string, typ calc.IPSetType, m string, into map[st
 		}
 		return
 	}
-	into[m] = k
-	s.want[k] = struct{}{}
-	s.dirty[k] = struct{}{}
+	into[m] = ks
+	for _, k := range ks {
+		s.want[k]++
+		s.dirty[k] = struct{}{}
+	}
 }
 
-func (s *setMaps) unwant(k setKey) {
-	delete(s.want, k)
-	s.dirty[k] = struct{}{}
+// unwant drops one member's keys; a key another member still wants stays.
+func (s *setMaps) unwant(ks []setKey) {
+	for _, k := range ks {
+		if s.want[k]--; s.want[k] <= 0 {
+			delete(s.want, k)
+		}
+		s.dirty[k] = struct{}{}
+	}
 }
 
 func (s *setMaps) delta(id string, added, removed []string) {
@@ -124,16 +149,16 @@ func (s *setMaps) delta(id string, added, removed []string) {
 		}
 	}
 	for _, m := range removed {
-		if k, ok := cur[m]; ok {
+		if ks, ok := cur[m]; ok {
 			delete(cur, m)
-			s.unwant(k)
+			s.unwant(ks)
 		}
 	}
 }
 
 func (s *setMaps) remove(id string) {
-	for _, k := range s.members[id] {
-		s.unwant(k)
+	for _, ks := range s.members[id] {
+		s.unwant(ks)
 	}
 	delete(s.members, id)
 	delete(s.types, id)

@@ -149,9 +149,10 @@ func (e *bed) memberOf(set, m string) {
 		a := netip.MustParseAddr(m)
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
-	k := bpf.SetKey{Prefixlen: uint32(64 + bpf.PrefixLen16(p)), IdHi: uint32(id >> 32), IdLo: uint32(id), Addr: bpf.Addr16(p.Masked().Addr())}
-	if err := e.objs.Maps[bpf.MapSets].Put(k, uint8(1)); err != nil {
-		e.t.Fatal(err)
+	for _, k := range bpf.SetKeys(id, p) {
+		if err := e.objs.Maps[bpf.MapSets].Put(k, uint8(1)); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }
 
