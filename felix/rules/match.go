@@ -39,8 +39,16 @@ func ruleMatches(r calc.Rule, family int, m *marks) []string {
 	if r.Protocol != 0 {
 		fixed = append(fixed, "-p "+protoName(r.Protocol))
 	}
-	if r.NotProtocol != 0 {
+	switch {
+	case r.NotProtocol == 0:
+	case r.Protocol == r.NotProtocol:
+		// protocol X and notProtocol X: a contradiction, no packet.
+		return nil
+	case r.Protocol == 0:
 		fixed = append(fixed, "! -p "+protoName(r.NotProtocol))
+	default:
+		// protocol X already excludes Y, and iptables takes one -p per
+		// rule: "-p X ! -p Y" fails the whole restore.
 	}
 	srcNets, ok := netChoices(r.SrcNets, "-s", family)
 	if !ok {
