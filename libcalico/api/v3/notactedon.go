@@ -27,9 +27,6 @@ var NotActedOn = map[string][]string{
 		"spec.reachableBy",
 		"spec.localWorkloadSelector",
 	},
-	KindIPPool: {
-		"spec.namespaceSelector",
-	},
 	KindIPAMConfiguration: {
 		"spec.ipCooldownSeconds",
 		"spec.kubeVirtVMAddressPersistence",
