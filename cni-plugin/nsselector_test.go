@@ -1,7 +1,6 @@
 package cniplugin
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -23,12 +22,7 @@ func TestPoolNamespaceSelector(t *testing.T) {
 		{"blue-pool", "10.86.0.0/16", "team == 'blue'"},
 		{"red-pool", "10.87.0.0/16", "team == 'red'"},
 	} {
-		pool := &v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool, APIVersion: v3.APIVersion},
-			ObjectMeta: v3.ObjectMeta{Name: p.name}, Spec: v3.IPPoolSpec{CIDR: p.cidr, BlockSize: 26, NamespaceSelector: p.sel}}
-		v3.Default(pool)
-		if _, err := c.store.Create(context.Background(), pool); err != nil {
-			t.Fatal(err)
-		}
+		c.addPoolSpec(p.name, v3.IPPoolSpec{CIDR: p.cidr, BlockSize: 26, NamespaceSelector: p.sel})
 	}
 	n := c.newKubeNode(t, "node1")
 	suffix := fmt.Sprint(time.Now().UnixNano() % 100000)
