@@ -134,11 +134,18 @@ func newCluster(t testing.TB) *cluster {
 // addPool creates an IP pool.
 func (c *cluster) addPool(name, cidr string, blockSize int) {
 	c.t.Helper()
+	c.addPoolSpec(name, v3.IPPoolSpec{CIDR: cidr, BlockSize: blockSize})
+}
+
+// addPoolSpec creates the IP pool name with spec, defaulted as calicoctl
+// would.
+func (c *cluster) addPoolSpec(name string, spec v3.IPPoolSpec) {
+	c.t.Helper()
 	p := &v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool, APIVersion: v3.APIVersion},
-		ObjectMeta: v3.ObjectMeta{Name: name}, Spec: v3.IPPoolSpec{CIDR: cidr, BlockSize: blockSize}}
+		ObjectMeta: v3.ObjectMeta{Name: name}, Spec: spec}
 	v3.Default(p)
 	if _, err := c.store.Create(context.Background(), p); err != nil {
-		c.t.Fatalf("creating ippool %q %s: %v", name, cidr, err)
+		c.t.Fatalf("creating ippool %q %s: %v", name, spec.CIDR, err)
 	}
 }
 

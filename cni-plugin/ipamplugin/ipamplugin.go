@@ -33,6 +33,10 @@ type Plugin struct {
 	Conf     *netconf.NetConf
 	Workload netconf.Workload
 	Log      *log.Entry
+	// NamespaceLabels are the labels of the pod's namespace when the
+	// plugin read it (Kubernetes mode), for the pools' namespaceSelector;
+	// nil otherwise, which matches as a namespace without labels.
+	NamespaceLabels map[string]string
 }
 
 // Prepared is what Prepare read for Add: the addresses the container's
@@ -99,7 +103,7 @@ func (p Plugin) AddPrepared(ctx context.Context, prep Prepared) (*current.Result
 	} else {
 		fam, _ := p.Conf.AssignFamilies() // checked by netconf.Load
 		req := ipam.AutoAssignArgs{HandleID: handle, Hostname: p.Workload.Node, Attrs: attributes(p.Workload),
-			IPv4Pools: p.Conf.IPAM.IPv4Pools, IPv6Pools: p.Conf.IPAM.IPv6Pools}
+			IPv4Pools: p.Conf.IPAM.IPv4Pools, IPv6Pools: p.Conf.IPAM.IPv6Pools, NamespaceLabels: p.NamespaceLabels}
 		if fam.IPv4 {
 			req.Num4 = 1
 		}

@@ -51,7 +51,7 @@ func (p Plugin) AddSticky(ctx context.Context, s Sticky, containerID string) (*c
 		// The pod's first address.
 		fam, _ := p.Conf.AssignFamilies() // checked by netconf.Load
 		req := ipam.AutoAssignArgs{HandleID: s.Handle, NewHandle: true, Hostname: p.Workload.Node, Attrs: attrs,
-			IPv4Pools: p.Conf.IPAM.IPv4Pools, IPv6Pools: p.Conf.IPAM.IPv6Pools}
+			IPv4Pools: p.Conf.IPAM.IPv4Pools, IPv6Pools: p.Conf.IPAM.IPv6Pools, NamespaceLabels: p.NamespaceLabels}
 		if fam.IPv4 {
 			req.Num4 = 1
 		}

@@ -58,7 +58,11 @@ type Config struct {
 	IptablesRefreshInterval time.Duration
 	IpsetsRefreshInterval   time.Duration
 	RouteRefreshInterval    time.Duration
-	LogSeverityScreen       string
+	// InterfaceRefreshInterval is how often the node's interfaces are
+	// scanned again for the host endpoints named by expectedIPs (0: only
+	// when something else changes).
+	InterfaceRefreshInterval time.Duration
+	LogSeverityScreen        string
 	// WorkloadSourceSpoofing is "Disabled" or "Any": whether workloads'
 	// allowSpoofedSourcePrefixes are honoured.
 	WorkloadSourceSpoofing string
@@ -210,6 +214,7 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		IptablesRefreshInterval:     90 * time.Second,
 		IpsetsRefreshInterval:       90 * time.Second,
 		RouteRefreshInterval:        90 * time.Second,
+		InterfaceRefreshInterval:    90 * time.Second,
 		LogSeverityScreen:           orDefault(spec.LogSeverityScreen, "Info"),
 		WorkloadSourceSpoofing:      orDefault(spec.WorkloadSourceSpoofing, "Disabled"),
 		FloatingIPs:                 oneOf("floatingIPs", spec.FloatingIPs, "Disabled", "Enabled"),
@@ -272,6 +277,9 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 	}
 	if spec.RouteRefreshInterval != nil {
 		c.RouteRefreshInterval = spec.RouteRefreshInterval.Duration
+	}
+	if spec.InterfaceRefreshInterval != nil {
+		c.InterfaceRefreshInterval = spec.InterfaceRefreshInterval.Duration
 	}
 	return c
 }

@@ -72,6 +72,10 @@ func (d *Driver) refresh(now time.Time) {
 		d.routes.Resync()
 		d.rpf.resync()
 	}
+	// interfaceRefreshInterval: this apply, like every apply, looks up
+	// the interfaces of the host endpoints named by expectedIPs again
+	// (unresolvedHosts); the interval only makes sure an apply runs.
+	due(&d.lastRefresh.ifaces, d.cfg.InterfaceRefreshInterval)
 }
 
 // NextRefresh is how long until the next periodic read-back is due (a
@@ -88,6 +92,7 @@ func (d *Driver) NextRefresh(now time.Time) time.Duration {
 		{d.lastRefresh.iptables, d.cfg.IptablesRefreshInterval},
 		{d.lastRefresh.ipsets, d.cfg.IpsetsRefreshInterval},
 		{d.lastRefresh.routes, d.cfg.RouteRefreshInterval},
+		{d.lastRefresh.ifaces, d.cfg.InterfaceRefreshInterval},
 	} {
 		if x.every > 0 {
 			if w := x.last.Add(x.every).Sub(now); w < next {
@@ -115,7 +120,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			return err
 		}
 		now := time.Now()
-		d.lastRefresh.iptables, d.lastRefresh.ipsets, d.lastRefresh.routes = now, now, now
+		d.lastRefresh.iptables, d.lastRefresh.ipsets, d.lastRefresh.routes, d.lastRefresh.ifaces = now, now, now, now
 	}
 	d.refresh(time.Now())
 	start := time.Now()

@@ -67,7 +67,7 @@ type Driver struct {
 	rulesDirty  bool
 	inSync      bool
 	swept       bool
-	lastRefresh struct{ iptables, ipsets, routes time.Time }
+	lastRefresh struct{ iptables, ipsets, routes, ifaces time.Time }
 }
 
 // New makes the driver; nothing is written before OnInSync and Apply.

@@ -264,7 +264,7 @@ func (a *Allocator) assignFamilies(ctx context.Context, base *request, args Auto
 		r := *base
 		r.version, r.num, r.affs = v, out.NumRequested, st.affs[v]
 		var err error
-		if r.pools, err = choosePools(st.snap.pools, v, requested, st.labels, intent); err != nil {
+		if r.pools, err = choosePools(st.snap.pools, v, requested, st.labels, args.NamespaceLabels, intent); err != nil {
 			return v, fmt.Errorf("auto-assign for node %q: %w", args.Hostname, err)
 		}
 		if err := a.assignFamily(ctx, &r, out); err != nil {

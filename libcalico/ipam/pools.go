@@ -24,7 +24,10 @@ type pool struct {
 	disabled  bool
 	manual    bool
 	selector  *selector.Selector // nil selects every node
-	uses      []v3.IPPoolAllowedUse
+	// nsSelector is the pool's namespaceSelector; nil selects every
+	// namespace.
+	nsSelector *selector.Selector
+	uses       []v3.IPPoolAllowedUse
 }
 
 // parsePool checks and parses a v3 IP pool.
@@ -53,6 +56,13 @@ func parsePool(p *v3.IPPool) (pool, error) {
 		}
 		out.selector = sel
 	}
+	if s := p.Spec.NamespaceSelector; s != "" {
+		sel, err := selector.Parse(s)
+		if err != nil {
+			return pool{}, fmt.Errorf("ippool %q: spec.namespaceSelector %q: %w", p.Name, s, err)
+		}
+		out.nsSelector = sel
+	}
 	if p.Spec.AssignmentMode != nil && *p.Spec.AssignmentMode == v3.AssignmentManual {
 		out.manual = true
 	}
@@ -80,6 +90,13 @@ func (p pool) allows(intent Intent) bool {
 // selects reports whether the pool's node selector matches labels.
 func (p pool) selects(labels map[string]string) bool {
 	return p.selector == nil || p.selector.Evaluate(selector.MapLabels(labels))
+}
+
+// selectsNamespace reports whether the pool's namespace selector matches
+// the labels of the workload's namespace. As in Calico, a workload whose
+// namespace is not known is matched as a namespace without labels.
+func (p pool) selectsNamespace(labels map[string]string) bool {
+	return p.nsSelector == nil || p.nsSelector.Evaluate(selector.MapLabels(labels))
 }
 
 // blockFor returns the block of the pool holding addr.
@@ -132,10 +149,11 @@ func (p pool) candidateBlocks(host string, yield func(netip.Prefix) bool) {
 
 // choosePools returns the pools of one IP version a request may use, in
 // name order. requested names pools by name or CIDR: when set, exactly
-// those are used (each must exist and be enabled; node selectors do not
-// apply, as in Calico); otherwise every enabled, non-manual pool whose
-// node selector matches labels. Either way the pool must allow intent.
-func choosePools(all []pool, version int, requested []string, labels map[string]string, intent Intent) ([]pool, error) {
+// those are used (each must exist and be enabled; node and namespace
+// selectors do not apply, as in Calico); otherwise every enabled,
+// non-manual pool whose node selector matches labels and whose namespace
+// selector matches nsLabels. Either way the pool must allow intent.
+func choosePools(all []pool, version int, requested []string, labels, nsLabels map[string]string, intent Intent) ([]pool, error) {
 	var out []pool
 	if len(requested) > 0 {
 		for _, r := range requested {
@@ -153,12 +171,12 @@ func choosePools(all []pool, version int, requested []string, labels map[string]
 		return out, nil
 	}
 	for _, p := range all {
-		if p.version() == version && !p.disabled && !p.manual && p.selects(labels) && p.allows(intent) {
+		if p.version() == version && !p.disabled && !p.manual && p.selects(labels) && p.selectsNamespace(nsLabels) && p.allows(intent) {
 			out = append(out, p)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no enabled IPv%d pool selects this node for %s use: %w", version, intent, ErrNoPools)
+		return nil, fmt.Errorf("no enabled IPv%d pool selects this node and namespace for %s use: %w", version, intent, ErrNoPools)
 	}
 	return out, nil
 }

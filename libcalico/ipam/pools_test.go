@@ -37,6 +37,7 @@ func TestParsePoolDefaultsAndErrors(t *testing.T) {
 		{"badcidr", v3.IPPoolSpec{CIDR: "10.0.0.0/33"}, `ippool "badcidr": spec.cidr "10.0.0.0/33"`},
 		{"smallpool", v3.IPPoolSpec{CIDR: "10.0.0.0/28", BlockSize: 26}, `ippool "smallpool": spec.blockSize 26 does not fit`},
 		{"badsel", v3.IPPoolSpec{CIDR: "10.0.0.0/16", NodeSelector: "a =="}, `ippool "badsel": spec.nodeSelector`},
+		{"badnssel", v3.IPPoolSpec{CIDR: "10.0.0.0/16", NamespaceSelector: "a =="}, `ippool "badnssel": spec.namespaceSelector`},
 	}
 	for _, tc := range bad {
 		_, err := parsePool(&v3.IPPool{ObjectMeta: v3.ObjectMeta{Name: tc.name}, Spec: tc.spec})
@@ -55,12 +56,14 @@ func TestChoosePools(t *testing.T) {
 		testPool(t, "tunnel", "10.3.0.0/16", func(s *v3.IPPoolSpec) { s.AllowedUses = []v3.IPPoolAllowedUse{v3.IPPoolAllowedUseTunnel} }),
 		testPool(t, "manual", "10.4.0.0/16", func(s *v3.IPPoolSpec) { s.AssignmentMode = &manual }),
 		testPool(t, "v6", "fd00::/64", nil),
+		testPool(t, "team", "10.5.0.0/16", func(s *v3.IPPoolSpec) { s.NamespaceSelector = "team == 'blue'" }),
 	}
 	tests := []struct {
 		name      string
 		version   int
 		requested []string
 		labels    map[string]string
+		nsLabels  map[string]string
 		intent    Intent
 		want      []string
 		wantErr   error
@@ -69,6 +72,9 @@ func TestChoosePools(t *testing.T) {
 		{name: "selector matches", version: 4, labels: map[string]string{"rack": "r1"}, intent: IntentWorkload, want: []string{"a", "rack1"}},
 		{name: "tunnel intent", version: 4, intent: IntentTunnel, want: []string{"a", "tunnel"}},
 		{name: "ipv6", version: 6, intent: IntentWorkload, want: []string{"v6"}},
+		{name: "namespace selector matches", version: 4, nsLabels: map[string]string{"team": "blue"}, intent: IntentWorkload, want: []string{"a", "team"}},
+		{name: "namespace selector does not match", version: 4, nsLabels: map[string]string{"team": "red"}, intent: IntentWorkload, want: []string{"a"}},
+		{name: "requested ignores namespace selector", version: 4, requested: []string{"team"}, intent: IntentWorkload, want: []string{"team"}},
 		{name: "requested by name ignores selector", version: 4, requested: []string{"rack1"}, intent: IntentWorkload, want: []string{"rack1"}},
 		{name: "requested by CIDR", version: 4, requested: []string{"10.4.0.0/16"}, intent: IntentWorkload, want: []string{"manual"}},
 		{name: "requested disabled", version: 4, requested: []string{"disabled"}, intent: IntentWorkload, wantErr: ErrPoolNotUsable},
@@ -78,7 +84,7 @@ func TestChoosePools(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := choosePools(all, tc.version, tc.requested, tc.labels, tc.intent)
+			got, err := choosePools(all, tc.version, tc.requested, tc.labels, tc.nsLabels, tc.intent)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("error %v, want %v", err, tc.wantErr)

@@ -33,6 +33,10 @@ type AutoAssignArgs struct {
 	// IPv4Pools and IPv6Pools restrict assignment to these pools, named by
 	// pool name or CIDR; empty means every enabled pool selecting the node.
 	IPv4Pools, IPv6Pools []string
+	// NamespaceLabels are the labels of the workload's namespace, matched
+	// against the pools' namespaceSelector when the pools are not named
+	// in IPv4Pools/IPv6Pools; nil is a namespace without labels.
+	NamespaceLabels map[string]string
 	// MaxBlocksPerHost caps the blocks the node may claim; 0 uses the
 	// IPAM configuration, and when that is 0 too, 20.
 	MaxBlocksPerHost int

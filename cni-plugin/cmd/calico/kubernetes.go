@@ -14,7 +14,8 @@ import (
 // kubeAddresses makes the pod's addressing annotations decide where its
 // addresses come from: ipAddrsNoIpam gives them without IPAM, ipAddrs
 // asks calico-ipam for exactly those, ipv4pools/ipv6pools restrict
-// calico-ipam's pools, and ipReleasePolicy keeps the address reserved for
+// calico-ipam's pools, the namespace's labels go to the pools'
+// namespaceSelector, and ipReleasePolicy keeps the address reserved for
 // the pod's name in its StatefulSet. (kubepod.Mode.Read has already refused what the
 // configured IPAM cannot do.) Another IPAM plugin runs with the network
 // configuration's usePodCidr replaced by the node's pod CIDR.
@@ -36,6 +37,9 @@ func kubeAddresses(ctx context.Context, kube *kubepod.Mode, src addressSource, s
 	}
 	if in, ok := src.(*inProcessIPAM); ok {
 		in.requested = a.Requested
+		if kube.Namespace != nil {
+			in.plugin.NamespaceLabels = kube.Namespace.Labels
+		}
 		if kube.ReleasePolicy != "" {
 			in.sticky = kube.Sticky()
 		}

@@ -27,9 +27,6 @@ var NotActedOn = map[string][]string{
 		"spec.reachableBy",
 		"spec.localWorkloadSelector",
 	},
-	KindIPPool: {
-		"spec.namespaceSelector",
-	},
 	KindIPAMConfiguration: {
 		"spec.ipCooldownSeconds",
 		"spec.kubeVirtVMAddressPersistence",
@@ -70,6 +67,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	"featureDetectOverride": true,
 	// cali-cidr-block (felix/rules/cidrblock.go).
 	"serviceLoopPrevention": true,
+	// The rescan of host endpoints named by expectedIPs (felix/dataplane).
+	"interfaceRefreshInterval": true,
 	// The maxelem of IP sets (felix/dataplane/ipsets).
 	"maxIpsetSize": true,
 	// Workload routes (felix/dataplane/routes).
