@@ -14,13 +14,14 @@ LDFLAGS := -s -w \
 	-X $(PKG)/libcalico/buildinfo.GitCommit=$(GIT_COMMIT) \
 	-X $(PKG)/libcalico/buildinfo.BuildDate=$(BUILD_DATE)
 
-BINARIES := calicoctl calico-node calico calico-ipam install-cni calico-kube-controllers lab
+BINARIES := calicoctl calico-node calico calico-ipam install-cni calico-kube-controllers calico-etcd-proxy lab
 calicoctl_MAIN := ./calicoctl/cmd/calicoctl
 calico-node_MAIN := ./node/cmd/calico-node
 calico_MAIN := ./cni-plugin/cmd/calico
 calico-ipam_MAIN := ./cni-plugin/cmd/calico-ipam
 install-cni_MAIN := ./cni-plugin/cmd/install-cni
 calico-kube-controllers_MAIN := ./kube-controllers/cmd/calico-kube-controllers
+calico-etcd-proxy_MAIN := ./libcalico/datastore/etcdproxy/cmd/calico-etcd-proxy
 lab_MAIN := ./lab/cmd/lab
 
 # Whole test run; CI allows 90 minutes, we aim for well under 30.
@@ -75,7 +76,7 @@ IMAGE_ARCHES ?= amd64 arm64
 
 # The binaries of the images, for each of IMAGE_ARCHES: static (CGO off)
 # Go, into $(BIN)/linux-<arch>/ (pause is the sandbox image's program).
-IMAGE_BINARIES := calico-node calico calico-ipam install-cni calicoctl calico-kube-controllers pause
+IMAGE_BINARIES := calico-node calico calico-ipam install-cni calicoctl calico-kube-controllers calico-etcd-proxy pause
 pause_MAIN := ./hack/images/pause
 image-bins:
 	@for arch in $(IMAGE_ARCHES); do \
