@@ -97,6 +97,9 @@ func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max
 	for _, ph := range strings.Split(phases, ",") {
 		var err error
 		switch ph {
+		case "":
+			// No measurement: -phases "" rewrites the report from the
+			// series saved in -out.
 		case "calc":
 			all := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(sizes), extra...))))
 			err = step(ph, func() ([]scale.Series, error) { return one(scale.CalcGraph(all, scale.CalcSetup, 200)) })
