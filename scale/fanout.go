@@ -34,6 +34,7 @@ var FanOutMetrics = []Metric{
 	{"etcd_watchers", "etcd watchers in sync", ""},
 	{"cache_cpu_ms", "caches' CPU per change", "ms"},
 	{"cache_rss_mb", "caches' RSS", "MiB"},
+	{"cache_peak_mb", "caches' peak RSS", "MiB"},
 }
 
 // FanOutConfig shapes the etcd fan-out measurement.
@@ -334,6 +335,13 @@ func fanOutOnce(ctx context.Context, n int, cfg FanOutConfig) (Point, error) {
 	if len(caches) > 0 {
 		values["cache_cpu_ms"] = (ccpu1 - ccpu0) * 1000 / changes
 		values["cache_rss_mb"] = crss
+		for _, c := range caches {
+			peak, err := ProcPeakRSSMiB(c.pid())
+			if err != nil {
+				return Point{}, err
+			}
+			values["cache_peak_mb"] += peak
+		}
 	}
 	return Point{N: n, Values: values}, nil
 }

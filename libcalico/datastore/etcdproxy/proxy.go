@@ -9,6 +9,7 @@
 package etcdproxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -41,6 +42,33 @@ type Config struct {
 	// ClientCAFile the CA whose client certificates it accepts. All three
 	// are required unless Listen is a loopback address.
 	CertFile, KeyFile, ClientCAFile string
+	// MaxRanges bounds the reads forwarded to etcd at once
+	// (DefaultMaxRanges when 0); the others wait their turn.
+	MaxRanges int
+}
+
+// DefaultMaxRanges is how many reads the proxy forwards at once. When
+// every agent starts together each lists the whole datastore; forwarded
+// all at once, the proxy held every answer in memory together (2.6 GiB
+// per proxy of 500 agents at 1,000 nodes, docs/scale.md), while etcd
+// answers them no faster.
+const DefaultMaxRanges = 16
+
+// limitRanges lets at most n KV Range calls run at once.
+func limitRanges(n int) grpc.UnaryServerInterceptor {
+	slots := make(chan struct{}, n)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod != pb.KV_Range_FullMethodName {
+			return handler(ctx, req)
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-slots }()
+		return handler(ctx, req)
+	}
 }
 
 // Server is a running proxy.
@@ -98,6 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(10 << 20),
+		grpc.ChainUnaryInterceptor(limitRanges(cmp.Or(cfg.MaxRanges, DefaultMaxRanges))),
 	}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))

@@ -59,6 +59,7 @@ unless it listens on a loopback address.`,
 	f.StringVar(&cfg.CertFile, "cert-file", os.Getenv("PROXY_CERT_FILE"), "the proxy's server certificate (PROXY_CERT_FILE)")
 	f.StringVar(&cfg.KeyFile, "key-file", os.Getenv("PROXY_KEY_FILE"), "the server certificate's key (PROXY_KEY_FILE)")
 	f.StringVar(&cfg.ClientCAFile, "trusted-ca-file", os.Getenv("PROXY_TRUSTED_CA_FILE"), "CA of the client certificates the proxy accepts (PROXY_TRUSTED_CA_FILE)")
+	f.IntVar(&cfg.MaxRanges, "max-concurrent-reads", etcdproxy.DefaultMaxRanges, "reads forwarded to etcd at once (more wait): bounds the proxy's memory when every agent lists at once")
 	f.StringVar(&configFile, "config", apiconfig.DefaultPath, "CalicoAPIConfig file naming the upstream etcd (the environment overrides it)")
 	root.AddCommand(buildinfo.Command())
 	return root
