@@ -133,7 +133,7 @@ bench: build kube-tools
 # SIZES (cluster sizes, comma separated), the table on stdout, the table
 # and the plots in docs/scale/. The BGP part runs in a network namespace
 # of its own, under the kernel-test lock only while it runs. PHASES (comma
-# separated: calc, fanout, fanout3, bgp, ipam) runs only those.
+# separated: calc, fanout, fanoutcache, fanout3, bgp, ipam) runs only those.
 SIZES ?= 100,250,500,1000
 scale:
 	@mkdir -p $(BIN)
