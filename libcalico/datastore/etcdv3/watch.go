@@ -53,6 +53,12 @@ type delivered struct {
 	// bad: the value is not a valid resource, so the consumer does not
 	// have it (List skips such values, and so does the watcher).
 	bad bool
+	// unchecked: seeded from the keys alone (Watch), so whether the value
+	// was valid is learnt from etcd's previous key-value when the key
+	// next changes. (Found gone after a compaction, such a key is
+	// reported deleted even if its value was not valid: a deletion of a
+	// key the consumer does not hold.)
+	unchecked bool
 }
 
 // watcher follows one key or prefix. It remembers the revision it
@@ -75,8 +81,8 @@ type watcher struct {
 }
 
 // Watch follows what opts selects from revision (exclusive), or from now.
-// It reads the state at that revision once, to learn which keys the
-// consumer holds; WatchListed spares that read.
+// It reads the keys (not the values) at that revision once, to learn
+// what the consumer holds; WatchListed spares that read.
 func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision string) (datastore.Watcher, error) {
 	path, prefix, err := datastore.ListPath(opts)
 	if err != nil {
@@ -87,7 +93,7 @@ func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision 
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
 	// Seed with the state the consumer has: at start, or now.
-	ops := []clientv3.OpOption{}
+	ops := []clientv3.OpOption{clientv3.WithKeysOnly()}
 	if prefix {
 		ops = append(ops, clientv3.WithPrefix())
 	}
@@ -105,14 +111,11 @@ func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision 
 		start = resp.Header.Revision
 	}
 	w := s.newWatcher(ctx, path, prefix, start, len(resp.Kvs))
-	codec := s.Codec()
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
-		if _, _, err := codec.ParseKey(key); err != nil {
-			continue
+		if _, _, err := s.Codec().ParseKey(key); err == nil {
+			w.known[key] = delivered{modRev: kv.ModRevision, unchecked: true}
 		}
-		_, err := codec.Decode(key, kv.Value, kv.ModRevision)
-		w.known[key] = delivered{modRev: kv.ModRevision, bad: err != nil}
 	}
 	go w.run()
 	return w, nil
@@ -269,7 +272,7 @@ func (w *watcher) deliver(ev *clientv3.Event) bool {
 			return true
 		}
 		delete(w.known, key)
-		if prev.bad {
+		if prev.bad || (prev.unchecked && !w.validPrev(key, ev.PrevKv, prev.modRev)) {
 			return true // the consumer never had it
 		}
 		return w.sendGone(key, ev.PrevKv, prev.modRev, rev)
@@ -278,6 +281,16 @@ func (w *watcher) deliver(ev *clientv3.Event) bool {
 		return true // a kind this build does not know
 	}
 	return w.emitPut(key, ev.Kv.Value, rev, ev.PrevKv, prev, had)
+}
+
+// validPrev says whether etcd's previous key-value of key, at modRev,
+// was a valid resource (true when it is not known).
+func (w *watcher) validPrev(key string, prevKV *mvccpb.KeyValue, modRev int64) bool {
+	if prevKV == nil || prevKV.ModRevision != modRev {
+		return true
+	}
+	_, err := w.store.Codec().Decode(key, prevKV.Value, modRev)
+	return !errors.Is(err, datastore.ErrBadValue)
 }
 
 // sendGone reports the deletion, at eventRev, of the valid value the
@@ -323,7 +336,7 @@ func lastKnown(codec *datastore.Codec, key string, modRev int64) (v3.Resource, e
 func (w *watcher) emitPut(key string, value []byte, rev int64, prevKV *mvccpb.KeyValue, prev delivered, had bool) bool {
 	codec := w.store.Codec()
 	// had: the consumer has the previous value.
-	had = had && !prev.bad
+	had = had && !prev.bad && (!prev.unchecked || w.validPrev(key, prevKV, prev.modRev))
 	obj, err := codec.Decode(key, value, rev)
 	if errors.Is(err, datastore.ErrBadValue) {
 		w.store.BadValues().Record(err)
