@@ -132,6 +132,14 @@ func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) 
 			s.pause(ctx)
 			continue
 		}
+		// The watcher reads what it needs of items now, before they are
+		// handed to the callbacks.
+		w, err := s.watchFrom(ctx, kind, rev, items)
+		if err != nil {
+			logc.WithError(err).Warn("Watch failed; listing again")
+			s.pause(ctx)
+			continue
+		}
 		b := kindBatch{kind: kind, listed: true}
 		seen := map[datastore.Key]bool{}
 		for _, r := range items {
@@ -149,13 +157,8 @@ func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) 
 		}
 		known = seen
 		if !send(b) {
+			w.Stop()
 			return
-		}
-		w, err := s.watchFrom(ctx, kind, rev, items)
-		if err != nil {
-			logc.WithError(err).Warn("Watch failed; listing again")
-			s.pause(ctx)
-			continue
 		}
 		s.watch(ctx, w, known, send, logc)
 		w.Stop()
