@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/link"
+
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -51,12 +53,54 @@ func TestHostClient(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &a); err != nil {
 		t.Fatal(err)
 	}
+	if a.Proto == "tcp-stream" {
+		streamClient(a.Dst)
+		return
+	}
 	for range a.N {
 		began := time.Now()
 		ans := askOnce(a.Proto, a.Dst)
 		ans.Took = time.Since(began)
 		b, _ := json.Marshal(ans)
 		fmt.Printf("answer %s\n", b)
+	}
+}
+
+// streamClient keeps one TCP connection to dst: it prints the first
+// answer and the socket's peer, then, for each line read from stdin,
+// sends it and prints the answer, until stdin or the connection ends.
+func streamClient(dst string) {
+	print := func(a hostAnswer) {
+		b, _ := json.Marshal(a)
+		fmt.Printf("answer %s\n", b)
+	}
+	c, err := net.DialTimeout("tcp4", dst, time.Second)
+	if err != nil {
+		print(hostAnswer{Err: err.Error()})
+		return
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	in := bufio.NewScanner(os.Stdin)
+	for first := true; ; first = false {
+		if !first {
+			if !in.Scan() {
+				return
+			}
+			if _, err := fmt.Fprintf(c, "%s\n", in.Text()); err != nil {
+				print(hostAnswer{Err: err.Error()})
+				return
+			}
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		line, err := r.ReadString('\n')
+		if err != nil {
+			print(hostAnswer{Err: err.Error()})
+			return
+		}
+		a := hostAnswer{Peer: c.RemoteAddr().String()}
+		a.Name, a.Seen, _ = strings.Cut(strings.TrimSpace(line), " ")
+		print(a)
 	}
 }
 
@@ -286,4 +330,118 @@ func TestBPFConnectTimeLB(t *testing.T) {
 			return len(a) == 1 && a[0].Err == ""
 		})
 	})
+}
+
+// TestBPFConnectTimeLBRestart kills felix (SIGKILL) while a host client
+// holds a TCP connection through a ClusterIP: the connection carries on
+// with no felix and across the next one, whose start updates the pinned
+// cgroup links in place; a new host connection made while no felix runs
+// is still translated (the programs stay attached), and after the
+// restart the first connection's peer is still the ClusterIP.
+func TestBPFConnectTimeLBRestart(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", false)
+	cg := testCgroup(t, c.prefix)
+	args := childArgs{Environ: []string{"FELIX_CGROUPV2PATH=" + cg}, Services: true}
+	first := c.startChildWith(t, "felix-1.log", args)
+	setupPods(c)
+	nameServer(t, c.pods["web"].run, "web")
+	nameServer(t, c.pods["other"].run, "other")
+	node := c.node.Path()
+	httpF := "10.96.0.10:80"
+	c.waitFor("a host client reaches the ClusterIP", func() bool {
+		a := hostClient(t, cg, node, hostAsk{Proto: "tcp", Dst: httpF, N: 1})
+		return len(a) == 1 && a[0].Err == ""
+	})
+
+	cmd := hostClientCmd(cg, node, hostAsk{Proto: "tcp-stream", Dst: httpF})
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	next := func() hostAnswer {
+		t.Helper()
+		for lines.Scan() {
+			if rest, ok := strings.CutPrefix(lines.Text(), "answer "); ok {
+				var a hostAnswer
+				if err := json.Unmarshal([]byte(rest), &a); err != nil {
+					t.Fatal(err)
+				}
+				return a
+			}
+		}
+		t.Fatalf("the host client ended: %v", lines.Err())
+		return hostAnswer{}
+	}
+	hello := next()
+	if hello.Err != "" || hello.Peer != httpF {
+		t.Fatalf("the host client's connection: %+v, want one to %s", hello, httpF)
+	}
+	backend := hello.Name
+	exchange := func(when string) {
+		t.Helper()
+		for i := range 20 {
+			fmt.Fprintf(stdin, "%s-%d\n", when, i)
+			a := next()
+			if a.Err != "" || a.Name != backend || a.Seen != fmt.Sprintf("%s-%d", when, i) || a.Peer != httpF {
+				t.Fatalf("%s: exchange %d on the open connection: %+v, want %s echoing, peer %s", when, i, a, backend, httpF)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	exchange("before")
+	links := func() string {
+		t.Helper()
+		id, err := palbpf.NamespaceID(c.nodeRun)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins, _ := filepath.Glob(filepath.Join(palbpf.DefaultRoot, id, "links", "ctlb-*"))
+		var ids []string
+		for _, p := range pins {
+			l, err := link.LoadPinnedLink(p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := l.Info()
+			l.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, fmt.Sprintf("%s=%d", filepath.Base(p), info.ID))
+		}
+		return strings.Join(ids, " ")
+	}
+	before := links()
+	if n := strings.Count(before, "="); n != palbpf.CTLBHooks {
+		t.Fatalf("pinned connect-time links: %s, want %d", before, palbpf.CTLBHooks)
+	}
+
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = first.Process.Wait()
+	exchange("no-felix")
+	if a := hostClient(t, cg, node, hostAsk{Proto: "tcp", Dst: httpF, N: 5}); len(a) != 5 || a[0].Err != "" || a[4].Err != "" || a[4].Peer != httpF {
+		t.Errorf("new host connections with no felix: %+v", a)
+	}
+
+	restarted := time.Now()
+	c.startChildWith(t, "felix-2.log", args)
+	c.waitProgrammedSince("ns-a", "web", restarted)
+	exchange("restarted")
+	if after := links(); after != before {
+		t.Errorf("the restarted felix replaced the connect-time links (%s) instead of updating them: %s", before, after)
+	}
+	if a := hostClient(t, cg, node, hostAsk{Proto: "udp", Dst: "10.96.0.10:53", N: 5}); len(a) != 5 || a[0].Err != "" || a[4].Err != "" {
+		t.Errorf("new host UDP exchanges after the restart: %+v", a)
+	}
 }
