@@ -143,7 +143,7 @@ func (d *Driver) setup(ctx context.Context) error {
 	d.ready = true
 	d.kubeProxyDue = true
 	d.ctlb = ctlbState{}
-	d.lb.dirty = d.lb.want != nil
+	d.lb.resync()
 	now := time.Now()
 	d.lastRefresh.iptables, d.lastRefresh.routes, d.lastRefresh.gc = now, now, now
 	d.log.WithFields(log.Fields{"dir": objs.Dir, "backend": b, "ipVersions": d.families}).Info("eBPF dataplane ready")
@@ -201,7 +201,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			return err
 		}
 		d.failsafeDirty = true
-		d.lb.dirty = d.lb.want != nil
+		d.lb.resync()
 		d.kubeProxyDue = true
 		d.checkCTLB()
 	}
