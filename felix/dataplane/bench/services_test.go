@@ -185,6 +185,7 @@ func BenchmarkServicesProgramming(b *testing.B) {
 	e.stop = e.runFelixWith(nodeName, e.node.Path(), e.status, feed)
 	// felix is up once its first apply has a maps directory.
 	svcMap := waitLBMaps(b, e.nodeRun)
+	settle(b, 30*time.Second)
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
