@@ -163,6 +163,31 @@ static __always_inline int is_mapped4(const __u8 *a)
 	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff);
 }
 
+/* The socket call's IPv6 address, word by word (the context's fields
+ * take 4-byte accesses), and its port in host order. */
+static __always_inline void load6(struct bpf_sock_addr *ctx, __u32 *w)
+{
+	w[0] = ctx->user_ip6[0];
+	w[1] = ctx->user_ip6[1];
+	w[2] = ctx->user_ip6[2];
+	w[3] = ctx->user_ip6[3];
+}
+
+static __always_inline void store6(struct bpf_sock_addr *ctx, const __u32 *w, __u16 port)
+{
+	ctx->user_ip6[0] = w[0];
+	ctx->user_ip6[1] = w[1];
+	ctx->user_ip6[2] = w[2];
+	ctx->user_ip6[3] = w[3];
+	ctx->user_port = bpf_htons(port);
+}
+
+static __always_inline void store4(struct bpf_sock_addr *ctx, const __u8 *a, __u16 port)
+{
+	ctx->user_ip4 = *(__u32 *)&a[12];
+	ctx->user_port = bpf_htons(port);
+}
+
 /* fwd4 and fwd6 translate the destination of a connect or a send;
  * they return the program's verdict (0 refuses: the errno is set). */
 static __always_inline int fwd4(struct bpf_sock_addr *ctx, int send)
@@ -178,10 +203,8 @@ static __always_inline int fwd4(struct bpf_sock_addr *ctx, int send)
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
-	if (r > 0 && is_mapped4(a)) {
-		ctx->user_ip4 = *(__u32 *)&a[12];
-		ctx->user_port = bpf_htons(port);
-	}
+	if (r > 0 && is_mapped4(a))
+		store4(ctx, a, port);
 	return 1;
 }
 
@@ -191,23 +214,15 @@ static __always_inline int fwd6(struct bpf_sock_addr *ctx, int send)
 	if (!proto || (send && proto != IPPROTO_UDP))
 		return 1;
 	__u32 w[4];
-	w[0] = ctx->user_ip6[0];
-	w[1] = ctx->user_ip6[1];
-	w[2] = ctx->user_ip6[2];
-	w[3] = ctx->user_ip6[3];
+	load6(ctx, w);
 	__u16 port = ctx_port(ctx);
 	int r = ctlb_fwd(ctx, proto, (__u8 *)w, &port, send);
 	if (r < 0) {
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
-	if (r > 0) {
-		ctx->user_ip6[0] = w[0];
-		ctx->user_ip6[1] = w[1];
-		ctx->user_ip6[2] = w[2];
-		ctx->user_ip6[3] = w[3];
-		ctx->user_port = bpf_htons(port);
-	}
+	if (r > 0)
+		store6(ctx, w, port);
 	return 1;
 }
 
@@ -219,10 +234,8 @@ static __always_inline int rev4(struct bpf_sock_addr *ctx)
 	__u8 a[16];
 	map4(a, ctx->user_ip4);
 	__u16 port = ctx_port(ctx);
-	if (ctlb_rev(ctx, proto, a, &port) && is_mapped4(a)) {
-		ctx->user_ip4 = *(__u32 *)&a[12];
-		ctx->user_port = bpf_htons(port);
-	}
+	if (ctlb_rev(ctx, proto, a, &port) && is_mapped4(a))
+		store4(ctx, a, port);
 	return 1;
 }
 
@@ -232,18 +245,10 @@ static __always_inline int rev6(struct bpf_sock_addr *ctx)
 	if (!proto)
 		return 1;
 	__u32 w[4];
-	w[0] = ctx->user_ip6[0];
-	w[1] = ctx->user_ip6[1];
-	w[2] = ctx->user_ip6[2];
-	w[3] = ctx->user_ip6[3];
+	load6(ctx, w);
 	__u16 port = ctx_port(ctx);
-	if (ctlb_rev(ctx, proto, (__u8 *)w, &port)) {
-		ctx->user_ip6[0] = w[0];
-		ctx->user_ip6[1] = w[1];
-		ctx->user_ip6[2] = w[2];
-		ctx->user_ip6[3] = w[3];
-		ctx->user_port = bpf_htons(port);
-	}
+	if (ctlb_rev(ctx, proto, (__u8 *)w, &port))
+		store6(ctx, w, port);
 	return 1;
 }
 
