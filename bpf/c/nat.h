@@ -417,6 +417,10 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 	struct nat_key k = {};
 	nat_key_of(st, &k);
 	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	/* A backend's reply (its translation is the client's egress's):
+	 * its destination is a client, never a frontend. */
+	if (v && v->kind == PAL_NAT_REV)
+		return PAL_NAT_GO;
 	if (v && v->kind == PAL_NAT_HPR) {
 		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, st->dport) < 0)
 			return PAL_TCX_DROP;
