@@ -108,8 +108,11 @@ func askOnce(proto, dst string) hostAnswer {
 	var ans hostAnswer
 	fail := func(err error) hostAnswer {
 		ans.Err = err.Error()
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
 			ans.Err = "refused"
+		case errors.Is(err, syscall.EPERM):
+			ans.Err = "not permitted"
 		}
 		return ans
 	}
@@ -239,7 +242,8 @@ func ctlbServices(feed *sliceFeed) {
 // namespace: TCP, connected UDP and unconnected UDP (sendto/recvfrom)
 // reach both backends, which see the node's address; the socket reports
 // the ClusterIP as its peer (getpeername, recvfrom); a Service without
-// endpoints refuses at once; a process of another namespace in the same
+// endpoints refuses at once (as kube-proxy refuses a host: TCP refused,
+// UDP not permitted); a process of another namespace in the same
 // cgroup is left alone; bpfHostNetworkedNATWithoutCTLB Disabled leaves
 // UDP alone and bpfConnectTimeLoadBalancing Disabled everything.
 func TestBPFConnectTimeLB(t *testing.T) {
@@ -290,10 +294,12 @@ func TestBPFConnectTimeLB(t *testing.T) {
 		}
 	})
 	sub("no endpoints: refused at once", func(t *testing.T) {
-		for _, proto := range []string{"tcp", "udp"} {
+		// As kube-proxy's REJECT answers a host: TCP refused, UDP not
+		// permitted (connected or not).
+		for proto, want := range map[string]string{"tcp": "refused", "udp": "not permitted", "udp-sendto": "not permitted"} {
 			ans := hostClient(t, cg, node, hostAsk{Proto: proto, Dst: "10.96.0.11:80", N: 1})
-			if len(ans) != 1 || ans[0].Err != "refused" {
-				t.Fatalf("%s to a Service without endpoints: %+v, want connection refused", proto, ans)
+			if len(ans) != 1 || ans[0].Err != want {
+				t.Fatalf("%s to a Service without endpoints: %+v, want %s", proto, ans, want)
 			}
 			if d := ans[0].Took; d > 200*time.Millisecond {
 				t.Errorf("%s refused after %s, want at once", proto, d)

@@ -56,7 +56,17 @@ static __always_inline void map4(__u8 *dst, __be32 a)
 
 #define SOCK_STREAM 1
 #define SOCK_DGRAM 2
+#define EPERM 1
 #define ECONNREFUSED 111
+
+/* refuse fails the call as kube-proxy's REJECT fails a host's: a TCP
+ * connect is refused (its ICMP error), a UDP send (or connect here) is
+ * not permitted (the datagram dropped in OUTPUT). */
+static __always_inline int refuse(__u8 proto)
+{
+	bpf_set_retval(proto == IPPROTO_TCP ? -ECONNREFUSED : -EPERM);
+	return 0;
+}
 
 /* The network namespace whose sockets are translated (SO_NETNS_COOKIE). */
 volatile const __u64 netns_cookie = 0;
@@ -199,10 +209,8 @@ static __always_inline int fwd4(struct bpf_sock_addr *ctx, int send)
 	map4(a, ctx->user_ip4);
 	__u16 port = ctx_port(ctx);
 	int r = ctlb_fwd(ctx, proto, a, &port, send);
-	if (r < 0) {
-		bpf_set_retval(-ECONNREFUSED);
-		return 0;
-	}
+	if (r < 0)
+		return refuse(proto);
 	if (r > 0 && is_mapped4(a))
 		store4(ctx, a, port);
 	return 1;
@@ -217,10 +225,8 @@ static __always_inline int fwd6(struct bpf_sock_addr *ctx, int send)
 	load6(ctx, w);
 	__u16 port = ctx_port(ctx);
 	int r = ctlb_fwd(ctx, proto, (__u8 *)w, &port, send);
-	if (r < 0) {
-		bpf_set_retval(-ECONNREFUSED);
-		return 0;
-	}
+	if (r < 0)
+		return refuse(proto);
 	if (r > 0)
 		store6(ctx, w, port);
 	return 1;
