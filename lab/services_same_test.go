@@ -54,7 +54,10 @@ type serviceLab struct {
 // by its connect-time load balancer): for every row of serviceRows, the
 // same backends answer, they see the same sources (the client pod's own
 // address, or the client node's), and a Service without endpoints is
-// refused the same way.
+// refused the same way. The answers are checked too: both backends (a
+// named target port resolved per pod, on this node and across), the
+// client's own address, a refusal. (It replaces
+// TestClusterIPWithoutKubeProxy, whose checks are its eBPF lab's.)
 func TestServicesSameAnswers(t *testing.T) {
 	requireLab(t)
 	bin := kubetest.Bin(t)
@@ -178,6 +181,15 @@ func serviceAnswers(t *testing.T, o Options) map[string]string {
 		}
 		out[r.name] = ans
 		t.Logf("%s: %s", r.name, ans)
+		// Besides being the same in every lab, answers are right.
+		switch {
+		case r.service == "web" && (len(backends) != 2 || len(errs) > 0):
+			t.Errorf("%s: %s, want both backends and no error", r.name, ans)
+		case r.service == "web" && r.proto == ProtoTCP && (len(seen) != 1 || !seen[map[bool]string{true: "the client pod", false: "the client's node"}[strings.HasPrefix(r.from, "pod")]]):
+			t.Errorf("%s: %s, want the client's own address seen", r.name, ans)
+		case r.service == "empty" && (len(backends) > 0 || len(errs) != 1 || errs["no answer"]):
+			t.Errorf("%s: %s, want one kind of refusal", r.name, ans)
+		}
 	}
 	return out
 }
