@@ -28,7 +28,6 @@ var NotActedOn = map[string][]string{
 		"spec.localWorkloadSelector",
 	},
 	KindIPAMConfiguration: {
-		"spec.ipCooldownSeconds",
 		"spec.kubeVirtVMAddressPersistence",
 	},
 	KindWorkloadEndpoint: {
