@@ -7,7 +7,8 @@
 // removeExternalRoutes (the default) every other scope-link route on a
 // workload interface goes, without it only those of its own protocol.
 // It never touches BGP's routes (protocol 201) nor any route on other
-// interfaces.
+// interfaces of the main table. Outside the main table it only keeps the
+// two tables routeTableRanges gives WireGuard empty (tables.go).
 package routes
 
 import (
@@ -41,6 +42,11 @@ type Options struct {
 	// deviceRouteSourceAddressIPv6 (invalid: none), the source the host
 	// uses to reach its workloads.
 	Src4, Src6 netip.Addr
+	// WireguardTable4 and WireguardTable6 are the route tables Calico's
+	// felix takes for WireGuard from routeTableRanges (0: none), and
+	// WireguardRulePriority the priority of its routing rules: kept
+	// empty and without such rules (see tables.go).
+	WireguardTable4, WireguardTable6, WireguardRulePriority int
 }
 
 // bgpProtocol is the protocol of routes programmed by the BGP part
@@ -106,7 +112,8 @@ func (m *Manager) SetOptions(o Options) {
 
 // OptionsOf is the route options of a configuration.
 func OptionsOf(cfg *calc.Config) Options {
-	return Options{Protocol: cfg.DeviceRouteProtocol, KeepExternal: !cfg.RemoveExternalRoutes, Src4: cfg.DeviceRouteSource4, Src6: cfg.DeviceRouteSource6}
+	return Options{Protocol: cfg.DeviceRouteProtocol, KeepExternal: !cfg.RemoveExternalRoutes, Src4: cfg.DeviceRouteSource4, Src6: cfg.DeviceRouteSource6,
+		WireguardTable4: cfg.WireguardTables[0], WireguardTable6: cfg.WireguardTables[1], WireguardRulePriority: cfg.WireguardRulePriority}
 }
 
 // route is the route felix wants to dst through the interface index.
@@ -259,5 +266,10 @@ func (m *Manager) readBack() error {
 		}
 	}
 	m.oldProtocol = 0
+	if err := m.emptyWireguardTables(); err != nil {
+		// Never in the way of the workload routes: tried again at the
+		// next resync.
+		m.log.WithError(err).Warn("Keeping WireGuard's route tables empty")
+	}
 	return nil
 }
