@@ -112,8 +112,8 @@ type Config struct {
 	// wireguardRoutingRulePriority (99). Palisade has no WireGuard: it
 	// keeps them as Calico's felix does with WireGuard off, empty and
 	// with no rule of that priority leading to them.
-	WireguardTables       [2]int
-	WireguardRulePriority int
+	WireguardTables                        [2]int
+	WireguardRulePriority                  int
 	DeviceRouteProtocol                    int
 	RemoveExternalRoutes                   bool
 	DeviceRouteSource4, DeviceRouteSource6 netip.Addr
