@@ -497,7 +497,8 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
-			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets, FelixOwned: st.paths.FelixOwned})
+			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets, FelixOwned: st.paths.FelixOwned,
+				Static: reachableRoutes(st.peers.Peers)})
 		}
 		rec.apply(ctx, st)
 

@@ -24,7 +24,6 @@ var NotActedOn = map[string][]string{
 	},
 	KindBGPFilter: bgpFilterNotActedOn(),
 	KindBGPPeer: {
-		"spec.reachableBy",
 		"spec.localWorkloadSelector",
 	},
 	KindIPAMConfiguration: {

@@ -78,6 +78,12 @@ type Peer struct {
 	// Node is the cluster node at Address, when it is one: both ends are
 	// Palisade nodes, computing the same sessions.
 	Node string `json:"node,omitempty"`
+	// ReachableBy (BGPPeer reachableBy) is the gateway through which the
+	// peer is reached: the node routes the peer's address (a /32 or
+	// /128) through it, so that no route learned over BGP can take the
+	// session's own path away (Calico's static route toward the peer).
+	// Invalid when unset.
+	ReachableBy netip.Addr `json:"reachableBy,omitzero"`
 	// Passive makes this end wait for the peer to connect. Between two
 	// nodes only the one with the higher address connects (as Calico's
 	// mesh does): the two never open a connection each at the same time,
@@ -421,6 +427,13 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	}
 	p := template
 	p.Name, p.Address, p.Port = name, addr.Unmap(), port
+	if s.ReachableBy != "" {
+		gw, err := netip.ParseAddr(s.ReachableBy)
+		if err != nil || gw.Unmap().Is4() != p.Address.Is4() {
+			return fmt.Errorf("bgppeer %q: spec.reachableBy %q: not an address of the peer's family", bp.Name, s.ReachableBy)
+		}
+		p.ReachableBy = gw.Unmap()
+	}
 	p.AS = uint32(s.ASNumber)
 	if p.AS == 0 {
 		p.AS = b.me.as
