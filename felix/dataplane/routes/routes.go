@@ -63,6 +63,10 @@ type Manager struct {
 
 	desired map[netip.Prefix]string // dst → interface
 	dirty   map[netip.Prefix]struct{}
+	// peering are the local BGP peering addresses wanted on workload
+	// interfaces (peering.go); peeringDirty the interfaces to write.
+	peering      map[string][]netip.Prefix
+	peeringDirty map[string]struct{}
 	resync  bool
 	// oldProtocol is the protocol routes were written with before the
 	// last change of Options.Protocol (0: none).
@@ -78,6 +82,7 @@ func New(run *nsexec.Runner, logger *log.Entry) (*Manager, error) {
 	return &Manager{
 		h: h, prefixes: []string{"cali"}, log: logger.WithField("part", "routes"), opts: Options{Protocol: Protocol},
 		desired: map[netip.Prefix]string{}, dirty: map[netip.Prefix]struct{}{}, resync: true,
+		peering: map[string][]netip.Prefix{}, peeringDirty: map[string]struct{}{},
 	}, nil
 }
 
@@ -158,9 +163,10 @@ func toIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// Pending is the number of wanted routes whose interface is missing or
-// down; Apply should be retried while it is not zero.
-func (m *Manager) Pending() int { return len(m.dirty) }
+// Pending is the number of wanted routes (and peering addresses) whose
+// interface is missing or down; Apply should be retried while it is not
+// zero.
+func (m *Manager) Pending() int { return len(m.dirty) + len(m.peeringDirty) }
 
 // Apply writes the routes that changed (all of them after a resync). A
 // route whose interface is missing or down stays pending (see Pending).
@@ -206,6 +212,9 @@ func (m *Manager) Apply() error {
 			continue
 		}
 		delete(m.dirty, dst)
+	}
+	if err := m.applyPeering(); err != nil && firstErr == nil {
+		firstErr = err
 	}
 	return firstErr
 }
@@ -266,6 +275,9 @@ func (m *Manager) readBack() error {
 		}
 	}
 	m.oldProtocol = 0
+	if err := m.readBackPeering(links); err != nil {
+		return err
+	}
 	if err := m.emptyWireguardTables(); err != nil {
 		// Never in the way of the workload routes: tried again at the
 		// next resync.

@@ -19,13 +19,8 @@ var NotActedOn = map[string][]string{
 	KindBGPConfiguration: {
 		"spec.ipv4NormalRoutePriority",
 		"spec.ipv6NormalRoutePriority",
-		"spec.localWorkloadPeeringIPV4",
-		"spec.localWorkloadPeeringIPV6",
 	},
 	KindBGPFilter: bgpFilterNotActedOn(),
-	KindBGPPeer: {
-		"spec.localWorkloadSelector",
-	},
 	KindIPAMConfiguration: {
 		"spec.kubeVirtVMAddressPersistence",
 	},
