@@ -67,7 +67,7 @@ type Manager struct {
 	// interfaces (peering.go); peeringDirty the interfaces to write.
 	peering      map[string][]netip.Prefix
 	peeringDirty map[string]struct{}
-	resync  bool
+	resync       bool
 	// oldProtocol is the protocol routes were written with before the
 	// last change of Options.Protocol (0: none).
 	oldProtocol int

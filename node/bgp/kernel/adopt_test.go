@@ -1,0 +1,54 @@
+package kernel
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestAdopt: the routes Calico's BIRD leaves in the main table (protocol
+// bird, 12: through a gateway, ECMP, a blackhole, IPv6, and one with a
+// metric of its own) become ours in place: same destination, same next
+// hops, protocol 201, no copy left under protocol 12; a route through a
+// device only and another protocol's route stay as they are.
+func TestAdopt(t *testing.T) {
+	lab, ns, h := setup(t)
+	for _, r := range [][]string{
+		{"10.244.2.0/26", "via", "198.18.0.2", "proto", "bird"},
+		{"10.244.3.0/26", "proto", "bird", "nexthop", "via", "198.18.0.2", "nexthop", "via", "198.18.0.3"},
+		{"blackhole", "10.244.1.0/26", "proto", "bird"},
+		{"10.244.4.0/26", "via", "198.18.0.4", "proto", "bird", "metric", "1024"},
+		{"10.244.5.0/26", "dev", "eth0", "proto", "bird"},
+		{"10.244.6.0/26", "via", "198.18.0.6", "proto", "static"},
+	} {
+		lab.Run(append([]string{"ip", "-n", ns, "route", "add"}, r...)...)
+	}
+	lab.Run("ip", "-n", ns, "-6", "route", "add", "fd00:244::/122", "via", "fd00:198::2", "proto", "bird")
+
+	n, err := h.Adopt(BirdProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 5 {
+		t.Errorf("took over %d routes, want 5", n)
+	}
+	ours := lab.Run("ip", "-n", ns, "route", "show", "proto", proto) + lab.Run("ip", "-n", ns, "-6", "route", "show", "proto", proto)
+	for _, want := range []string{
+		"10.244.2.0/26 via 198.18.0.2", "10.244.3.0/26", "nexthop via 198.18.0.2", "nexthop via 198.18.0.3",
+		"blackhole 10.244.1.0/26", "10.244.4.0/26 via 198.18.0.4", "fd00:244::/122 via fd00:198::2",
+	} {
+		if !strings.Contains(ours, want) {
+			t.Errorf("routes of ours lack %q:\n%s", want, ours)
+		}
+	}
+	birds := lab.Run("ip", "-n", ns, "route", "show", "proto", "bird") + lab.Run("ip", "-n", ns, "-6", "route", "show", "proto", "bird")
+	if strings.TrimSpace(birds) != "10.244.5.0/26 dev eth0 scope link" {
+		t.Errorf("BIRD's routes left: %q, want only the one through a device", birds)
+	}
+	if got := lab.Run("ip", "-n", ns, "route", "show", "proto", "static"); !strings.Contains(got, "10.244.6.0/26 via 198.18.0.6") {
+		t.Errorf("a static route was touched: %q", got)
+	}
+	// Nothing left to take over.
+	if n, err := h.Adopt(BirdProtocol); n != 0 || err != nil {
+		t.Errorf("second Adopt: %d, %v", n, err)
+	}
+}
