@@ -474,13 +474,19 @@ func splitList(s string) []string {
 
 // NotActedOn lists, sorted by JSON name, the fields set in the merged
 // FelixConfiguration that felix accepts but does not act on (those not in
-// v3.FelixConfigurationActedOn, the one list calicoctl and the docs share).
+// v3.FelixConfigurationActedOn, the one list calicoctl and the docs
+// share). A field holding the default Calico's client writes into every
+// FelixConfiguration (nftablesMode Auto, say) says nothing the user
+// asked for, and is not named.
 func (c *Config) NotActedOn() []string {
 	var out []string
-	v := reflect.ValueOf(c.Spec)
+	def := &v3.FelixConfiguration{}
+	v3.Default(def)
+	v, d := reflect.ValueOf(c.Spec), reflect.ValueOf(def.Spec)
 	for i := 0; i < v.NumField(); i++ {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" && !v3.FelixConfigurationActedOn[name] && !v.Field(i).IsZero() {
+		if name != "" && name != "-" && !v3.FelixConfigurationActedOn[name] && !v.Field(i).IsZero() &&
+			!reflect.DeepEqual(v.Field(i).Interface(), d.Field(i).Interface()) {
 			out = append(out, name)
 		}
 	}

@@ -87,6 +87,14 @@ func TestNotActedOn(t *testing.T) {
 	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {
 		t.Errorf("defaults: NotActedOn = %v, want none", got)
 	}
+	// A FelixConfiguration as Calico's client stores it carries defaults
+	// (nftablesMode Auto, bpfConnectTimeLoadBalancing TCP, ...) that
+	// nobody asked for: they are not named.
+	stored := &v3.FelixConfiguration{}
+	v3.Default(stored)
+	if got := MergeConfig(&stored.Spec, nil).NotActedOn(); len(got) != 0 {
+		t.Errorf("stored defaults: NotActedOn = %v, want none", got)
+	}
 }
 
 // TestIptablesActionsAndMask: Calico's values in any case; an unknown
