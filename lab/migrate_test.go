@@ -258,7 +258,7 @@ func switchToPalisade(t *testing.T, cn *calicoNode, pods []Pod, sig syscall.Sign
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if out := tail(l.nodeDir(cn.n.Name, "calico-node.log"), 1<<20); !strings.Contains(out, "Took over the routes another BGP daemon") {
+	if out := tail(l.nodeDir(cn.n.Name, "calico-node.log"), 1<<20); !strings.Contains(out, "Took over the routes to IP pools another BGP daemon") {
 		t.Errorf("%s's calico-node did not take BIRD's routes over:\n%s", cn.n.Name, tail(l.nodeDir(cn.n.Name, "calico-node.log"), 3000))
 	}
 	checkIPAM(t, l)

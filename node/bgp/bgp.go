@@ -65,11 +65,11 @@ type Config struct {
 	// DisableKernelRoutes leaves the kernel alone (no import, no
 	// blackholes).
 	DisableKernelRoutes bool
-	// AdoptProtocols are the route protocols whose routes in the main
-	// table are taken over at start, as routes of a previous run of
-	// ours (kernel.Handle.Adopt): nil means BIRD's (12), which Calico's
-	// calico-node leaves behind when Palisade replaces it; empty adopts
-	// none.
+	// AdoptProtocols are the route protocols whose routes to the IP pools
+	// in the main table are taken over at start, as routes of a previous
+	// run of ours (kernel.Handle.Adopt): nil means BIRD's (12), which
+	// Calico's calico-node leaves behind when Palisade replaces it; empty
+	// adopts none.
 	AdoptProtocols []uint8
 	// SecretsDir holds BGP passwords as files <SecretsDir>/<secret>/<key>
 	// (a mounted Kubernetes secret has this shape), read for BGPPeer
@@ -154,13 +154,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("bgp: %w", err)
 		}
 		defer h.Close()
+		var pools []netip.Prefix
+		if len(cfg.AdoptProtocols) > 0 {
+			if pools, err = poolCIDRs(ctx, cfg); err != nil {
+				return err
+			}
+		}
 		for _, p := range cfg.AdoptProtocols {
-			n, err := h.Adopt(p)
+			n, err := h.Adopt(p, pools)
 			if err != nil {
 				cfg.Log.WithError(err).WithField("protocol", p).Warn("Taking over the routes another daemon left")
 			}
 			if n > 0 {
-				cfg.Log.WithFields(log.Fields{"protocol": p, "routes": n}).Info("Took over the routes another BGP daemon (Calico's BIRD) left; kept until this node's sessions have converged")
+				cfg.Log.WithFields(log.Fields{"protocol": p, "routes": n}).Info("Took over the routes to IP pools another BGP daemon (Calico's BIRD) left; kept until this node's sessions have converged")
 			}
 		}
 		left, err := h.List()
@@ -188,6 +194,32 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 var errGlobalChanged = errors.New("global BGP settings changed")
+
+// poolCIDRs lists the IP pools' CIDRs, the destinations whose routes
+// another daemon left are taken over, trying again every second while
+// the datastore cannot be read.
+func poolCIDRs(ctx context.Context, cfg Config) ([]netip.Prefix, error) {
+	for warned := false; ; warned = true {
+		pools, err := listAs[*v3.IPPool](ctx, cfg.Store, v3.KindIPPool)
+		if err == nil {
+			var out []netip.Prefix
+			for _, p := range pools {
+				if c, err := netip.ParsePrefix(p.Spec.CIDR); err == nil {
+					out = append(out, c.Masked())
+				}
+			}
+			return out, nil
+		}
+		if !warned {
+			cfg.Log.WithError(err).Warn("Reading the IP pools, to take over the routes Calico's BIRD left in them; trying again")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
 
 // state is what one reconcile round reads.
 type state struct {

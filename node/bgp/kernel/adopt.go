@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -13,18 +14,28 @@ import (
 const BirdProtocol = 12
 
 // Adopt takes over the routes another daemon left in the main table under
-// protocol from: each one it can carry (a blackhole, or a route through
-// gateways) is written again under this handle's protocol and the other
-// protocol's copy removed, so that the route stays in place, now as a
-// route of ours that a later sync keeps, replaces or, once stale,
-// removes. A node that ran Calico's BIRD leaves its routes (`persist`)
-// when calico-node is replaced: without this they would hold their slots
-// and Palisade's routes could never take them. Routes of another shape
-// (through a device only) are left alone. It returns how many routes it
-// took over.
-func (h *Handle) Adopt(from uint8) (int, error) {
-	if from == 0 || from == h.proto {
+// protocol from, to destinations inside one of within (the IP pools): each
+// one it can carry (a blackhole, or a route through gateways) is written
+// again under this handle's protocol and the other protocol's copy
+// removed, so that the route stays in place, now as a route of ours that a
+// later sync keeps, replaces or, once stale, removes. A node that ran
+// Calico's BIRD leaves its routes (`persist`) when calico-node is
+// replaced: without this they would hold their slots and Palisade's
+// routes could never take them. Routes of another shape (through a device
+// only) and routes outside within (another daemon's on the host, or
+// those Calico's BIRD learned from external peers) are left alone. It
+// returns how many routes it took over.
+func (h *Handle) Adopt(from uint8, within []netip.Prefix) (int, error) {
+	if from == 0 || from == h.proto || len(within) == 0 {
 		return 0, nil
+	}
+	inside := func(dst netip.Prefix) bool {
+		for _, p := range within {
+			if p.Addr().Is4() == dst.Addr().Is4() && p.Bits() <= dst.Bits() && p.Contains(dst.Addr()) {
+				return true
+			}
+		}
+		return false
 	}
 	// The other protocol's routes, through this handle's socket (it is
 	// bound to the right namespace): a view of it filtering and writing
@@ -34,7 +45,7 @@ func (h *Handle) Adopt(from uint8) (int, error) {
 	defer h.mu.Unlock()
 	var routes []Route
 	if err := other.Walk(func(r Route) { // other's own lock, not h's
-		if r.Blackhole || len(r.NextHops) > 0 {
+		if (r.Blackhole || len(r.NextHops) > 0) && inside(r.Dst) {
 			r.NextHops = slices.Clone(r.NextHops)
 			routes = append(routes, r)
 		}
