@@ -82,6 +82,11 @@ func showIP(ctx context.Context, out io.Writer, s *ipamSession, ip netip.Addr) e
 		if !inPool {
 			return fmt.Errorf("IP %s is not in any configured IP pool", ip)
 		}
+		if errors.Is(err, ipam.ErrCoolingDown) {
+			// Released under ipCooldownSeconds.
+			_, err = fmt.Fprintf(out, "IP %s is not currently assigned (cooling down after its release)\n", ip)
+			return err
+		}
 		_, err = fmt.Fprintf(out, "IP %s is not currently assigned\n", ip)
 		return err
 	}

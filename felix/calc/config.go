@@ -104,7 +104,16 @@ type Config struct {
 	// WorkloadEndpoints' addresses: host-local IPAM).
 	RouteSource string
 	// MaxIPSetSize is maxIpsetSize (1048576): the maxelem of IP sets.
-	MaxIPSetSize                           int
+	MaxIPSetSize int
+	// WireguardTables are the route tables Calico's felix takes for
+	// WireGuard (IPv4, IPv6) from routeTableRanges (or the deprecated
+	// routeTableRange; 1-250 by default), the two lowest indexes outside
+	// 253-255, 0 when the ranges leave none; WireguardRulePriority is
+	// wireguardRoutingRulePriority (99). Palisade has no WireGuard: it
+	// keeps them as Calico's felix does with WireGuard off, empty and
+	// with no rule of that priority leading to them.
+	WireguardTables                        [2]int
+	WireguardRulePriority                  int
 	DeviceRouteProtocol                    int
 	RemoveExternalRoutes                   bool
 	DeviceRouteSource4, DeviceRouteSource6 netip.Addr
@@ -227,6 +236,7 @@ func MergeConfig(global, node *v3.FelixConfigurationSpec, over ...*v3.FelixConfi
 		Spec:                        spec,
 	}
 	c.NAT = natOutgoing(spec, c.Features)
+	c.WireguardTables, c.WireguardRulePriority = wireguardTables(spec)
 	c.DeviceRouteProtocol, c.RemoveExternalRoutes, c.MaxIPSetSize = 3, true, 1048576
 	if n := spec.MaxIpsetSize; n != nil {
 		if *n > 0 {
@@ -464,16 +474,62 @@ func splitList(s string) []string {
 
 // NotActedOn lists, sorted by JSON name, the fields set in the merged
 // FelixConfiguration that felix accepts but does not act on (those not in
-// v3.FelixConfigurationActedOn, the one list calicoctl and the docs share).
+// v3.FelixConfigurationActedOn, the one list calicoctl and the docs
+// share). A field holding the default Calico's client writes into every
+// FelixConfiguration (nftablesMode Auto, say) says nothing the user
+// asked for, and is not named.
 func (c *Config) NotActedOn() []string {
 	var out []string
-	v := reflect.ValueOf(c.Spec)
+	def := &v3.FelixConfiguration{}
+	v3.Default(def)
+	v, d := reflect.ValueOf(c.Spec), reflect.ValueOf(def.Spec)
 	for i := 0; i < v.NumField(); i++ {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" && !v3.FelixConfigurationActedOn[name] && !v.Field(i).IsZero() {
+		if name != "" && name != "-" && !v3.FelixConfigurationActedOn[name] && !v.Field(i).IsZero() &&
+			!reflect.DeepEqual(v.Field(i).Interface(), d.Field(i).Interface()) {
 			out = append(out, name)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// wireguardTables picks, as Calico's felix, the route table indexes of
+// WireGuard from routeTableRanges (routeTableRange when that is unset,
+// 1-250 when both are): the lowest two indexes of the ranges, leaving out
+// 253-255 (the kernel's default, main and local tables). An index the
+// ranges do not leave is 0, with a warning, as Calico's felix warns when
+// it cannot assign WireGuard a table.
+func wireguardTables(spec v3.FelixConfigurationSpec) ([2]int, int) {
+	ranges := []v3.RouteTableIDRange{{Min: 1, Max: 250}}
+	switch {
+	case spec.RouteTableRanges != nil:
+		ranges = *spec.RouteTableRanges
+	case spec.RouteTableRange != nil:
+		ranges = []v3.RouteTableIDRange{{Min: spec.RouteTableRange.Min, Max: spec.RouteTableRange.Max}}
+	}
+	var picked [2]int
+	n := 0
+	// The lowest indexes first, whatever order the ranges are in.
+	sorted := slices.Clone(ranges)
+	slices.SortFunc(sorted, func(a, b v3.RouteTableIDRange) int { return a.Min - b.Min })
+	last := 0
+	for _, r := range sorted {
+		for i := max(r.Min, last+1); i <= r.Max && n < 2; i++ {
+			if i >= 253 && i <= 255 || i <= 0 {
+				continue
+			}
+			picked[n] = i
+			n++
+			last = i
+		}
+	}
+	if n < 2 {
+		log.WithField("routeTableRanges", ranges).Warn("routeTableRanges leave no route table for WireGuard's IPv4 and IPv6 routes; those tables are not kept empty")
+	}
+	prio := 99
+	if p := spec.WireguardRoutingRulePriority; p != nil && *p > 0 && *p < 32766 {
+		prio = *p
+	}
+	return picked, prio
 }

@@ -87,6 +87,14 @@ func TestNotActedOn(t *testing.T) {
 	if got := MergeConfig(nil, nil).NotActedOn(); len(got) != 0 {
 		t.Errorf("defaults: NotActedOn = %v, want none", got)
 	}
+	// A FelixConfiguration as Calico's client stores it carries defaults
+	// (nftablesMode Auto, bpfConnectTimeLoadBalancing TCP, ...) that
+	// nobody asked for: they are not named.
+	stored := &v3.FelixConfiguration{}
+	v3.Default(stored)
+	if got := MergeConfig(&stored.Spec, nil).NotActedOn(); len(got) != 0 {
+		t.Errorf("stored defaults: NotActedOn = %v, want none", got)
+	}
 }
 
 // TestIptablesActionsAndMask: Calico's values in any case; an unknown
@@ -121,5 +129,42 @@ func TestFeatureOverrides(t *testing.T) {
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("featureDetectOverride %q: features %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+// TestWireguardTables: the route tables Calico's felix gives WireGuard,
+// the two lowest indexes of routeTableRanges (else routeTableRange, else
+// 1-250) outside the kernel's 253-255, with wireguardRoutingRulePriority.
+func TestWireguardTables(t *testing.T) {
+	r := func(rs ...[2]int) *[]v3.RouteTableIDRange {
+		out := []v3.RouteTableIDRange{}
+		for _, x := range rs {
+			out = append(out, v3.RouteTableIDRange{Min: x[0], Max: x[1]})
+		}
+		return &out
+	}
+	prio := 123
+	for _, c := range []struct {
+		name   string
+		spec   v3.FelixConfigurationSpec
+		tables [2]int
+		prio   int
+	}{
+		{"defaults", v3.FelixConfigurationSpec{}, [2]int{1, 2}, 99},
+		{"ranges", v3.FelixConfigurationSpec{RouteTableRanges: r([2]int{100, 200})}, [2]int{100, 101}, 99},
+		{"lowest range first", v3.FelixConfigurationSpec{RouteTableRanges: r([2]int{300, 400}, [2]int{20, 20})}, [2]int{20, 300}, 99},
+		{"overlapping ranges", v3.FelixConfigurationSpec{RouteTableRanges: r([2]int{5, 6}, [2]int{5, 9})}, [2]int{5, 6}, 99},
+		{"the kernel's tables left out", v3.FelixConfigurationSpec{RouteTableRanges: r([2]int{252, 1000})}, [2]int{252, 256}, 99},
+		{"deprecated range", v3.FelixConfigurationSpec{RouteTableRange: &v3.RouteTableRange{Min: 50, Max: 60}}, [2]int{50, 51}, 99},
+		{"ranges win over range", v3.FelixConfigurationSpec{RouteTableRange: &v3.RouteTableRange{Min: 50, Max: 60}, RouteTableRanges: r([2]int{70, 80})}, [2]int{70, 71}, 99},
+		{"one index only", v3.FelixConfigurationSpec{RouteTableRanges: r([2]int{253, 255}, [2]int{9, 9})}, [2]int{9, 0}, 99},
+		{"rule priority", v3.FelixConfigurationSpec{WireguardRoutingRulePriority: &prio}, [2]int{1, 2}, 123},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := MergeConfig(&c.spec, nil)
+			if cfg.WireguardTables != c.tables || cfg.WireguardRulePriority != c.prio {
+				t.Errorf("tables %v priority %d, want %v %d", cfg.WireguardTables, cfg.WireguardRulePriority, c.tables, c.prio)
+			}
+		})
 	}
 }

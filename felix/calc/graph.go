@@ -73,6 +73,7 @@ func NewGraph(hostname string, dp Dataplane) *Graph {
 	}
 	g.compiler.services = g.labels.services
 	g.policies = newPolicyResolver(g.labels, g.compiler, out)
+	g.policies.peering = newLocalPeering(hostname)
 	g.labels.ref(&ipSetSpec{id: IPSetMasqPools, pools: true})
 	g.labels.ref(&ipSetSpec{id: IPSetAllPools, pools: true})
 	g.masqSet, g.allPoolsSet = g.labels.sets[IPSetMasqPools], g.labels.sets[IPSetAllPools]
@@ -142,11 +143,22 @@ func (g *Graph) OnUpdate(u Update) {
 			bc, _ := u.Value.(*v3.BGPConfiguration)
 			g.serviceRanges = serviceRanges(bc)
 			g.configDirty = true
+			if g.policies.peering.onConfig(bc) {
+				g.policies.workloadsChanged()
+			}
+		}
+	case v3.KindBGPPeer:
+		p, _ := u.Value.(*v3.BGPPeer)
+		if g.policies.peering.onPeer(k.Name, p) {
+			g.policies.workloadsChanged()
 		}
 	case v3.KindNode:
 		n, _ := u.Value.(*v3.Node)
 		g.overlay.onNode(k.Name, n)
 		g.hosts.onNode(k.Name, n)
+		if g.policies.peering.onNode(k.Name, n) {
+			g.policies.workloadsChanged()
+		}
 	case KindIPAMBlock:
 		if b, ok := u.Value.(*Block); ok {
 			g.overlay.onBlock(b.CIDR, b)

@@ -232,6 +232,13 @@ type Endpoint struct {
 	// Profiles that exist, in the endpoint's order; they apply in a
 	// direction only when no tier has a policy for it.
 	Profiles []string
+	// LocalBGPPeer (workloads only) names the BGPPeer whose
+	// localWorkloadSelector makes the workload a BGP peer of this node;
+	// PeeringAddrs are then the node-side addresses of the peering
+	// (BGPConfiguration localWorkloadPeeringIPV4/IPV6, as /32 and /128),
+	// which the dataplane puts on the workload's host interface.
+	LocalBGPPeer string
+	PeeringAddrs []netip.Prefix
 }
 
 // NAT is a one-to-one NAT: External (the floating IP) is translated to

@@ -75,6 +75,9 @@ type policyResolver struct {
 	profiles  map[string]*profileInfo
 	endpoints map[EndpointID]*localEndpoint
 
+	// peering decides which workloads are local BGP peers.
+	peering *localPeering
+
 	dirtyEndpoints   map[EndpointID]struct{}
 	dirtyPolicies    map[PolicyID]*policyInfo
 	dirtyProfiles    map[string]struct{}
@@ -596,8 +599,21 @@ func (r *policyResolver) buildEndpoint(ep *localEndpoint) *Endpoint {
 			e.IPv6Nets = append(e.IPv6Nets, n)
 		}
 	}
+	if !ep.host && r.peering != nil {
+		e.LocalBGPPeer, e.PeeringAddrs = r.peering.of(ep.it.labels)
+	}
 	r.fillPolicies(e, ep.host, ep.profiles, maps.Values(ep.policies))
 	return e
+}
+
+// workloadsChanged sends every local workload again: something that
+// decides their local BGP peering changed.
+func (r *policyResolver) workloadsChanged() {
+	for id, ep := range r.endpoints {
+		if !ep.host {
+			r.dirtyEndpoints[id] = struct{}{}
+		}
+	}
 }
 
 // fillPolicies gives an endpoint its tiers and the profiles of its list

@@ -122,6 +122,15 @@ func universe(seed uint64) []v3.Resource {
 	}
 	out = append(out, &v3.FelixConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindFelixConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"},
 		Spec: v3.FelixConfigurationSpec{DefaultEndpointToHostAction: pick("Drop", "Return", "Accept")}})
+	// Local BGP peering: which workloads are peers depends on BGPPeers,
+	// this node's labels and BGPConfiguration default.
+	out = append(out, &v3.BGPConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindBGPConfiguration}, ObjectMeta: v3.ObjectMeta{Name: "default"},
+		Spec: v3.BGPConfigurationSpec{LocalWorkloadPeeringIPV4: pick("169.254.0.179", ""), LocalWorkloadPeeringIPV6: pick("fd12::1", "")}})
+	out = append(out, &v3.Node{TypeMeta: v3.TypeMeta{Kind: v3.KindNode}, ObjectMeta: v3.ObjectMeta{Name: testNode, Labels: map[string]string{"rack": pick("r1", "r2")}}})
+	for i := range 2 {
+		out = append(out, &v3.BGPPeer{TypeMeta: v3.TypeMeta{Kind: v3.KindBGPPeer}, ObjectMeta: v3.ObjectMeta{Name: fmt.Sprintf("local%d", i)},
+			Spec: v3.BGPPeerSpec{LocalWorkloadSelector: sel(), NodeSelector: pick("", "rack == 'r1'"), ASNumber: 65401}})
+	}
 	return out
 }
 

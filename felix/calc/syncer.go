@@ -15,6 +15,7 @@ func SyncedKinds() []string {
 	return []string{
 		v3.KindFelixConfiguration,
 		v3.KindBGPConfiguration,
+		v3.KindBGPPeer,
 		v3.KindIPPool,
 		v3.KindNode,
 		v3.KindTier,

@@ -175,6 +175,12 @@ func (d *Driver) OnProfileRemoved(name string) { delete(d.profiles, name); d.rul
 
 // OnEndpointUpdate implements calc.Dataplane.
 func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
+	if old := d.endpoints[ep.ID]; old != nil && old.InterfaceName != ep.InterfaceName {
+		d.routes.SetPeering(old.InterfaceName, nil)
+	}
+	if ep.ID.Kind == calc.WorkloadEndpoint {
+		d.routes.SetPeering(ep.InterfaceName, ep.PeeringAddrs)
+	}
 	d.endpoints[ep.ID] = ep
 	d.rpf.update(ep.ID, ep)
 	d.epDirty[ep.ID] = struct{}{}
@@ -184,6 +190,9 @@ func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
 
 // OnEndpointRemoved implements calc.Dataplane.
 func (d *Driver) OnEndpointRemoved(id calc.EndpointID) {
+	if old := d.endpoints[id]; old != nil && id.Kind == calc.WorkloadEndpoint {
+		d.routes.SetPeering(old.InterfaceName, nil)
+	}
 	delete(d.endpoints, id)
 	d.rpf.update(id, nil)
 	delete(d.epDirty, id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 
@@ -42,6 +43,10 @@ func (a *Allocator) AssignIP(ctx context.Context, args AssignIPArgs) error {
 	if args.Intent != "" && !p.allows(args.Intent) {
 		return fmt.Errorf("assign IP %s: ippool %q allows no %s use: %w", ip, p.name, args.Intent, ErrNoPools)
 	}
+	cfg, err := a.GetConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("assign IP %s: %w", ip, err)
+	}
 	cidr := p.blockFor(ip)
 	key := blockKey(cidr)
 	logCtx := log.WithFields(log.Fields{"ip": ip, "handle": args.HandleID, "block": cidr})
@@ -61,6 +66,7 @@ func (a *Allocator) AssignIP(ctx context.Context, args AssignIPArgs) error {
 		if err != nil {
 			return errors.Join(fmt.Errorf("assign IP %s: %w", ip, err), undo())
 		}
+		b.reclaim(time.Now(), cfg.IPCooldown)
 		if err := b.assignAddr(ip, args.HandleID, args.Attrs); err != nil {
 			return errors.Join(fmt.Errorf("assign IP: %w", err), undo())
 		}

@@ -566,6 +566,9 @@ func (a *Allocator) assignFromBlock(ctx context.Context, r *request, cidr netip.
 			return nil, nil
 		}
 		b := cur.clone()
+		// Addresses whose cooldown (ipCooldownSeconds) has passed are
+		// free again, in the order they were released.
+		b.reclaim(time.Now(), r.cfg.IPCooldown)
 		addrs := b.assign(n, r.handle, r.attrs, r.reserved.skip())
 		if len(addrs) == 0 {
 			a.cache.setBlock(cidr, cur, rev)

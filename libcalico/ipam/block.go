@@ -43,10 +43,35 @@ type block struct {
 
 // attribute is who holds an allocation: the handle and free-form
 // secondary attributes (namespace, pod, node, timestamp...).
+//
+// An address released under IPAMConfiguration ipCooldownSeconds is still
+// allocated, to an attribute with no handle and no owner that holds only
+// the time of its release (ReleasedAt, RFC 3339), as Calico's IPAM keeps
+// a cooling address; it becomes free once the cooldown has passed.
+// Calico's key for that time was not found in its stored source:
+// Palisade writes released_at (the spelling of this struct's handle_id
+// and of the block's affinity_claim_time) and reads releasedAt too.
 type attribute struct {
-	HandleID  *string           `json:"handle_id,omitempty"`
-	Secondary map[string]string `json:"secondary,omitempty"`
-	Alternate map[string]string `json:"alternate,omitempty"`
+	HandleID   *string           `json:"handle_id,omitempty"`
+	Secondary  map[string]string `json:"secondary,omitempty"`
+	Alternate  map[string]string `json:"alternate,omitempty"`
+	ReleasedAt *string           `json:"released_at,omitempty"`
+	// ReleasedAtCamel is the other spelling, read and never written.
+	ReleasedAtCamel *string `json:"releasedAt,omitempty"`
+}
+
+// cooling reports whether the attribute is a released address's, waiting
+// out its cooldown.
+func (a attribute) cooling() bool { return a.ReleasedAt != nil }
+
+// releasedAt is when a cooling address was released (zero when the time
+// cannot be read: such an address is free at once).
+func (a attribute) releasedAt() time.Time {
+	if a.ReleasedAt == nil {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, *a.ReleasedAt)
+	return t
 }
 
 // handle returns the attribute's handle ID, "" when none.
@@ -122,6 +147,12 @@ func decodeBlock(value []byte) (*block, error) {
 	if b.Attributes == nil {
 		b.Attributes = []attribute{}
 	}
+	for i := range b.Attributes {
+		if at := &b.Attributes[i]; at.ReleasedAt == nil && at.ReleasedAtCamel != nil {
+			at.ReleasedAt = at.ReleasedAtCamel
+		}
+		b.Attributes[i].ReleasedAtCamel = nil
+	}
 	return &b, nil
 }
 
@@ -183,13 +214,63 @@ func (b *block) addr(o int) netip.Addr {
 	return addOffset(b.prefix.Addr(), uint64(o))
 }
 
-// inUse counts allocated addresses.
-func (b *block) inUse() int {
+// held counts the addresses that are not free: allocated, or cooling
+// down after their release.
+func (b *block) held() int {
 	return len(b.Allocations) - len(b.Unallocated)
 }
 
-// empty reports whether no address is allocated.
-func (b *block) empty() bool { return b.inUse() == 0 }
+// inUse counts allocated addresses (cooling ones are not in use).
+func (b *block) inUse() int {
+	return b.held() - len(b.cooling())
+}
+
+// cooling lists the ordinals of released addresses still cooling down.
+func (b *block) cooling() []int {
+	var out []int
+	for o, idx := range b.Allocations {
+		if idx != nil && b.Attributes[*idx].cooling() {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// empty reports whether no address is held: none allocated and none
+// cooling down (a block with cooling addresses is kept, so that they are
+// not handed out again before their time through a new block).
+func (b *block) empty() bool { return b.held() == 0 }
+
+// reclaim frees the cooling addresses whose cooldown has passed at now,
+// queuing them for reuse in the order they were released. It reports
+// whether it freed any.
+func (b *block) reclaim(now time.Time, cooldown time.Duration) bool {
+	type cooled struct {
+		o  int
+		at time.Time
+	}
+	var done []cooled
+	for o, idx := range b.Allocations {
+		if idx == nil {
+			continue
+		}
+		at := b.Attributes[*idx]
+		if at.cooling() && !now.Before(at.releasedAt().Add(cooldown)) {
+			done = append(done, cooled{o, at.releasedAt()})
+		}
+	}
+	if len(done) == 0 {
+		return false
+	}
+	slices.SortStableFunc(done, func(x, y cooled) int { return x.at.Compare(y.at) })
+	for _, c := range done {
+		b.Allocations[c.o] = nil
+		b.Unallocated = append(b.Unallocated, c.o)
+	}
+	b.SequenceNumber++
+	b.compactAttributes()
+	return true
+}
 
 // numFree counts free addresses that skip does not exclude.
 func (b *block) numFree(skip func(netip.Addr) bool) int {
@@ -209,7 +290,7 @@ func (b *block) numFree(skip func(netip.Addr) bool) int {
 // attrs), appending one when none exists.
 func (b *block) attributeIndex(handle string, attrs map[string]string) int {
 	for i, a := range b.Attributes {
-		if a.handle() == handle && maps.Equal(a.Secondary, attrs) {
+		if !a.cooling() && a.handle() == handle && maps.Equal(a.Secondary, attrs) {
 			return i
 		}
 	}
@@ -274,6 +355,9 @@ func (b *block) assignAddr(addr netip.Addr, handle string, attrs map[string]stri
 		return fmt.Errorf("address %s is not in block %s", addr, b.CIDR)
 	}
 	if b.Allocations[o] != nil {
+		if at := b.Attributes[*b.Allocations[o]]; at.cooling() {
+			return fmt.Errorf("address %s: %w: released at %s and cooling down (IPAMConfiguration ipCooldownSeconds)", addr, ErrAlreadyAssigned, *at.ReleasedAt)
+		}
 		return fmt.Errorf("address %s: %w (handle %q)", addr, ErrAlreadyAssigned, b.Attributes[*b.Allocations[o]].handle())
 	}
 	b.take(o, b.attributeIndex(handle, attrs))
@@ -294,24 +378,26 @@ func (b *block) release(addrs []netip.Addr) (freed map[string]int, notAllocated 
 	for i, a := range addrs {
 		opts[i].Address = a
 	}
-	return b.releaseIf(opts)
+	return b.releaseIf(opts, time.Time{})
 }
 
 // releaseIf frees each address whose allocation still matches its
-// options (handle and sequence number, when set). It returns, per handle,
-// how many addresses it freed, and the addresses it left: not allocated,
-// or allocated otherwise than the options say.
-func (b *block) releaseIf(opts []ReleaseOptions) (freed map[string]int, notAllocated []netip.Addr) {
+// options (handle and sequence number, when set). With a cooldown
+// (coolFrom set: the time of the release) the address is not free yet
+// but cooling down. It returns, per handle, how many addresses it freed,
+// and the addresses it left: not allocated (or cooling already), or
+// allocated otherwise than the options say.
+func (b *block) releaseIf(opts []ReleaseOptions, coolFrom time.Time) (freed map[string]int, notAllocated []netip.Addr) {
 	freed = map[string]int{}
 	for _, opt := range opts {
 		a := opt.Address
 		o, ok := b.ordinal(a)
-		if !ok || b.Allocations[o] == nil || !b.matches(o, opt) {
+		if !ok || b.Allocations[o] == nil || b.Attributes[*b.Allocations[o]].cooling() || !b.matches(o, opt) {
 			notAllocated = append(notAllocated, a)
 			continue
 		}
 		freed[b.Attributes[*b.Allocations[o]].handle()]++
-		b.free(o)
+		b.free(o, coolFrom)
 	}
 	if len(opts) > len(notAllocated) {
 		b.SequenceNumber++
@@ -335,12 +421,13 @@ func (b *block) sequenceNumberOf(o int) uint64 {
 	return b.SequenceNumberForAllocation[strconv.Itoa(o)]
 }
 
-// releaseHandle frees every address held by handle and returns how many.
-func (b *block) releaseHandle(handle string) int {
+// releaseHandle frees every address held by handle (cooling down from
+// coolFrom, when set) and returns how many.
+func (b *block) releaseHandle(handle string, coolFrom time.Time) int {
 	n := 0
 	for o, idx := range b.Allocations {
-		if idx != nil && b.Attributes[*idx].handle() == handle {
-			b.free(o)
+		if idx != nil && !b.Attributes[*idx].cooling() && b.Attributes[*idx].handle() == handle {
+			b.free(o, coolFrom)
 			n++
 		}
 	}
@@ -351,11 +438,25 @@ func (b *block) releaseHandle(handle string) int {
 	return n
 }
 
-// free marks ordinal o free and queues it last for reuse.
-func (b *block) free(o int) {
-	b.Allocations[o] = nil
+// free marks ordinal o free and queues it last for reuse; with coolFrom
+// set, it leaves it allocated to a cooling attribute released then
+// instead (reclaim frees it later).
+func (b *block) free(o int, coolFrom time.Time) {
 	delete(b.SequenceNumberForAllocation, strconv.Itoa(o))
-	b.Unallocated = append(b.Unallocated, o)
+	if coolFrom.IsZero() {
+		b.Allocations[o] = nil
+		b.Unallocated = append(b.Unallocated, o)
+		return
+	}
+	at := coolFrom.UTC().Format(time.RFC3339)
+	idx := slices.IndexFunc(b.Attributes, func(a attribute) bool {
+		return a.ReleasedAt != nil && *a.ReleasedAt == at && a.HandleID == nil && len(a.Secondary) == 0
+	})
+	if idx < 0 {
+		b.Attributes = append(b.Attributes, attribute{ReleasedAt: &at})
+		idx = len(b.Attributes) - 1
+	}
+	b.Allocations[o] = &idx
 }
 
 // compactAttributes drops attributes no allocation refers to and
@@ -384,11 +485,12 @@ func (b *block) compactAttributes() {
 	b.Attributes = kept
 }
 
-// handleCounts returns how many addresses each handle holds in the block.
+// handleCounts returns how many addresses each handle holds in the block
+// (cooling addresses are held by none).
 func (b *block) handleCounts() map[string]int {
 	out := map[string]int{}
 	for _, idx := range b.Allocations {
-		if idx != nil {
+		if idx != nil && !b.Attributes[*idx].cooling() {
 			out[b.Attributes[*idx].handle()]++
 		}
 	}
@@ -400,7 +502,7 @@ func (b *block) handleCounts() map[string]int {
 func (b *block) allocations() []Allocation {
 	var out []Allocation
 	for o, idx := range b.Allocations {
-		if idx == nil {
+		if idx == nil || b.Attributes[*idx].cooling() {
 			continue
 		}
 		a := b.Attributes[*idx]

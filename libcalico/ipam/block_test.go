@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func mustPrefix(t testing.TB, s string) netip.Prefix {
@@ -161,7 +162,7 @@ func TestBlockAttributesShareAndCompact(t *testing.T) {
 	if len(b.Attributes) != 3 {
 		t.Fatalf("%d attributes, want 3 (a's two addresses share one)", len(b.Attributes))
 	}
-	if n := b.releaseHandle("a"); n != 2 {
+	if n := b.releaseHandle("a", time.Time{}); n != 2 {
 		t.Errorf("released %d addresses of handle a, want 2", n)
 	}
 	if len(b.Attributes) != 2 || b.Attributes[0].handle() != "b" || b.Attributes[1].handle() != "c" {

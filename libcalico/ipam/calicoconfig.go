@@ -40,14 +40,16 @@ func (a *Allocator) getCalicoConfig(ctx context.Context, resCond datastore.KVCon
 		log.WithError(err).WithField("key", calicoConfigKey).Warn("Calico's IPAM configuration does not decode; using Calico's defaults")
 		return Config{AutoAllocateBlocks: true}, conds, nil
 	}
-	return Config(c), conds, nil
+	return Config{StrictAffinity: c.StrictAffinity, AutoAllocateBlocks: c.AutoAllocateBlocks, MaxBlocksPerHost: c.MaxBlocksPerHost}, conds, nil
 }
 
 // putCalicoConfig writes Calico's IPAM record beside the resource, so that
 // Calico nodes still running while a cluster moves to Palisade allocate
 // under the same configuration.
 func (a *Allocator) putCalicoConfig(ctx context.Context, cfg Config) error {
-	v, err := json.Marshal(calicoConfig(cfg))
+	// The record has no cooldown (the IPAMConfiguration resource
+	// carries ipCooldownSeconds).
+	v, err := json.Marshal(calicoConfig{StrictAffinity: cfg.StrictAffinity, AutoAllocateBlocks: cfg.AutoAllocateBlocks, MaxBlocksPerHost: cfg.MaxBlocksPerHost})
 	if err != nil {
 		return fmt.Errorf("encoding Calico's IPAM configuration: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
@@ -54,11 +55,15 @@ func (a *Allocator) getConfigAt(ctx context.Context) (Config, []datastore.KVCond
 	if err != nil {
 		return Config{}, nil, err
 	}
-	return Config{
+	cfg := Config{
 		StrictAffinity:     c.Spec.StrictAffinity,
 		AutoAllocateBlocks: c.Spec.AutoAllocateBlocks == nil || *c.Spec.AutoAllocateBlocks,
 		MaxBlocksPerHost:   int(c.Spec.MaxBlocksPerHost),
-	}, []datastore.KVCond{cond}, nil
+	}
+	if s := c.Spec.IPCooldownSeconds; s != nil && *s > 0 {
+		cfg.IPCooldown = time.Duration(*s) * time.Second
+	}
+	return cfg, []datastore.KVCond{cond}, nil
 }
 
 // SetConfig writes the IPAMConfiguration "default", keeping its other
@@ -76,6 +81,10 @@ func (a *Allocator) SetConfig(ctx context.Context, cfg Config) error {
 			MaxBlocksPerHost:   int32(cfg.MaxBlocksPerHost),
 			AutoAllocateBlocks: &auto,
 		},
+	}
+	if cfg.IPCooldown > 0 {
+		s := int32(cfg.IPCooldown / time.Second)
+		c.Spec.IPCooldownSeconds = &s
 	}
 	if r, err := a.store.Get(ctx, configKey); err == nil {
 		old := r.GetObjectMeta()
@@ -99,4 +108,18 @@ func blockCap(requested, configured int) int {
 		return configured
 	}
 	return defaultMaxBlocks
+}
+
+// coolFrom is the release time of addresses released now: now when the
+// configuration sets ipCooldownSeconds (the addresses cool down from
+// then), zero when it does not (they are free at once).
+func (a *Allocator) coolFrom(ctx context.Context) (time.Time, error) {
+	cfg, _, err := a.getConfigAt(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if cfg.IPCooldown <= 0 {
+		return time.Time{}, nil
+	}
+	return time.Now(), nil
 }

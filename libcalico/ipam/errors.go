@@ -16,6 +16,9 @@ var (
 	ErrAlreadyAssigned = errors.New("address already assigned")
 	// ErrNotAssigned says an address is not allocated.
 	ErrNotAssigned = errors.New("address not assigned")
+	// ErrCoolingDown: the address was released and waits out the
+	// IPAMConfiguration ipCooldownSeconds; it comes with ErrNotAssigned.
+	ErrCoolingDown = errors.New("cooling down after its release")
 	// ErrNotInPool says an address lies in no configured pool.
 	ErrNotInPool = errors.New("address is not in a configured pool")
 	// ErrTooManyRetries says compare-and-swap kept failing under

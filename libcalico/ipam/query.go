@@ -55,6 +55,9 @@ func (a *Allocator) GetAssignmentAttributes(ctx context.Context, ip netip.Addr) 
 		return Allocation{}, fmt.Errorf("address %s: %w", ip, ErrNotAssigned)
 	}
 	at := b.Attributes[*idx]
+	if at.cooling() {
+		return Allocation{}, fmt.Errorf("address %s: %w: %w (released at %s)", ip, ErrNotAssigned, ErrCoolingDown, *at.ReleasedAt)
+	}
 	return Allocation{IP: ip, HandleID: at.handle(), Attrs: maps.Clone(at.Secondary)}, nil
 }
 
@@ -96,13 +99,17 @@ func (a *Allocator) ListBlocks(ctx context.Context) ([]Block, error) {
 	}
 	out := make([]Block, 0, len(blocks))
 	for _, sb := range blocks {
-		out = append(out, Block{
+		blk := Block{
 			CIDR:        sb.block.prefix,
 			Host:        sb.block.host(),
 			Allocations: sb.block.allocations(),
 			Free:        len(sb.block.Unallocated),
 			Revision:    sb.rev,
-		})
+		}
+		for _, o := range sb.block.cooling() {
+			blk.Cooling = append(blk.Cooling, sb.block.addr(o))
+		}
+		out = append(out, blk)
 	}
 	slices.SortFunc(out, func(x, y Block) int { return x.CIDR.Addr().Compare(y.CIDR.Addr()) })
 	return out, nil

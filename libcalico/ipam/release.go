@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	log "github.com/sirupsen/logrus"
 
@@ -33,8 +34,12 @@ func (a *Allocator) Release(ctx context.Context, opts ...ReleaseOptions) (unallo
 	if len(opts) == 0 {
 		return nil, nil
 	}
-	pools, err := a.listPools(ctx)
-	if err != nil {
+	var pools []pool
+	var coolFrom time.Time
+	if err := parallel(
+		func() (err error) { pools, err = a.listPools(ctx); return },
+		func() (err error) { coolFrom, err = a.coolFrom(ctx); return },
+	); err != nil {
 		return nil, fmt.Errorf("release IPs: %w", err)
 	}
 	byBlock := map[netip.Prefix][]ReleaseOptions{}
@@ -62,7 +67,7 @@ func (a *Allocator) Release(ctx context.Context, opts ...ReleaseOptions) (unallo
 	var errs []error
 	cidrs := slices.SortedFunc(maps.Keys(byBlock), func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
 	for _, c := range cidrs {
-		notAllocated, err := a.releaseFromBlock(ctx, c, byBlock[c])
+		notAllocated, err := a.releaseFromBlock(ctx, c, byBlock[c], coolFrom)
 		unallocated = append(unallocated, notAllocated...)
 		if err != nil {
 			errs = append(errs, err)
@@ -92,9 +97,9 @@ func (a *Allocator) blocksHolding(ctx context.Context, opts []ReleaseOptions) (m
 	return found, rest, nil
 }
 
-// releaseFromBlock frees addresses of block cidr with compare-and-swap,
-// then decrements their handles.
-func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, opts []ReleaseOptions) ([]netip.Addr, error) {
+// releaseFromBlock frees addresses of block cidr with compare-and-swap
+// (cooling down from coolFrom, when set), then decrements their handles.
+func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, opts []ReleaseOptions, coolFrom time.Time) ([]netip.Addr, error) {
 	key := blockKey(cidr)
 	for attempt := 1; attempt <= maxRetries; attempt++ {
 		b, rev, err := a.getBlock(ctx, key)
@@ -108,7 +113,7 @@ func (a *Allocator) releaseFromBlock(ctx context.Context, cidr netip.Prefix, opt
 		if err != nil {
 			return nil, fmt.Errorf("releasing from block %s: %w", cidr, err)
 		}
-		freed, notAllocated := b.releaseIf(opts)
+		freed, notAllocated := b.releaseIf(opts, coolFrom)
 		if len(freed) == 0 {
 			return notAllocated, nil
 		}
@@ -141,8 +146,13 @@ func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error 
 	if err := checkName("handle ID", handleID); err != nil {
 		return fmt.Errorf("release by handle: %w", err)
 	}
-	cidrs, hkv, err := a.handleBlocks(ctx, handleID)
-	if err != nil {
+	var cidrs []netip.Prefix
+	var hkv datastore.KVPair
+	var coolFrom time.Time
+	if err := parallel(
+		func() (err error) { cidrs, hkv, err = a.handleBlocks(ctx, handleID); return },
+		func() (err error) { coolFrom, err = a.coolFrom(ctx); return },
+	); err != nil {
 		return fmt.Errorf("release by handle: %w", err)
 	}
 	badRecord := hkv.Revision != 0 && hkv.Value == nil
@@ -153,7 +163,7 @@ func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error 
 	}
 	var errs []error
 	for _, cidr := range cidrs {
-		if err := a.releaseHandleInBlock(ctx, handleID, cidr, &hkv); err != nil {
+		if err := a.releaseHandleInBlock(ctx, handleID, cidr, &hkv, coolFrom); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -169,7 +179,7 @@ func (a *Allocator) ReleaseByHandle(ctx context.Context, handleID string) error 
 // the block out of the handle (whose stored pair is *hkv, kept current),
 // deleting the handle when it holds nothing else, in one transaction. A
 // block left empty and without affinity is deleted with it.
-func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, cidr netip.Prefix, hkv *datastore.KVPair) error {
+func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, cidr netip.Prefix, hkv *datastore.KVPair, coolFrom time.Time) error {
 	key := blockKey(cidr)
 	b, rev, err := a.getBlock(ctx, key)
 	if errors.Is(err, datastore.ErrNotFound) || errors.Is(err, errBadValue) {
@@ -185,7 +195,7 @@ func (a *Allocator) releaseHandleInBlock(ctx context.Context, handleID string, c
 		released := 0
 		if b != nil {
 			nb := b.clone()
-			if released = nb.releaseHandle(handleID); released > 0 {
+			if released = nb.releaseHandle(handleID, coolFrom); released > 0 {
 				conds = append(conds, datastore.KVCond{Key: key, Revision: rev})
 				if nb.empty() && nb.host() == "" {
 					ops = append(ops, datastore.KVOp{Key: key, Delete: true})

@@ -1,6 +1,9 @@
 package ipam
 
-import "net/netip"
+import (
+	"net/netip"
+	"time"
+)
 
 // Intent is what an address will be used for; a pool serves only the
 // intents its spec.allowedUses lists (Workload and Tunnel when it lists
@@ -101,6 +104,9 @@ type Block struct {
 	Allocations []Allocation
 	// Free counts unallocated addresses.
 	Free int
+	// Cooling lists the released addresses still cooling down
+	// (ipCooldownSeconds): neither free nor held by anyone.
+	Cooling []netip.Addr
 	// Revision is the block's etcd mod revision.
 	Revision int64
 }
@@ -138,6 +144,9 @@ type Config struct {
 	AutoAllocateBlocks bool
 	// MaxBlocksPerHost caps the blocks a node may claim; 0 is no cap.
 	MaxBlocksPerHost int
+	// IPCooldown (ipCooldownSeconds) keeps a released address out of use
+	// this long; 0 frees it at once.
+	IPCooldown time.Duration
 }
 
 // UtilizationOptions selects the pools GetUtilization reports.

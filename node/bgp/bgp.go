@@ -65,6 +65,12 @@ type Config struct {
 	// DisableKernelRoutes leaves the kernel alone (no import, no
 	// blackholes).
 	DisableKernelRoutes bool
+	// AdoptProtocols are the route protocols whose routes to the IP pools
+	// in the main table are taken over at start, as routes of a previous
+	// run of ours (kernel.Handle.Adopt): nil means BIRD's (12), which
+	// Calico's calico-node leaves behind when Palisade replaces it; empty
+	// adopts none.
+	AdoptProtocols []uint8
 	// SecretsDir holds BGP passwords as files <SecretsDir>/<secret>/<key>
 	// (a mounted Kubernetes secret has this shape), read for BGPPeer
 	// password.secretKeyRef and nodeMeshPassword; DefaultSecretsDir when
@@ -118,6 +124,9 @@ func (c *Config) defaults() {
 	if c.Kubernetes == nil {
 		c.Kubernetes = listwatch.FromEnv
 	}
+	if c.AdoptProtocols == nil {
+		c.AdoptProtocols = []uint8{kernel.BirdProtocol}
+	}
 	c.Log = c.Log.WithField("node", c.NodeName)
 }
 
@@ -145,6 +154,21 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("bgp: %w", err)
 		}
 		defer h.Close()
+		var pools []netip.Prefix
+		if len(cfg.AdoptProtocols) > 0 {
+			if pools, err = poolCIDRs(ctx, cfg); err != nil {
+				return err
+			}
+		}
+		for _, p := range cfg.AdoptProtocols {
+			n, err := h.Adopt(p, pools)
+			if err != nil {
+				cfg.Log.WithError(err).WithField("protocol", p).Warn("Taking over the routes another daemon left")
+			}
+			if n > 0 {
+				cfg.Log.WithFields(log.Fields{"protocol": p, "routes": n}).Info("Took over the routes to IP pools another BGP daemon (Calico's BIRD) left; kept until this node's sessions have converged")
+			}
+		}
 		left, err := h.List()
 		if err != nil {
 			return fmt.Errorf("bgp: reading kernel routes: %w", err)
@@ -170,6 +194,32 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 var errGlobalChanged = errors.New("global BGP settings changed")
+
+// poolCIDRs lists the IP pools' CIDRs, the destinations whose routes
+// another daemon left are taken over, trying again every second while
+// the datastore cannot be read.
+func poolCIDRs(ctx context.Context, cfg Config) ([]netip.Prefix, error) {
+	for warned := false; ; warned = true {
+		pools, err := listAs[*v3.IPPool](ctx, cfg.Store, v3.KindIPPool)
+		if err == nil {
+			var out []netip.Prefix
+			for _, p := range pools {
+				if c, err := netip.ParsePrefix(p.Spec.CIDR); err == nil {
+					out = append(out, c.Masked())
+				}
+			}
+			return out, nil
+		}
+		if !warned {
+			cfg.Log.WithError(err).Warn("Reading the IP pools, to take over the routes Calico's BIRD left in them; trying again")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
 
 // state is what one reconcile round reads.
 type state struct {
@@ -212,7 +262,7 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 	if err != nil {
 		return st, err
 	}
-	floating, workloads, floatingOn, err := readWorkloads(ctx, cfg)
+	floating, workloads, local, floatingOn, err := readWorkloads(ctx, cfg)
 	if err != nil {
 		return st, err
 	}
@@ -244,7 +294,7 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 			st.ignored = append(st.ignored, "bgpconfiguration default: "+note)
 		}
 	}
-	in := peers.Input{NodeName: cfg.NodeName, Config: conf, Password: passwordReader(cfg.SecretsDir)}
+	in := peers.Input{NodeName: cfg.NodeName, Config: conf, Password: passwordReader(cfg.SecretsDir), Workloads: local}
 	for _, n := range nodes {
 		in.Nodes = append(in.Nodes, *n)
 	}
@@ -304,16 +354,20 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 }
 
 // readWorkloads lists the floating IPs of the cluster's workloads (their
-// WorkloadEndpoints' ipNATs) and their own addresses (ipNetworks), and
-// says whether this node's felix programs floating IPs: its
-// FelixConfiguration (node.<name> over default) has floatingIPs Enabled
-// and bpfEnabled not set, as felix/calc decides.
-func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Floating, on bool, err error) {
+// WorkloadEndpoints' ipNATs), their own addresses (ipNetworks) and this
+// node's WorkloadEndpoints (local workload peering), and says whether
+// this node's felix programs floating IPs: its FelixConfiguration
+// (node.<name> over default) has floatingIPs Enabled and bpfEnabled not
+// set, as felix/calc decides.
+func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Floating, local []v3.WorkloadEndpoint, on bool, err error) {
 	weps, err := listAs[*v3.WorkloadEndpoint](ctx, cfg.Store, v3.KindWorkloadEndpoint)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
 	for _, w := range weps {
+		if w.Spec.Node == cfg.NodeName {
+			local = append(local, *w)
+		}
 		for _, n := range w.Spec.IPNATs {
 			if a, err := netip.ParseAddr(n.ExternalIP); err == nil {
 				floating = append(floating, paths.Floating{Node: w.Spec.Node, Addr: a})
@@ -329,7 +383,7 @@ func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Float
 	}
 	fcs, err := listAs[*v3.FelixConfiguration](ctx, cfg.Store, v3.KindFelixConfiguration)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
 	floatingIPs, bpf := "", false
 	for _, name := range []string{"default", "node." + cfg.NodeName} {
@@ -345,7 +399,7 @@ func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Float
 			}
 		}
 	}
-	return floating, own, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
+	return floating, own, local, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
 }
 
 // listAs lists one kind.
@@ -497,7 +551,8 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			for _, p := range st.paths.Paths {
 				originated = append(originated, p.Prefix)
 			}
-			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets, FelixOwned: st.paths.FelixOwned})
+			im.setLocal(localRoutes{Blocks: st.paths.Blocks, Lent: st.paths.Lent, Originated: originated, Self: self, Ignored: st.ignoredNets, FelixOwned: st.paths.FelixOwned,
+				Static: reachableRoutes(st.peers.Peers)})
 		}
 		rec.apply(ctx, st)
 

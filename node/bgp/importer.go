@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/palisade-net/palisade/node/bgp/kernel"
+	"github.com/palisade-net/palisade/node/bgp/peers"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
 
@@ -26,10 +27,15 @@ type localRoutes struct {
 	// FelixOwned are the CIDRs of VXLAN pools: nothing learned inside
 	// them is programmed, felix's overlay routes them.
 	FelixOwned []netip.Prefix
+	// Static are the routes to BGP peers through their reachableBy
+	// gateway: programmed as they are, whatever is learned for the same
+	// prefix.
+	Static []kernel.Route
 }
 
 // importer turns learned best routes and this node's blocks into the
-// kernel's desired routes: learned prefixes over their (ECMP) next hops,
+// kernel's desired routes: the routes to peers through their reachableBy
+// gateways, then learned prefixes over their (ECMP) next hops,
 // except anything inside a VXLAN pool (felix's), inside our own blocks
 // (other than the host routes of addresses we lent), anything we
 // originate ourselves (the service ranges every node advertises) or
@@ -42,6 +48,7 @@ type importer struct {
 	learned    map[netip.Prefix][]netip.Addr
 	local      localRoutes
 	primed     bool
+	static     map[netip.Prefix]kernel.Route
 	blackholes map[netip.Prefix]bool
 	lent       map[netip.Prefix]bool
 	self       map[netip.Addr]bool
@@ -53,6 +60,7 @@ func newImporter(s *kernel.Syncer) *importer {
 	return &importer{
 		sync:       s,
 		learned:    map[netip.Prefix][]netip.Addr{},
+		static:     map[netip.Prefix]kernel.Route{},
 		blackholes: map[netip.Prefix]bool{},
 		lent:       map[netip.Prefix]bool{},
 		self:       map[netip.Addr]bool{},
@@ -64,6 +72,9 @@ func newImporter(s *kernel.Syncer) *importer {
 // wanted returns the kernel route for a learned prefix under the current
 // filters (no next hops means none).
 func (im *importer) wanted(pfx netip.Prefix, hops []netip.Addr) kernel.Route {
+	if r, ok := im.static[pfx]; ok {
+		return r
+	}
 	r := kernel.Route{Dst: pfx}
 	if im.blackholes[pfx] {
 		r.Blackhole = true
@@ -147,11 +158,24 @@ func (im *importer) setLocal(l localRoutes) {
 	for _, a := range l.Self {
 		im.self[a] = true
 	}
+	oldStatic := im.static
+	im.static = make(map[netip.Prefix]kernel.Route, len(l.Static))
+	for _, r := range l.Static {
+		im.static[r.Dst] = r
+	}
 	var out []kernel.Route
 	for pfx := range old {
 		if !im.blackholes[pfx] {
 			out = append(out, im.wanted(pfx, im.learned[pfx]))
 		}
+	}
+	for pfx := range oldStatic {
+		if _, ok := im.static[pfx]; !ok {
+			out = append(out, im.wanted(pfx, im.learned[pfx]))
+		}
+	}
+	for _, r := range im.static {
+		out = append(out, r)
 	}
 	for pfx, hops := range im.learned {
 		out = append(out, im.wanted(pfx, hops))
@@ -161,4 +185,16 @@ func (im *importer) setLocal(l localRoutes) {
 	}
 	im.mu.Unlock()
 	im.sync.Update(out)
+}
+
+// reachableRoutes are the routes to the peers that name a reachableBy
+// gateway: the peer's address alone, through the gateway.
+func reachableRoutes(ps []peers.Peer) []kernel.Route {
+	var out []kernel.Route
+	for _, p := range ps {
+		if p.ReachableBy.IsValid() {
+			out = append(out, kernel.Route{Dst: netip.PrefixFrom(p.Address, p.Address.BitLen()), NextHops: []netip.Addr{p.ReachableBy}})
+		}
+	}
+	return out
 }

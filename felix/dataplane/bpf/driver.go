@@ -333,6 +333,12 @@ func (d *Driver) OnProfileRemoved(name string) {
 
 // OnEndpointUpdate implements calc.Dataplane.
 func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
+	if old := d.endpoints[ep.ID]; old != nil && old.InterfaceName != ep.InterfaceName {
+		d.routes.SetPeering(old.InterfaceName, nil)
+	}
+	if ep.ID.Kind == calc.WorkloadEndpoint {
+		d.routes.SetPeering(ep.InterfaceName, ep.PeeringAddrs)
+	}
 	d.endpoints[ep.ID] = ep
 	d.epDirty[ep.ID] = struct{}{}
 	delete(d.epRemoved, ep.ID)
@@ -340,6 +346,9 @@ func (d *Driver) OnEndpointUpdate(ep *calc.Endpoint) {
 
 // OnEndpointRemoved implements calc.Dataplane.
 func (d *Driver) OnEndpointRemoved(id calc.EndpointID) {
+	if old := d.endpoints[id]; old != nil && id.Kind == calc.WorkloadEndpoint {
+		d.routes.SetPeering(old.InterfaceName, nil)
+	}
 	delete(d.endpoints, id)
 	delete(d.epDirty, id)
 	d.epRemoved[id] = struct{}{}

@@ -7,7 +7,8 @@
 // removeExternalRoutes (the default) every other scope-link route on a
 // workload interface goes, without it only those of its own protocol.
 // It never touches BGP's routes (protocol 201) nor any route on other
-// interfaces.
+// interfaces of the main table. Outside the main table it only keeps the
+// two tables routeTableRanges gives WireGuard empty (tables.go).
 package routes
 
 import (
@@ -41,6 +42,11 @@ type Options struct {
 	// deviceRouteSourceAddressIPv6 (invalid: none), the source the host
 	// uses to reach its workloads.
 	Src4, Src6 netip.Addr
+	// WireguardTable4 and WireguardTable6 are the route tables Calico's
+	// felix takes for WireGuard from routeTableRanges (0: none), and
+	// WireguardRulePriority the priority of its routing rules: kept
+	// empty and without such rules (see tables.go).
+	WireguardTable4, WireguardTable6, WireguardRulePriority int
 }
 
 // bgpProtocol is the protocol of routes programmed by the BGP part
@@ -57,7 +63,11 @@ type Manager struct {
 
 	desired map[netip.Prefix]string // dst → interface
 	dirty   map[netip.Prefix]struct{}
-	resync  bool
+	// peering are the local BGP peering addresses wanted on workload
+	// interfaces (peering.go); peeringDirty the interfaces to write.
+	peering      map[string][]netip.Prefix
+	peeringDirty map[string]struct{}
+	resync       bool
 	// oldProtocol is the protocol routes were written with before the
 	// last change of Options.Protocol (0: none).
 	oldProtocol int
@@ -72,6 +82,7 @@ func New(run *nsexec.Runner, logger *log.Entry) (*Manager, error) {
 	return &Manager{
 		h: h, prefixes: []string{"cali"}, log: logger.WithField("part", "routes"), opts: Options{Protocol: Protocol},
 		desired: map[netip.Prefix]string{}, dirty: map[netip.Prefix]struct{}{}, resync: true,
+		peering: map[string][]netip.Prefix{}, peeringDirty: map[string]struct{}{},
 	}, nil
 }
 
@@ -106,7 +117,8 @@ func (m *Manager) SetOptions(o Options) {
 
 // OptionsOf is the route options of a configuration.
 func OptionsOf(cfg *calc.Config) Options {
-	return Options{Protocol: cfg.DeviceRouteProtocol, KeepExternal: !cfg.RemoveExternalRoutes, Src4: cfg.DeviceRouteSource4, Src6: cfg.DeviceRouteSource6}
+	return Options{Protocol: cfg.DeviceRouteProtocol, KeepExternal: !cfg.RemoveExternalRoutes, Src4: cfg.DeviceRouteSource4, Src6: cfg.DeviceRouteSource6,
+		WireguardTable4: cfg.WireguardTables[0], WireguardTable6: cfg.WireguardTables[1], WireguardRulePriority: cfg.WireguardRulePriority}
 }
 
 // route is the route felix wants to dst through the interface index.
@@ -151,9 +163,10 @@ func toIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// Pending is the number of wanted routes whose interface is missing or
-// down; Apply should be retried while it is not zero.
-func (m *Manager) Pending() int { return len(m.dirty) }
+// Pending is the number of wanted routes (and peering addresses) whose
+// interface is missing or down; Apply should be retried while it is not
+// zero.
+func (m *Manager) Pending() int { return len(m.dirty) + len(m.peeringDirty) }
 
 // Apply writes the routes that changed (all of them after a resync). A
 // route whose interface is missing or down stays pending (see Pending).
@@ -199,6 +212,9 @@ func (m *Manager) Apply() error {
 			continue
 		}
 		delete(m.dirty, dst)
+	}
+	if err := m.applyPeering(); err != nil && firstErr == nil {
+		firstErr = err
 	}
 	return firstErr
 }
@@ -259,5 +275,13 @@ func (m *Manager) readBack() error {
 		}
 	}
 	m.oldProtocol = 0
+	if err := m.readBackPeering(links); err != nil {
+		return err
+	}
+	if err := m.emptyWireguardTables(); err != nil {
+		// Never in the way of the workload routes: tried again at the
+		// next resync.
+		m.log.WithError(err).Warn("Keeping WireGuard's route tables empty")
+	}
 	return nil
 }

@@ -19,16 +19,9 @@ var NotActedOn = map[string][]string{
 	KindBGPConfiguration: {
 		"spec.ipv4NormalRoutePriority",
 		"spec.ipv6NormalRoutePriority",
-		"spec.localWorkloadPeeringIPV4",
-		"spec.localWorkloadPeeringIPV6",
 	},
 	KindBGPFilter: bgpFilterNotActedOn(),
-	KindBGPPeer: {
-		"spec.reachableBy",
-		"spec.localWorkloadSelector",
-	},
 	KindIPAMConfiguration: {
-		"spec.ipCooldownSeconds",
 		"spec.kubeVirtVMAddressPersistence",
 	},
 	KindWorkloadEndpoint: {
@@ -71,6 +64,10 @@ var FelixConfigurationActedOn = map[string]bool{
 	"interfaceRefreshInterval": true,
 	// The maxelem of IP sets (felix/dataplane/ipsets).
 	"maxIpsetSize": true,
+	// The route tables Calico's felix gives WireGuard, kept empty and
+	// without their rule as Calico's felix keeps them with WireGuard off
+	// (felix/dataplane/routes/tables.go).
+	"routeTableRanges": true, "routeTableRange": true, "wireguardRoutingRulePriority": true,
 	// Workload routes (felix/dataplane/routes).
 	"deviceRouteProtocol": true, "deviceRouteSourceAddress": true, "deviceRouteSourceAddressIPv6": true, "removeExternalRoutes": true,
 	// routeSource WorkloadIPs: overlay routes by workload address

@@ -159,6 +159,18 @@ func (v *validator) bgpPeer(s *BGPPeerSpec) {
 	if s.PeerIP == "" && s.PeerSelector == "" && s.LocalWorkloadSelector == "" {
 		v.fail("spec", nil, "one of peerIP, peerSelector or localWorkloadSelector is required")
 	}
+	// Calico's CRD rules for a peering with local workloads.
+	if s.LocalWorkloadSelector != "" {
+		if s.PeerIP != "" {
+			v.fail("spec.peerIP", s.PeerIP, "peerIP must be empty when localWorkloadSelector is set")
+		}
+		if s.PeerSelector != "" {
+			v.fail("spec.peerSelector", s.PeerSelector, "peerSelector must be empty when localWorkloadSelector is set")
+		}
+		if s.ASNumber == 0 {
+			v.fail("spec.asNumber", nil, "asNumber is required when localWorkloadSelector is set")
+		}
+	}
 	if s.Node != "" {
 		if msg := dnsSubdomainProblem(s.Node); msg != "" {
 			v.fail("spec.node", s.Node, "invalid node name: %s", msg)

@@ -302,6 +302,11 @@ const batchSize = 2048
 func (h *Handle) Apply(ops []Op) []OpError {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.applyLocked(ops)
+}
+
+// applyLocked is Apply with the handle's lock held.
+func (h *Handle) applyLocked(ops []Op) []OpError {
 	var errs []OpError
 	for len(ops) > 0 {
 		n := min(len(ops), batchSize)

@@ -31,6 +31,9 @@ const (
 	TypeMesh         Type = "node-to-node mesh"
 	TypeGlobal       Type = "global"
 	TypeNodeSpecific Type = "node specific"
+	// TypeLocalWorkload is a session with a BGP speaker running in a
+	// workload of this node (BGPPeer localWorkloadSelector).
+	TypeLocalWorkload Type = "local workload"
 )
 
 // Peer is one desired BGP session.
@@ -78,6 +81,12 @@ type Peer struct {
 	// Node is the cluster node at Address, when it is one: both ends are
 	// Palisade nodes, computing the same sessions.
 	Node string `json:"node,omitempty"`
+	// ReachableBy (BGPPeer reachableBy) is the gateway through which the
+	// peer is reached: the node routes the peer's address (a /32 or
+	// /128) through it, so that no route learned over BGP can take the
+	// session's own path away (Calico's static route toward the peer).
+	// Invalid when unset.
+	ReachableBy netip.Addr `json:"reachableBy,omitzero"`
 	// Passive makes this end wait for the peer to connect. Between two
 	// nodes only the one with the higher address connects (as Calico's
 	// mesh does): the two never open a connection each at the same time,
@@ -132,6 +141,9 @@ type Input struct {
 	// Password resolves a secret key reference; nil or a false result
 	// leaves the session without a password.
 	Password func(ref v3.SecretKeySelector) (string, bool)
+	// Workloads are this node's WorkloadEndpoints, which BGPPeers with a
+	// localWorkloadSelector make BGP peers of the node.
+	Workloads []v3.WorkloadEndpoint
 }
 
 // Local is this node's own BGP identity.
@@ -196,6 +208,8 @@ func Compute(in Input) (Result, []error) {
 	}
 
 	b := builder{me: me, byAddr: byAddr, password: in.Password, peers: map[string]Peer{}, filters: map[string][]string{}}
+	b.localPeering4, b.localPeering6 = in.Config.LocalWorkloadPeeringIPs()
+	b.workloads = localWorkloadPeers(in, me)
 
 	// Explicit peers first; the mesh only adds sessions to addresses no
 	// BGPPeer already covers.
@@ -261,6 +275,11 @@ type builder struct {
 	peers    map[string]Peer
 	// filters are the BGPFilter names of the sessions that have some.
 	filters map[string][]string
+	// localPeering4/6 are the node-side addresses of local workload
+	// peerings (invalid: none of the family); workloads the local
+	// workloads each BGPPeer makes peers, by BGPPeer name.
+	localPeering4, localPeering6 netip.Addr
+	workloads                    map[string][]netip.Addr
 }
 
 // add fills in the session's local side and stores it unless it is a
@@ -283,7 +302,7 @@ func (b *builder) add(p Peer, override bool, filters []string) {
 		p.LocalAS = b.me.as
 	}
 	p.EBGP = p.AS != p.LocalAS
-	if p.SourceAddress.IsValid() {
+	if p.SourceAddress.IsValid() && p.Type != TypeLocalWorkload {
 		p.SourceAddress = src.Addr()
 	}
 	if other, ok := b.byAddr[p.Address]; ok && p.Port == 0 {
@@ -380,6 +399,23 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 		template.SourceAddress = netip.IPv4Unspecified()
 	}
 
+	if s.LocalWorkloadSelector != "" {
+		// The node listens for the workload's speaker, which connects to
+		// the peering address on the workload's interface (felix puts it
+		// there).
+		for _, addr := range b.workloads[bp.Name] {
+			src := b.localPeering4
+			if addr.Is6() {
+				src = b.localPeering6
+			}
+			p := template
+			p.Type = TypeLocalWorkload
+			p.Name = "Local_Workload_" + strings.NewReplacer(".", "_", ":", "_").Replace(addr.String())
+			p.Address, p.AS, p.SourceAddress, p.Passive = addr, uint32(s.ASNumber), src, true
+			b.add(p, true, s.Filters)
+		}
+		return nil
+	}
 	if s.PeerSelector != "" {
 		sel, err := selector.Parse(s.PeerSelector)
 		if err != nil {
@@ -421,6 +457,13 @@ func (b *builder) addBGPPeer(bp *v3.BGPPeer, nodes map[string]nodeInfo) error {
 	}
 	p := template
 	p.Name, p.Address, p.Port = name, addr.Unmap(), port
+	if s.ReachableBy != "" {
+		gw, err := netip.ParseAddr(s.ReachableBy)
+		if err != nil || gw.Unmap().Is4() != p.Address.Is4() {
+			return fmt.Errorf("bgppeer %q: spec.reachableBy %q: not an address of the peer's family", bp.Name, s.ReachableBy)
+		}
+		p.ReachableBy = gw.Unmap()
+	}
 	p.AS = uint32(s.ASNumber)
 	if p.AS == 0 {
 		p.AS = b.me.as
@@ -474,5 +517,51 @@ func sortedNodes(m map[string]nodeInfo) []nodeInfo {
 		out = append(out, n)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// localWorkloadPeers lists, by BGPPeer name, the addresses of this node's
+// workloads that a BGPPeer's localWorkloadSelector makes BGP peers of the
+// node (v3.LocalWorkloadPeer decides, as felix does): the first address of
+// each family for which BGPConfiguration sets a peering address, as
+// Calico takes a workload's first IPv4 and IPv6 networks.
+func localWorkloadPeers(in Input, me nodeInfo) map[string][]netip.Addr {
+	var local []*v3.BGPPeer
+	for i := range in.Peers {
+		if in.Peers[i].Spec.LocalWorkloadSelector != "" {
+			local = append(local, &in.Peers[i])
+		}
+	}
+	if len(local) == 0 {
+		return nil
+	}
+	v4, v6 := in.Config.LocalWorkloadPeeringIPs()
+	out := map[string][]netip.Addr{}
+	for i := range in.Workloads {
+		w := &in.Workloads[i]
+		if w.Spec.Node != in.NodeName {
+			continue
+		}
+		p := v3.LocalWorkloadPeer(local, in.NodeName, me.labels, w.Labels)
+		if p == nil {
+			continue
+		}
+		var have4, have6 bool
+		for _, n := range w.Spec.IPNetworks {
+			pfx, err := parseAddr(n)
+			if err != nil {
+				continue
+			}
+			a := pfx.Addr().Unmap()
+			switch {
+			case a.Is4() && v4.IsValid() && !have4:
+				have4 = true
+				out[p.Name] = append(out[p.Name], a)
+			case a.Is6() && v6.IsValid() && !have6:
+				have6 = true
+				out[p.Name] = append(out[p.Name], a)
+			}
+		}
+	}
 	return out
 }
