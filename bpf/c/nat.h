@@ -1,27 +1,51 @@
 /* Service load balancing in the programs (kube-proxy's job, done as
- * Calico's eBPF dataplane does it): a workload's packet to a Service
- * frontend (ClusterIP:port/protocol, pal_svc) is given a backend
- * (pal_be) at the workload's interface ingress, before conntrack and
- * policy, so both judge the backend; the flow's translation is kept in
- * pal_nat, keyed by the packet as the interface sees it:
+ * Calico's eBPF dataplane does it).
  *
- *   FWD  client:c -> frontend:f   rewrite the destination to backend:b
- *                                 (read by the client's ingress hook)
- *   REV  backend:b -> client:c    rewrite the source to frontend:f, after
- *                                 conntrack and policy, at the egress to
- *                                 the client's interface (ifindex) or
- *                                 where the bypass redirects to it
+ * Frontends (pal_svc: address, port, protocol; a node port is the
+ * unspecified address of its family) have their backends in pal_be
+ * {id, 0 .. count-1}, then this node's ones {id, count .. count+local-1}
+ * for the Local traffic policies; nat_pick is the one entry point that
+ * looks a destination up and chooses a backend for a new flow (the
+ * client's affinity, else Maglev, else random), for every program that
+ * load-balances (the workload and host interfaces here, connect-time
+ * load balancing elsewhere).
+ *
+ *  - From a workload (its interface's ingress, before conntrack and
+ *    policy, so both judge the backend): the destination becomes the
+ *    backend; the reply gets the frontend back at the client's
+ *    interface (REV, ifindex), also where the bypass redirects to it.
+ *  - From outside (a host data interface's ingress: node ports on every
+ *    address of the node, load balancer and external addresses, cluster
+ *    addresses routed to the node): a backend on this node, or one whose
+ *    node is unknown, is given the packet (DNAT, source kept) and the
+ *    reply the frontend back at the egress of the host interface it
+ *    leaves by (REV, PAL_NAT_F_HOST). A backend on another node gets the
+ *    packet untranslated through the node port tunnel (VXLAN, the
+ *    tunnel device's metadata: bpf_skb_set_tunnel_key), its flow
+ *    remembered (TUN) so its next packets follow; that node chooses one
+ *    of its own backends the same way (Maglev and affinity choose the
+ *    same) and either sends the replies back through the tunnel,
+ *    translated, for the first node to send on (bpfExternalServiceMode
+ *    Tunnel, Calico's default: REV with PAL_NAT_F_TUNNEL) or straight to
+ *    the client (DSR: REV with PAL_NAT_F_HOST).
+ *
+ * The flows' translations are in pal_nat, keyed by the packet as the
+ * interface sees it:
+ *
+ *   FWD  client:c -> frontend:f   the destination becomes backend:b
+ *   REV  backend:b -> client:c    the source becomes frontend:f
  *   HPR  client:b -> hairpin:c    hairpin reply (a pod reaching itself):
- *                                 rewrite the destination to the client
+ *                                 the destination becomes the client
+ *   TUN  client:c -> frontend:f   sent through the tunnel to a node
  *
- * A hairpin flow (the backend is the client) leaves the client's
- * interface with the source rewritten to PAL_HAIRPIN4, so the pod does
- * not see a packet from itself. A frontend without backends is rejected
- * with an ICMP port unreachable (as kube-proxy's REJECT), sent back into
- * the workload. The translation of an established flow is kept across
- * Service and endpoint changes while its backend is still one of the
- * frontend's (pal_be_live); a TCP flow whose backend went is reset (a
- * TCP reset from the frontend), a UDP one picks another backend.
+ * Entries expire as conntrack's do (TCP established, FINs of both sides,
+ * reset; UDP; other), checked by the programs on every lookup and swept
+ * by felix; a flow keeps its backend while that backend is one of its
+ * frontend's (pal_be_live), across Service and endpoint changes; a TCP
+ * flow whose backend went is reset (a TCP reset from the frontend),
+ * another one picks again. A frontend without backends is rejected with
+ * an ICMP port unreachable (as kube-proxy's REJECT); one with backends
+ * but none the Local policy allows drops (as kube-proxy's DROP).
  * Included by palisade.c (it uses its state and helpers).
  */
 #ifndef PALISADE_NAT_H
@@ -34,16 +58,45 @@
 #define PAL_MARK_HAIRPIN 0x02000000
 #define PAL_MARK_REPLY 0x04000000
 
+/* pal_state.flags of the NAT (apart from palisade.h's): a reply that
+ * leaves a backend for the node port tunnel (nat_tunnel_back). */
+#define PAL_F_NAT_TUNNEL 0x10000
+
 /* 169.254.1.1, every workload's gateway: a hairpin flow's source. */
 #define PAL_HAIRPIN4 0xa9fe0101
+
+/* The node port tunnel's VXLAN network identifiers: Calico's for a
+ * forward packet whose replies come back the same way, and two of our
+ * own for one whose replies go straight to the client (DSR) and for a
+ * reply, translated already, for the first node to send on. */
+#define PAL_VNI_TUNNEL 0xca11c0
+#define PAL_VNI_DSR 0xca11c1
+#define PAL_VNI_REPLY 0xca11c2
 
 #define PAL_NAT_FWD 1
 #define PAL_NAT_REV 2
 #define PAL_NAT_HPR 3
+#define PAL_NAT_TUN 4
 /* nat_value.flags */
-#define PAL_NAT_F_HAIRPIN 0x1
+#define PAL_NAT_F_HAIRPIN 0x01
+#define PAL_NAT_F_TUNNEL 0x02 /* REV: the reply goes back through the tunnel to node */
+#define PAL_NAT_F_HOST 0x04   /* REV: translated at the egress of a host interface */
+#define PAL_NAT_F_DSR 0x08    /* TUN: the backend's node replies to the client itself */
+#define PAL_NAT_F_FIN_C 0x10  /* TCP: the client's FIN was seen */
+#define PAL_NAT_F_FIN_B 0x20  /* TCP: the backend's FIN was seen */
+#define PAL_NAT_F_RST 0x40    /* TCP: a reset was seen */
 
-/* A Service frontend: address (IPv4-mapped for IPv4), port, protocol. */
+/* svc_value.flags */
+#define PAL_SVC_EXTERNAL 0x1  /* a load balancer or external address */
+#define PAL_SVC_NODEPORT 0x2  /* a node port */
+#define PAL_SVC_EXT_LOCAL 0x4 /* externalTrafficPolicy Local */
+#define PAL_SVC_INT_LOCAL 0x8 /* internalTrafficPolicy Local */
+
+/* pal_natcfg.flags */
+#define PAL_NATCFG_DSR 0x1 /* bpfExternalServiceMode DSR */
+
+/* A Service frontend: address (IPv4-mapped for IPv4; a node port the
+ * unspecified address of its family), port, protocol. */
 struct svc_key {
 	__u8 addr[16];
 	__u16 port;
@@ -51,11 +104,14 @@ struct svc_key {
 	__u8 pad;
 };
 
-/* Its backends are pal_be {id, 0 .. count-1}; count 0: rejected. */
 struct svc_value {
 	__u32 id;
-	__u32 count;
-	__u32 flags;
+	__u32 count;    /* backends {id, 0 .. count-1}; 0: rejected */
+	__u32 local;    /* this node's, {id, count .. count+local-1} */
+	__u32 flags;    /* PAL_SVC_* */
+	__u32 aff_id;   /* the Service port: the affinity's key */
+	__u32 aff_secs; /* sessionAffinity ClientIP's timeout (0: none) */
+	__u32 maglev;   /* Maglev's table size (0: random) */
 	__u32 pad;
 };
 
@@ -67,7 +123,11 @@ struct be_key {
 struct be_value {
 	__u8 addr[16];
 	__u16 port;
-	__u8 pad[2];
+	__u8 local; /* on this node */
+	__u8 pad;
+	/* A remote backend's node (zero: unknown), where traffic from
+	 * outside goes through the tunnel. */
+	__u8 node[16];
 };
 
 /* A backend of frontend id, whatever its index: flows keep it while it is
@@ -76,6 +136,41 @@ struct be_live_key {
 	__u32 id;
 	__u16 port;
 	__u8 pad[2];
+	__u8 addr[16];
+};
+
+/* A client's affinity to a backend of a Service port. */
+struct aff_key {
+	__u32 id;
+	__u8 client[16];
+};
+
+struct aff_value {
+	__u64 last_seen;
+	struct be_value be;
+};
+
+/* A slot of a frontend's Maglev table. */
+struct maglev_key {
+	__u32 id;
+	__u32 slot;
+};
+
+/* What felix tells the programs of the node. */
+struct nat_cfg {
+	__u32 tun_ifindex; /* the node port tunnel's device (0: none) */
+	__u32 flags;       /* PAL_NATCFG_* */
+};
+
+/* An address, as a map key and a global function's argument (the
+ * verifier sizes a pointer argument by its type). */
+struct nat_addr {
+	__u8 a[16];
+};
+
+/* Clients outside bpfDSROptoutCIDRs get DSR. */
+struct dsr_key {
+	__u32 prefixlen;
 	__u8 addr[16];
 };
 
@@ -91,13 +186,17 @@ struct nat_key {
 
 struct nat_value {
 	/* FWD: the backend; REV: the frontend (new source); HPR: the client
-	 * (new destination, port unchanged). */
+	 * (new destination, port unchanged); TUN: the backend chosen. */
 	__u8 addr[16];
+	/* REV with PAL_NAT_F_TUNNEL: the node the replies go back to; TUN:
+	 * the node the flow goes to. */
+	__u8 node[16];
+	__u64 last_seen; /* now() */
 	__u16 port;
-	__u8 kind;  /* PAL_NAT_* */
-	__u8 flags; /* PAL_NAT_F_* */
-	__u32 ifindex; /* REV: the client's interface */
-	__u32 svc;     /* FWD: the frontend's id */
+	__u8 kind;     /* PAL_NAT_* */
+	__u8 flags;    /* PAL_NAT_F_* */
+	__u32 ifindex; /* REV: the client's workload interface (0: none) */
+	__u32 svc;     /* FWD, TUN: the frontend's id */
 	__u32 pad;
 };
 
@@ -125,6 +224,46 @@ struct {
 	__type(value, __u8);
 } pal_be_live SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct aff_key);
+	__type(value, struct aff_value);
+} pal_aff SEC(".maps");
+
+/* Sized by the loader: bpfMaglevMaxServices tables of their size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct maglev_key);
+	__type(value, struct be_value);
+} pal_maglev SEC(".maps");
+
+/* Every node's addresses: the node port tunnel's peers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nat_addr);
+	__type(value, __u8);
+} pal_nodes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct dsr_key);
+	__type(value, __u8);
+} pal_dsr_optout SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nat_cfg);
+} pal_natcfg SEC(".maps");
+
 /* The translations of flows: least recently used go first when full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -147,11 +286,100 @@ static __always_inline void nat_key_of(struct state *st, struct nat_key *k)
 	k->proto = st->proto;
 }
 
-/* An address as a global function's argument (the verifier sizes a
- * pointer argument by its type). */
-struct nat_addr {
-	__u8 a[16];
-};
+static __always_inline int addr_zero(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	return (w[0] | w[1] | w[2] | w[3]) == 0;
+}
+
+static __always_inline int addr_eq(const __u8 *a, const __u8 *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+static __always_inline int is_mapped4(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0xffff);
+}
+
+/* nat_timeout is how long an entry lives after its last packet, as
+ * conntrack's (ct_timeout): a TCP flow's after a reset, after both
+ * FINs, else established. */
+static __always_inline __u64 nat_timeout(__u8 proto, __u8 flags)
+{
+	if (proto == IPPROTO_TCP) {
+		if (flags & PAL_NAT_F_RST)
+			return ct_tcp_rst;
+		if ((flags & (PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) == (PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B))
+			return ct_tcp_fin;
+		return ct_tcp_est;
+	}
+	if (proto == IPPROTO_UDP)
+		return ct_udp;
+	return ct_other;
+}
+
+/* nat_live reports whether an entry has not expired at t. */
+static __always_inline int nat_live(struct nat_value *v, __u8 proto, __u64 t)
+{
+	return idle(t, v->last_seen) <= nat_timeout(proto, v->flags);
+}
+
+/* nat_sibling is the key of an entry's other direction: a FWD's REV
+ * (backend -> client) and a REV's FWD (client -> frontend); 0 when the
+ * kind has none. */
+static __always_inline int nat_sibling(struct nat_key *k, struct nat_value *v, struct nat_key *sk)
+{
+	if (v->kind != PAL_NAT_FWD && v->kind != PAL_NAT_REV)
+		return 0;
+	__builtin_memcpy(sk->src, v->addr, 16);
+	__builtin_memcpy(sk->dst, k->src, 16);
+	sk->sport = v->port;
+	sk->dport = k->sport;
+	sk->proto = k->proto;
+	if (v->kind == PAL_NAT_REV) {
+		/* The FWD is client -> frontend: the REV's destination is the
+		 * client, its value the frontend. */
+		__builtin_memcpy(sk->src, k->dst, 16);
+		__builtin_memcpy(sk->dst, v->addr, 16);
+		sk->sport = k->dport;
+		sk->dport = v->port;
+	}
+	return 1;
+}
+
+/* nat_seen refreshes an entry for a packet at t: its last_seen when that
+ * lagged by more than its refresh interval, and a TCP packet's FIN
+ * (from_client says whose) or reset; both written to its sibling too,
+ * so a flow's two directions expire together. */
+GLOBAL int nat_seen(struct nat_key *k, struct nat_value *v, __u8 tcp_flags, __u32 from_client, __u64 t)
+{
+	if (!k || !v)
+		return 0;
+	__u8 add = 0;
+	if (k->proto == IPPROTO_TCP) {
+		if (tcp_flags & TCP_RST)
+			add |= PAL_NAT_F_RST;
+		if (tcp_flags & TCP_FIN)
+			add |= from_client ? PAL_NAT_F_FIN_C : PAL_NAT_F_FIN_B;
+	}
+	__u8 flags = v->flags;
+	if ((flags | add) == flags && idle(t, v->last_seen) <= ct_refresh(nat_timeout(k->proto, flags)))
+		return 0;
+	v->flags = flags | add;
+	v->last_seen = t;
+	struct nat_key sk = {};
+	if (!nat_sibling(k, v, &sk))
+		return 0;
+	struct nat_value *s = bpf_map_lookup_elem(&pal_nat, &sk);
+	if (s) {
+		s->flags |= add;
+		s->last_seen = t;
+	}
+	return 0;
+}
 
 /* nat_rewrite writes a new address and port on the source (dst 0) or the
  * destination (dst 1) of the packet and in st, with the checksums. */
@@ -232,8 +460,9 @@ struct reject6 {
 };
 
 /* nat_reject turns the packet into an ICMP port unreachable from its
- * destination (a frontend without backends) and sends it back into the
- * workload (TC_ACT_REDIRECT); PAL_TCX_DROP when it cannot. */
+ * destination (a frontend without backends) and sends it back out of
+ * the interface it came by (TC_ACT_REDIRECT); PAL_TCX_DROP when it
+ * cannot. */
 GLOBAL int nat_reject(struct __sk_buff *skb, struct state *st)
 {
 	if (!st)
@@ -302,9 +531,9 @@ struct tcp_min {
 };
 
 /* nat_reset answers a TCP packet of a flow whose backend went with a
- * reset from its frontend, sent back into the workload (TC_ACT_REDIRECT;
- * an ICMP error would not end an established connection);
- * PAL_TCX_DROP when it cannot. */
+ * reset from its frontend, sent back out of the interface it came by
+ * (TC_ACT_REDIRECT; an ICMP error would not end an established
+ * connection); PAL_TCX_DROP when it cannot. */
 GLOBAL int nat_reset(struct __sk_buff *skb, struct state *st)
 {
 	if (!st || st->proto != IPPROTO_TCP)
@@ -370,95 +599,302 @@ GLOBAL int nat_reset(struct __sk_buff *skb, struct state *st)
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-static __always_inline int be_live(__u32 id, struct nat_value *v)
+static __always_inline int be_live(__u32 id, const __u8 *addr, __u16 port)
 {
-	struct be_live_key k = {.id = id, .port = v->port};
-	__builtin_memcpy(k.addr, v->addr, 16);
+	struct be_live_key k = {.id = id, .port = port};
+	__builtin_memcpy(k.addr, addr, 16);
 	return bpf_map_lookup_elem(&pal_be_live, &k) != 0;
+}
+
+/* What a packet to a frontend is (nat_query.how), which decides the
+ * traffic policy that applies. */
+#define PAL_HOW_WORKLOAD 0 /* from a workload of this node */
+#define PAL_HOW_OUTSIDE 1  /* arrived on a host data interface */
+#define PAL_HOW_TUNNEL 2   /* arrived by the node port tunnel: this node's backends */
+#define PAL_HOW_HOST 3     /* from the host itself (connect-time load balancing) */
+
+/* nat_query.dst_local */
+#define PAL_DST_NOT_LOCAL 0
+#define PAL_DST_LOCAL 1   /* an address of this node: a node port answers */
+#define PAL_DST_UNKNOWN 2 /* nat_pick answers PAL_PICK_ASK when it matters */
+
+struct nat_query {
+	__u8 dst[16]; /* the frontend asked for */
+	__u8 src[16]; /* the client */
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 how;       /* PAL_HOW_* */
+	__u8 dst_local; /* PAL_DST_* */
+	__u8 pad;
+};
+
+struct nat_pick {
+	struct be_value be; /* the backend chosen */
+	__u32 svc;          /* the frontend's id */
+	__u32 flags;        /* its PAL_SVC_* */
+};
+
+#define PAL_PICK_NONE 0   /* not a frontend */
+#define PAL_PICK_OK 1     /* a backend, in the pick */
+#define PAL_PICK_REJECT 2 /* a frontend without backends: ICMP port unreachable */
+#define PAL_PICK_DROP 3   /* backends, but none the Local traffic policy allows here */
+#define PAL_PICK_ASK 4    /* only a node port can answer: ask again with dst_local known */
+
+/* maglev_hash is the hash of a flow every node computes alike (the
+ * frontend's Maglev table is the same on every node, so every node
+ * picks the same backend for it). */
+static __always_inline __u32 mix32(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x7feb352d;
+	h ^= h >> 15;
+	h *= 0x846ca68b;
+	h ^= h >> 16;
+	return h;
+}
+
+static __always_inline __u32 maglev_hash(struct nat_query *q)
+{
+	const __u32 *w = (const __u32 *)q->src;
+	__u32 h = 0x9e3779b9;
+	h = mix32(h ^ w[0]);
+	h = mix32(h ^ w[1]);
+	h = mix32(h ^ w[2]);
+	h = mix32(h ^ w[3]);
+	h = mix32(h ^ (((__u32)q->sport << 16) | q->dport));
+	return mix32(h ^ q->proto);
+}
+
+/* nat_pick looks a new flow's destination up among the frontends (an
+ * address and port; a node port when the destination is an address of
+ * this node or the flow came by the tunnel) and chooses its backend: the
+ * client's affinity to one still live, else Maglev's table (external
+ * traffic to a load balancer or external address of a Service that asks
+ * for it), else one at random; among this node's backends only for the
+ * tunnel and the Local traffic policies (internal: to a cluster address;
+ * external: from outside to the others). It returns PAL_PICK_*. */
+GLOBAL int nat_pick(struct nat_query *q, struct nat_pick *out)
+{
+	if (!q || !out)
+		return PAL_PICK_NONE;
+	struct svc_key k = {.port = q->dport, .proto = q->proto};
+	__builtin_memcpy(k.addr, q->dst, 16);
+	struct svc_value *sv = bpf_map_lookup_elem(&pal_svc, &k);
+	if (!sv) {
+		/* A node port: the unspecified address of the family. */
+		__builtin_memset(k.addr, 0, 16);
+		if (is_mapped4(q->dst)) {
+			k.addr[10] = 0xff;
+			k.addr[11] = 0xff;
+		}
+		sv = bpf_map_lookup_elem(&pal_svc, &k);
+		if (!sv || !(sv->flags & PAL_SVC_NODEPORT))
+			return PAL_PICK_NONE;
+		if (q->how != PAL_HOW_TUNNEL && q->dst_local != PAL_DST_LOCAL)
+			return q->dst_local == PAL_DST_UNKNOWN ? PAL_PICK_ASK : PAL_PICK_NONE;
+	}
+	__u32 id = sv->id, n = sv->count, nl = sv->local, flags = sv->flags;
+	__u32 aff_id = sv->aff_id, aff_secs = sv->aff_secs, m = sv->maglev;
+	out->svc = id;
+	out->flags = flags;
+	if (n == 0)
+		return PAL_PICK_REJECT;
+	int external = flags & (PAL_SVC_EXTERNAL | PAL_SVC_NODEPORT);
+	int from_outside = q->how == PAL_HOW_OUTSIDE || q->how == PAL_HOW_TUNNEL;
+	int maglev = m && (flags & PAL_SVC_EXTERNAL) && from_outside;
+	int local = q->how == PAL_HOW_TUNNEL || (!external && (flags & PAL_SVC_INT_LOCAL)) ||
+		    (external && (flags & PAL_SVC_EXT_LOCAL) && q->how == PAL_HOW_OUTSIDE && !maglev);
+	__u32 base = 0, cnt = n;
+	if (local) {
+		if (nl == 0)
+			return PAL_PICK_DROP;
+		base = n;
+		cnt = nl;
+	}
+	__u64 t = now();
+	struct aff_key ak = {.id = aff_id};
+	if (aff_secs) {
+		__builtin_memcpy(ak.client, q->src, 16);
+		struct aff_value *av = bpf_map_lookup_elem(&pal_aff, &ak);
+		if (av && idle(t, av->last_seen) <= (__u64)aff_secs * 1000000000ULL && (!local || av->be.local) &&
+		    be_live(id, av->be.addr, av->be.port)) {
+			out->be = av->be;
+			av->last_seen = t;
+			return PAL_PICK_OK;
+		}
+	}
+	struct be_value *be = 0;
+	if (maglev) {
+		struct maglev_key mk = {.id = id, .slot = maglev_hash(q) % m};
+		be = bpf_map_lookup_elem(&pal_maglev, &mk);
+		if (be && local && !be->local)
+			be = 0;
+	}
+	if (!be) {
+		struct be_key bk = {.id = id, .idx = base + bpf_get_prandom_u32() % cnt};
+		be = bpf_map_lookup_elem(&pal_be, &bk);
+	}
+	if (!be)
+		return PAL_PICK_REJECT;
+	out->be = *be;
+	if (aff_secs) {
+		struct aff_value av = {.last_seen = t, .be = *be};
+		bpf_map_update_elem(&pal_aff, &ak, &av, BPF_ANY);
+	}
+	return PAL_PICK_OK;
 }
 
 #define PAL_NAT_GO (-100)
 
+/* nat_track records a new flow's translation: the forward entry (the
+ * packet as it is) and the reply's (backend -> client), with the
+ * reply's flags, interface and node; for a hairpin flow, the reply to
+ * PAL_HAIRPIN4. It returns whether the flow is a hairpin, or -1 when a
+ * map is full. One key and one value on the stack, filled in turn: the
+ * stack is short. */
+GLOBAL int nat_track(struct state *st, struct nat_pick *p, __u32 rev_flags, __u32 ifindex, struct nat_addr *node)
+{
+	if (!st || !p || !node)
+		return -1;
+	struct nat_key k = {.sport = p->be.port, .dport = st->sport, .proto = st->proto};
+	struct nat_value v = {.kind = PAL_NAT_REV, .port = st->dport, .ifindex = ifindex, .flags = rev_flags, .last_seen = now()};
+	__builtin_memcpy(k.src, p->be.addr, 16);
+	__builtin_memcpy(k.dst, st->src, 16);
+	__builtin_memcpy(v.addr, st->dst, 16);
+	__builtin_memcpy(v.node, node->a, 16);
+	if (bpf_map_update_elem(&pal_nat, &k, &v, BPF_ANY) < 0)
+		return -1;
+	int hairpin = st->family == 4 && ifindex && *(__u32 *)&p->be.addr[12] == *(__u32 *)&st->src[12] &&
+		      *(__u32 *)&p->be.addr[8] == *(__u32 *)&st->src[8];
+	if (hairpin) {
+		/* The pod answers the hairpin source. */
+		map4(k.dst, bpf_htonl(PAL_HAIRPIN4));
+		v.kind = PAL_NAT_HPR;
+		v.flags = 0;
+		v.port = 0;
+		v.ifindex = 0;
+		__builtin_memcpy(v.addr, st->src, 16);
+		if (bpf_map_update_elem(&pal_nat, &k, &v, BPF_ANY) < 0)
+			return -1;
+	}
+	nat_key_of(st, &k);
+	v.kind = PAL_NAT_FWD;
+	v.flags = hairpin ? PAL_NAT_F_HAIRPIN : 0;
+	v.port = p->be.port;
+	v.ifindex = 0;
+	v.svc = p->svc;
+	__builtin_memcpy(v.addr, p->be.addr, 16);
+	__builtin_memset(v.node, 0, 16);
+	if (bpf_map_update_elem(&pal_nat, &k, &v, BPF_ANY) < 0)
+		return -1;
+	return hairpin;
+}
+
+/* nat_forget_stale drops the reply translation a new TCP connection
+ * straight to an address and port that was a backend of an earlier one
+ * through a Service, from the same source port, would otherwise meet
+ * (a live one would share its tuple at the backend): its replies would
+ * be given the frontend's address. */
+static __always_inline void nat_forget_stale(struct state *st)
+{
+	if (st->proto != IPPROTO_TCP || (st->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
+		return;
+	struct nat_key rk = {.sport = st->dport, .dport = st->sport, .proto = st->proto};
+	__builtin_memcpy(rk.src, st->dst, 16);
+	__builtin_memcpy(rk.dst, st->src, 16);
+	struct nat_value *rv = bpf_map_lookup_elem(&pal_nat, &rk);
+	if (rv && rv->kind == PAL_NAT_REV)
+		bpf_map_delete_elem(&pal_nat, &rk);
+}
+
+/* nat_gone answers a packet of a flow whose backend went: a TCP one
+ * (but a new SYN, which picks again) is reset; PAL_NAT_GO to pick
+ * again. */
+static __always_inline int nat_gone(struct __sk_buff *skb, struct state *st)
+{
+	if (st->proto == IPPROTO_TCP && (st->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
+		return nat_reset(skb, st);
+	return PAL_NAT_GO;
+}
+
+/* The results of nat_fwd and its kin besides PAL_NAT_GO and a verdict:
+ * rejected (counted apart), dropped by the Local traffic policy. */
+#define PAL_NAT_REJECTED (-101)
+#define PAL_NAT_NOLOCAL (-102)
+
 /* nat_fwd translates a workload's packet to a Service frontend (or a
- * hairpin reply) before its interface's conntrack and policy. It returns
- * PAL_NAT_GO to go on, or a verdict (a reject). */
+ * hairpin reply) before its interface's conntrack and policy; a reply a
+ * backend sends back through the node port tunnel is flagged
+ * (PAL_F_NAT_TUNNEL) for nat_tunnel_back. It returns PAL_NAT_GO to go on,
+ * or a verdict (a reject: TC_ACT_REDIRECT; a drop). */
 GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 {
 	if (!st || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
 		return PAL_NAT_GO;
 	struct nat_key k = {};
 	nat_key_of(st, &k);
+	__u64 t = now();
 	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (v && !nat_live(v, st->proto, t))
+		v = 0;
 	if (v && v->kind == PAL_NAT_HPR) {
+		nat_seen(&k, v, st->tcp_flags, 1, t);
 		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, st->dport) < 0)
 			return PAL_TCX_DROP;
 		return PAL_NAT_GO;
 	}
+	if (v && v->kind == PAL_NAT_REV) {
+		/* A backend's reply. */
+		nat_seen(&k, v, st->tcp_flags, 0, t);
+		if (v->flags & PAL_NAT_F_TUNNEL)
+			st->flags |= PAL_F_NAT_TUNNEL;
+		return PAL_NAT_GO;
+	}
 	if (v && v->kind == PAL_NAT_FWD) {
-		if (be_live(v->svc, v)) {
+		/* A new SYN on a closed flow's tuple picks again. */
+		int closed = (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
+			     (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		if (!closed && be_live(v->svc, v->addr, v->port)) {
 			__u8 hairpin = v->flags & PAL_NAT_F_HAIRPIN;
+			nat_seen(&k, v, st->tcp_flags, 1, t);
 			if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
 				return PAL_TCX_DROP;
 			if (hairpin)
 				skb->mark |= PAL_MARK_HAIRPIN;
 			return PAL_NAT_GO;
 		}
-		/* Its backend went: a TCP flow is reset (a new SYN picks
-		 * another), anything else picks another. */
-		if (st->proto == IPPROTO_TCP && (st->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
-			return nat_reset(skb, st);
-	}
-	struct svc_key sk = {.port = st->dport, .proto = st->proto};
-	__builtin_memcpy(sk.addr, st->dst, 16);
-	struct svc_value *sv = bpf_map_lookup_elem(&pal_svc, &sk);
-	if (!sv) {
-		/* A new connection straight to an address and port that was
-		 * a backend of an earlier one through a Service, from the
-		 * same source port: that flow's reply translation is stale
-		 * (a live one would share its tuple at the backend) and
-		 * would turn this one's replies into the frontend's. */
-		if (st->proto == IPPROTO_TCP && (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) {
-			struct nat_key rk = {.sport = st->dport, .dport = st->sport, .proto = st->proto};
-			__builtin_memcpy(rk.src, st->dst, 16);
-			__builtin_memcpy(rk.dst, st->src, 16);
-			struct nat_value *rv = bpf_map_lookup_elem(&pal_nat, &rk);
-			if (rv && rv->kind == PAL_NAT_REV)
-				bpf_map_delete_elem(&pal_nat, &rk);
+		if (!closed) {
+			int r = nat_gone(skb, st);
+			if (r != PAL_NAT_GO)
+				return r == PAL_TCX_DROP ? r : PAL_NAT_REJECTED;
 		}
+	}
+	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = PAL_HOW_WORKLOAD,
+			      .dst_local = PAL_DST_UNKNOWN};
+	__builtin_memcpy(q.dst, st->dst, 16);
+	__builtin_memcpy(q.src, st->src, 16);
+	struct nat_pick p = {};
+	int r = nat_pick(&q, &p);
+	if (r == PAL_PICK_ASK) {
+		/* A node port on an address of this node (no route to
+		 * forward by). */
+		q.dst_local = to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
+		r = nat_pick(&q, &p);
+	}
+	if (r == PAL_PICK_NONE) {
+		nat_forget_stale(st);
 		return PAL_NAT_GO;
 	}
-	__u32 id = sv->id, n = sv->count;
-	if (n == 0)
-		return nat_reject(skb, st);
-	struct be_key bk = {.id = id, .idx = bpf_get_prandom_u32() % n};
-	struct be_value *be = bpf_map_lookup_elem(&pal_be, &bk);
-	if (!be)
-		return nat_reject(skb, st);
-	struct nat_value fwd = {.kind = PAL_NAT_FWD, .svc = id, .port = be->port};
-	__builtin_memcpy(fwd.addr, be->addr, 16);
-	int hairpin = st->family == 4 && *(__u32 *)&be->addr[12] == *(__u32 *)&st->src[12] &&
-		      *(__u32 *)&be->addr[8] == *(__u32 *)&st->src[8];
-	if (hairpin)
-		fwd.flags = PAL_NAT_F_HAIRPIN;
-	/* The reply, seen at the client's interface. */
-	struct nat_key rk = {.sport = be->port, .dport = st->sport, .proto = st->proto};
-	__builtin_memcpy(rk.src, be->addr, 16);
-	__builtin_memcpy(rk.dst, st->src, 16);
-	struct nat_value rev = {.kind = PAL_NAT_REV, .port = st->dport, .ifindex = st->ifindex};
-	__builtin_memcpy(rev.addr, st->dst, 16);
-	if (bpf_map_update_elem(&pal_nat, &rk, &rev, BPF_ANY) < 0 || bpf_map_update_elem(&pal_nat, &k, &fwd, BPF_ANY) < 0)
+	if (r == PAL_PICK_REJECT)
+		return nat_reject(skb, st) == PAL_TCX_DROP ? PAL_TCX_DROP : PAL_NAT_REJECTED;
+	if (r != PAL_PICK_OK)
+		return PAL_NAT_NOLOCAL;
+	/* The reply's node is not read (no PAL_NAT_F_TUNNEL). */
+	int hairpin = nat_track(st, &p, 0, st->ifindex, (struct nat_addr *)p.be.node);
+	if (hairpin < 0)
 		return PAL_TCX_DROP;
-	if (hairpin) {
-		/* The pod answers the hairpin source. */
-		struct nat_key hk = {.sport = be->port, .dport = st->sport, .proto = st->proto};
-		__builtin_memcpy(hk.src, be->addr, 16);
-		map4(hk.dst, bpf_htonl(PAL_HAIRPIN4));
-		struct nat_value hv = {.kind = PAL_NAT_HPR};
-		__builtin_memcpy(hv.addr, st->src, 16);
-		if (bpf_map_update_elem(&pal_nat, &hk, &hv, BPF_ANY) < 0)
-			return PAL_TCX_DROP;
-	}
-	if (nat_rewrite(skb, st, 1, (struct nat_addr *)fwd.addr, fwd.port) < 0)
+	if (nat_rewrite(skb, st, 1, (struct nat_addr *)p.be.addr, p.be.port) < 0)
 		return PAL_TCX_DROP;
 	if (hairpin)
 		skb->mark |= PAL_MARK_HAIRPIN;
@@ -484,9 +920,210 @@ GLOBAL int nat_rev(struct __sk_buff *skb, struct state *st, __u32 ifindex)
 	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
 	if (!v || v->kind != PAL_NAT_REV || v->ifindex != ifindex)
 		return 0;
-	__u8 a[16];
-	__builtin_memcpy(a, v->addr, 16);
-	return nat_rewrite(skb, st, 0, (struct nat_addr *)a, v->port);
+	__u64 t = now();
+	if (!nat_live(v, st->proto, t))
+		return 0;
+	nat_seen(&k, v, st->tcp_flags, 0, t);
+	struct nat_addr a;
+	__builtin_memcpy(a.a, v->addr, 16);
+	return nat_rewrite(skb, st, 0, &a, v->port);
+}
+
+/* nat_host_rev translates a reply leaving by a host interface (a flow
+ * from outside, its backend on this node): the frontend as source. -1
+ * when a rewrite failed. */
+GLOBAL int nat_host_rev(struct __sk_buff *skb, struct state *st)
+{
+	if (!st || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
+		return 0;
+	struct nat_key k = {};
+	nat_key_of(st, &k);
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (!v || v->kind != PAL_NAT_REV || !(v->flags & PAL_NAT_F_HOST))
+		return 0;
+	__u64 t = now();
+	if (!nat_live(v, st->proto, t))
+		return 0;
+	nat_seen(&k, v, st->tcp_flags, 0, t);
+	struct nat_addr a;
+	__builtin_memcpy(a.a, v->addr, 16);
+	return nat_rewrite(skb, st, 0, &a, v->port);
+}
+
+static __always_inline struct nat_cfg *nat_cfg(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&pal_natcfg, &zero);
+}
+
+/* nat_encap sends the packet to node through the node port tunnel
+ * (TC_ACT_REDIRECT to the tunnel device, which encapsulates it), or
+ * PAL_TCX_DROP. */
+GLOBAL int nat_encap(struct __sk_buff *skb, struct nat_addr *node, __u32 vni)
+{
+	if (!node)
+		return PAL_TCX_DROP;
+	struct nat_cfg *c = nat_cfg();
+	if (!c || !c->tun_ifindex)
+		return PAL_TCX_DROP;
+	__u32 ifindex = c->tun_ifindex;
+	struct bpf_tunnel_key key = {.tunnel_id = vni, .tunnel_ttl = 64};
+	__u64 flags = 0;
+	if (is_mapped4(node->a)) {
+		key.remote_ipv4 = bpf_ntohl(*(__u32 *)&node->a[12]);
+	} else {
+		__builtin_memcpy(key.remote_ipv6, node->a, 16);
+		flags = BPF_F_TUNINFO_IPV6;
+	}
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags) < 0)
+		return PAL_TCX_DROP;
+	return bpf_redirect(ifindex, 0);
+}
+
+/* dsr reports whether a client gets DSR (bpfExternalServiceMode DSR, and
+ * not in bpfDSROptoutCIDRs). */
+static __always_inline int dsr(struct state *st)
+{
+	struct nat_cfg *c = nat_cfg();
+	if (!c || !(c->flags & PAL_NATCFG_DSR))
+		return 0;
+	struct dsr_key k = {.prefixlen = 128};
+	__builtin_memcpy(k.addr, st->src, 16);
+	return bpf_map_lookup_elem(&pal_dsr_optout, &k) == 0;
+}
+
+/* nat_to_tunnel sends a new flow from outside through the tunnel to the
+ * node of its backend p, untranslated (that node chooses among its own),
+ * and remembers it (TUN) for its next packets. */
+GLOBAL int nat_to_tunnel(struct __sk_buff *skb, struct state *st, struct nat_pick *p)
+{
+	if (!st || !p)
+		return PAL_TCX_DROP;
+	struct nat_key k = {};
+	nat_key_of(st, &k);
+	struct nat_value tun = {.kind = PAL_NAT_TUN, .svc = p->svc, .port = p->be.port, .last_seen = now()};
+	__builtin_memcpy(tun.addr, p->be.addr, 16);
+	__builtin_memcpy(tun.node, p->be.node, 16);
+	if (dsr(st))
+		tun.flags = PAL_NAT_F_DSR;
+	if (bpf_map_update_elem(&pal_nat, &k, &tun, BPF_ANY) < 0)
+		return PAL_TCX_DROP;
+	return nat_encap(skb, (struct nat_addr *)p->be.node, (tun.flags & PAL_NAT_F_DSR) ? PAL_VNI_DSR : PAL_VNI_TUNNEL);
+}
+
+/* nat_outside translates a packet that arrived on a host data interface
+ * to a frontend: a backend on this node (or one whose node is unknown)
+ * gets it (DNAT), a backend on another node through the tunnel. It
+ * returns PAL_NAT_GO to go on (translated or not ours), or a verdict
+ * (the tunnel, a reject: TC_ACT_REDIRECT; a drop). */
+GLOBAL int nat_outside(struct __sk_buff *skb, struct state *st)
+{
+	if (!st || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
+		return PAL_NAT_GO;
+	struct nat_key k = {};
+	nat_key_of(st, &k);
+	__u64 t = now();
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (v && !nat_live(v, st->proto, t))
+		v = 0;
+	if (v && (v->kind == PAL_NAT_FWD || v->kind == PAL_NAT_TUN)) {
+		int closed = (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
+			     (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		if (!closed && be_live(v->svc, v->addr, v->port)) {
+			nat_seen(&k, v, st->tcp_flags, 1, t);
+			if (v->kind == PAL_NAT_TUN)
+				return nat_encap(skb, (struct nat_addr *)v->node, (v->flags & PAL_NAT_F_DSR) ? PAL_VNI_DSR : PAL_VNI_TUNNEL);
+			if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
+				return PAL_TCX_DROP;
+			return PAL_NAT_GO;
+		}
+		if (!closed) {
+			int r = nat_gone(skb, st);
+			if (r != PAL_NAT_GO)
+				return r == PAL_TCX_DROP ? r : PAL_NAT_REJECTED;
+		}
+	}
+	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = PAL_HOW_OUTSIDE,
+			      .dst_local = PAL_DST_UNKNOWN};
+	__builtin_memcpy(q.dst, st->dst, 16);
+	__builtin_memcpy(q.src, st->src, 16);
+	struct nat_pick p = {};
+	int r = nat_pick(&q, &p);
+	if (r == PAL_PICK_ASK) {
+		q.dst_local = to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
+		r = nat_pick(&q, &p);
+	}
+	if (r == PAL_PICK_NONE)
+		return PAL_NAT_GO;
+	if (r == PAL_PICK_REJECT)
+		return nat_reject(skb, st) == PAL_TCX_DROP ? PAL_TCX_DROP : PAL_NAT_REJECTED;
+	if (r != PAL_PICK_OK)
+		return PAL_NAT_NOLOCAL;
+	if (!p.be.local && !addr_zero(p.be.node))
+		return nat_to_tunnel(skb, st, &p);
+	if (nat_track(st, &p, PAL_NAT_F_HOST, 0, (struct nat_addr *)p.be.node) < 0)
+		return PAL_TCX_DROP;
+	if (nat_rewrite(skb, st, 1, (struct nat_addr *)p.be.addr, p.be.port) < 0)
+		return PAL_TCX_DROP;
+	return PAL_NAT_GO;
+}
+
+/* nat_tunneled translates a packet that came by the node port tunnel from
+ * node (vni PAL_VNI_TUNNEL or PAL_VNI_DSR) to one of this node's
+ * backends, its replies to go back through the tunnel or straight to
+ * the client. PAL_NAT_GO, or a verdict. */
+GLOBAL int nat_tunneled(struct __sk_buff *skb, struct state *st, struct nat_addr *node, __u32 vni)
+{
+	if (!st || !node || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
+		return PAL_TCX_DROP;
+	struct nat_key k = {};
+	nat_key_of(st, &k);
+	__u64 t = now();
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (v && v->kind == PAL_NAT_FWD && nat_live(v, st->proto, t) && be_live(v->svc, v->addr, v->port)) {
+		nat_seen(&k, v, st->tcp_flags, 1, t);
+		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
+			return PAL_TCX_DROP;
+		return PAL_NAT_GO;
+	}
+	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = PAL_HOW_TUNNEL,
+			      .dst_local = PAL_DST_NOT_LOCAL};
+	__builtin_memcpy(q.dst, st->dst, 16);
+	__builtin_memcpy(q.src, st->src, 16);
+	struct nat_pick p = {};
+	int r = nat_pick(&q, &p);
+	if (r == PAL_PICK_NONE || r == PAL_PICK_REJECT)
+		return PAL_TCX_DROP;
+	if (r != PAL_PICK_OK)
+		return PAL_NAT_NOLOCAL;
+	__u32 flags = vni == PAL_VNI_DSR ? PAL_NAT_F_HOST : PAL_NAT_F_TUNNEL;
+	if (nat_track(st, &p, flags, 0, node) < 0)
+		return PAL_TCX_DROP;
+	if (nat_rewrite(skb, st, 1, (struct nat_addr *)p.be.addr, p.be.port) < 0)
+		return PAL_TCX_DROP;
+	return PAL_NAT_GO;
+}
+
+/* nat_tunnel_back sends a backend's reply (flagged by nat_fwd) back
+ * through the tunnel to the node its flow came from, translated: the
+ * frontend as source. TC_ACT_REDIRECT, PAL_NAT_GO when it is none (any
+ * more), or PAL_TCX_DROP. */
+GLOBAL int nat_tunnel_back(struct __sk_buff *skb, struct state *st)
+{
+	if (!st)
+		return PAL_TCX_DROP;
+	struct nat_key k = {};
+	nat_key_of(st, &k);
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (!v || v->kind != PAL_NAT_REV || !(v->flags & PAL_NAT_F_TUNNEL))
+		return PAL_NAT_GO;
+	struct nat_addr a, node;
+	__builtin_memcpy(a.a, v->addr, 16);
+	__builtin_memcpy(node.a, v->node, 16);
+	__u16 port = v->port;
+	if (nat_rewrite(skb, st, 0, &a, port) < 0)
+		return PAL_TCX_DROP;
+	return nat_encap(skb, &node, PAL_VNI_REPLY);
 }
 
 #endif

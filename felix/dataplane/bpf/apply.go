@@ -103,7 +103,8 @@ func (d *Driver) setup(ctx context.Context) error {
 		}
 	}
 	d.timeouts = timeouts
-	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg), Timeouts: timeouts, Log: d.log})
+	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg),
+		MaglevEntries: d.lb.settings.maglevEntries(), Timeouts: timeouts, Log: d.log})
 	if err != nil {
 		return err
 	}
@@ -142,7 +143,7 @@ func (d *Driver) setup(ctx context.Context) error {
 	}
 	d.ready = true
 	d.kubeProxyDue = true
-	d.lb.dirty = d.lb.want != nil
+	d.lb.dirty = true
 	now := time.Now()
 	d.lastRefresh.iptables, d.lastRefresh.routes, d.lastRefresh.gc = now, now, now
 	d.log.WithFields(log.Fields{"dir": objs.Dir, "backend": b, "ipVersions": d.families}).Info("eBPF dataplane ready")
@@ -200,7 +201,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 			return err
 		}
 		d.failsafeDirty = true
-		d.lb.dirty = d.lb.want != nil
+		d.lb.dirty = true
 		d.kubeProxyDue = true
 	}
 	if every := d.cfg.RouteRefreshInterval; every > 0 && now.Sub(d.lastRefresh.routes) >= every {
@@ -229,6 +230,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	}
 	phase("sets")
 	if err := d.sets.applyAdds(d.objs); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.applyTunnel(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := d.lb.apply(d.objs); err != nil {

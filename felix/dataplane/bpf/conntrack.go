@@ -42,6 +42,24 @@ func ctTimeout(t palbpf.Timeouts, proto uint8, flags uint32) time.Duration {
 	return t.Other
 }
 
+// natTimeout is how long a flow's translation lives after its last
+// packet, as the programs judge it (nat_timeout in c/nat.h).
+func natTimeout(t palbpf.Timeouts, proto uint8, flags uint8) time.Duration {
+	switch proto {
+	case 6:
+		switch {
+		case flags&palbpf.NATFlagRST != 0:
+			return t.TCPResetSeen
+		case flags&(palbpf.NATFlagFinC|palbpf.NATFlagFinB) == palbpf.NATFlagFinC|palbpf.NATFlagFinB:
+			return t.TCPFinsSeen
+		}
+		return t.TCPEstablished
+	case 17:
+		return t.UDP
+	}
+	return t.Other
+}
+
 // monotonic is the clock of bpf_ktime_get_ns.
 func monotonic() uint64 {
 	var ts unix.Timespec
@@ -101,6 +119,8 @@ func reuse[K any](keys []K) []K {
 type sweepBufs struct {
 	ct       batchBuf[palbpf.CTKey, palbpf.CTValue]
 	frag     batchBuf[palbpf.FragKey, uint64]
+	nat      batchBuf[palbpf.NATKey, palbpf.NATValue]
+	nstale   []palbpf.NATKey
 	counters batchBuf[palbpf.CounterKey, palbpf.CounterValue]
 	stale    []palbpf.CTKey
 	fstale   []palbpf.FragKey
@@ -125,8 +145,8 @@ func deleteAll[K any](m *ebpf.Map, keys []K) (int, error) {
 	return deleted, nil
 }
 
-// collectConntrack deletes the conntrack and fragment entries that expired
-// and, with the counters, those of interfaces gone. It returns how many
+// collectConntrack deletes the conntrack, flow translation and fragment
+// entries that expired and, with the counters, those of interfaces gone. It returns how many
 // conntrack entries went.
 func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]bool, b *sweepBufs) (int, error) {
 	now := monotonic()
@@ -147,6 +167,22 @@ func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]b
 	deleted, err := deleteAll(ct, stale)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCT, err))
+	}
+	nat := objs.Maps[palbpf.MapNAT]
+	nstale := b.nstale[:0]
+	if err := b.nat.walk(nat, 1, func(keys []palbpf.NATKey, vals []palbpf.NATValue) {
+		for i, k := range keys {
+			v := &vals[i]
+			if now > v.LastSeen && time.Duration(now-v.LastSeen) > natTimeout(t, k.Proto, v.Flags) {
+				nstale = append(nstale, k)
+			}
+		}
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapNAT, err))
+	}
+	b.nstale = reuse(nstale)
+	if _, err := deleteAll(nat, nstale); err != nil {
+		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapNAT, err))
 	}
 	frag := objs.Maps[palbpf.MapFrag]
 	fstale := b.fstale[:0]

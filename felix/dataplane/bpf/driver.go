@@ -267,6 +267,11 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 			d.l3Pattern = re
 		}
 	}
+	lbs := lbSettingsOf(cfg, d.log)
+	if d.objs != nil && lbs.maglevEntries() != d.lb.settings.maglevEntries() {
+		d.log.Warn("bpfMaglevMaxEndpointsPerService or bpfMaglevMaxServices changed the Maglev map's size: restart felix to apply")
+	}
+	d.lb.settings, d.lb.log, d.lb.dirty = lbs, d.log, true
 	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)
 }

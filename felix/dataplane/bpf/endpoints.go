@@ -179,6 +179,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 			want[li.index] = w
 			continue
 		}
+		if name == palbpf.TunnelDevice {
+			want[li.index] = ifaceWant{name: name, kind: palbpf.KindTunnel, ep: palbpf.Endpoint{Flags: palbpf.EndpointTunnel, L2len: li.l2}}
+			continue
+		}
 		st := named[name]
 		if st == nil && all != nil && !d.hosts.Excludes(name) {
 			st = all
@@ -215,13 +219,12 @@ func redirectToPeer(cfg *calc.Config) string {
 const defaultDataIfacePattern = `^((en|wl|ww|sl|ib)[Popsx].*|(eth|wlan|wwan).*)`
 
 // dataIface reports whether an interface that is neither a workload's nor
-// a host endpoint's gets the data interface program: it matches
+// a host endpoint's gets the data interface programs (the load balancer
+// of traffic from outside, the host conntrack bypass): it matches
 // bpfDataIfacePattern or bpfL3IfacePattern (Calico's list of tunnel
-// devices beside the data interfaces), and the host conntrack bypass is
-// on (the program does nothing else) with a kernel that could load it.
+// devices beside the data interfaces).
 func (d *Driver) dataIface(name string) bool {
-	matches := (d.dataPattern != nil && d.dataPattern.MatchString(name)) || (d.l3Pattern != nil && d.l3Pattern.MatchString(name))
-	return matches && d.forward != nil && *d.forward && d.objs.Entry[palbpf.KindData][palbpf.In] != nil
+	return (d.dataPattern != nil && d.dataPattern.MatchString(name)) || (d.l3Pattern != nil && d.l3Pattern.MatchString(name))
 }
 
 func (d *Driver) isWorkloadIface(name string) bool {

@@ -5,25 +5,121 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 
 	"github.com/cilium/ebpf"
+	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
 )
 
-// lbMaps keeps the load balancer's maps (pal_svc, pal_be, pal_be_live:
-// bpf/c/nat.h) equal to the calc's LoadBalancer. Each apply after a change
-// reads the three maps and writes the difference: a frontend's new
-// backends before its count, the count before the backends past it are
-// deleted, so a new flow always finds a backend the frontend has; the
-// flows' translations (pal_nat) are the programs' and are kept while
-// their backend stays one of the frontend's.
+// lbMaps keeps the load balancer's maps (bpf/c/nat.h) equal to the calc's
+// LoadBalancer and felix's settings: the frontends (pal_svc), their
+// backends by index, all then this node's (pal_be), by address (pal_be_live),
+// their Maglev tables (pal_maglev), the nodes (pal_nodes: the tunnel's
+// peers), bpfDSROptoutCIDRs (pal_dsr_optout) and the node's settings
+// (pal_natcfg: the tunnel device, bpfExternalServiceMode). Each apply
+// after a change reads the maps and writes the difference: what
+// frontends will name before the frontends, the frontends, then what
+// nothing names any more, so a new flow always finds a backend its
+// frontend has. The flows' translations (pal_nat) are the programs';
+// they are kept while their backend stays one of the frontend's.
 type lbMaps struct {
-	want  *calc.LoadBalancer
-	dirty bool
+	want *calc.LoadBalancer
+	// settings are felix's configuration of the load balancer.
+	settings lbSettings
+	// tunnel is the node port tunnel device's interface index (0: none).
+	tunnel int
+	dirty  bool
+	// warned names the Services told about once (too many Maglev ones,
+	// too many endpoints, SCTP).
+	warned map[string]bool
+	log    *log.Entry
 }
+
+// lbSettings are the FelixConfiguration fields of the load balancer.
+type lbSettings struct {
+	// dsr is bpfExternalServiceMode DSR (Tunnel, the default: false).
+	dsr    bool
+	optout []netip.Prefix
+	// maglevEndpoints and maglevServices are
+	// bpfMaglevMaxEndpointsPerService and bpfMaglevMaxServices.
+	maglevEndpoints, maglevServices int
+}
+
+// Calico's defaults of bpfMaglevMaxEndpointsPerService and
+// bpfMaglevMaxServices.
+const (
+	defaultMaglevEndpoints = 100
+	defaultMaglevServices  = 100
+)
+
+// lbSettingsOf reads the load balancer's settings; bad values are named
+// in the log and the defaults used.
+func lbSettingsOf(cfg *calc.Config, logger *log.Entry) lbSettings {
+	s := lbSettings{maglevEndpoints: defaultMaglevEndpoints, maglevServices: defaultMaglevServices}
+	switch m := cfg.Spec.BPFExternalServiceMode; m {
+	case "", "Tunnel":
+	case "DSR":
+		s.dsr = true
+	default:
+		logger.WithField("bpfExternalServiceMode", m).Warn("Neither Tunnel nor DSR: using Tunnel")
+	}
+	if c := cfg.Spec.BPFDSROptoutCIDRs; c != nil {
+		for _, a := range *c {
+			p, err := calc.ParseNet(a)
+			if err != nil {
+				logger.WithField("bpfDSROptoutCIDRs", a).Warn("Not a CIDR: left out")
+				continue
+			}
+			s.optout = append(s.optout, p.Masked())
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		dst  *int
+	}{{"bpfMaglevMaxEndpointsPerService", cfg.Spec.BPFMaglevMaxEndpointsPerService, &s.maglevEndpoints},
+		{"bpfMaglevMaxServices", cfg.Spec.BPFMaglevMaxServices, &s.maglevServices}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 || *f.v > 3000 {
+			logger.WithField(f.name, *f.v).Warn("Outside 1 to 3000: using the default")
+			continue
+		}
+		*f.dst = *f.v
+	}
+	return s
+}
+
+// maglevSize is the size of a Maglev table: the first prime at least 100
+// times the endpoints a table holds, so that a backend's share of the
+// slots differs from another's by at most about 1%.
+func maglevSize(endpoints int) int {
+	n := 100 * endpoints
+	for !isPrime(n) {
+		n++
+	}
+	return n
+}
+
+func isPrime(n int) bool {
+	if n < 2 {
+		return false
+	}
+	for d := 2; d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// maglevEntries is the Maglev map's size for the settings.
+func (s lbSettings) maglevEntries() int { return s.maglevServices * maglevSize(s.maglevEndpoints) }
 
 // OnLoadBalancerUpdate implements calc.ServiceDataplane.
 func (d *Driver) OnLoadBalancerUpdate(lb *calc.LoadBalancer) {
@@ -37,35 +133,175 @@ var lbProtos = map[string]uint8{"tcp": 6, "udp": 17}
 // SHA-256 of what it is, the same in every felix (a restarted one finds
 // its backends).
 func frontendID(f calc.Frontend) uint32 {
-	sum := sha256.Sum256([]byte(f.Proto + "/" + f.Addr.String() + "/" + strconv.Itoa(int(f.Port))))
+	return hash32(f.Proto + "/" + f.Addr.String() + "/" + strconv.Itoa(int(f.Port)))
+}
+
+func hash32(s string) uint32 {
+	sum := sha256.Sum256([]byte(s))
 	return binary.BigEndian.Uint32(sum[:4])
 }
 
 // lbWant is the maps' wanted content.
 type lbWant struct {
-	svc  map[palbpf.ServiceKey]palbpf.ServiceValue
-	be   map[palbpf.BackendKey]palbpf.BackendValue
-	live map[palbpf.BackendLiveKey]struct{}
+	svc    map[palbpf.ServiceKey]palbpf.ServiceValue
+	be     map[palbpf.BackendKey]palbpf.BackendValue
+	live   map[palbpf.BackendLiveKey]struct{}
+	maglev map[palbpf.MaglevKey]palbpf.BackendValue
+	nodes  map[palbpf.NodeKey]struct{}
+	optout map[palbpf.DSRKey]struct{}
+	cfg    palbpf.NATConfig
+}
+
+func backendValue(b calc.Backend) palbpf.BackendValue {
+	v := palbpf.BackendValue{Addr: palbpf.Addr16(b.Addr()), Port: b.Port()}
+	if b.Local {
+		v.Local = 1
+	}
+	if b.Node.IsValid() {
+		v.Node = palbpf.Addr16(b.Node)
+	}
+	return v
+}
+
+func (l *lbMaps) warnOnce(key string, fields log.Fields, msg string) {
+	if l.warned == nil {
+		l.warned = map[string]bool{}
+	}
+	if l.warned[key] {
+		return
+	}
+	l.warned[key] = true
+	if l.log != nil {
+		l.log.WithFields(fields).Warn(msg)
+	}
 }
 
 func (l *lbMaps) wanted() lbWant {
-	w := lbWant{svc: map[palbpf.ServiceKey]palbpf.ServiceValue{}, be: map[palbpf.BackendKey]palbpf.BackendValue{}, live: map[palbpf.BackendLiveKey]struct{}{}}
+	w := lbWant{svc: map[palbpf.ServiceKey]palbpf.ServiceValue{}, be: map[palbpf.BackendKey]palbpf.BackendValue{},
+		live: map[palbpf.BackendLiveKey]struct{}{}, maglev: map[palbpf.MaglevKey]palbpf.BackendValue{},
+		nodes: map[palbpf.NodeKey]struct{}{}, optout: map[palbpf.DSRKey]struct{}{}}
+	w.cfg.TunIfindex = uint32(l.tunnel)
+	if l.settings.dsr {
+		w.cfg.Flags |= palbpf.NATConfigDSR
+	}
+	for _, p := range l.settings.optout {
+		w.optout[palbpf.DSRKey{Prefixlen: uint32(palbpf.PrefixLen16(p)), Addr: palbpf.Addr16(p.Addr())}] = struct{}{}
+	}
 	if l.want == nil {
 		return w
 	}
-	for f, fb := range l.want.Frontends {
+	for _, a := range l.want.Nodes {
+		w.nodes[palbpf.NodeKey{A: palbpf.Addr16(a)}] = struct{}{}
+	}
+	// Maglev tables for the first bpfMaglevMaxServices frontends that
+	// ask for one, in a stable order.
+	maglevs := 0
+	for _, f := range sortedFrontends(l.want.Frontends) {
+		fb := l.want.Frontends[f]
 		proto, ok := lbProtos[f.Proto]
 		if !ok {
-			continue // SCTP: not load-balanced by the programs (docs/bpf.md)
+			l.warnOnce("sctp/"+fb.Service, log.Fields{"service": fb.Service}, "SCTP Service ports are not load-balanced by the eBPF dataplane")
+			continue
 		}
 		id := frontendID(f)
-		w.svc[palbpf.ServiceKey{Addr: palbpf.Addr16(f.Addr), Port: f.Port, Proto: proto}] = palbpf.ServiceValue{Id: id, Count: uint32(len(fb.Backends))}
+		v := palbpf.ServiceValue{Id: id, Count: uint32(len(fb.Backends)), Local: uint32(len(fb.LocalBackends))}
+		switch fb.Kind {
+		case calc.FrontendExternal:
+			v.Flags |= palbpf.ServiceExternal
+		case calc.FrontendNodePort:
+			v.Flags |= palbpf.ServiceNodePort
+		}
+		if fb.ExternalLocal {
+			v.Flags |= palbpf.ServiceExternalLocal
+		}
+		if fb.InternalLocal {
+			v.Flags |= palbpf.ServiceInternalLocal
+		}
+		if fb.AffinitySeconds > 0 {
+			v.AffId, v.AffSecs = hash32(fb.Group), fb.AffinitySeconds
+		}
 		for i, b := range fb.Backends {
-			w.be[palbpf.BackendKey{Id: id, Idx: uint32(i)}] = palbpf.BackendValue{Addr: palbpf.Addr16(b.Addr()), Port: b.Port()}
+			w.be[palbpf.BackendKey{Id: id, Idx: uint32(i)}] = backendValue(b)
 			w.live[palbpf.BackendLiveKey{Id: id, Port: b.Port(), Addr: palbpf.Addr16(b.Addr())}] = struct{}{}
 		}
+		for i, b := range fb.LocalBackends {
+			w.be[palbpf.BackendKey{Id: id, Idx: uint32(len(fb.Backends) + i)}] = backendValue(b)
+			w.live[palbpf.BackendLiveKey{Id: id, Port: b.Port(), Addr: palbpf.Addr16(b.Addr())}] = struct{}{}
+		}
+		if fb.Maglev && fb.Kind == calc.FrontendExternal && len(fb.Backends) > 0 {
+			if maglevs >= l.settings.maglevServices {
+				l.warnOnce("maglev/"+fb.Service, log.Fields{"service": fb.Service, "bpfMaglevMaxServices": l.settings.maglevServices},
+					"More Maglev Services than bpfMaglevMaxServices: this one's backends are chosen at random")
+			} else {
+				maglevs++
+				bs := fb.Backends
+				if len(bs) > l.settings.maglevEndpoints {
+					l.warnOnce("maglevEndpoints/"+fb.Service, log.Fields{"service": fb.Service, "bpfMaglevMaxEndpointsPerService": l.settings.maglevEndpoints},
+						"More endpoints than bpfMaglevMaxEndpointsPerService: Maglev uses the first ones")
+					bs = bs[:l.settings.maglevEndpoints]
+				}
+				m := maglevSize(l.settings.maglevEndpoints)
+				v.Maglev = uint32(m)
+				for slot, i := range maglevTable(bs, m) {
+					w.maglev[palbpf.MaglevKey{Id: id, Slot: uint32(slot)}] = backendValue(bs[i])
+				}
+			}
+		}
+		w.svc[palbpf.ServiceKey{Addr: palbpf.Addr16(f.Addr), Port: f.Port, Proto: proto}] = v
 	}
 	return w
+}
+
+// readMap reads a whole map.
+func readMap[K comparable, V any](m *ebpf.Map) (map[K]V, error) {
+	out := map[K]V{}
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	return out, it.Err()
+}
+
+// syncMap writes what want has and have lacks or holds otherwise
+// (put), and returns the keys to delete after (have's, not wanted).
+func syncMap[K, V comparable](m *ebpf.Map, what string, want map[K]V, errs *[]error) []K {
+	have, err := readMap[K, V](m)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("bpf: reading %s: %w", what, err))
+		return nil
+	}
+	for k, v := range want {
+		if h, ok := have[k]; !ok || h != v {
+			if err := m.Put(k, v); err != nil {
+				*errs = append(*errs, fmt.Errorf("bpf: writing %s %+v: %w", what, k, err))
+			}
+		}
+	}
+	var stale []K
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			stale = append(stale, k)
+		}
+	}
+	return stale
+}
+
+func deleteKeys[K any](m *ebpf.Map, what string, keys []K, errs *[]error) {
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			*errs = append(*errs, fmt.Errorf("bpf: deleting %s %+v: %w", what, k, err))
+		}
+	}
+}
+
+func set[K comparable](in map[K]struct{}) map[K]uint8 {
+	out := make(map[K]uint8, len(in))
+	for k := range in {
+		out[k] = 1
+	}
+	return out
 }
 
 // apply writes the difference between the maps and the wanted content.
@@ -74,68 +310,43 @@ func (l *lbMaps) apply(objs *palbpf.Objects) error {
 		return nil
 	}
 	w := l.wanted()
-	svcM, beM, liveM := objs.Maps[palbpf.MapServices], objs.Maps[palbpf.MapBackends], objs.Maps[palbpf.MapBackendsLive]
+	m := objs.Maps
 	var errs []error
-	put := func(m *ebpf.Map, what string, k, v any) {
-		if err := m.Put(k, v); err != nil {
-			errs = append(errs, fmt.Errorf("bpf: writing %s %+v: %w", what, k, err))
-		}
+	if err := m[palbpf.MapNATConfig].Put(uint32(0), w.cfg); err != nil {
+		errs = append(errs, fmt.Errorf("bpf: writing %s: %w", palbpf.MapNATConfig, err))
 	}
-	del := func(m *ebpf.Map, what string, k any) {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("bpf: deleting %s %+v: %w", what, k, err))
-		}
-	}
-	haveBe := map[palbpf.BackendKey]palbpf.BackendValue{}
-	var bk palbpf.BackendKey
-	var bv palbpf.BackendValue
-	for it := beM.Iterate(); it.Next(&bk, &bv); {
-		haveBe[bk] = bv
-	}
-	haveLive := map[palbpf.BackendLiveKey]struct{}{}
-	var lk palbpf.BackendLiveKey
-	var one uint8
-	for it := liveM.Iterate(); it.Next(&lk, &one); {
-		haveLive[lk] = struct{}{}
-	}
-	haveSvc := map[palbpf.ServiceKey]palbpf.ServiceValue{}
-	var sk palbpf.ServiceKey
-	var sv palbpf.ServiceValue
-	for it := svcM.Iterate(); it.Next(&sk, &sv); {
-		haveSvc[sk] = sv
-	}
-	for k, v := range w.be {
-		if h, ok := haveBe[k]; !ok || h != v {
-			put(beM, "backend", k, v)
-		}
-	}
-	for k := range w.live {
-		if _, ok := haveLive[k]; !ok {
-			put(liveM, "backend", k, uint8(1))
-		}
-	}
-	for k, v := range w.svc {
-		if h, ok := haveSvc[k]; !ok || h != v {
-			put(svcM, "frontend", k, v)
-		}
-	}
-	for k := range haveSvc {
-		if _, ok := w.svc[k]; !ok {
-			del(svcM, "frontend", k)
-		}
-	}
-	for k := range haveBe {
-		if _, ok := w.be[k]; !ok {
-			del(beM, "backend", k)
-		}
-	}
-	for k := range haveLive {
-		if _, ok := w.live[k]; !ok {
-			del(liveM, "backend", k)
-		}
-	}
+	staleNodes := syncMap(m[palbpf.MapNodes], "node", set(w.nodes), &errs)
+	staleOptout := syncMap(m[palbpf.MapDSROptout], "bpfDSROptoutCIDRs entry", set(w.optout), &errs)
+	staleBe := syncMap(m[palbpf.MapBackends], "backend", w.be, &errs)
+	staleLive := syncMap(m[palbpf.MapBackendsLive], "backend", set(w.live), &errs)
+	staleMaglev := syncMap(m[palbpf.MapMaglev], "Maglev slot", w.maglev, &errs)
+	staleSvc := syncMap(m[palbpf.MapServices], "frontend", w.svc, &errs)
+	deleteKeys(m[palbpf.MapServices], "frontend", staleSvc, &errs)
+	deleteKeys(m[palbpf.MapMaglev], "Maglev slot", staleMaglev, &errs)
+	deleteKeys(m[palbpf.MapBackends], "backend", staleBe, &errs)
+	deleteKeys(m[palbpf.MapBackendsLive], "backend", staleLive, &errs)
+	deleteKeys(m[palbpf.MapDSROptout], "bpfDSROptoutCIDRs entry", staleOptout, &errs)
+	deleteKeys(m[palbpf.MapNodes], "node", staleNodes, &errs)
 	if len(errs) == 0 {
 		l.dirty = false
 	}
 	return errors.Join(errs...)
+}
+
+// applyTunnel makes the node port tunnel's device when it is missing
+// (at start, after a read back) and tells the programs its index.
+func (d *Driver) applyTunnel() error {
+	if d.lb.tunnel != 0 && !d.lb.dirty {
+		if idx, ok := d.linkIndex[palbpf.TunnelDevice]; ok && idx == d.lb.tunnel {
+			return nil
+		}
+	}
+	idx, err := palbpf.EnsureTunnel(d.run)
+	if err != nil {
+		return err
+	}
+	if idx != d.lb.tunnel {
+		d.lb.tunnel, d.lb.dirty = idx, true
+	}
+	return nil
 }
