@@ -53,7 +53,13 @@ type Options struct {
 	// MaglevEntries is the Maglev tables' map size
 	// (bpfMaglevMaxServices tables; 0 for 1,048,576).
 	MaglevEntries int
-	Timeouts     Timeouts
+	// NATFrontendEntries, NATBackendEntries and NATAffinityEntries are
+	// the sizes of the frontends', backends' and affinities' maps
+	// (bpfMapSizeNATFrontend, bpfMapSizeNATBackend,
+	// bpfMapSizeNATAffinity; 0 for Calico's defaults, 65,536, 262,144
+	// and 65,536).
+	NATFrontendEntries, NATBackendEntries, NATAffinityEntries int
+	Timeouts                                                  Timeouts
 	// NoCounters turns packet counting off (benchmarks measure what
 	// counting costs against it; felix always counts).
 	NoCounters bool
@@ -121,8 +127,16 @@ func Open(opts Options) (*Objects, error) {
 	if opts.IPSetEntries > 0 {
 		spec.Maps[MapSets].MaxEntries = uint32(opts.IPSetEntries)
 	}
-	if opts.MaglevEntries > 0 {
-		spec.Maps[MapMaglev].MaxEntries = uint32(opts.MaglevEntries)
+	for _, m := range []struct {
+		n     int
+		names []string
+	}{{opts.MaglevEntries, []string{MapMaglev}}, {opts.NATFrontendEntries, []string{MapServices}},
+		{opts.NATBackendEntries, []string{MapBackends, MapBackendsLive}}, {opts.NATAffinityEntries, []string{MapAffinity}}} {
+		if m.n > 0 {
+			for _, name := range m.names {
+				spec.Maps[name].MaxEntries = uint32(m.n)
+			}
+		}
 	}
 	if err := setTimeouts(spec, opts.Timeouts); err != nil {
 		return nil, err

@@ -129,7 +129,7 @@ func TestLoadBalancerExternal(t *testing.T) {
 		node("node-a", "198.18.0.1/24"), node("node-b", "198.18.0.5/24"),
 		{Key: datastore.Key{Kind: KindService, Namespace: "prod", Name: "web"}, Value: svc},
 		{Key: datastore.Key{Kind: KindEndpointSlice, Namespace: "prod", Name: "web-1"}, Value: &EndpointSlice{Service: "web",
-			Ports: []ServicePort{{Proto: "tcp", Port: 8080, Name: "http"}},
+			Ports:     []ServicePort{{Proto: "tcp", Port: 8080, Name: "http"}},
 			Endpoints: []SliceEndpoint{ep("10.1.0.1", "node-a", false), ep("10.1.1.1", "node-b", true), ep("10.1.1.2", "node-b", true)}}},
 		{Key: datastore.Key{Kind: KindEndpointSlicesSynced}, Value: &EndpointSlice{}},
 	})

@@ -29,6 +29,19 @@ func mapSizeConntrack(cfg *calc.Config) int {
 	return 0
 }
 
+// intOr0 is a map size's setting, 0 (the default) when unset.
+func intOr0(v *int) int {
+	if v == nil || *v < 0 {
+		return 0
+	}
+	return *v
+}
+
+// natMapSizes are the NAT maps' settings, to tell when they changed.
+func natMapSizes(cfg *calc.Config) [3]int {
+	return [3]int{intOr0(cfg.Spec.BPFMapSizeNATFrontend), intOr0(cfg.Spec.BPFMapSizeNATBackend), intOr0(cfg.Spec.BPFMapSizeNATAffinity)}
+}
+
 func mapSizeIPSets(cfg *calc.Config) int {
 	if cfg.Spec.BPFMapSizeIPSets != nil {
 		return *cfg.Spec.BPFMapSizeIPSets
@@ -104,7 +117,9 @@ func (d *Driver) setup(ctx context.Context) error {
 	}
 	d.timeouts = timeouts
 	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg),
-		MaglevEntries: d.lb.settings.maglevEntries(), Timeouts: timeouts, Log: d.log})
+		MaglevEntries: d.lb.settings.maglevEntries(), NATFrontendEntries: intOr0(d.cfg.Spec.BPFMapSizeNATFrontend),
+		NATBackendEntries: intOr0(d.cfg.Spec.BPFMapSizeNATBackend), NATAffinityEntries: intOr0(d.cfg.Spec.BPFMapSizeNATAffinity),
+		Timeouts: timeouts, Log: d.log})
 	if err != nil {
 		return err
 	}

@@ -232,8 +232,8 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 		d.log.Warn("iptablesBackend or ipv6Support changed: restart felix to apply")
 	}
 	if d.cfg != nil && d.objs != nil && (mapSizeConntrack(cfg) != mapSizeConntrack(d.cfg) || mapSizeIPSets(cfg) != mapSizeIPSets(d.cfg) ||
-		!reflect.DeepEqual(cfg.Spec.BPFConntrackTimeouts, d.cfg.Spec.BPFConntrackTimeouts)) {
-		d.log.Warn("bpfMapSizeConntrack, bpfMapSizeIPSets or bpfConntrackTimeouts changed: restart felix to apply")
+		natMapSizes(cfg) != natMapSizes(d.cfg) || !reflect.DeepEqual(cfg.Spec.BPFConntrackTimeouts, d.cfg.Spec.BPFConntrackTimeouts)) {
+		d.log.Warn("bpfMapSize* or bpfConntrackTimeouts changed: restart felix to apply")
 	}
 	d.cfg = cfg
 	d.hosts.Configure(cfg, d.log)

@@ -82,6 +82,9 @@ var FelixConfigurationActedOn = map[string]bool{
 	"bpfEnabled": true, "bpfAttachType": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
 	"bpfHostConntrackBypass": true, "bpfDataIfacePattern": true, "bpfRedirectToPeer": true, "bpfL3IfacePattern": true,
 	"bpfKubeProxyIptablesCleanupEnabled": true,
+	// The load balancer of Services (felix/dataplane/bpf/services.go).
+	"bpfExternalServiceMode": true, "bpfDSROptoutCIDRs": true, "bpfMaglevMaxEndpointsPerService": true, "bpfMaglevMaxServices": true,
+	"bpfMapSizeNATFrontend": true, "bpfMapSizeNATBackend": true, "bpfMapSizeNATAffinity": true,
 	// Health and Prometheus metrics (docs/metrics.md).
 	"healthEnabled": true, "healthHost": true, "healthPort": true, "healthTimeoutOverrides": true,
 	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,

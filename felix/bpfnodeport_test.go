@@ -1,0 +1,204 @@
+package felix
+
+import (
+	"errors"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/libcalico/datastore"
+)
+
+// lbService feeds a Service of any type.
+func (f *sliceFeed) lbService(ns, name string, s *calc.Service) {
+	f.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindService, Namespace: ns, Name: name}, Value: s}}
+}
+
+// readyOn is a ready endpoint on a node.
+func readyOn(ip, node string) calc.SliceEndpoint {
+	e := ready(ip)
+	e.NodeName = node
+	return e
+}
+
+// waitAsk waits until run's namespace gets an answer from dst.
+func waitAsk(t *testing.T, run *nsexec.Runner, proto string, dst netip.AddrPort) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, _, err := askService(run, proto, dst)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s: no answer: %v", proto, dst, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sub runs a subtest whose failures reach the cluster's helpers too.
+func (c *cluster) sub(t *testing.T, name string, f func(t *testing.T)) {
+	t.Run(name, func(st *testing.T) {
+		c.t = st
+		defer func() { c.t = t }()
+		f(st)
+	})
+}
+
+// TestBPFNodePort: with real namespaces and packets, the eBPF dataplane
+// load-balances traffic from outside the node itself (no kube-proxy):
+// a node port on the node's address from an external client and from a
+// pod, TCP and UDP, reaching both backends with the client's own address
+// seen by them; an external address; externalTrafficPolicy Local (only
+// this node's endpoint; a node without one does not answer);
+// internalTrafficPolicy Local from a pod; sessionAffinity ClientIP and
+// its timeout; a node port without endpoints refused at once.
+func TestBPFNodePort(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", false)
+	feed := &sliceFeed{c: make(chan []calc.Update)}
+	cfg := c.felixConfigOf()
+	cfg.EndpointSlices = feed
+	runFelix(t, c.ctx, c.cancel, cfg)
+	setupPods(c) // web 10.65.0.1 (ns-a), client 10.65.0.2 (ns-a), other 10.65.0.3 (ns-b)
+	nameServer(t, c.pods["web"].run, "web")
+	nameServer(t, c.pods["other"].run, "other")
+	nameServer(t, c.extRun, "ext")
+	client := c.pods["client"].run
+	extIP := netip.MustParseAddr("198.51.100.7")
+	c.ext.MustRun(t, "ip", "route", "add", extIP.String()+"/32", "via", nodeAddr.String())
+
+	ports := []calc.ServicePort{{Proto: "tcp", Port: namePort, Name: "p"}, {Proto: "udp", Port: namePort, Name: "u"}}
+	spec := func(nodePort uint16) []calc.ServiceSpecPort {
+		return []calc.ServiceSpecPort{{Name: "p", Proto: "tcp", Port: 80, NodePort: nodePort}, {Name: "u", Proto: "udp", Port: 80, NodePort: nodePort}}
+	}
+	both := []calc.SliceEndpoint{readyOn("10.65.0.1", nodeName), readyOn("10.65.0.3", nodeName)}
+	feed.lbService("ns-a", "np", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.20")},
+		ExternalIPs: []netip.Addr{extIP}, Ports: spec(30080)})
+	feed.lbSlice("ns-a", "np-1", "np", ports, both...)
+	// externalTrafficPolicy Local: web here, ext "on another node".
+	feed.lbService("ns-a", "local", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.21")},
+		Ports: spec(30081), ExternalLocal: true})
+	feed.lbSlice("ns-a", "local-1", "local", ports, readyOn("10.65.0.1", nodeName), readyOn(extAddr.String(), "node-b"))
+	feed.lbService("ns-a", "elsewhere", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.22")},
+		Ports: spec(30082), ExternalLocal: true})
+	feed.lbSlice("ns-a", "elsewhere-1", "elsewhere", ports, readyOn(extAddr.String(), "node-b"))
+	// internalTrafficPolicy Local.
+	feed.lbService("ns-a", "itp", &calc.Service{Type: calc.ServiceClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.23")},
+		Ports: spec(0), InternalLocal: true})
+	feed.lbSlice("ns-a", "itp-1", "itp", ports, readyOn("10.65.0.3", nodeName), readyOn(extAddr.String(), "node-b"))
+	feed.lbService("ns-a", "itp-none", &calc.Service{Type: calc.ServiceClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.24")},
+		Ports: spec(0), InternalLocal: true})
+	feed.lbSlice("ns-a", "itp-none-1", "itp-none", ports, readyOn(extAddr.String(), "node-b"))
+	// sessionAffinity ClientIP, 2 s.
+	feed.lbService("ns-a", "sticky", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.25")},
+		Ports: spec(30085), AffinitySeconds: 2})
+	feed.lbSlice("ns-a", "sticky-1", "sticky", ports, both...)
+	feed.lbService("ns-a", "empty", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.26")},
+		Ports: spec(30086)})
+	feed.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}}
+
+	nodePort := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(nodeAddr, p) }
+	waitAsk(t, c.extRun, "tcp", nodePort(30080))
+
+	c.sub(t, "node port from outside, client address kept", func(t *testing.T) {
+		for _, proto := range []string{"tcp", "udp"} {
+			got, seen, errs := spread(c.extRun, proto, nodePort(30080), 40)
+			if len(errs) > 0 || got["web"] == 0 || got["other"] == 0 {
+				t.Errorf("%s from outside to %s: answers %v (errors %v), want web and other, none lost", proto, nodePort(30080), got, errs)
+			}
+			if len(seen) != 1 || !seen[extAddr.String()] {
+				t.Errorf("%s: the backends saw sources %v, want the client's %s only", proto, seen, extAddr)
+			}
+		}
+	})
+	c.sub(t, "external address", func(t *testing.T) {
+		got, _, errs := spread(c.extRun, "tcp", netip.AddrPortFrom(extIP, 80), 30)
+		if len(errs) > 0 || got["web"] == 0 || got["other"] == 0 {
+			t.Errorf("to the external address: answers %v (errors %v), want web and other", got, errs)
+		}
+	})
+	c.sub(t, "node port from a pod", func(t *testing.T) {
+		got, seen, errs := spread(client, "tcp", nodePort(30080), 30)
+		if len(errs) > 0 || got["web"] == 0 || got["other"] == 0 {
+			t.Errorf("from a pod to the node's node port: answers %v (errors %v), want web and other", got, errs)
+		}
+		if len(seen) != 1 || !seen["10.65.0.2"] {
+			t.Errorf("the backends saw %v, want the pod's 10.65.0.2", seen)
+		}
+	})
+	c.sub(t, "externalTrafficPolicy Local", func(t *testing.T) {
+		got, seen, errs := spread(c.extRun, "tcp", nodePort(30081), 20)
+		if len(errs) > 0 || got["web"] != 20 {
+			t.Errorf("eTP Local with web here: answers %v (errors %v), want web only", got, errs)
+		}
+		if !seen[extAddr.String()] || len(seen) != 1 {
+			t.Errorf("eTP Local: web saw %v, want the client's %s", seen, extAddr)
+		}
+		// From a pod the Service's endpoints anywhere answer (as
+		// kube-proxy, which sends its own pods to every endpoint).
+		if got, _, _ := spread(client, "tcp", nodePort(30081), 30); got["ext"] == 0 || got["web"] == 0 {
+			t.Errorf("eTP Local from a pod: answers %v, want web and the remote one", got)
+		}
+		for _, proto := range []string{"tcp", "udp"} {
+			_, _, err := askService(c.extRun, proto, nodePort(30082))
+			if err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("%s, eTP Local, no endpoint here: %v, want no answer (dropped)", proto, err)
+			}
+		}
+	})
+	c.sub(t, "internalTrafficPolicy Local", func(t *testing.T) {
+		got, _, errs := spread(client, "tcp", netip.MustParseAddrPort("10.96.0.23:80"), 20)
+		if len(errs) > 0 || got["other"] != 20 {
+			t.Errorf("iTP Local: answers %v (errors %v), want other (this node's) only", got, errs)
+		}
+		if _, _, err := askService(client, "tcp", netip.MustParseAddrPort("10.96.0.24:80")); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("iTP Local, no endpoint here: %v, want no answer (dropped)", err)
+		}
+	})
+	c.sub(t, "sessionAffinity ClientIP", func(t *testing.T) {
+		for _, from := range []struct {
+			name string
+			run  *nsexec.Runner
+			dst  netip.AddrPort
+		}{{"a pod to the cluster address", client, netip.MustParseAddrPort("10.96.0.25:80")}, {"outside to the node port", c.extRun, nodePort(30085)}} {
+			got, _, errs := spread(from.run, "tcp", from.dst, 20)
+			if len(errs) > 0 || len(got) != 1 {
+				t.Errorf("%s with affinity: answers %v (errors %v), want one backend", from.name, got, errs)
+			}
+		}
+		// The affinity lasts 2 s from its last use: then a client is
+		// balanced again.
+		deadline := time.Now().Add(15 * time.Second)
+		seen := map[string]bool{}
+		for len(seen) < 2 && time.Now().Before(deadline) {
+			time.Sleep(2200 * time.Millisecond)
+			name, _, err := askService(client, "tcp", netip.MustParseAddrPort("10.96.0.25:80"))
+			if err == nil {
+				seen[name] = true
+			}
+		}
+		if len(seen) < 2 {
+			t.Errorf("after the affinity's timeout, new connections never reached another backend: %v", seen)
+		}
+	})
+	c.sub(t, "node port without endpoints refused", func(t *testing.T) {
+		for _, proto := range []string{"tcp", "udp"} {
+			began := time.Now()
+			_, _, err := askService(c.extRun, proto, nodePort(30086))
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("%s to a node port without endpoints: %v, want connection refused", proto, err)
+			}
+			if d := time.Since(began); d > 200*time.Millisecond {
+				t.Errorf("%s refused after %s, want at once", proto, d)
+			}
+		}
+	})
+	c.sub(t, "not a node port: untouched", func(t *testing.T) {
+		// The node's own servers still answer on its address.
+		c.expect(probe{from: "ext", to: "node", proto: "tcp", port: 8080, allowed: true})
+	})
+}
