@@ -2,7 +2,10 @@ package felix
 
 import (
 	"errors"
+	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -201,4 +204,164 @@ func TestBPFNodePort(t *testing.T) {
 		// The node's own servers still answer on its address.
 		c.expect(probe{from: "ext", to: "node", proto: "tcp", port: 8080, allowed: true})
 	})
+}
+
+// askFrom sends one datagram from run's namespace, from source port
+// sport, to dst and returns which backend answered ("" for none).
+func askFrom(run *nsexec.Runner, sport int, dst netip.AddrPort) string {
+	var c *net.UDPConn
+	if err := run.Do(func() error {
+		var err error
+		c, err = net.DialUDP("udp4", &net.UDPAddr{Port: sport}, net.UDPAddrFromAddrPort(dst))
+		return err
+	}); err != nil {
+		return ""
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := c.Write([]byte("probe")); err != nil {
+		return ""
+	}
+	buf := make([]byte, 200)
+	n, err := c.Read(buf)
+	if err != nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(string(buf[:n]), " ")
+	return name
+}
+
+// TestBPFMaglev: a Service with Calico's Maglev annotation gets, for
+// traffic from outside to its external address, the backend its Maglev
+// table gives each flow (by its addresses and ports): with one backend
+// removed, every flow of that backend moves and (nearly) no other does;
+// with it back, flows move to it only. The same Service without the
+// annotation (random choice) moves about half the flows of the backends
+// that stayed. The flows' translations expire in between (UDP 1 s), so
+// each probe is a new flow.
+func TestBPFMaglev(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", false)
+	c.applyFelixConfig("  bpfConntrackTimeouts: {udpTimeout: 1s}\n")
+	feed := &sliceFeed{c: make(chan []calc.Update)}
+	cfg := c.felixConfigOf()
+	cfg.EndpointSlices = feed
+	runFelix(t, c.ctx, c.cancel, cfg)
+	setupPods(c)
+	for _, p := range []string{"web", "client", "other"} {
+		nameServer(t, c.pods[p].run, p)
+	}
+	mag, rnd := netip.MustParseAddrPort("198.51.100.9:80"), netip.MustParseAddrPort("198.51.100.10:80")
+	for _, a := range []netip.AddrPort{mag, rnd} {
+		c.ext.MustRun(t, "ip", "route", "add", a.Addr().String()+"/32", "via", nodeAddr.String())
+	}
+	ports := []calc.ServicePort{{Proto: "udp", Port: namePort, Name: "u"}}
+	all := []calc.SliceEndpoint{readyOn("10.65.0.1", nodeName), readyOn("10.65.0.2", nodeName), readyOn("10.65.0.3", nodeName)}
+	endpoints := func(eps ...calc.SliceEndpoint) {
+		feed.lbSlice("ns-a", "mag-1", "mag", ports, eps...)
+		feed.lbSlice("ns-a", "rnd-1", "rnd", ports, eps...)
+	}
+	for _, s := range []struct {
+		name   string
+		addr   netip.AddrPort
+		maglev bool
+	}{{"mag", mag, true}, {"rnd", rnd, false}} {
+		feed.lbService("ns-a", s.name, &calc.Service{Type: calc.ServiceClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.4" + strconv.Itoa(len(s.name)))},
+			ExternalIPs: []netip.Addr{s.addr.Addr()}, Ports: []calc.ServiceSpecPort{{Name: "u", Proto: "udp", Port: 80}}, Maglev: s.maglev})
+	}
+	endpoints(all...)
+	feed.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}}
+	waitAsk(t, c.extRun, "udp", mag)
+	waitAsk(t, c.extRun, "udp", rnd)
+
+	const flows = 60
+	// table maps each flow (source port) to its backend, every flow
+	// answered; the previous flows' translations expire first.
+	table := func(dst netip.AddrPort) map[int]string {
+		t.Helper()
+		time.Sleep(1200 * time.Millisecond)
+		out := map[int]string{}
+		for i := range flows {
+			sport := 41000 + i
+			name := ""
+			for try := 0; name == "" && try < 5; try++ {
+				name = askFrom(c.extRun, sport, dst)
+			}
+			if name == "" {
+				t.Fatalf("flow from port %d to %s: no answer", sport, dst)
+			}
+			out[sport] = name
+		}
+		return out
+	}
+	// moved counts the flows of the backends in kept that changed
+	// backend, and checks those of the others all did.
+	moved := func(what string, before, after map[int]string, kept map[string]bool) int {
+		t.Helper()
+		n := 0
+		for p, b := range before {
+			switch {
+			case !kept[b] && after[p] == b:
+				t.Errorf("%s: the flow from port %d stayed on %s, which left", what, p, b)
+			case kept[b] && after[p] != b:
+				n++
+			}
+		}
+		return n
+	}
+	before := map[netip.AddrPort]map[int]string{mag: table(mag), rnd: table(rnd)}
+	for _, dst := range []netip.AddrPort{mag, rnd} {
+		seen := map[string]int{}
+		for _, b := range before[dst] {
+			seen[b]++
+		}
+		if len(seen) != 3 {
+			t.Fatalf("%s: the flows reached %v, want all three backends", dst, seen)
+		}
+	}
+	// other leaves.
+	endpoints(all[0], all[1])
+	c.waitFor("other out of both Services", func() bool {
+		for i := range 10 {
+			if askFrom(c.extRun, 42000+i, mag) == "other" || askFrom(c.extRun, 42000+i, rnd) == "other" {
+				return false
+			}
+		}
+		return true
+	})
+	kept := map[string]bool{"web": true, "client": true}
+	after := map[netip.AddrPort]map[int]string{mag: table(mag), rnd: table(rnd)}
+	magMoved, rndMoved := moved("Maglev, other removed", before[mag], after[mag], kept), moved("random, other removed", before[rnd], after[rnd], kept)
+	t.Logf("other removed: flows of web and client that moved: Maglev %d, random %d", magMoved, rndMoved)
+	if magMoved > 1 {
+		t.Errorf("Maglev: %d flows of the backends that stayed moved, want none (one at most: Maglev's slight disruption)", magMoved)
+	}
+	if rndMoved < 5 {
+		t.Errorf("random choice: only %d flows of the backends that stayed moved; the test cannot tell Maglev from it", rndMoved)
+	}
+	// other comes back: Maglev's flows move to it only.
+	endpoints(all...)
+	// Each try with new flows: a flow keeps the backend it got.
+	tries := 0
+	c.waitFor("other back in the Maglev Service", func() bool {
+		tries++
+		for i := range 20 {
+			if askFrom(c.extRun, 43000+20*tries+i, mag) == "other" {
+				return true
+			}
+		}
+		return false
+	})
+	again := table(mag)
+	n, toOther := 0, 0
+	for p, b := range after[mag] {
+		switch {
+		case again[p] == "other":
+			toOther++
+		case again[p] != b:
+			n++
+		}
+	}
+	if n > 1 || toOther == 0 {
+		t.Errorf("Maglev, other back: %d flows moved between web and client (want none), %d moved to other (want some)", n, toOther)
+	}
 }
