@@ -315,8 +315,18 @@ func (l *lbMaps) apply(objs *palbpf.Objects) error {
 	if err := m[palbpf.MapNATConfig].Put(uint32(0), w.cfg); err != nil {
 		errs = append(errs, fmt.Errorf("bpf: writing %s: %w", palbpf.MapNATConfig, err))
 	}
-	staleNodes := syncMap(m[palbpf.MapNodes], "node", set(w.nodes), &errs)
 	staleOptout := syncMap(m[palbpf.MapDSROptout], "bpfDSROptoutCIDRs entry", set(w.optout), &errs)
+	deleteKeys(m[palbpf.MapDSROptout], "bpfDSROptoutCIDRs entry", staleOptout, &errs)
+	if l.want == nil {
+		// Not read from the Kubernetes API yet (a restarted felix): the
+		// frontends stay as the last felix left them, and so do the
+		// flows through them.
+		if len(errs) == 0 {
+			l.dirty = false
+		}
+		return errors.Join(errs...)
+	}
+	staleNodes := syncMap(m[palbpf.MapNodes], "node", set(w.nodes), &errs)
 	staleBe := syncMap(m[palbpf.MapBackends], "backend", w.be, &errs)
 	staleLive := syncMap(m[palbpf.MapBackendsLive], "backend", set(w.live), &errs)
 	staleMaglev := syncMap(m[palbpf.MapMaglev], "Maglev slot", w.maglev, &errs)
@@ -325,7 +335,6 @@ func (l *lbMaps) apply(objs *palbpf.Objects) error {
 	deleteKeys(m[palbpf.MapMaglev], "Maglev slot", staleMaglev, &errs)
 	deleteKeys(m[palbpf.MapBackends], "backend", staleBe, &errs)
 	deleteKeys(m[palbpf.MapBackendsLive], "backend", staleLive, &errs)
-	deleteKeys(m[palbpf.MapDSROptout], "bpfDSROptoutCIDRs entry", staleOptout, &errs)
 	deleteKeys(m[palbpf.MapNodes], "node", staleNodes, &errs)
 	if len(errs) == 0 {
 		l.dirty = false
