@@ -53,8 +53,12 @@ type (
 	NATConfig = palisadeNatCfg
 	// DSRKey is a bpfDSROptoutCIDRs entry (LPM).
 	DSRKey = palisadeDsrKey
-	// NodeKey is a node's address (MapNodes).
+	// NodeKey is a node's address (MapNodes), and a floating IP's
+	// (MapFloating).
 	NodeKey = palisadeNatAddr
+	// FloatingValue is a floating IP's workload: its own address and
+	// interface.
+	FloatingValue = palisadeFipValue
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by
@@ -81,6 +85,7 @@ const (
 	MapNodes        = "pal_nodes"
 	MapDSROptout    = "pal_dsr_optout"
 	MapNATConfig    = "pal_natcfg"
+	MapFloating     = "pal_fip"
 )
 
 // NAT flow entries (NATValue.Kind, Flags; c/nat.h).
@@ -97,6 +102,7 @@ const (
 	NATFlagFinC    = 0x10
 	NATFlagFinB    = 0x20
 	NATFlagRST     = 0x40
+	NATFlagFIP     = 0x80
 )
 
 // Frontend flags (ServiceValue.Flags) and the node's NAT settings

@@ -106,6 +106,13 @@ type palisadeFailsafeKey struct {
 	Addr      [16]uint8
 }
 
+type palisadeFipValue struct {
+	_        structs.HostLayout
+	Internal [16]uint8
+	Ifindex  uint32
+	Pad      uint32
+}
+
 type palisadeFragKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
@@ -251,6 +258,7 @@ const (
 	palisadeMapPalEp            = "pal_ep"
 	palisadeMapPalEvents        = "pal_events"
 	palisadeMapPalFailsafe      = "pal_failsafe"
+	palisadeMapPalFip           = "pal_fip"
 	palisadeMapPalFrag          = "pal_frag"
 	palisadeMapPalMaglev        = "pal_maglev"
 	palisadeMapPalNat           = "pal_nat"
@@ -357,6 +365,7 @@ type palisadeMapSpecs struct {
 	PalEp        *ebpf.MapSpec `ebpf:"pal_ep"`
 	PalEvents    *ebpf.MapSpec `ebpf:"pal_events"`
 	PalFailsafe  *ebpf.MapSpec `ebpf:"pal_failsafe"`
+	PalFip       *ebpf.MapSpec `ebpf:"pal_fip"`
 	PalFrag      *ebpf.MapSpec `ebpf:"pal_frag"`
 	PalMaglev    *ebpf.MapSpec `ebpf:"pal_maglev"`
 	PalNat       *ebpf.MapSpec `ebpf:"pal_nat"`
@@ -415,6 +424,7 @@ type palisadeMaps struct {
 	PalEp        *ebpf.Map `ebpf:"pal_ep"`
 	PalEvents    *ebpf.Map `ebpf:"pal_events"`
 	PalFailsafe  *ebpf.Map `ebpf:"pal_failsafe"`
+	PalFip       *ebpf.Map `ebpf:"pal_fip"`
 	PalFrag      *ebpf.Map `ebpf:"pal_frag"`
 	PalMaglev    *ebpf.Map `ebpf:"pal_maglev"`
 	PalNat       *ebpf.Map `ebpf:"pal_nat"`
@@ -440,6 +450,7 @@ func (m *palisadeMaps) Close() error {
 		m.PalEp,
 		m.PalEvents,
 		m.PalFailsafe,
+		m.PalFip,
 		m.PalFrag,
 		m.PalMaglev,
 		m.PalNat,

@@ -96,9 +96,9 @@ func TestBPFNodePort(t *testing.T) {
 	feed.lbService("ns-a", "itp-none", &calc.Service{Type: calc.ServiceClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.24")},
 		Ports: spec(0), InternalLocal: true})
 	feed.lbSlice("ns-a", "itp-none-1", "itp-none", ports, readyOn(extAddr.String(), "node-b"))
-	// sessionAffinity ClientIP, 2 s.
+	// sessionAffinity ClientIP, 1 s.
 	feed.lbService("ns-a", "sticky", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.25")},
-		Ports: spec(30085), AffinitySeconds: 2})
+		Ports: spec(30085), AffinitySeconds: 1})
 	feed.lbSlice("ns-a", "sticky-1", "sticky", ports, both...)
 	feed.lbService("ns-a", "empty", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.26")},
 		Ports: spec(30086)})
@@ -173,12 +173,12 @@ func TestBPFNodePort(t *testing.T) {
 				t.Errorf("%s with affinity: answers %v (errors %v), want one backend", from.name, got, errs)
 			}
 		}
-		// The affinity lasts 2 s from its last use: then a client is
-		// balanced again.
-		deadline := time.Now().Add(15 * time.Second)
+		// The affinity lasts 1 s from its last use: then a client is
+		// balanced again (each try after it has one chance in two to
+		// reach the other backend).
 		seen := map[string]bool{}
-		for len(seen) < 2 && time.Now().Before(deadline) {
-			time.Sleep(2200 * time.Millisecond)
+		for try := 0; len(seen) < 2 && try < 25; try++ {
+			time.Sleep(1200 * time.Millisecond)
 			name, _, err := askService(client, "tcp", netip.MustParseAddrPort("10.96.0.25:80"))
 			if err == nil {
 				seen[name] = true

@@ -59,8 +59,10 @@
 #define PAL_MARK_REPLY 0x04000000
 
 /* pal_state.flags of the NAT (apart from palisade.h's): a reply that
- * leaves a backend for the node port tunnel (nat_tunnel_back). */
+ * leaves a backend for the node port tunnel (nat_tunnel_back); a reply
+ * to a flow that came to the workload's floating IP (nat_fip_out). */
 #define PAL_F_NAT_TUNNEL 0x10000
+#define PAL_F_NAT_FIP 0x20000
 
 /* 169.254.1.1, every workload's gateway: a hairpin flow's source. */
 #define PAL_HAIRPIN4 0xa9fe0101
@@ -85,12 +87,14 @@
 #define PAL_NAT_F_FIN_C 0x10  /* TCP: the client's FIN was seen */
 #define PAL_NAT_F_FIN_B 0x20  /* TCP: the backend's FIN was seen */
 #define PAL_NAT_F_RST 0x40    /* TCP: a reset was seen */
+#define PAL_NAT_F_FIP 0x80    /* FWD, REV: a flow to a floating IP (at the workload's own interface) */
 
 /* svc_value.flags */
 #define PAL_SVC_EXTERNAL 0x1  /* a load balancer or external address */
 #define PAL_SVC_NODEPORT 0x2  /* a node port */
 #define PAL_SVC_EXT_LOCAL 0x4 /* externalTrafficPolicy Local */
 #define PAL_SVC_INT_LOCAL 0x8 /* internalTrafficPolicy Local */
+#define PAL_SVC_FIP 0x10      /* nat_pick: a floating IP (pal_fip), not a Service */
 
 /* pal_natcfg.flags */
 #define PAL_NATCFG_DSR 0x1 /* bpfExternalServiceMode DSR */
@@ -263,6 +267,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nat_cfg);
 } pal_natcfg SEC(".maps");
+
+/* A floating IP (WorkloadEndpoint ipNATs) of a workload on this node:
+ * its own address and interface. */
+struct fip_value {
+	__u8 internal[16];
+	__u32 ifindex;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nat_addr);
+	__type(value, struct fip_value);
+} pal_fip SEC(".maps");
 
 /* The translations of flows: least recently used go first when full. */
 struct {
@@ -606,6 +626,17 @@ static __always_inline int be_live(__u32 id, const __u8 *addr, __u16 port)
 	return bpf_map_lookup_elem(&pal_be_live, &k) != 0;
 }
 
+/* fwd_live reports whether a FWD or TUN entry's backend is still its
+ * frontend's: a Service's backend, or a floating IP's workload. */
+static __always_inline int fwd_live(struct nat_key *k, struct nat_value *v)
+{
+	if (v->flags & PAL_NAT_F_FIP) {
+		struct fip_value *f = bpf_map_lookup_elem(&pal_fip, (struct nat_addr *)k->dst);
+		return f && addr_eq(f->internal, v->addr);
+	}
+	return be_live(v->svc, v->addr, v->port);
+}
+
 /* What a packet to a frontend is (nat_query.how), which decides the
  * traffic policy that applies. */
 #define PAL_HOW_WORKLOAD 0 /* from a workload of this node */
@@ -682,6 +713,16 @@ GLOBAL int nat_pick(struct nat_query *q, struct nat_pick *out)
 	__builtin_memcpy(k.addr, q->dst, 16);
 	struct svc_value *sv = bpf_map_lookup_elem(&pal_svc, &k);
 	if (!sv) {
+		/* A floating IP: its workload, the same port. */
+		struct fip_value *f = bpf_map_lookup_elem(&pal_fip, (struct nat_addr *)q->dst);
+		if (f) {
+			__builtin_memset(out, 0, sizeof(*out));
+			__builtin_memcpy(out->be.addr, f->internal, 16);
+			out->be.port = q->dport;
+			out->be.local = 1;
+			out->flags = PAL_SVC_FIP;
+			return PAL_PICK_OK;
+		}
 		/* A node port: the unspecified address of the family. */
 		__builtin_memset(k.addr, 0, 16);
 		if (is_mapped4(q->dst)) {
@@ -781,6 +822,8 @@ GLOBAL int nat_track(struct state *st, struct nat_pick *p, __u32 rev_flags, __u3
 	nat_key_of(st, &k);
 	v.kind = PAL_NAT_FWD;
 	v.flags = hairpin ? PAL_NAT_F_HAIRPIN : 0;
+	if (p->flags & PAL_SVC_FIP)
+		v.flags |= PAL_NAT_F_FIP;
 	v.port = p->be.port;
 	v.ifindex = 0;
 	v.svc = p->svc;
@@ -818,6 +861,39 @@ static __always_inline int nat_gone(struct __sk_buff *skb, struct state *st)
 	return PAL_NAT_GO;
 }
 
+/* nat_fip_hairpin translates a workload's new flow to its own floating
+ * IP: to its own address, from the floating IP (so the reply comes back
+ * through the host), as Calico's cali-fip-snat; the reply's entry
+ * (REV, PAL_NAT_F_FIP) gives it the floating IP as source and the
+ * workload as destination (nat_fip_out). */
+GLOBAL int nat_fip_hairpin(struct __sk_buff *skb, struct state *st, struct nat_pick *p)
+{
+	if (!st || !p)
+		return PAL_TCX_DROP;
+	__u64 t = now();
+	struct nat_addr fip, self;
+	__builtin_memcpy(fip.a, st->dst, 16);
+	__builtin_memcpy(self.a, st->src, 16);
+	/* The reply: self:p -> fip:c. */
+	struct nat_key k = {.sport = st->dport, .dport = st->sport, .proto = st->proto};
+	__builtin_memcpy(k.src, self.a, 16);
+	__builtin_memcpy(k.dst, fip.a, 16);
+	struct nat_value v = {.kind = PAL_NAT_REV, .flags = PAL_NAT_F_FIP | PAL_NAT_F_HAIRPIN, .port = st->dport, .last_seen = t};
+	__builtin_memcpy(v.addr, fip.a, 16);
+	__builtin_memcpy(v.node, self.a, 16);
+	if (bpf_map_update_elem(&pal_nat, &k, &v, BPF_ANY) < 0)
+		return PAL_TCX_DROP;
+	nat_key_of(st, &k);
+	v.kind = PAL_NAT_FWD;
+	__builtin_memcpy(v.addr, self.a, 16);
+	__builtin_memcpy(v.node, fip.a, 16);
+	if (bpf_map_update_elem(&pal_nat, &k, &v, BPF_ANY) < 0)
+		return PAL_TCX_DROP;
+	if (nat_rewrite(skb, st, 1, &self, st->dport) < 0 || nat_rewrite(skb, st, 0, &fip, st->sport) < 0)
+		return PAL_TCX_DROP;
+	return PAL_NAT_GO;
+}
+
 /* The results of nat_fwd and its kin besides PAL_NAT_GO and a verdict:
  * rejected (counted apart), dropped by the Local traffic policy. */
 #define PAL_NAT_REJECTED (-101)
@@ -849,17 +925,23 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 		nat_seen(&k, v, st->tcp_flags, 0, t);
 		if (v->flags & PAL_NAT_F_TUNNEL)
 			st->flags |= PAL_F_NAT_TUNNEL;
+		if (v->flags & PAL_NAT_F_FIP)
+			st->flags |= PAL_F_NAT_FIP;
 		return PAL_NAT_GO;
 	}
 	if (v && v->kind == PAL_NAT_FWD) {
 		/* A new SYN on a closed flow's tuple picks again. */
 		int closed = (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
 			     (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
-		if (!closed && be_live(v->svc, v->addr, v->port)) {
-			__u8 hairpin = v->flags & PAL_NAT_F_HAIRPIN;
+		if (!closed && fwd_live(&k, v)) {
+			__u8 hairpin = v->flags & PAL_NAT_F_HAIRPIN, fip = v->flags & PAL_NAT_F_FIP;
+			struct nat_addr src;
+			__builtin_memcpy(src.a, v->node, 16);
 			nat_seen(&k, v, st->tcp_flags, 1, t);
 			if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
 				return PAL_TCX_DROP;
+			if (hairpin && fip)
+				return nat_rewrite(skb, st, 0, &src, st->sport) < 0 ? PAL_TCX_DROP : PAL_NAT_GO;
 			if (hairpin)
 				skb->mark |= PAL_MARK_HAIRPIN;
 			return PAL_NAT_GO;
@@ -890,6 +972,8 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 		return nat_reject(skb, st) == PAL_TCX_DROP ? PAL_TCX_DROP : PAL_NAT_REJECTED;
 	if (r != PAL_PICK_OK)
 		return PAL_NAT_NOLOCAL;
+	if ((p.flags & PAL_SVC_FIP) && addr_eq(st->src, p.be.addr))
+		return nat_fip_hairpin(skb, st, &p);
 	/* The reply's node is not read (no PAL_NAT_F_TUNNEL). */
 	int hairpin = nat_track(st, &p, 0, st->ifindex, (struct nat_addr *)p.be.node);
 	if (hairpin < 0)
@@ -1029,7 +1113,7 @@ GLOBAL int nat_outside(struct __sk_buff *skb, struct state *st)
 	if (v && (v->kind == PAL_NAT_FWD || v->kind == PAL_NAT_TUN)) {
 		int closed = (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
 			     (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
-		if (!closed && be_live(v->svc, v->addr, v->port)) {
+		if (!closed && fwd_live(&k, v)) {
 			nat_seen(&k, v, st->tcp_flags, 1, t);
 			if (v->kind == PAL_NAT_TUN)
 				return nat_encap(skb, (struct nat_addr *)v->node, (v->flags & PAL_NAT_F_DSR) ? PAL_VNI_DSR : PAL_VNI_TUNNEL);
@@ -1080,7 +1164,7 @@ GLOBAL int nat_tunneled(struct __sk_buff *skb, struct state *st, struct nat_addr
 	nat_key_of(st, &k);
 	__u64 t = now();
 	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
-	if (v && v->kind == PAL_NAT_FWD && nat_live(v, st->proto, t) && be_live(v->svc, v->addr, v->port)) {
+	if (v && v->kind == PAL_NAT_FWD && nat_live(v, st->proto, t) && fwd_live(&k, v)) {
 		nat_seen(&k, v, st->tcp_flags, 1, t);
 		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
 			return PAL_TCX_DROP;
@@ -1124,6 +1208,43 @@ GLOBAL int nat_tunnel_back(struct __sk_buff *skb, struct state *st)
 	if (nat_rewrite(skb, st, 0, &a, port) < 0)
 		return PAL_TCX_DROP;
 	return nat_encap(skb, &node, PAL_VNI_REPLY);
+}
+
+/* Floating IPs (WorkloadEndpoint ipNATs), as Calico's cali-fip-dnat and
+ * cali-fip-snat: a workload's floating IP (pal_fip) is a frontend of
+ * every port and protocol whose one backend is the workload's own
+ * address, the port kept (nat_pick), translated where its clients'
+ * packets enter (a workload's interface, a host data interface: the
+ * replies get the floating IP back there), before conntrack, policy and
+ * routing; the host's own packets are translated by the nat table's
+ * cali-fip-dnat (OUTPUT). A workload reaching its own floating IP gets
+ * the packet from the floating IP (as cali-fip-snat): both addresses of
+ * such a flow are rewritten where it leaves the workload, and the
+ * reply's (REV with PAL_NAT_F_FIP, node the workload's address) after
+ * its interface's conntrack (nat_fip_out). TCP and UDP. */
+
+/* nat_fip_out gives a workload's reply (flagged by nat_fwd) to a flow
+ * that came to its floating IP the floating IP as source (a hairpin's:
+ * the workload as destination too), after its interface's conntrack.
+ * -1 when a rewrite failed. */
+GLOBAL int nat_fip_out(struct __sk_buff *skb, struct state *st)
+{
+	if (!st)
+		return -1;
+	struct nat_key k = {};
+	nat_key_of(st, &k);
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (!v || v->kind != PAL_NAT_REV || !(v->flags & PAL_NAT_F_FIP))
+		return 0;
+	struct nat_addr src, dst;
+	__builtin_memcpy(src.a, v->addr, 16);
+	__builtin_memcpy(dst.a, v->node, 16);
+	__u8 hairpin = v->flags & PAL_NAT_F_HAIRPIN;
+	if (nat_rewrite(skb, st, 0, &src, st->sport) < 0)
+		return -1;
+	if (hairpin && nat_rewrite(skb, st, 1, &dst, st->dport) < 0)
+		return -1;
+	return 0;
 }
 
 #endif

@@ -742,6 +742,8 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 			return nat_verdict(st, nv);
 		if (ct_established(st)) {
 			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_ESTABLISHED, st->len);
+			if ((st->flags & PAL_F_NAT_FIP) && nat_fip_out(skb, st) < 0)
+				return drop(st, PAL_C_MALFORMED);
 			if (st->flags & PAL_F_NAT_TUNNEL)
 				return tunnel_back(skb, st);
 			/* The forward program sends it on, when it can; an
@@ -761,6 +763,8 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 	if ((st->flags & PAL_F_TOHOST) && (ep->flags & PAL_EP_TOHOST_DROP))
 		return drop(st, PAL_C_TOHOST_DROP);
 	ct_create(st);
+	if ((st->flags & PAL_F_NAT_FIP) && nat_fip_out(skb, st) < 0)
+		return drop(st, PAL_C_MALFORMED);
 	if (st->flags & PAL_F_NAT_TUNNEL)
 		return tunnel_back(skb, st);
 	return allow(skb, st);
@@ -785,6 +789,7 @@ static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, 
 			skb->mark &= ~PAL_MARK_REPLY;
 			return allow(skb, st);
 		}
+
 		if (skb->ingress_ifindex == 0) {
 			/* Open, and tracked: the workload's replies are
 			 * established, not new traffic to the host. */

@@ -273,6 +273,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if ifaceErr != nil {
 		errs = append(errs, ifaceErr)
 	}
+	if err := d.applyFloating(); err != nil {
+		errs = append(errs, err)
+	}
 	phase("ifaces")
 	if d.releaseRoutes() > 0 {
 		d.quietUntil = now.Add(quietAfterNewPod)
@@ -460,7 +463,11 @@ func (d *Driver) applyIptables(ctx context.Context, errs *[]error) bool {
 			}
 		}
 		for _, t := range tables {
-			t.SetChains(rs.Tables[t.Name])
+			chains := rs.Tables[t.Name]
+			if t.Name == "nat" {
+				chains = d.withFloating(chains, v)
+			}
+			t.SetChains(chains)
 			t.SetJumps(rs.Jumps, d.cfg.ChainInsertMode)
 			if _, err := t.Apply(ctx); err != nil {
 				*errs = append(*errs, err)

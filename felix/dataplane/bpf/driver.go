@@ -124,6 +124,9 @@ type Driver struct {
 		workloads map[string]*epState
 		named     map[string]*epState
 	}
+	// fipWant are the floating IPs (workloads' ipNATs, when floatingIPs
+	// is Enabled) as wanted() last found them, for MapFloating.
+	fipWant map[palbpf.NodeKey]palbpf.FloatingValue
 	// eventView is what the Log reader was last given, by interface.
 	eventView map[int]eventViewKey
 	// rendered is what BPFMode rendered for cfg, by family.

@@ -144,6 +144,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 		return out
 	}
 	want, workloads, named := b.want, b.workloads, b.named
+	if d.fipWant == nil {
+		d.fipWant = map[palbpf.NodeKey]palbpf.FloatingValue{}
+	}
+	clear(d.fipWant)
 	clear(want)
 	clear(workloads)
 	clear(named)
@@ -169,6 +173,9 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 				flags := palbpf.EndpointWorkload | toHostDrop
 				if li.veth && redirectToPeer(d.cfg) != "Disabled" {
 					flags |= palbpf.EndpointVeth
+				}
+				for _, n := range st.ep.IPNATs {
+					d.fipWant[palbpf.NodeKey{A: palbpf.Addr16(n.External)}] = palbpf.FloatingValue{Internal: palbpf.Addr16(n.Internal), Ifindex: uint32(li.index)}
 				}
 				w.ep = palbpf.Endpoint{Flags: flags, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
 				if st.srcs == nil || st.srcsFor != li.index {

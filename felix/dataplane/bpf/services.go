@@ -13,6 +13,7 @@ import (
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/rules"
 )
 
 // lbMaps keeps the load balancer's maps (bpf/c/nat.h) equal to the calc's
@@ -358,4 +359,37 @@ func (d *Driver) applyTunnel() error {
 		d.lb.tunnel, d.lb.dirty = idx, true
 	}
 	return nil
+}
+
+// applyFloating makes MapFloating the workloads' floating IPs (their
+// ipNATs, when floatingIPs is Enabled): the programs of each workload's
+// interface translate them (c/nat.h).
+func (d *Driver) applyFloating() error {
+	var errs []error
+	m := d.objs.Maps[palbpf.MapFloating]
+	stale := syncMap(m, "floating IP", d.fipWant, &errs)
+	deleteKeys(m, "floating IP", stale, &errs)
+	return errors.Join(errs...)
+}
+
+// withFloating fills the nat table's floating IP chains (cali-fip-dnat,
+// cali-fip-snat) as the iptables dataplane does: the programs translate
+// the packets of workloads and from outside before netfilter sees them,
+// these the host's own (OUTPUT), which no program sees before routing.
+func (d *Driver) withFloating(chains []rules.Chain, family int) []rules.Chain {
+	var natters []*calc.Endpoint
+	for _, ep := range d.endpoints {
+		if len(ep.IPNATs) > 0 {
+			natters = append(natters, ep)
+		}
+	}
+	fip := rules.FloatingChains(rules.Input{Config: d.cfg, IPVersion: family}, natters)
+	out := make([]rules.Chain, 0, len(chains))
+	for _, c := range chains {
+		if rules.IsFloatingChain(c.Name) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return append(out, fip...)
 }
