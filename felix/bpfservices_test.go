@@ -154,6 +154,8 @@ func TestBPFServices(t *testing.T) {
 	feed := &sliceFeed{c: make(chan []calc.Update)}
 	cfg := c.felixConfigOf()
 	cfg.EndpointSlices = feed
+	inspector := NewInspector()
+	cfg.Inspector = inspector
 	runFelix(t, c.ctx, c.cancel, cfg)
 	setupPods(c) // web 10.65.0.1 (ns-a), client 10.65.0.2 (ns-a), other 10.65.0.3 (ns-b)
 	nameServer(t, c.pods["web"].run, "web")
@@ -225,6 +227,31 @@ spec:
   - {action: Allow, protocol: TCP, destination: {nets: [10.96.0.10/32], ports: [80]}}
 `)
 		c.waitPolicies(rs, true)
+		// calicoctl policy explain --at-node: the live graph names the
+		// translation and judges each backend as the programs do.
+		for _, be := range []struct {
+			addr    string
+			allowed bool
+		}{{"10.65.0.1", true}, {"10.65.0.3", false}} {
+			x, err := inspector.Explain(c.ctx, calc.Query{From: calc.End{Namespace: "ns-a", Name: "client"}, To: calc.End{Address: vip.String()},
+				Protocol: 6, SrcPort: 40000, DstPort: 80})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.Service == nil || x.Service.Service != "ns-a/backend" || len(x.Service.Backends) != 2 {
+				t.Fatalf("explain client -> %s: translation %+v", httpF, x.Service)
+			}
+			// The first candidate is judged; explain --to another judges it.
+			if be.addr != "10.65.0.1" {
+				if x, err = inspector.Explain(c.ctx, calc.Query{From: calc.End{Namespace: "ns-a", Name: "client"}, To: calc.End{Address: be.addr},
+					Protocol: 6, SrcPort: 40000, DstPort: namePort}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := x.Verdict == calc.VerdictAllow; got != be.allowed || x.Packet.Destination != be.addr || x.Packet.DestinationPort != namePort {
+				t.Errorf("explain client -> %s: %s on %s:%d, want allowed %v", be.addr, x.Verdict, x.Packet.Destination, x.Packet.DestinationPort, be.allowed)
+			}
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			got, _, _ := spread(client, "tcp", httpF, 30)
