@@ -102,6 +102,10 @@ func TestBPFNodePort(t *testing.T) {
 	feed.lbSlice("ns-a", "sticky-1", "sticky", ports, both...)
 	feed.lbService("ns-a", "empty", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.26")},
 		Ports: spec(30086)})
+	// A backend port nothing listens on.
+	feed.lbService("ns-a", "closed", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.27")},
+		Ports: []calc.ServiceSpecPort{{Name: "u", Proto: "udp", Port: 53, NodePort: 30087}}})
+	feed.lbSlice("ns-a", "closed-1", "closed", []calc.ServicePort{{Proto: "udp", Port: 7171, Name: "u"}}, readyOn("10.65.0.3", nodeName))
 	feed.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}}
 
 	nodePort := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(nodeAddr, p) }
@@ -199,6 +203,15 @@ func TestBPFNodePort(t *testing.T) {
 				t.Errorf("%s refused after %s, want at once", proto, d)
 			}
 		}
+	})
+	c.sub(t, "ICMP error about a translated flow", func(t *testing.T) {
+		var err error
+		for range 3 {
+			if _, _, err = askService(c.extRun, "udp", nodePort(30087)); errors.Is(err, syscall.ECONNREFUSED) {
+				return
+			}
+		}
+		t.Errorf("UDP from outside to a node port whose backend port is closed: %v, want connection refused (the backend's ICMP error, translated)", err)
 	})
 	c.sub(t, "not a node port: untouched", func(t *testing.T) {
 		// The node's own servers still answer on its address.

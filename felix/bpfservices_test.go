@@ -176,6 +176,10 @@ func TestBPFServices(t *testing.T) {
 	feed.service("ns-a", "empty", empty.Addr().String(), calc.ServiceSpecPort{Name: "", Proto: "tcp", Port: 80}, calc.ServiceSpecPort{Name: "", Proto: "udp", Port: 80})
 	feed.service("ns-a", "self", self.Addr().String(), calc.ServiceSpecPort{Proto: "tcp", Port: 80})
 	feed.lbSlice("ns-a", "self-1", "self", []calc.ServicePort{{Proto: "tcp", Port: namePort}}, ready("10.65.0.1"))
+	// A backend port nothing listens on: the backend's ICMP error.
+	closed := netip.AddrPortFrom(netip.MustParseAddr("10.96.0.13"), 53)
+	feed.service("ns-a", "closed", closed.Addr().String(), calc.ServiceSpecPort{Proto: "udp", Port: 53})
+	feed.lbSlice("ns-a", "closed-1", "closed", []calc.ServicePort{{Proto: "udp", Port: 7171}}, ready("10.65.0.3"))
 	feed.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}}
 
 	waitAnswer := func(proto string, dst netip.AddrPort) {
@@ -279,6 +283,19 @@ spec:
 				t.Errorf("%s refused after %s, want at once", proto, d)
 			}
 		}
+	})
+
+	sub("ICMP error about a translated flow", func(t *testing.T) {
+		// The backend's port unreachable quotes the datagram to it;
+		// translated back, it reaches the socket connected to the
+		// Service address, which reports the refusal.
+		var err error
+		for range 3 {
+			if _, _, err = askService(client, "udp", closed); errors.Is(err, syscall.ECONNREFUSED) {
+				return
+			}
+		}
+		t.Errorf("UDP to a Service whose backend port is closed: %v, want connection refused (the backend's ICMP error, translated)", err)
 	})
 
 	sub("hairpin", func(t *testing.T) {

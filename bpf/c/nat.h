@@ -1247,4 +1247,63 @@ GLOBAL int nat_fip_out(struct __sk_buff *skb, struct state *st)
 	return 0;
 }
 
+/* nat_icmp_rev translates an ICMP error about a translated flow on its
+ * way to the flow's client: the packet it quotes (client -> backend) gets
+ * the frontend back as destination, and the error's own source, when it
+ * is the backend, the frontend's address; the ICMP checksum (and the
+ * quoted IPv4 header's) follow. The quoted layer 4 checksum is left as
+ * it was (no one checks it: the kernel finds the socket by the
+ * addresses and ports). Its REV entry must be the client interface's
+ * (ifindex), or a host interface's (host). -1 when a rewrite failed. */
+GLOBAL int nat_icmp_rev(struct __sk_buff *skb, struct state *st, __u32 ifindex, __u32 host)
+{
+	if (!st || !is_icmp(st) || !icmp_is_error(st))
+		return 0;
+	__u32 l3 = st->l3 & 0xff, l4 = st->l4 & 0x3ff, csum = l4 + 2;
+	struct state in = {};
+	int il4 = parse_ip(skb, &in, l4 + 8, st->family == 6);
+	if (il4 < 0 || in.family != st->family || !nat_proto(in.proto))
+		return 0;
+	__be16 ports[2];
+	if (bpf_skb_load_bytes(skb, il4 & 0x7ff, ports, sizeof(ports)) < 0)
+		return 0;
+	/* The reply's entry: backend -> client. */
+	struct nat_key k = {.sport = bpf_ntohs(ports[1]), .dport = bpf_ntohs(ports[0]), .proto = in.proto};
+	__builtin_memcpy(k.src, in.dst, 16);
+	__builtin_memcpy(k.dst, in.src, 16);
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	if (!v || v->kind != PAL_NAT_REV || (host ? !(v->flags & PAL_NAT_F_HOST) : v->ifindex != ifindex))
+		return 0;
+	__u8 fe[16];
+	__builtin_memcpy(fe, v->addr, 16);
+	__be16 fport = bpf_htons(v->port);
+	__u32 il3 = (l4 + 8) & 0x3ff;
+	int outer = addr_eq(st->src, in.dst);
+	if (st->family == 4) {
+		__be32 from = *(__be32 *)&in.dst[12], to = *(__be32 *)&fe[12];
+		__be16 oldc, newc;
+		if (bpf_skb_load_bytes(skb, il3 + 10, &oldc, 2) < 0 || bpf_l3_csum_replace(skb, il3 + 10, from, to, 4) < 0 ||
+		    bpf_skb_load_bytes(skb, il3 + 10, &newc, 2) < 0 || bpf_skb_store_bytes(skb, il3 + 16, &to, 4, 0) < 0 ||
+		    bpf_l4_csum_replace(skb, csum, from, to, 4) < 0 || bpf_l4_csum_replace(skb, csum, oldc, newc, 2) < 0)
+			return -1;
+		if (outer && (bpf_l3_csum_replace(skb, l3 + 10, from, to, 4) < 0 || bpf_skb_store_bytes(skb, l3 + 12, &to, 4, 0) < 0))
+			return -1;
+	} else {
+		__u8 old[16];
+		__builtin_memcpy(old, in.dst, 16);
+		__s64 diff = bpf_csum_diff((__be32 *)old, 16, (__be32 *)fe, 16, 0);
+		if (diff < 0 || bpf_skb_store_bytes(skb, il3 + 24, fe, 16, 0) < 0 || bpf_l4_csum_replace(skb, csum, 0, diff, 0) < 0)
+			return -1;
+		/* ICMPv6's checksum covers the outer addresses too. */
+		if (outer && (bpf_skb_store_bytes(skb, l3 + 8, fe, 16, 0) < 0 || bpf_l4_csum_replace(skb, csum, 0, diff, BPF_F_PSEUDO_HDR) < 0))
+			return -1;
+	}
+	if (ports[1] != fport &&
+	    (bpf_skb_store_bytes(skb, (il4 & 0x7ff) + 2, &fport, 2, 0) < 0 || bpf_l4_csum_replace(skb, csum, ports[1], fport, 2) < 0))
+		return -1;
+	if (outer)
+		__builtin_memcpy(st->src, fe, 16);
+	return 0;
+}
+
 #endif

@@ -799,8 +799,12 @@ static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, 
 		}
 		if (ct_established(st))
 			return wl_out_allow(skb, st, PAL_C_ESTABLISHED);
-		if (ct_related(skb, st, l4))
+		if (ct_related(skb, st, l4)) {
+			/* An error about a translated flow: the client's view. */
+			if (nat_icmp_rev(skb, st, st->ifindex, 0) < 0)
+				return drop(st, PAL_C_MALFORMED);
 			return wl_out_allow(skb, st, PAL_C_RELATED);
+		}
 		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_OUT);
 	}
 	if (st->verdict != PAL_VERDICT_ALLOW)
@@ -1318,7 +1322,7 @@ int pal_data_out(struct __sk_buff *skb)
 	struct ep *ep;
 	if (data_begin(skb, st, &ep, PAL_EP_DATA, 1) < 0)
 		return PAL_TCX_NEXT;
-	if (nat_host_rev(skb, st) < 0)
+	if (nat_host_rev(skb, st) < 0 || nat_icmp_rev(skb, st, 0, 1) < 0)
 		return drop(st, PAL_C_MALFORMED);
 	return PAL_TCX_NEXT;
 }
