@@ -378,3 +378,79 @@ func TestBPFMaglev(t *testing.T) {
 		t.Errorf("Maglev, other back: %d flows moved between web and client (want none), %d moved to other (want some)", n, toOther)
 	}
 }
+
+// TestBPFServicesIPv6: the load balancer on IPv6, with real packets: a
+// cluster address reaches both backends (TCP and UDP) with the client's
+// address seen, a node port on the node's IPv6 address from outside
+// likewise, and a Service without endpoints is refused at once (ICMPv6
+// port unreachable).
+func TestBPFServicesIPv6(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", true)
+	feed := &sliceFeed{c: make(chan []calc.Update)}
+	cfg := c.felixConfigOf()
+	cfg.EndpointSlices = feed
+	runFelix(t, c.ctx, c.cancel, cfg)
+	c.apply(`apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-v6}
+spec: {cidr: "fd65::/64"}
+`)
+	node6, ext6 := netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
+	c.node.MustRun(t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
+	c.ext.MustRun(t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
+	c.ext.MustRun(t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	web := c.addDualPod("ns-a", "web", "10.65.0.20", "fd65::20", nil, "sa-x")
+	other := c.addDualPod("ns-a", "other", "10.65.0.21", "fd65::21", nil, "sa-x")
+	client := c.addDualPod("ns-a", "client", "10.65.0.22", "fd65::22", nil, "sa-x")
+	nameServer6(t, web.run, "web")
+	nameServer6(t, other.run, "other")
+	ports := []calc.ServicePort{{Proto: "tcp", Port: namePort, Name: "p"}, {Proto: "udp", Port: namePort, Name: "u"}}
+	vip, empty := netip.MustParseAddr("fd00:96::10"), netip.MustParseAddr("fd00:96::11")
+	feed.lbService("ns-a", "web", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{vip},
+		Ports: []calc.ServiceSpecPort{{Name: "p", Proto: "tcp", Port: 80, NodePort: 30080}, {Name: "u", Proto: "udp", Port: 80, NodePort: 30080}}})
+	feed.lbSlice("ns-a", "web-1", "web", ports, readyOn("fd65::20", nodeName), readyOn("fd65::21", nodeName))
+	feed.lbService("ns-a", "empty", &calc.Service{Type: calc.ServiceClusterIP, ClusterIPs: []netip.Addr{empty},
+		Ports: []calc.ServiceSpecPort{{Name: "p", Proto: "tcp", Port: 80}, {Name: "u", Proto: "udp", Port: 80}}})
+	feed.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}}
+	waitAsk(t, client.run, "tcp", netip.AddrPortFrom(vip, 80))
+	for _, c := range []struct {
+		name string
+		run  *nsexec.Runner
+		dst  netip.AddrPort
+		src  netip.Addr
+	}{{"a pod to the cluster address", client.run, netip.AddrPortFrom(vip, 80), client.ip6}, {"outside to the node port", c.extRun, netip.AddrPortFrom(node6, 30080), ext6}} {
+		for _, proto := range []string{"tcp", "udp"} {
+			got, seen, errs := spread(c.run, proto, c.dst, 30)
+			if len(errs) > 0 || got["web"] == 0 || got["other"] == 0 {
+				t.Errorf("%s, %s: answers %v (errors %v), want web and other", c.name, proto, got, errs)
+			}
+			if len(seen) != 1 || !seen[c.src.String()] {
+				t.Errorf("%s, %s: the backends saw %v, want %s", c.name, proto, seen, c.src)
+			}
+		}
+	}
+	// Refused: UDP at once; a TCP connect may be refused only when its
+	// SYN is sent again (a second later): the kernel keeps an ICMP error
+	// that arrives while connect still holds its socket as a soft one
+	// (TcpExtLockDroppedIcmps), as it would kube-proxy's REJECT.
+	if _, _, err := askService(client.run, "udp", netip.AddrPortFrom(empty, 80)); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("UDP to an IPv6 Service without endpoints: %v, want connection refused", err)
+	}
+	if _, err := dialTimeoutIn(client.run, netip.AddrPortFrom(empty, 80), 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("TCP to an IPv6 Service without endpoints: %v, want connection refused", err)
+	}
+}
+
+// dialTimeoutIn opens a TCP connection from run's namespace.
+func dialTimeoutIn(run *nsexec.Runner, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := run.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", dst.String(), timeout)
+		return err
+	})
+	if c != nil {
+		c.Close()
+	}
+	return c, err
+}

@@ -25,16 +25,21 @@ const namePort = 7070
 // peer address it saw ("web 10.65.0.2:41000"): a TCP connection gets that
 // line, then every line it sends back prefixed with the name, until it
 // closes; a datagram gets the line.
-func nameServer(t *testing.T, run *nsexec.Runner, name string) {
+func nameServer(t *testing.T, run *nsexec.Runner, name string) { nameServerOn(t, run, name, "4") }
+
+// nameServer6 is nameServer on IPv6.
+func nameServer6(t *testing.T, run *nsexec.Runner, name string) { nameServerOn(t, run, name, "6") }
+
+func nameServerOn(t *testing.T, run *nsexec.Runner, name, family string) {
 	t.Helper()
 	var l net.Listener
 	var u net.PacketConn
 	if err := run.Do(func() error {
 		var err error
-		if l, err = net.Listen("tcp4", ":"+strconv.Itoa(namePort)); err != nil {
+		if l, err = net.Listen("tcp"+family, ":"+strconv.Itoa(namePort)); err != nil {
 			return err
 		}
-		u, err = net.ListenPacket("udp4", ":"+strconv.Itoa(namePort))
+		u, err = net.ListenPacket("udp"+family, ":"+strconv.Itoa(namePort))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -82,7 +87,11 @@ func askService(run *nsexec.Runner, proto string, dst netip.AddrPort) (name, see
 	var c net.Conn
 	if err := run.Do(func() error {
 		var err error
-		c, err = net.DialTimeout(proto+"4", dst.String(), 300*time.Millisecond)
+		family := "4"
+		if dst.Addr().Is6() {
+			family = "6"
+		}
+		c, err = net.DialTimeout(proto+family, dst.String(), 300*time.Millisecond)
 		return err
 	}); err != nil {
 		return "", "", err
