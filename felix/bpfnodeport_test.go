@@ -390,15 +390,7 @@ func TestBPFServicesIPv6(t *testing.T) {
 	cfg := c.felixConfigOf()
 	cfg.EndpointSlices = feed
 	runFelix(t, c.ctx, c.cancel, cfg)
-	c.apply(`apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata: {name: pool-v6}
-spec: {cidr: "fd65::/64"}
-`)
-	node6, ext6 := netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
-	c.node.MustRun(t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
-	c.ext.MustRun(t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
-	c.ext.MustRun(t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	node6, ext6 := c.addIPv6()
 	web := c.addDualPod("ns-a", "web", "10.65.0.20", "fd65::20", nil, "sa-x")
 	other := c.addDualPod("ns-a", "other", "10.65.0.21", "fd65::21", nil, "sa-x")
 	client := c.addDualPod("ns-a", "client", "10.65.0.22", "fd65::22", nil, "sa-x")

@@ -66,16 +66,8 @@ func floatingIPs(t *testing.T, dp string) {
 	hook := logtest.NewGlobal()
 	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
 	c := newClusterIPv6(t, dp, true)
-	c.apply(c.floatingFelixConfig("Disabled") + `---
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata: {name: pool-v6}
-spec: {cidr: "fd65::/64"}
-`)
-	node6, ext6 := netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
-	c.node.MustRun(t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
-	c.ext.MustRun(t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
-	c.ext.MustRun(t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	c.apply(c.floatingFelixConfig("Disabled"))
+	_, ext6 := c.addIPv6()
 	web := c.addDualPod("ns-a", "web", "10.65.0.20", "fd65::20", nil, "sa-x")
 	other := c.addDualPod("ns-a", "other", "10.65.0.21", "fd65::21", nil, "sa-x")
 	fip4, fip6 := netip.MustParseAddr("10.65.200.9"), netip.MustParseAddr("fd65::f:9")
@@ -208,4 +200,21 @@ spec: {cidr: "fd65::/64"}
 	expect("ipNATs back", true)
 	c.apply(c.floatingFelixConfig("Disabled"))
 	expect("floatingIPs Disabled again", false)
+}
+
+// addIPv6 gives the cluster an IPv6 pool (fd65::/64) and the node and
+// the external namespace IPv6 addresses on their link, the external one
+// routing the pool through the node; it returns the two addresses.
+func (c *cluster) addIPv6() (node6, ext6 netip.Addr) {
+	c.t.Helper()
+	c.apply(`apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-v6}
+spec: {cidr: "fd65::/64"}
+`)
+	node6, ext6 = netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
+	c.node.MustRun(c.t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
+	c.ext.MustRun(c.t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
+	c.ext.MustRun(c.t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	return node6, ext6
 }

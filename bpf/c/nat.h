@@ -861,6 +861,35 @@ static __always_inline int nat_gone(struct __sk_buff *skb, struct state *st)
 	return PAL_NAT_GO;
 }
 
+/* nat_closed reports a new SYN on the tuple of a flow that closed (FIN
+ * or reset): a new connection, which picks again. */
+static __always_inline int nat_closed(struct nat_value *v, struct state *st)
+{
+	return (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
+	       (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+}
+
+/* nat_pick_packet is nat_pick for the packet in st, arriving as how
+ * says; it asks the FIB whether the destination is this node's when
+ * only a node port could answer. */
+GLOBAL int nat_pick_packet(struct __sk_buff *skb, struct state *st, __u32 how, struct nat_pick *p)
+{
+	if (!st || !p)
+		return PAL_PICK_NONE;
+	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = how,
+			      .dst_local = how == PAL_HOW_TUNNEL ? PAL_DST_NOT_LOCAL : PAL_DST_UNKNOWN};
+	__builtin_memcpy(q.dst, st->dst, 16);
+	__builtin_memcpy(q.src, st->src, 16);
+	int r = nat_pick(&q, p);
+	if (r == PAL_PICK_ASK) {
+		/* A node port on an address of this node (no route to
+		 * forward by). */
+		q.dst_local = to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
+		r = nat_pick(&q, p);
+	}
+	return r;
+}
+
 /* nat_fip_hairpin translates a workload's new flow to its own floating
  * IP: to its own address, from the floating IP (so the reply comes back
  * through the host), as Calico's cali-fip-snat; the reply's entry
@@ -930,9 +959,7 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 		return PAL_NAT_GO;
 	}
 	if (v && v->kind == PAL_NAT_FWD) {
-		/* A new SYN on a closed flow's tuple picks again. */
-		int closed = (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
-			     (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		int closed = nat_closed(v, st);
 		if (!closed && fwd_live(&k, v)) {
 			__u8 hairpin = v->flags & PAL_NAT_F_HAIRPIN, fip = v->flags & PAL_NAT_F_FIP;
 			struct nat_addr src;
@@ -952,18 +979,8 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 				return r == PAL_TCX_DROP ? r : PAL_NAT_REJECTED;
 		}
 	}
-	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = PAL_HOW_WORKLOAD,
-			      .dst_local = PAL_DST_UNKNOWN};
-	__builtin_memcpy(q.dst, st->dst, 16);
-	__builtin_memcpy(q.src, st->src, 16);
 	struct nat_pick p = {};
-	int r = nat_pick(&q, &p);
-	if (r == PAL_PICK_ASK) {
-		/* A node port on an address of this node (no route to
-		 * forward by). */
-		q.dst_local = to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
-		r = nat_pick(&q, &p);
-	}
+	int r = nat_pick_packet(skb, st, PAL_HOW_WORKLOAD, &p);
 	if (r == PAL_PICK_NONE) {
 		nat_forget_stale(st);
 		return PAL_NAT_GO;
@@ -1111,8 +1128,7 @@ GLOBAL int nat_outside(struct __sk_buff *skb, struct state *st)
 	if (v && !nat_live(v, st->proto, t))
 		v = 0;
 	if (v && (v->kind == PAL_NAT_FWD || v->kind == PAL_NAT_TUN)) {
-		int closed = (v->flags & (PAL_NAT_F_RST | PAL_NAT_F_FIN_C | PAL_NAT_F_FIN_B)) &&
-			     (st->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		int closed = nat_closed(v, st);
 		if (!closed && fwd_live(&k, v)) {
 			nat_seen(&k, v, st->tcp_flags, 1, t);
 			if (v->kind == PAL_NAT_TUN)
@@ -1127,16 +1143,8 @@ GLOBAL int nat_outside(struct __sk_buff *skb, struct state *st)
 				return r == PAL_TCX_DROP ? r : PAL_NAT_REJECTED;
 		}
 	}
-	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = PAL_HOW_OUTSIDE,
-			      .dst_local = PAL_DST_UNKNOWN};
-	__builtin_memcpy(q.dst, st->dst, 16);
-	__builtin_memcpy(q.src, st->src, 16);
 	struct nat_pick p = {};
-	int r = nat_pick(&q, &p);
-	if (r == PAL_PICK_ASK) {
-		q.dst_local = to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
-		r = nat_pick(&q, &p);
-	}
+	int r = nat_pick_packet(skb, st, PAL_HOW_OUTSIDE, &p);
 	if (r == PAL_PICK_NONE)
 		return PAL_NAT_GO;
 	if (r == PAL_PICK_REJECT)
@@ -1170,12 +1178,8 @@ GLOBAL int nat_tunneled(struct __sk_buff *skb, struct state *st, struct nat_addr
 			return PAL_TCX_DROP;
 		return PAL_NAT_GO;
 	}
-	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = PAL_HOW_TUNNEL,
-			      .dst_local = PAL_DST_NOT_LOCAL};
-	__builtin_memcpy(q.dst, st->dst, 16);
-	__builtin_memcpy(q.src, st->src, 16);
 	struct nat_pick p = {};
-	int r = nat_pick(&q, &p);
+	int r = nat_pick_packet(skb, st, PAL_HOW_TUNNEL, &p);
 	if (r == PAL_PICK_NONE || r == PAL_PICK_REJECT)
 		return PAL_TCX_DROP;
 	if (r != PAL_PICK_OK)

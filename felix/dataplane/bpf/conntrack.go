@@ -145,60 +145,49 @@ func deleteAll[K any](m *ebpf.Map, keys []K) (int, error) {
 	return deleted, nil
 }
 
+// sweepStale deletes the entries of a map that expired says are stale
+// (the walk's buffer b, the stale keys' kept in *stale); it returns how
+// many it deleted.
+func sweepStale[K, V any](m *ebpf.Map, name string, b *batchBuf[K, V], stale *[]K, expired func(k *K, v *V) bool) (int, error) {
+	keys := (*stale)[:0]
+	var errs []error
+	if err := b.walk(m, 1, func(ks []K, vs []V) {
+		for i := range ks {
+			if expired(&ks[i], &vs[i]) {
+				keys = append(keys, ks[i])
+			}
+		}
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading %s: %w", name, err))
+	}
+	*stale = reuse(keys)
+	n, err := deleteAll(m, keys)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("deleting from %s: %w", name, err))
+	}
+	return n, errors.Join(errs...)
+}
+
 // collectConntrack deletes the conntrack, flow translation and fragment
-// entries that expired and, with the counters, those of interfaces gone. It returns how many
-// conntrack entries went.
+// entries that expired and, with the counters, those of interfaces gone.
+// It returns how many conntrack entries went.
 func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]bool, b *sweepBufs) (int, error) {
 	now := monotonic()
-	var errs []error
-	ct := objs.Maps[palbpf.MapCT]
-	stale := b.stale[:0]
-	if err := b.ct.walk(ct, 1, func(keys []palbpf.CTKey, vals []palbpf.CTValue) {
-		for i, k := range keys {
-			v := &vals[i]
-			if gone[k.Ifindex] || now > v.LastSeen && time.Duration(now-v.LastSeen) > ctTimeout(t, k.Proto, v.Flags) {
-				stale = append(stale, k)
-			}
-		}
-	}); err != nil {
-		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCT, err))
+	expired := func(last uint64, timeout time.Duration) bool {
+		return now > last && time.Duration(now-last) > timeout
 	}
-	b.stale = reuse(stale)
-	deleted, err := deleteAll(ct, stale)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCT, err))
-	}
-	nat := objs.Maps[palbpf.MapNAT]
-	nstale := b.nstale[:0]
-	if err := b.nat.walk(nat, 1, func(keys []palbpf.NATKey, vals []palbpf.NATValue) {
-		for i, k := range keys {
-			v := &vals[i]
-			if now > v.LastSeen && time.Duration(now-v.LastSeen) > natTimeout(t, k.Proto, v.Flags) {
-				nstale = append(nstale, k)
-			}
-		}
-	}); err != nil {
-		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapNAT, err))
-	}
-	b.nstale = reuse(nstale)
-	if _, err := deleteAll(nat, nstale); err != nil {
-		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapNAT, err))
-	}
-	frag := objs.Maps[palbpf.MapFrag]
-	fstale := b.fstale[:0]
-	if err := b.frag.walk(frag, 1, func(keys []palbpf.FragKey, vals []uint64) {
-		for i, k := range keys {
-			if gone[k.Ifindex] || now > vals[i] && time.Duration(now-vals[i]) > t.Fragment {
-				fstale = append(fstale, k)
-			}
-		}
-	}); err != nil {
-		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapFrag, err))
-	}
-	b.fstale = reuse(fstale)
-	if _, err := deleteAll(frag, fstale); err != nil {
-		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapFrag, err))
-	}
+	deleted, err := sweepStale(objs.Maps[palbpf.MapCT], palbpf.MapCT, &b.ct, &b.stale, func(k *palbpf.CTKey, v *palbpf.CTValue) bool {
+		return gone[k.Ifindex] || expired(v.LastSeen, ctTimeout(t, k.Proto, v.Flags))
+	})
+	errs := []error{err}
+	_, err = sweepStale(objs.Maps[palbpf.MapNAT], palbpf.MapNAT, &b.nat, &b.nstale, func(k *palbpf.NATKey, v *palbpf.NATValue) bool {
+		return expired(v.LastSeen, natTimeout(t, k.Proto, v.Flags))
+	})
+	errs = append(errs, err)
+	_, err = sweepStale(objs.Maps[palbpf.MapFrag], palbpf.MapFrag, &b.frag, &b.fstale, func(k *palbpf.FragKey, last *uint64) bool {
+		return gone[k.Ifindex] || expired(*last, t.Fragment)
+	})
+	errs = append(errs, err)
 	if len(gone) > 0 {
 		counters := objs.Maps[palbpf.MapCounters]
 		cpus, err := ebpf.PossibleCPU()
