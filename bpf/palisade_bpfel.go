@@ -168,6 +168,23 @@ type palisadeNatValue struct {
 	Pad      uint32
 }
 
+type palisadeNatfragKey struct {
+	_     structs.HostLayout
+	Src   [16]uint8
+	Dst   [16]uint8
+	Id    uint32
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type palisadeNatfragValue struct {
+	_        structs.HostLayout
+	Addr     [16]uint8
+	LastSeen uint64
+	Dst      uint8
+	Pad      [7]uint8
+}
+
 type palisadePortKey struct {
 	_     structs.HostLayout
 	IdHi  uint32
@@ -263,6 +280,7 @@ const (
 	palisadeMapPalMaglev        = "pal_maglev"
 	palisadeMapPalNat           = "pal_nat"
 	palisadeMapPalNatcfg        = "pal_natcfg"
+	palisadeMapPalNatfrag       = "pal_natfrag"
 	palisadeMapPalNodes         = "pal_nodes"
 	palisadeMapPalPorts         = "pal_ports"
 	palisadeMapPalProgs         = "pal_progs"
@@ -370,6 +388,7 @@ type palisadeMapSpecs struct {
 	PalMaglev    *ebpf.MapSpec `ebpf:"pal_maglev"`
 	PalNat       *ebpf.MapSpec `ebpf:"pal_nat"`
 	PalNatcfg    *ebpf.MapSpec `ebpf:"pal_natcfg"`
+	PalNatfrag   *ebpf.MapSpec `ebpf:"pal_natfrag"`
 	PalNodes     *ebpf.MapSpec `ebpf:"pal_nodes"`
 	PalPorts     *ebpf.MapSpec `ebpf:"pal_ports"`
 	PalProgs     *ebpf.MapSpec `ebpf:"pal_progs"`
@@ -429,6 +448,7 @@ type palisadeMaps struct {
 	PalMaglev    *ebpf.Map `ebpf:"pal_maglev"`
 	PalNat       *ebpf.Map `ebpf:"pal_nat"`
 	PalNatcfg    *ebpf.Map `ebpf:"pal_natcfg"`
+	PalNatfrag   *ebpf.Map `ebpf:"pal_natfrag"`
 	PalNodes     *ebpf.Map `ebpf:"pal_nodes"`
 	PalPorts     *ebpf.Map `ebpf:"pal_ports"`
 	PalProgs     *ebpf.Map `ebpf:"pal_progs"`
@@ -455,6 +475,7 @@ func (m *palisadeMaps) Close() error {
 		m.PalMaglev,
 		m.PalNat,
 		m.PalNatcfg,
+		m.PalNatfrag,
 		m.PalNodes,
 		m.PalPorts,
 		m.PalProgs,

@@ -185,6 +185,11 @@ func TestBPFServices(t *testing.T) {
 	feed.service("ns-a", "empty", empty.Addr().String(), calc.ServiceSpecPort{Name: "", Proto: "tcp", Port: 80}, calc.ServiceSpecPort{Name: "", Proto: "udp", Port: 80})
 	feed.service("ns-a", "self", self.Addr().String(), calc.ServiceSpecPort{Proto: "tcp", Port: 80})
 	feed.lbSlice("ns-a", "self-1", "self", []calc.ServicePort{{Proto: "tcp", Port: namePort}}, ready("10.65.0.1"))
+	// Large datagrams, echoed: fragmented both ways.
+	big := netip.AddrPortFrom(netip.MustParseAddr("10.96.0.14"), 99)
+	feed.service("ns-a", "big", big.Addr().String(), calc.ServiceSpecPort{Proto: "udp", Port: 99})
+	feed.lbSlice("ns-a", "big-1", "big", []calc.ServicePort{{Proto: "udp", Port: 7272}}, ready("10.65.0.1"))
+	udpEcho(t, c.pods["web"].run, 7272)
 	// A backend port nothing listens on: the backend's ICMP error.
 	closed := netip.AddrPortFrom(netip.MustParseAddr("10.96.0.13"), 53)
 	feed.service("ns-a", "closed", closed.Addr().String(), calc.ServiceSpecPort{Proto: "udp", Port: 53})
@@ -292,6 +297,24 @@ spec:
 				t.Errorf("%s refused after %s, want at once", proto, d)
 			}
 		}
+	})
+
+	sub("fragments of a translated datagram", func(t *testing.T) {
+		// 4,000 bytes: three fragments each way on a 1,500-byte link.
+		payload := make([]byte, 4000)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		var err error
+		for try := 0; try < 3; try++ {
+			var got []byte
+			if got, err = udpExchange(client, big, payload); err == nil && string(got) == string(payload) {
+				return
+			} else if err == nil {
+				err = fmt.Errorf("%d bytes back, not the %d sent", len(got), len(payload))
+			}
+		}
+		t.Errorf("a 4,000-byte datagram to a Service, echoed: %v", err)
 	})
 
 	sub("ICMP error about a translated flow", func(t *testing.T) {
@@ -430,4 +453,52 @@ spec:
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// udpEcho sends every datagram back on port in run's namespace.
+func udpEcho(t *testing.T, run *nsexec.Runner, port int) {
+	t.Helper()
+	var u net.PacketConn
+	if err := run.Do(func() error {
+		var err error
+		u, err = net.ListenPacket("udp4", ":"+strconv.Itoa(port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, addr, err := u.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = u.WriteTo(buf[:n], addr)
+		}
+	}()
+}
+
+// udpExchange sends payload from run's namespace to dst and returns the
+// answer.
+func udpExchange(run *nsexec.Runner, dst netip.AddrPort, payload []byte) ([]byte, error) {
+	var c net.Conn
+	if err := run.Do(func() error {
+		var err error
+		c, err = net.Dial("udp4", dst.String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write(payload); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 65536)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
 }

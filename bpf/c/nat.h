@@ -284,6 +284,32 @@ struct {
 	__type(value, struct fip_value);
 } pal_fip SEC(".maps");
 
+/* A fragmented datagram's translation, for its later fragments (which
+ * have no ports): the datagram as the first fragment was seen (its
+ * addresses, IP identification, protocol) → the new address, of the
+ * destination or the source. */
+struct natfrag_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct natfrag_value {
+	__u8 addr[16];
+	__u64 last_seen;
+	__u8 dst; /* the destination is rewritten (else the source) */
+	__u8 pad[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct natfrag_key);
+	__type(value, struct natfrag_value);
+} pal_natfrag SEC(".maps");
+
 /* The translations of flows: least recently used go first when full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -398,6 +424,49 @@ GLOBAL int nat_seen(struct nat_key *k, struct nat_value *v, __u8 tcp_flags, __u3
 		s->flags |= add;
 		s->last_seen = t;
 	}
+	return 0;
+}
+
+/* nat_frag_note records, for the first fragment of a datagram about to
+ * be translated (st as it arrived), the new address its later fragments
+ * get. */
+static __always_inline void nat_frag_note(struct state *st, const __u8 *addr, __u8 dst)
+{
+	if (!(st->flags & PAL_F_FRAG))
+		return;
+	struct natfrag_key k = {.id = st->frag_id, .proto = st->proto};
+	__builtin_memcpy(k.src, st->src, 16);
+	__builtin_memcpy(k.dst, st->dst, 16);
+	struct natfrag_value v = {.last_seen = now(), .dst = dst};
+	__builtin_memcpy(v.addr, addr, 16);
+	bpf_map_update_elem(&pal_natfrag, &k, &v, BPF_ANY);
+}
+
+/* nat_frag_later translates a later fragment (no layer 4 header) of a
+ * datagram whose first was translated: the address only (with the IPv4
+ * header checksum; the datagram's layer 4 checksum was fixed in its
+ * first fragment). -1 when a rewrite failed. */
+GLOBAL int nat_frag_later(struct __sk_buff *skb, struct state *st)
+{
+	if (!st)
+		return 0;
+	struct natfrag_key k = {.id = st->frag_id, .proto = st->proto};
+	__builtin_memcpy(k.src, st->src, 16);
+	__builtin_memcpy(k.dst, st->dst, 16);
+	struct natfrag_value *v = bpf_map_lookup_elem(&pal_natfrag, &k);
+	if (!v || idle(now(), v->last_seen) > frag_timeout)
+		return 0;
+	__u8 dst = v->dst, na[16];
+	__builtin_memcpy(na, v->addr, 16);
+	__u32 l3 = st->l3 & 0xff;
+	if (st->family == 4) {
+		__be32 from = *(__be32 *)&(dst ? st->dst : st->src)[12], to = *(__be32 *)&na[12];
+		if (bpf_l3_csum_replace(skb, l3 + 10, from, to, 4) < 0 || bpf_skb_store_bytes(skb, l3 + (dst ? 16 : 12), &to, 4, 0) < 0)
+			return -1;
+	} else if (bpf_skb_store_bytes(skb, l3 + (dst ? 24 : 8), na, 16, 0) < 0) {
+		return -1;
+	}
+	__builtin_memcpy(dst ? st->dst : st->src, na, 16);
 	return 0;
 }
 
@@ -935,7 +1004,7 @@ GLOBAL int nat_fip_hairpin(struct __sk_buff *skb, struct state *st, struct nat_p
  * or a verdict (a reject: TC_ACT_REDIRECT; a drop). */
 GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 {
-	if (!st || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
+	if (!st || !nat_proto(st->proto))
 		return PAL_NAT_GO;
 	struct nat_key k = {};
 	nat_key_of(st, &k);
@@ -965,6 +1034,8 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 			struct nat_addr src;
 			__builtin_memcpy(src.a, v->node, 16);
 			nat_seen(&k, v, st->tcp_flags, 1, t);
+			if (!(hairpin && fip))
+				nat_frag_note(st, v->addr, 1);
 			if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
 				return PAL_TCX_DROP;
 			if (hairpin && fip)
@@ -995,6 +1066,7 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 	int hairpin = nat_track(st, &p, 0, st->ifindex, (struct nat_addr *)p.be.node);
 	if (hairpin < 0)
 		return PAL_TCX_DROP;
+	nat_frag_note(st, p.be.addr, 1);
 	if (nat_rewrite(skb, st, 1, (struct nat_addr *)p.be.addr, p.be.port) < 0)
 		return PAL_TCX_DROP;
 	if (hairpin)
@@ -1008,7 +1080,7 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
  * a rewrite failed. */
 GLOBAL int nat_rev(struct __sk_buff *skb, struct state *st, __u32 ifindex)
 {
-	if (!st || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
+	if (!st || !nat_proto(st->proto))
 		return 0;
 	if (skb->mark & PAL_MARK_HAIRPIN) {
 		skb->mark &= ~PAL_MARK_HAIRPIN;
@@ -1027,6 +1099,7 @@ GLOBAL int nat_rev(struct __sk_buff *skb, struct state *st, __u32 ifindex)
 	nat_seen(&k, v, st->tcp_flags, 0, t);
 	struct nat_addr a;
 	__builtin_memcpy(a.a, v->addr, 16);
+	nat_frag_note(st, a.a, 0);
 	return nat_rewrite(skb, st, 0, &a, v->port);
 }
 

@@ -426,6 +426,17 @@ static __always_inline __u64 idle(__u64 t, __u64 last)
 	return t > last ? t - last : 0;
 }
 
+/* frag_note records the first fragment of a fragmented packet let
+ * through, which its later fragments follow. */
+static __always_inline void frag_note(struct state *st, __u64 t)
+{
+	struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
+	__builtin_memcpy(fk.src, st->src, 16);
+	__builtin_memcpy(fk.dst, st->dst, 16);
+	struct frag_value fv = {.last_seen = t};
+	bpf_map_update_elem(&pal_frag, &fk, &fv, BPF_ANY);
+}
+
 /* ct_established reports whether the packet belongs to a flow this
  * interface allowed, and updates the entry (its flags when the TCP state
  * changed, its last_seen when that lagged by more than ct_refresh). */
@@ -447,6 +458,10 @@ GLOBAL int ct_established(struct state *st)
 	__u64 timeout = ct_timeout(st->proto, flags);
 	if (idle(t, last) > timeout)
 		return 0;
+	/* The later fragments of an established flow's packet follow its
+	 * first. */
+	if (st->flags & PAL_F_FRAG)
+		frag_note(st, t);
 	if (st->proto == IPPROTO_TCP) {
 		__u8 f = st->tcp_flags;
 		/* A new SYN on a closed flow's tuple is a new connection. */
@@ -517,13 +532,8 @@ GLOBAL int ct_create(struct state *st)
 	if (!st || (st->flags & PAL_F_UNTRACKED))
 		return 0;
 	__u64 t = now();
-	if (st->flags & PAL_F_FRAG) {
-		struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
-		__builtin_memcpy(fk.src, st->src, 16);
-		__builtin_memcpy(fk.dst, st->dst, 16);
-		struct frag_value fv = {.last_seen = t};
-		bpf_map_update_elem(&pal_frag, &fk, &fv, BPF_ANY);
-	}
+	if (st->flags & PAL_F_FRAG)
+		frag_note(st, t);
 	struct ct_key k = {};
 	int a = !!(st->flags & PAL_F_SRC_A);
 	ct_key_of(st, &k, a);
@@ -699,11 +709,18 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 	st->l3 = ep->l2len & 0xff;
 	int l4 = parse_ip(skb, st, st->l3, ipv6);
 	if (l4 == -P_FRAG_LATER) {
-		if ((ep->flags & PAL_EP_WORKLOAD) && !out && !own_src4(st, ep) && spoofed(st))
+		int wl = ep->flags & PAL_EP_WORKLOAD;
+		if (wl && !out && !own_src4(st, ep) && spoofed(st))
 			return -(drop(st, PAL_C_SPOOFED) + 16);
-		if (frag_allowed(st))
-			return -(allow_because(skb, st, PAL_C_FRAG_ALLOW) + 16);
-		return -(drop(st, PAL_C_FRAG_DROP) + 16);
+		/* A translated datagram's fragment follows its first (nat.h):
+		 * translated before conntrack in, after it out. */
+		if (wl && !out && nat_frag_later(skb, st) < 0)
+			return -(drop(st, PAL_C_MALFORMED) + 16);
+		if (!frag_allowed(st))
+			return -(drop(st, PAL_C_FRAG_DROP) + 16);
+		if (wl && out && nat_frag_later(skb, st) < 0)
+			return -(drop(st, PAL_C_MALFORMED) + 16);
+		return -(allow_because(skb, st, PAL_C_FRAG_ALLOW) + 16);
 	}
 	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
 		return -(drop(st, PAL_C_MALFORMED) + 16);
