@@ -59,6 +59,8 @@ type (
 	// FloatingValue is a floating IP's workload: its own address and
 	// interface.
 	FloatingValue = palisadeFipValue
+	// NodePorts are the node ports, a bit each (MapNodePorts' one entry).
+	NodePorts = palisadeNodeports
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by
@@ -86,6 +88,7 @@ const (
 	MapDSROptout    = "pal_dsr_optout"
 	MapNATConfig    = "pal_natcfg"
 	MapFloating     = "pal_fip"
+	MapNodePorts    = "pal_nodeports"
 )
 
 // NAT flow entries (NATValue.Kind, Flags; c/nat.h).
@@ -114,6 +117,8 @@ const (
 	ServiceInternalLocal = 0x8
 
 	NATConfigDSR = 0x1
+	// NATConfigFloating: a workload of the node has a floating IP.
+	NATConfigFloating = 0x2
 )
 
 // TunnelPort is the UDP port of the node port tunnel (VXLAN): not

@@ -185,6 +185,11 @@ type palisadeNatfragValue struct {
 	Pad      [7]uint8
 }
 
+type palisadeNodeports struct {
+	_    structs.HostLayout
+	Bits [1024]uint64
+}
+
 type palisadePortKey struct {
 	_     structs.HostLayout
 	IdHi  uint32
@@ -281,6 +286,7 @@ const (
 	palisadeMapPalNat           = "pal_nat"
 	palisadeMapPalNatcfg        = "pal_natcfg"
 	palisadeMapPalNatfrag       = "pal_natfrag"
+	palisadeMapPalNodeports     = "pal_nodeports"
 	palisadeMapPalNodes         = "pal_nodes"
 	palisadeMapPalPorts         = "pal_ports"
 	palisadeMapPalProgs         = "pal_progs"
@@ -389,6 +395,7 @@ type palisadeMapSpecs struct {
 	PalNat       *ebpf.MapSpec `ebpf:"pal_nat"`
 	PalNatcfg    *ebpf.MapSpec `ebpf:"pal_natcfg"`
 	PalNatfrag   *ebpf.MapSpec `ebpf:"pal_natfrag"`
+	PalNodeports *ebpf.MapSpec `ebpf:"pal_nodeports"`
 	PalNodes     *ebpf.MapSpec `ebpf:"pal_nodes"`
 	PalPorts     *ebpf.MapSpec `ebpf:"pal_ports"`
 	PalProgs     *ebpf.MapSpec `ebpf:"pal_progs"`
@@ -449,6 +456,7 @@ type palisadeMaps struct {
 	PalNat       *ebpf.Map `ebpf:"pal_nat"`
 	PalNatcfg    *ebpf.Map `ebpf:"pal_natcfg"`
 	PalNatfrag   *ebpf.Map `ebpf:"pal_natfrag"`
+	PalNodeports *ebpf.Map `ebpf:"pal_nodeports"`
 	PalNodes     *ebpf.Map `ebpf:"pal_nodes"`
 	PalPorts     *ebpf.Map `ebpf:"pal_ports"`
 	PalProgs     *ebpf.Map `ebpf:"pal_progs"`
@@ -476,6 +484,7 @@ func (m *palisadeMaps) Close() error {
 		m.PalNat,
 		m.PalNatcfg,
 		m.PalNatfrag,
+		m.PalNodeports,
 		m.PalNodes,
 		m.PalPorts,
 		m.PalProgs,

@@ -153,9 +153,7 @@ func floatingIPs(t *testing.T, dp string) {
 	// Other protocols: ICMP echo (IPv4; on eBPF translated by
 	// cali-fip-dnat in netfilter, after the programs).
 	for _, cl := range clients[:2] {
-		if err := nstest.ICMP(cl.run, fip4, 8, 0); err != nil {
-			t.Errorf("%s pinging %s: %v", cl.name, fip4, err)
-		}
+		c.waitFor(cl.name+" pinging "+fip4.String(), func() bool { return nstest.ICMP(cl.run, fip4, 8, 0) == nil })
 	}
 	if c.bpf {
 		// The programs translated the clients' packets before

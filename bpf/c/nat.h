@@ -98,6 +98,7 @@
 
 /* pal_natcfg.flags */
 #define PAL_NATCFG_DSR 0x1 /* bpfExternalServiceMode DSR */
+#define PAL_NATCFG_FIP 0x2 /* some workload of this node has a floating IP */
 
 /* A Service frontend: address (IPv4-mapped for IPv4; a node port the
  * unspecified address of its family), port, protocol. */
@@ -267,6 +268,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nat_cfg);
 } pal_natcfg SEC(".maps");
+
+/* The node ports, a bit each: a new flow's destination is looked up as a
+ * node port only when its port is one (a hash lookup saved on the others). */
+struct nodeports {
+	__u64 bits[1024];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nodeports);
+} pal_nodeports SEC(".maps");
 
 /* A floating IP (WorkloadEndpoint ipNATs) of a workload on this node:
  * its own address and interface. */
@@ -782,8 +796,12 @@ GLOBAL int nat_pick(struct nat_query *q, struct nat_pick *out)
 	__builtin_memcpy(k.addr, q->dst, 16);
 	struct svc_value *sv = bpf_map_lookup_elem(&pal_svc, &k);
 	if (!sv) {
+		__u32 zero = 0;
+		struct nat_cfg *c = bpf_map_lookup_elem(&pal_natcfg, &zero);
 		/* A floating IP: its workload, the same port. */
-		struct fip_value *f = bpf_map_lookup_elem(&pal_fip, (struct nat_addr *)q->dst);
+		struct fip_value *f = 0;
+		if (c && (c->flags & PAL_NATCFG_FIP))
+			f = bpf_map_lookup_elem(&pal_fip, (struct nat_addr *)q->dst);
 		if (f) {
 			__builtin_memset(out, 0, sizeof(*out));
 			__builtin_memcpy(out->be.addr, f->internal, 16);
@@ -793,6 +811,10 @@ GLOBAL int nat_pick(struct nat_query *q, struct nat_pick *out)
 			return PAL_PICK_OK;
 		}
 		/* A node port: the unspecified address of the family. */
+		struct nodeports *np = bpf_map_lookup_elem(&pal_nodeports, &zero);
+		__u32 port = q->dport;
+		if (!np || !(np->bits[(port >> 6) & 1023] & (1ULL << (port & 63))))
+			return PAL_PICK_NONE;
 		__builtin_memset(k.addr, 0, 16);
 		if (is_mapped4(q->dst)) {
 			k.addr[10] = 0xff;
@@ -940,10 +962,12 @@ static __always_inline int nat_closed(struct nat_value *v, struct state *st)
 
 /* nat_pick_packet is nat_pick for the packet in st, arriving as how
  * says; it asks the FIB whether the destination is this node's when
- * only a node port could answer. */
+ * only a node port could answer. A TCP packet without SYN starts no flow
+ * (one through a frontend has its entries): it is not looked up, which
+ * keeps the lookups off an established TCP flow's packets. */
 GLOBAL int nat_pick_packet(struct __sk_buff *skb, struct state *st, __u32 how, struct nat_pick *p)
 {
-	if (!st || !p)
+	if (!st || !p || (st->proto == IPPROTO_TCP && !(st->tcp_flags & TCP_SYN)))
 		return PAL_PICK_NONE;
 	struct nat_query q = {.sport = st->sport, .dport = st->dport, .proto = st->proto, .how = how,
 			      .dst_local = how == PAL_HOW_TUNNEL ? PAL_DST_NOT_LOCAL : PAL_DST_UNKNOWN};
@@ -996,6 +1020,9 @@ GLOBAL int nat_fip_hairpin(struct __sk_buff *skb, struct state *st, struct nat_p
  * rejected (counted apart), dropped by the Local traffic policy. */
 #define PAL_NAT_REJECTED (-101)
 #define PAL_NAT_NOLOCAL (-102)
+/* nat_fwd: not translated, and established in the interface's conntrack
+ * (ct_established ran). */
+#define PAL_NAT_ESTABLISHED (-103)
 
 /* nat_fwd translates a workload's packet to a Service frontend (or a
  * hairpin reply) before its interface's conntrack and policy; a reply a
@@ -1050,6 +1077,11 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 				return r == PAL_TCX_DROP ? r : PAL_NAT_REJECTED;
 		}
 	}
+	/* A UDP flow that is no Service's and already known to the
+	 * interface's conntrack is not looked up again (a TCP one's packets
+	 * after its SYN are not either: nat_pick_packet). */
+	if (st->proto == IPPROTO_UDP && ct_established(st))
+		return PAL_NAT_ESTABLISHED;
 	struct nat_pick p = {};
 	int r = nat_pick_packet(skb, st, PAL_HOW_WORKLOAD, &p);
 	if (r == PAL_PICK_NONE) {

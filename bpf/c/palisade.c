@@ -755,9 +755,9 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 		/* A Service frontend becomes its backend before conntrack
 		 * and policy (nat.h). */
 		int nv = nat_fwd(skb, st);
-		if (nv != PAL_NAT_GO)
+		if (nv != PAL_NAT_GO && nv != PAL_NAT_ESTABLISHED)
 			return nat_verdict(st, nv);
-		if (ct_established(st)) {
+		if (nv == PAL_NAT_ESTABLISHED || ct_established(st)) {
 			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_ESTABLISHED, st->len);
 			if ((st->flags & PAL_F_NAT_FIP) && nat_fip_out(skb, st) < 0)
 				return drop(st, PAL_C_MALFORMED);

@@ -33,6 +33,9 @@ type lbMaps struct {
 	settings lbSettings
 	// tunnel is the node port tunnel device's interface index (0: none).
 	tunnel int
+	// floating: a workload of the node has a floating IP (the programs
+	// look floating IPs up only then).
+	floating bool
 	dirty  bool
 	// warned names the Services told about once (too many Maglev ones,
 	// too many endpoints, SCTP).
@@ -151,6 +154,8 @@ type lbWant struct {
 	nodes  map[palbpf.NodeKey]struct{}
 	optout map[palbpf.DSRKey]struct{}
 	cfg    palbpf.NATConfig
+	// nodePorts has a bit set for each node port.
+	nodePorts palbpf.NodePorts
 }
 
 func backendValue(b calc.Backend) palbpf.BackendValue {
@@ -211,6 +216,7 @@ func (l *lbMaps) wanted() lbWant {
 			v.Flags |= palbpf.ServiceExternal
 		case calc.FrontendNodePort:
 			v.Flags |= palbpf.ServiceNodePort
+			w.nodePorts.Bits[f.Port>>6] |= 1 << (f.Port & 63)
 		}
 		if fb.ExternalLocal {
 			v.Flags |= palbpf.ServiceExternalLocal
@@ -313,6 +319,9 @@ func (l *lbMaps) apply(objs *palbpf.Objects) error {
 	w := l.wanted()
 	m := objs.Maps
 	var errs []error
+	if l.floating {
+		w.cfg.Flags |= palbpf.NATConfigFloating
+	}
 	if err := m[palbpf.MapNATConfig].Put(uint32(0), w.cfg); err != nil {
 		errs = append(errs, fmt.Errorf("bpf: writing %s: %w", palbpf.MapNATConfig, err))
 	}
@@ -332,6 +341,11 @@ func (l *lbMaps) apply(objs *palbpf.Objects) error {
 	staleLive := syncMap(m[palbpf.MapBackendsLive], "backend", set(w.live), &errs)
 	staleMaglev := syncMap(m[palbpf.MapMaglev], "Maglev slot", w.maglev, &errs)
 	staleSvc := syncMap(m[palbpf.MapServices], "frontend", w.svc, &errs)
+	// The node ports' bits after the frontends that need them, before
+	// those that no longer do go (a stale bit costs a lookup, no more).
+	if err := m[palbpf.MapNodePorts].Put(uint32(0), w.nodePorts); err != nil {
+		errs = append(errs, fmt.Errorf("bpf: writing %s: %w", palbpf.MapNodePorts, err))
+	}
 	deleteKeys(m[palbpf.MapServices], "frontend", staleSvc, &errs)
 	deleteKeys(m[palbpf.MapMaglev], "Maglev slot", staleMaglev, &errs)
 	deleteKeys(m[palbpf.MapBackends], "backend", staleBe, &errs)
@@ -366,6 +380,16 @@ func (d *Driver) applyTunnel() error {
 // interface translate them (c/nat.h).
 func (d *Driver) applyFloating() error {
 	var errs []error
+	if floating := len(d.fipWant) > 0; floating != d.lb.floating {
+		// The frontends' pass writes the flag: before the floating IPs
+		// when there are some, after them when none are left.
+		d.lb.floating, d.lb.dirty = floating, true
+		if floating {
+			if err := d.lb.apply(d.objs); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	m := d.objs.Maps[palbpf.MapFloating]
 	stale := syncMap(m, "floating IP", d.fipWant, &errs)
 	deleteKeys(m, "floating IP", stale, &errs)
