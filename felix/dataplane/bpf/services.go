@@ -36,7 +36,7 @@ type lbMaps struct {
 	// floating: a workload of the node has a floating IP (the programs
 	// look floating IPs up only then).
 	floating bool
-	dirty  bool
+	dirty    bool
 	// warned names the Services told about once (too many Maglev ones,
 	// too many endpoints, SCTP).
 	warned map[string]bool
