@@ -347,7 +347,7 @@ func TestBPFConnectTimeLB(t *testing.T) {
 func TestBPFConnectTimeLBRestart(t *testing.T) {
 	c := newClusterNoFelix(t, "BPF", false)
 	cg := testCgroup(t, c.prefix)
-	args := childArgs{Environ: []string{"FELIX_CGROUPV2PATH=" + cg}, Services: true}
+	args := childArgs{Environ: []string{"FELIX_CGROUPV2PATH=" + cg}, CTLBServices: true}
 	first := c.startChildWith(t, "felix-1.log", args)
 	setupPods(c)
 	nameServer(t, c.pods["web"].run, "web")

@@ -331,21 +331,15 @@ func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Float
 	if err != nil {
 		return nil, nil, false, err
 	}
-	floatingIPs, bpf := "", false
+	floatingIPs := ""
 	for _, name := range []string{"default", "node." + cfg.NodeName} {
 		for _, fc := range fcs {
-			if fc.Name != name {
-				continue
-			}
-			if fc.Spec.FloatingIPs != "" {
+			if fc.Name == name && fc.Spec.FloatingIPs != "" {
 				floatingIPs = fc.Spec.FloatingIPs
-			}
-			if fc.Spec.BPFEnabled != nil {
-				bpf = *fc.Spec.BPFEnabled
 			}
 		}
 	}
-	return floating, own, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
+	return floating, own, strings.EqualFold(floatingIPs, "Enabled"), nil
 }
 
 // listAs lists one kind.
