@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/cilium/ebpf"
@@ -24,8 +25,8 @@ import (
 // (pal_natcfg: the tunnel device, bpfExternalServiceMode). It mirrors
 // what the hash maps hold (have), read back in batches at start and at
 // every refresh (a tampered map is repaired); each apply after a change
-// compares the wanted content with the mirror and writes the difference
-// in batches: what frontends will name before the frontends, the
+// compares the wanted entries of the frontends that changed with the
+// mirror and writes the difference in batches: what frontends will name before the frontends, the
 // frontends, then what nothing names any more, so a new flow always finds
 // a backend its frontend has. The flows' translations (pal_nat) are the
 // programs'; they are kept while their backend stays one of the
@@ -44,9 +45,13 @@ type lbMaps struct {
 	// too many endpoints, SCTP).
 	warned map[string]bool
 	log    *log.Entry
-	// have mirrors the hash maps (nil: read them back first).
-	have *lbHave
-	bufs struct {
+	// have mirrors the hash maps (nil: read them back first); applied
+	// are the frontends (and appliedMaglev those with a Maglev table)
+	// have was last made equal to (nil: every entry is compared).
+	have          *lbHave
+	applied       map[calc.Frontend]calc.FrontendBackends
+	appliedMaglev map[calc.Frontend]bool
+	bufs          struct {
 		svc    batchBuf[palbpf.ServiceKey, palbpf.ServiceValue]
 		be     batchBuf[palbpf.BackendKey, palbpf.BackendValue]
 		live   batchBuf[palbpf.BackendLiveKey, uint8]
@@ -57,7 +62,7 @@ type lbMaps struct {
 
 // resync makes the next apply read the maps back and write them whole.
 func (l *lbMaps) resync() {
-	l.have = nil
+	l.have, l.applied = nil, nil
 	l.dirty = true
 }
 
@@ -211,8 +216,10 @@ func (l *lbMaps) warnOnce(key string, fields log.Fields, msg string) {
 	}
 }
 
+// wanted is what the maps want besides the frontends' entries: the
+// settings, the nodes and the node ports' bits.
 func (l *lbMaps) wanted() lbWant {
-	w := lbWant{lbHave: *newLBHave(), optout: map[palbpf.DSRKey]struct{}{}}
+	w := lbWant{lbHave: lbHave{nodes: map[palbpf.NodeKey]uint8{}}, optout: map[palbpf.DSRKey]struct{}{}}
 	w.cfg.TunIfindex = uint32(l.tunnel)
 	if l.settings.dsr {
 		w.cfg.Flags |= palbpf.NATConfigDSR
@@ -226,64 +233,88 @@ func (l *lbMaps) wanted() lbWant {
 	for _, a := range l.want.Nodes {
 		w.nodes[palbpf.NodeKey{A: palbpf.Addr16(a)}] = 1
 	}
-	// Maglev tables for the first bpfMaglevMaxServices frontends that
-	// ask for one, in a stable order.
-	maglevs := 0
-	for _, f := range sortedFrontends(l.want.Frontends) {
-		fb := l.want.Frontends[f]
-		proto, ok := lbProtos[f.Proto]
-		if !ok {
-			l.warnOnce("sctp/"+fb.Service, log.Fields{"service": fb.Service}, "SCTP Service ports are not load-balanced by the eBPF dataplane")
-			continue
-		}
-		id := frontendID(f)
-		v := palbpf.ServiceValue{Id: id, Count: uint32(len(fb.Backends)), Local: uint32(len(fb.LocalBackends))}
-		switch fb.Kind {
-		case calc.FrontendExternal:
-			v.Flags |= palbpf.ServiceExternal
-		case calc.FrontendNodePort:
-			v.Flags |= palbpf.ServiceNodePort
+	for f, fb := range l.want.Frontends {
+		if _, ok := lbProtos[f.Proto]; ok && fb.Kind == calc.FrontendNodePort {
 			w.nodePorts.Bits[f.Port>>6] |= 1 << (f.Port & 63)
 		}
-		if fb.ExternalLocal {
-			v.Flags |= palbpf.ServiceExternalLocal
-		}
-		if fb.InternalLocal {
-			v.Flags |= palbpf.ServiceInternalLocal
-		}
-		if fb.AffinitySeconds > 0 {
-			v.AffId, v.AffSecs = hash32(fb.Group), fb.AffinitySeconds
-		}
-		for i, b := range fb.Backends {
-			w.be[palbpf.BackendKey{Id: id, Idx: uint32(i)}] = backendValue(b)
-			w.live[palbpf.BackendLiveKey{Id: id, Port: b.Port(), Addr: palbpf.Addr16(b.Addr())}] = 1
-		}
-		for i, b := range fb.LocalBackends {
-			w.be[palbpf.BackendKey{Id: id, Idx: uint32(len(fb.Backends) + i)}] = backendValue(b)
-			w.live[palbpf.BackendLiveKey{Id: id, Port: b.Port(), Addr: palbpf.Addr16(b.Addr())}] = 1
-		}
-		if fb.Maglev && fb.Kind == calc.FrontendExternal && len(fb.Backends) > 0 {
-			if maglevs >= l.settings.maglevServices {
-				l.warnOnce("maglev/"+fb.Service, log.Fields{"service": fb.Service, "bpfMaglevMaxServices": l.settings.maglevServices},
-					"More Maglev Services than bpfMaglevMaxServices: this one's backends are chosen at random")
-			} else {
-				maglevs++
-				bs := fb.Backends
-				if len(bs) > l.settings.maglevEndpoints {
-					l.warnOnce("maglevEndpoints/"+fb.Service, log.Fields{"service": fb.Service, "bpfMaglevMaxEndpointsPerService": l.settings.maglevEndpoints},
-						"More endpoints than bpfMaglevMaxEndpointsPerService: Maglev uses the first ones")
-					bs = bs[:l.settings.maglevEndpoints]
-				}
-				m := maglevSize(l.settings.maglevEndpoints)
-				v.Maglev = uint32(m)
-				for slot, i := range maglevTable(bs, m) {
-					w.maglev[palbpf.MaglevKey{Id: id, Slot: uint32(slot)}] = backendValue(bs[i])
-				}
-			}
-		}
-		w.svc[palbpf.ServiceKey{Addr: palbpf.Addr16(f.Addr), Port: f.Port, Proto: proto}] = v
 	}
 	return w
+}
+
+// maglevFrontends are the frontends that get a Maglev table: the first
+// bpfMaglevMaxServices that ask for one, in a stable order.
+func (l *lbMaps) maglevFrontends() map[calc.Frontend]bool {
+	ask := map[calc.Frontend]calc.FrontendBackends{}
+	for f, fb := range l.want.Frontends {
+		if _, ok := lbProtos[f.Proto]; ok && fb.Maglev && fb.Kind == calc.FrontendExternal && len(fb.Backends) > 0 {
+			ask[f] = fb
+		}
+	}
+	out := map[calc.Frontend]bool{}
+	for _, f := range sortedFrontends(ask) {
+		if len(out) >= l.settings.maglevServices {
+			l.warnOnce("maglev/"+ask[f].Service, log.Fields{"service": ask[f].Service, "bpfMaglevMaxServices": l.settings.maglevServices},
+				"More Maglev Services than bpfMaglevMaxServices: this one's backends are chosen at random")
+			continue
+		}
+		out[f] = true
+	}
+	return out
+}
+
+// sameFrontend: a and b give a frontend the same entries.
+func sameFrontend(a, b calc.FrontendBackends) bool {
+	return a.Service == b.Service && a.Group == b.Group && a.Kind == b.Kind && a.ExternalLocal == b.ExternalLocal &&
+		a.InternalLocal == b.InternalLocal && a.AffinitySeconds == b.AffinitySeconds && a.Maglev == b.Maglev &&
+		slices.Equal(a.Backends, b.Backends) && slices.Equal(a.LocalBackends, b.LocalBackends)
+}
+
+// addFrontend puts a frontend's entries in w (maglev: it has a table).
+func (l *lbMaps) addFrontend(w *lbHave, f calc.Frontend, fb calc.FrontendBackends, maglev bool) {
+	proto, ok := lbProtos[f.Proto]
+	if !ok {
+		l.warnOnce("sctp/"+fb.Service, log.Fields{"service": fb.Service}, "SCTP Service ports are not load-balanced by the eBPF dataplane")
+		return
+	}
+	id := frontendID(f)
+	v := palbpf.ServiceValue{Id: id, Count: uint32(len(fb.Backends)), Local: uint32(len(fb.LocalBackends))}
+	switch fb.Kind {
+	case calc.FrontendExternal:
+		v.Flags |= palbpf.ServiceExternal
+	case calc.FrontendNodePort:
+		v.Flags |= palbpf.ServiceNodePort
+	}
+	if fb.ExternalLocal {
+		v.Flags |= palbpf.ServiceExternalLocal
+	}
+	if fb.InternalLocal {
+		v.Flags |= palbpf.ServiceInternalLocal
+	}
+	if fb.AffinitySeconds > 0 {
+		v.AffId, v.AffSecs = hash32(fb.Group), fb.AffinitySeconds
+	}
+	for i, b := range fb.Backends {
+		w.be[palbpf.BackendKey{Id: id, Idx: uint32(i)}] = backendValue(b)
+		w.live[palbpf.BackendLiveKey{Id: id, Port: b.Port(), Addr: palbpf.Addr16(b.Addr())}] = 1
+	}
+	for i, b := range fb.LocalBackends {
+		w.be[palbpf.BackendKey{Id: id, Idx: uint32(len(fb.Backends) + i)}] = backendValue(b)
+		w.live[palbpf.BackendLiveKey{Id: id, Port: b.Port(), Addr: palbpf.Addr16(b.Addr())}] = 1
+	}
+	if maglev {
+		bs := fb.Backends
+		if len(bs) > l.settings.maglevEndpoints {
+			l.warnOnce("maglevEndpoints/"+fb.Service, log.Fields{"service": fb.Service, "bpfMaglevMaxEndpointsPerService": l.settings.maglevEndpoints},
+				"More endpoints than bpfMaglevMaxEndpointsPerService: Maglev uses the first ones")
+			bs = bs[:l.settings.maglevEndpoints]
+		}
+		m := maglevSize(l.settings.maglevEndpoints)
+		v.Maglev = uint32(m)
+		for slot, i := range maglevTable(bs, m) {
+			w.maglev[palbpf.MaglevKey{Id: id, Slot: uint32(slot)}] = backendValue(bs[i])
+		}
+	}
+	w.svc[palbpf.ServiceKey{Addr: palbpf.Addr16(f.Addr), Port: f.Port, Proto: proto}] = v
 }
 
 // readMap reads a whole map.
@@ -368,11 +399,41 @@ func (l *lbMaps) apply(objs *palbpf.Objects) error {
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		l.have = h
+		l.have, l.applied = h, nil
 	}
-	if err := l.write(objs, &w); err != nil {
-		l.have = nil // read back before the next try
+	// target holds the wanted entries of the frontends in scope; old
+	// the entries those frontends may hold now: every frontend after a
+	// read back, else those that changed.
+	mg := l.maglevFrontends()
+	fronts := l.want.Frontends
+	target, old := newLBHave(), newLBHave()
+	if l.applied == nil {
+		for f, fb := range fronts {
+			l.addFrontend(target, f, fb, mg[f])
+		}
+		old = l.have
+	} else {
+		for f, fb := range fronts {
+			was, ok := l.applied[f]
+			if !ok || mg[f] != l.appliedMaglev[f] || !sameFrontend(was, fb) {
+				l.addFrontend(target, f, fb, mg[f])
+				if ok {
+					l.addFrontend(old, f, was, l.appliedMaglev[f])
+				}
+			}
+		}
+		for f, was := range l.applied {
+			if _, ok := fronts[f]; !ok {
+				l.addFrontend(old, f, was, l.appliedMaglev[f])
+			}
+		}
+	}
+	target.nodes, old.nodes = w.nodes, l.have.nodes
+	if err := l.write(objs, target, old, w.nodePorts); err != nil {
+		l.have, l.applied = nil, nil // read back before the next try
 		errs = append(errs, err)
+	} else {
+		l.applied, l.appliedMaglev = fronts, mg
 	}
 	if len(errs) == 0 {
 		l.dirty = false
@@ -407,7 +468,7 @@ func readInto[K comparable, V any](b *batchBuf[K, V], m *ebpf.Map, into map[K]V)
 // write makes the maps (and the mirror) want: what frontends will name
 // first, then the frontends and the node ports' bits, then what nothing
 // names any more.
-func (l *lbMaps) write(objs *palbpf.Objects, want *lbWant) error {
+func (l *lbMaps) write(objs *palbpf.Objects, want, old *lbHave, nodePorts palbpf.NodePorts) error {
 	m, h := objs.Maps, l.have
 	if err := errors.Join(
 		putChanged(m[palbpf.MapNodes], "node", want.nodes, h.nodes),
@@ -422,17 +483,17 @@ func (l *lbMaps) write(objs *palbpf.Objects, want *lbWant) error {
 	}
 	// The node ports' bits after the frontends that need them, before
 	// those that no longer do go (a stale bit costs a lookup, no more).
-	if err := m[palbpf.MapNodePorts].Put(uint32(0), want.nodePorts); err != nil {
+	if err := m[palbpf.MapNodePorts].Put(uint32(0), nodePorts); err != nil {
 		return fmt.Errorf("bpf: writing %s: %w", palbpf.MapNodePorts, err)
 	}
-	if err := deleteStale(m[palbpf.MapServices], "frontends", want.svc, h.svc); err != nil {
+	if err := deleteStale(m[palbpf.MapServices], "frontends", old.svc, want.svc, h.svc); err != nil {
 		return err
 	}
 	return errors.Join(
-		deleteStale(m[palbpf.MapMaglev], "Maglev slots", want.maglev, h.maglev),
-		deleteStale(m[palbpf.MapBackends], "backends", want.be, h.be),
-		deleteStale(m[palbpf.MapBackendsLive], "backends", want.live, h.live),
-		deleteStale(m[palbpf.MapNodes], "nodes", want.nodes, h.nodes))
+		deleteStale(m[palbpf.MapMaglev], "Maglev slots", old.maglev, want.maglev, h.maglev),
+		deleteStale(m[palbpf.MapBackends], "backends", old.be, want.be, h.be),
+		deleteStale(m[palbpf.MapBackendsLive], "backends", old.live, want.live, h.live),
+		deleteStale(m[palbpf.MapNodes], "nodes", old.nodes, want.nodes, h.nodes))
 }
 
 // putChanged writes, in batches, want's entries that have lacks or holds
@@ -457,12 +518,14 @@ func putChanged[K, V comparable](m *ebpf.Map, what string, want, have map[K]V) e
 	return nil
 }
 
-// deleteStale deletes, in batches, have's entries that want has not;
-// have follows.
-func deleteStale[K comparable, V any](m *ebpf.Map, what string, want, have map[K]V) error {
+// deleteStale deletes, in batches, the entries of old (a frontend's
+// former ones, or have itself) that want has not and have holds; have
+// follows.
+func deleteStale[K comparable, V any](m *ebpf.Map, what string, old, want, have map[K]V) error {
 	var keys []K
-	for k := range have {
-		if _, ok := want[k]; !ok {
+	for k := range old {
+		_, wanted := want[k]
+		if _, held := have[k]; held && !wanted {
 			keys = append(keys, k)
 		}
 	}
