@@ -90,6 +90,9 @@ func (o *Objects) AttachCTLB(opts CTLBOptions) error {
 	repl := map[string]*ebpf.Map{}
 	for name, ms := range spec.Maps {
 		if m, ok := o.Maps[name]; ok {
+			// The loader sized some (Maglev tables, frontends): the
+			// replacement must match the spec.
+			ms.MaxEntries = m.MaxEntries()
 			repl[name] = m
 			continue
 		}

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ctlbAffKey struct {
+	_      structs.HostLayout
+	Id     uint32
+	Client [16]uint8
+}
+
+type ctlbAffValue struct {
+	_        structs.HostLayout
+	LastSeen uint64
+	Be       ctlbBeValue
+	_        [4]byte
+}
+
 type ctlbBeKey struct {
 	_   structs.HostLayout
 	Id  uint32
@@ -28,10 +41,12 @@ type ctlbBeLiveKey struct {
 }
 
 type ctlbBeValue struct {
-	_    structs.HostLayout
-	Addr [16]uint8
-	Port uint16
-	Pad  [2]uint8
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Local uint8
+	Pad   uint8
+	Node  [16]uint8
 }
 
 type ctlbCtlbKey struct {
@@ -51,25 +66,33 @@ type ctlbCtlbValue struct {
 	Pad  [2]uint8
 }
 
-type ctlbNatKey struct {
-	_     structs.HostLayout
-	Src   [16]uint8
-	Dst   [16]uint8
-	Sport uint16
-	Dport uint16
-	Proto uint8
-	Pad   [3]uint8
+type ctlbFipValue struct {
+	_        structs.HostLayout
+	Internal [16]uint8
+	Ifindex  uint32
+	Pad      uint32
 }
 
-type ctlbNatValue struct {
-	_       structs.HostLayout
-	Addr    [16]uint8
-	Port    uint16
-	Kind    uint8
-	Flags   uint8
-	Ifindex uint32
-	Svc     uint32
-	Pad     uint32
+type ctlbMaglevKey struct {
+	_    structs.HostLayout
+	Id   uint32
+	Slot uint32
+}
+
+type ctlbNatAddr struct {
+	_ structs.HostLayout
+	A [16]uint8
+}
+
+type ctlbNatCfg struct {
+	_          structs.HostLayout
+	TunIfindex uint32
+	Flags      uint32
+}
+
+type ctlbNodeports struct {
+	_    structs.HostLayout
+	Bits [1024]uint64
 }
 
 type ctlbSvcKey struct {
@@ -81,21 +104,29 @@ type ctlbSvcKey struct {
 }
 
 type ctlbSvcValue struct {
-	_     structs.HostLayout
-	Id    uint32
-	Count uint32
-	Flags uint32
-	Pad   uint32
+	_       structs.HostLayout
+	Id      uint32
+	Count   uint32
+	Local   uint32
+	Flags   uint32
+	AffId   uint32
+	AffSecs uint32
+	Maglev  uint32
+	Pad     uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ctlbMapPalAff           = "pal_aff"
 	ctlbMapPalBe            = "pal_be"
 	ctlbMapPalBeLive        = "pal_be_live"
 	ctlbMapPalCtlb          = "pal_ctlb"
-	ctlbMapPalNat           = "pal_nat"
+	ctlbMapPalFip           = "pal_fip"
+	ctlbMapPalMaglev        = "pal_maglev"
+	ctlbMapPalNatcfg        = "pal_natcfg"
+	ctlbMapPalNodeports     = "pal_nodeports"
 	ctlbMapPalSvc           = "pal_svc"
 	ctlbProgPalConnect4     = "pal_connect4"
 	ctlbProgPalConnect6     = "pal_connect6"
@@ -165,11 +196,15 @@ type ctlbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ctlbMapSpecs struct {
-	PalBe     *ebpf.MapSpec `ebpf:"pal_be"`
-	PalBeLive *ebpf.MapSpec `ebpf:"pal_be_live"`
-	PalCtlb   *ebpf.MapSpec `ebpf:"pal_ctlb"`
-	PalNat    *ebpf.MapSpec `ebpf:"pal_nat"`
-	PalSvc    *ebpf.MapSpec `ebpf:"pal_svc"`
+	PalAff       *ebpf.MapSpec `ebpf:"pal_aff"`
+	PalBe        *ebpf.MapSpec `ebpf:"pal_be"`
+	PalBeLive    *ebpf.MapSpec `ebpf:"pal_be_live"`
+	PalCtlb      *ebpf.MapSpec `ebpf:"pal_ctlb"`
+	PalFip       *ebpf.MapSpec `ebpf:"pal_fip"`
+	PalMaglev    *ebpf.MapSpec `ebpf:"pal_maglev"`
+	PalNatcfg    *ebpf.MapSpec `ebpf:"pal_natcfg"`
+	PalNodeports *ebpf.MapSpec `ebpf:"pal_nodeports"`
+	PalSvc       *ebpf.MapSpec `ebpf:"pal_svc"`
 }
 
 // ctlbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -200,19 +235,27 @@ func (o *ctlbObjects) Close() error {
 //
 // It can be passed to loadCtlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ctlbMaps struct {
-	PalBe     *ebpf.Map `ebpf:"pal_be"`
-	PalBeLive *ebpf.Map `ebpf:"pal_be_live"`
-	PalCtlb   *ebpf.Map `ebpf:"pal_ctlb"`
-	PalNat    *ebpf.Map `ebpf:"pal_nat"`
-	PalSvc    *ebpf.Map `ebpf:"pal_svc"`
+	PalAff       *ebpf.Map `ebpf:"pal_aff"`
+	PalBe        *ebpf.Map `ebpf:"pal_be"`
+	PalBeLive    *ebpf.Map `ebpf:"pal_be_live"`
+	PalCtlb      *ebpf.Map `ebpf:"pal_ctlb"`
+	PalFip       *ebpf.Map `ebpf:"pal_fip"`
+	PalMaglev    *ebpf.Map `ebpf:"pal_maglev"`
+	PalNatcfg    *ebpf.Map `ebpf:"pal_natcfg"`
+	PalNodeports *ebpf.Map `ebpf:"pal_nodeports"`
+	PalSvc       *ebpf.Map `ebpf:"pal_svc"`
 }
 
 func (m *ctlbMaps) Close() error {
 	return _CtlbClose(
+		m.PalAff,
 		m.PalBe,
 		m.PalBeLive,
 		m.PalCtlb,
-		m.PalNat,
+		m.PalFip,
+		m.PalMaglev,
+		m.PalNatcfg,
+		m.PalNodeports,
 		m.PalSvc,
 	)
 }

@@ -41,6 +41,26 @@ type (
 	// NATKey and NATValue are one flow's translation.
 	NATKey   = palisadeNatKey
 	NATValue = palisadeNatValue
+	// AffinityKey and AffinityValue are a client's affinity to a backend
+	// of a Service port.
+	AffinityKey   = palisadeAffKey
+	AffinityValue = palisadeAffValue
+	// MaglevKey is a slot of a frontend's Maglev table (its value a
+	// BackendValue).
+	MaglevKey = palisadeMaglevKey
+	// NATConfig is what felix tells the programs of the node
+	// (MapNATConfig's one entry).
+	NATConfig = palisadeNatCfg
+	// DSRKey is a bpfDSROptoutCIDRs entry (LPM).
+	DSRKey = palisadeDsrKey
+	// NodeKey is a node's address (MapNodes), and a floating IP's
+	// (MapFloating).
+	NodeKey = palisadeNatAddr
+	// FloatingValue is a floating IP's workload: its own address and
+	// interface.
+	FloatingValue = palisadeFipValue
+	// NodePorts are the node ports, a bit each (MapNodePorts' one entry).
+	NodePorts = palisadeNodeports
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by
@@ -62,7 +82,48 @@ const (
 	MapBackends     = "pal_be"
 	MapBackendsLive = "pal_be_live"
 	MapNAT          = "pal_nat"
+	MapAffinity     = "pal_aff"
+	MapMaglev       = "pal_maglev"
+	MapNodes        = "pal_nodes"
+	MapDSROptout    = "pal_dsr_optout"
+	MapNATConfig    = "pal_natcfg"
+	MapFloating     = "pal_fip"
+	MapNodePorts    = "pal_nodeports"
 )
+
+// NAT flow entries (NATValue.Kind, Flags; c/nat.h).
+const (
+	NATForward = 1
+	NATReverse = 2
+	NATHairpin = 3
+	NATTunnel  = 4
+
+	NATFlagHairpin = 0x01
+	NATFlagTunnel  = 0x02
+	NATFlagHost    = 0x04
+	NATFlagDSR     = 0x08
+	NATFlagFinC    = 0x10
+	NATFlagFinB    = 0x20
+	NATFlagRST     = 0x40
+	NATFlagFIP     = 0x80
+)
+
+// Frontend flags (ServiceValue.Flags) and the node's NAT settings
+// (NATConfig.Flags).
+const (
+	ServiceExternal      = 0x1
+	ServiceNodePort      = 0x2
+	ServiceExternalLocal = 0x4
+	ServiceInternalLocal = 0x8
+
+	NATConfigDSR = 0x1
+	// NATConfigFloating: a workload of the node has a floating IP.
+	NATConfigFloating = 0x2
+)
+
+// TunnelPort is the UDP port of the node port tunnel (VXLAN): not
+// Calico's vxlanPort, whose device the VXLAN overlay may hold.
+const TunnelPort = 4792
 
 // Stages (PAL_STAGE_*): one policy program each. In is a packet arriving
 // on the interface (TCX ingress), Out one leaving by it.
@@ -107,20 +168,24 @@ const (
 	// device) whose packets may go straight to a veth workload's peer,
 	// given one (bpfRedirectToPeer Enabled).
 	EndpointPeerL3 = 0x40
+	// EndpointTunnel is the node port tunnel's device.
+	EndpointTunnel = 0x80
 )
 
 // Kinds of interface, by their entry programs: a workload's, a host
-// endpoint's (both hooks), a host data interface's (ingress only).
+// endpoint's, a host data interface's (both hooks), the node port
+// tunnel's device (ingress only).
 const (
 	KindWorkload = iota
 	KindHost
 	KindData
+	KindTunnel
 	Kinds
 )
 
 // KindHooks are the hooks a kind's entry programs are attached to.
 func KindHooks(kind int) []Hook {
-	if kind == KindData {
+	if kind == KindTunnel {
 		return []Hook{In}
 	}
 	return []Hook{In, Out}
@@ -157,6 +222,9 @@ var Reasons = []string{
 	"allowed: later fragment of an allowed packet",
 	ReasonForwarded,
 	"rejected: Service without backends (ICMP unreachable), or a flow whose backend left (TCP reset)",
+	"dropped: Service with no backend its Local traffic policy allows here",
+	"sent: node port tunnel to the backend's node",
+	"dropped: node port tunnel from no known node",
 }
 
 // ReasonForwarded is the general counter of packets the programs sent on

@@ -152,8 +152,8 @@ func (a *Attachment) Detach() error {
 func (a *Attachment) Close() { a.link.Close() }
 
 // RemoveAll detaches every program of ours in the namespace and removes
-// its directory (maps, links): what the iptables dataplane does when it
-// takes a node over.
+// its directory (maps, links) and the node port tunnel's device: what the
+// iptables dataplane does when it takes a node over.
 func RemoveAll(root string, ns NetNS) error {
 	if root == "" {
 		root = DefaultRoot
@@ -165,7 +165,7 @@ func RemoveAll(root string, ns NetNS) error {
 	if ns == nil {
 		ns = currentNS{}
 	}
-	return errors.Join(removeAllTC(ns), RemoveDir(filepath.Join(root, id), ns))
+	return errors.Join(removeAllTC(ns), RemoveDir(filepath.Join(root, id), ns), removeTunnel(ns))
 }
 
 // RemoveDir detaches the pinned links of a namespace's directory, then,

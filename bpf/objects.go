@@ -50,7 +50,16 @@ type Options struct {
 	// IPSetEntries is the IP set map's size (bpfMapSizeIPSets; 0 for
 	// 4,194,304).
 	IPSetEntries int
-	Timeouts     Timeouts
+	// MaglevEntries is the Maglev tables' map size
+	// (bpfMaglevMaxServices tables; 0 for 1,048,576).
+	MaglevEntries int
+	// NATFrontendEntries, NATBackendEntries and NATAffinityEntries are
+	// the sizes of the frontends', backends' and affinities' maps
+	// (bpfMapSizeNATFrontend, bpfMapSizeNATBackend,
+	// bpfMapSizeNATAffinity; 0 for Calico's defaults, 65,536, 262,144
+	// and 65,536).
+	NATFrontendEntries, NATBackendEntries, NATAffinityEntries int
+	Timeouts                                                  Timeouts
 	// NoCounters turns packet counting off (benchmarks measure what
 	// counting costs against it; felix always counts).
 	NoCounters bool
@@ -64,9 +73,8 @@ type Objects struct {
 	// Dir/links.
 	Dir, MapsDir string
 	Maps         map[string]*ebpf.Map
-	// Entry programs by kind (KindWorkload, KindHost, KindData) and hook
-	// (0 in, 1 out; a data interface has only in, and only where the
-	// forward programs loaded).
+	// Entry programs by kind (KindWorkload, KindHost, KindData,
+	// KindTunnel) and hook (0 in, 1 out; the tunnel has only in).
 	Entry [Kinds][2]*ebpf.Program
 	// EntryID are their IDs.
 	EntryID [Kinds][2]ebpf.ProgramID
@@ -119,6 +127,17 @@ func Open(opts Options) (*Objects, error) {
 	if opts.IPSetEntries > 0 {
 		spec.Maps[MapSets].MaxEntries = uint32(opts.IPSetEntries)
 	}
+	for _, m := range []struct {
+		n     int
+		names []string
+	}{{opts.MaglevEntries, []string{MapMaglev}}, {opts.NATFrontendEntries, []string{MapServices}},
+		{opts.NATBackendEntries, []string{MapBackends, MapBackendsLive}}, {opts.NATAffinityEntries, []string{MapAffinity}}} {
+		if m.n > 0 {
+			for _, name := range m.names {
+				spec.Maps[name].MaxEntries = uint32(m.n)
+			}
+		}
+	}
 	if err := setTimeouts(spec, opts.Timeouts); err != nil {
 		return nil, err
 	}
@@ -151,9 +170,8 @@ func Open(opts Options) (*Objects, error) {
 	// their own, so a kernel without them still runs everything else.
 	fwdSpec := spec.Copy()
 	delete(spec.Programs, progForward)
-	delete(spec.Programs, progDataIn)
 	for name := range fwdSpec.Programs {
-		if name != progForward && name != progDataIn {
+		if name != progForward {
 			delete(fwdSpec.Programs, name)
 		}
 	}
@@ -166,9 +184,7 @@ func Open(opts Options) (*Objects, error) {
 		o.ForwardErr = err
 	} else {
 		o.Forward = fwd.Programs[progForward]
-		o.Entry[KindData][In] = fwd.Programs[progDataIn]
 		delete(fwd.Programs, progForward)
-		delete(fwd.Programs, progDataIn)
 		fwd.Close()
 	}
 	progs := coll.Programs
@@ -176,6 +192,8 @@ func Open(opts Options) (*Objects, error) {
 	coll.Close() // the maps stay open in o.Maps; the programs are kept
 	o.Entry[KindWorkload] = [2]*ebpf.Program{progs["pal_wl_in"], progs["pal_wl_out"]}
 	o.Entry[KindHost] = [2]*ebpf.Program{progs["pal_hep_in"], progs["pal_hep_out"]}
+	o.Entry[KindData] = [2]*ebpf.Program{progs["pal_data_in"], progs["pal_data_out"]}
+	o.Entry[KindTunnel][In] = progs["pal_tun_in"]
 	o.Drop = progs["pal_drop"]
 	for k := range o.Entry {
 		for h, p := range o.Entry[k] {
@@ -212,12 +230,9 @@ func (o *Objects) UseResume() error {
 	return nil
 }
 
-// progForward and progDataIn are the forward programs' names in the
-// object: a workload's established packets, and a data interface's.
-const (
-	progForward = "pal_fwd"
-	progDataIn  = "pal_data_in"
-)
+// progForward is the forward program's name in the object: a
+// workload's and a data interface's established packets.
+const progForward = "pal_fwd"
 
 // SetForward turns the host conntrack bypass on (the forward program in
 // its slot) or off (the slot empty: established packets take the

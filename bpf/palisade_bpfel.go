@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type palisadeAffKey struct {
+	_      structs.HostLayout
+	Id     uint32
+	Client [16]uint8
+}
+
+type palisadeAffValue struct {
+	_        structs.HostLayout
+	LastSeen uint64
+	Be       palisadeBeValue
+	_        [4]byte
+}
+
 type palisadeBeKey struct {
 	_   structs.HostLayout
 	Id  uint32
@@ -28,10 +41,12 @@ type palisadeBeLiveKey struct {
 }
 
 type palisadeBeValue struct {
-	_    structs.HostLayout
-	Addr [16]uint8
-	Port uint16
-	Pad  [2]uint8
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Local uint8
+	Pad   uint8
+	Node  [16]uint8
 }
 
 type palisadeCounterKey struct {
@@ -68,6 +83,12 @@ type palisadeCtValue struct {
 	Pad      uint32
 }
 
+type palisadeDsrKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
 type palisadeEp struct {
 	_     structs.HostLayout
 	Flags uint32
@@ -85,6 +106,13 @@ type palisadeFailsafeKey struct {
 	Addr      [16]uint8
 }
 
+type palisadeFipValue struct {
+	_        structs.HostLayout
+	Internal [16]uint8
+	Ifindex  uint32
+	Pad      uint32
+}
+
 type palisadeFragKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
@@ -100,6 +128,23 @@ type palisadeFragValue struct {
 	LastSeen uint64
 }
 
+type palisadeMaglevKey struct {
+	_    structs.HostLayout
+	Id   uint32
+	Slot uint32
+}
+
+type palisadeNatAddr struct {
+	_ structs.HostLayout
+	A [16]uint8
+}
+
+type palisadeNatCfg struct {
+	_          structs.HostLayout
+	TunIfindex uint32
+	Flags      uint32
+}
+
 type palisadeNatKey struct {
 	_     structs.HostLayout
 	Src   [16]uint8
@@ -111,14 +156,38 @@ type palisadeNatKey struct {
 }
 
 type palisadeNatValue struct {
-	_       structs.HostLayout
-	Addr    [16]uint8
-	Port    uint16
-	Kind    uint8
-	Flags   uint8
-	Ifindex uint32
-	Svc     uint32
-	Pad     uint32
+	_        structs.HostLayout
+	Addr     [16]uint8
+	Node     [16]uint8
+	LastSeen uint64
+	Port     uint16
+	Kind     uint8
+	Flags    uint8
+	Ifindex  uint32
+	Svc      uint32
+	Pad      uint32
+}
+
+type palisadeNatfragKey struct {
+	_     structs.HostLayout
+	Src   [16]uint8
+	Dst   [16]uint8
+	Id    uint32
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type palisadeNatfragValue struct {
+	_        structs.HostLayout
+	Addr     [16]uint8
+	LastSeen uint64
+	Dst      uint8
+	Pad      [7]uint8
+}
+
+type palisadeNodeports struct {
+	_    structs.HostLayout
+	Bits [1024]uint64
 }
 
 type palisadePortKey struct {
@@ -187,26 +256,38 @@ type palisadeSvcKey struct {
 }
 
 type palisadeSvcValue struct {
-	_     structs.HostLayout
-	Id    uint32
-	Count uint32
-	Flags uint32
-	Pad   uint32
+	_       structs.HostLayout
+	Id      uint32
+	Count   uint32
+	Local   uint32
+	Flags   uint32
+	AffId   uint32
+	AffSecs uint32
+	Maglev  uint32
+	Pad     uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	palisadeMapPalAff           = "pal_aff"
 	palisadeMapPalBe            = "pal_be"
 	palisadeMapPalBeLive        = "pal_be_live"
 	palisadeMapPalCounters      = "pal_counters"
 	palisadeMapPalCt            = "pal_ct"
+	palisadeMapPalDsrOptout     = "pal_dsr_optout"
 	palisadeMapPalEp            = "pal_ep"
 	palisadeMapPalEvents        = "pal_events"
 	palisadeMapPalFailsafe      = "pal_failsafe"
+	palisadeMapPalFip           = "pal_fip"
 	palisadeMapPalFrag          = "pal_frag"
+	palisadeMapPalMaglev        = "pal_maglev"
 	palisadeMapPalNat           = "pal_nat"
+	palisadeMapPalNatcfg        = "pal_natcfg"
+	palisadeMapPalNatfrag       = "pal_natfrag"
+	palisadeMapPalNodeports     = "pal_nodeports"
+	palisadeMapPalNodes         = "pal_nodes"
 	palisadeMapPalPorts         = "pal_ports"
 	palisadeMapPalProgs         = "pal_progs"
 	palisadeMapPalSetnames      = "pal_setnames"
@@ -215,6 +296,7 @@ const (
 	palisadeMapPalState         = "pal_state"
 	palisadeMapPalSvc           = "pal_svc"
 	palisadeProgPalDataIn       = "pal_data_in"
+	palisadeProgPalDataOut      = "pal_data_out"
 	palisadeProgPalDrop         = "pal_drop"
 	palisadeProgPalFwd          = "pal_fwd"
 	palisadeProgPalHepIn        = "pal_hep_in"
@@ -223,6 +305,7 @@ const (
 	palisadeProgPalResumeHepOut = "pal_resume_hep_out"
 	palisadeProgPalResumeWlIn   = "pal_resume_wl_in"
 	palisadeProgPalResumeWlOut  = "pal_resume_wl_out"
+	palisadeProgPalTunIn        = "pal_tun_in"
 	palisadeProgPalWlIn         = "pal_wl_in"
 	palisadeProgPalWlOut        = "pal_wl_out"
 	palisadeVarCountPackets     = "count_packets"
@@ -279,6 +362,7 @@ type palisadeSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type palisadeProgramSpecs struct {
 	PalDataIn       *ebpf.ProgramSpec `ebpf:"pal_data_in"`
+	PalDataOut      *ebpf.ProgramSpec `ebpf:"pal_data_out"`
 	PalDrop         *ebpf.ProgramSpec `ebpf:"pal_drop"`
 	PalFwd          *ebpf.ProgramSpec `ebpf:"pal_fwd"`
 	PalHepIn        *ebpf.ProgramSpec `ebpf:"pal_hep_in"`
@@ -287,6 +371,7 @@ type palisadeProgramSpecs struct {
 	PalResumeHepOut *ebpf.ProgramSpec `ebpf:"pal_resume_hep_out"`
 	PalResumeWlIn   *ebpf.ProgramSpec `ebpf:"pal_resume_wl_in"`
 	PalResumeWlOut  *ebpf.ProgramSpec `ebpf:"pal_resume_wl_out"`
+	PalTunIn        *ebpf.ProgramSpec `ebpf:"pal_tun_in"`
 	PalWlIn         *ebpf.ProgramSpec `ebpf:"pal_wl_in"`
 	PalWlOut        *ebpf.ProgramSpec `ebpf:"pal_wl_out"`
 }
@@ -295,22 +380,30 @@ type palisadeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type palisadeMapSpecs struct {
-	PalBe       *ebpf.MapSpec `ebpf:"pal_be"`
-	PalBeLive   *ebpf.MapSpec `ebpf:"pal_be_live"`
-	PalCounters *ebpf.MapSpec `ebpf:"pal_counters"`
-	PalCt       *ebpf.MapSpec `ebpf:"pal_ct"`
-	PalEp       *ebpf.MapSpec `ebpf:"pal_ep"`
-	PalEvents   *ebpf.MapSpec `ebpf:"pal_events"`
-	PalFailsafe *ebpf.MapSpec `ebpf:"pal_failsafe"`
-	PalFrag     *ebpf.MapSpec `ebpf:"pal_frag"`
-	PalNat      *ebpf.MapSpec `ebpf:"pal_nat"`
-	PalPorts    *ebpf.MapSpec `ebpf:"pal_ports"`
-	PalProgs    *ebpf.MapSpec `ebpf:"pal_progs"`
-	PalSetnames *ebpf.MapSpec `ebpf:"pal_setnames"`
-	PalSets     *ebpf.MapSpec `ebpf:"pal_sets"`
-	PalSrc      *ebpf.MapSpec `ebpf:"pal_src"`
-	PalState    *ebpf.MapSpec `ebpf:"pal_state"`
-	PalSvc      *ebpf.MapSpec `ebpf:"pal_svc"`
+	PalAff       *ebpf.MapSpec `ebpf:"pal_aff"`
+	PalBe        *ebpf.MapSpec `ebpf:"pal_be"`
+	PalBeLive    *ebpf.MapSpec `ebpf:"pal_be_live"`
+	PalCounters  *ebpf.MapSpec `ebpf:"pal_counters"`
+	PalCt        *ebpf.MapSpec `ebpf:"pal_ct"`
+	PalDsrOptout *ebpf.MapSpec `ebpf:"pal_dsr_optout"`
+	PalEp        *ebpf.MapSpec `ebpf:"pal_ep"`
+	PalEvents    *ebpf.MapSpec `ebpf:"pal_events"`
+	PalFailsafe  *ebpf.MapSpec `ebpf:"pal_failsafe"`
+	PalFip       *ebpf.MapSpec `ebpf:"pal_fip"`
+	PalFrag      *ebpf.MapSpec `ebpf:"pal_frag"`
+	PalMaglev    *ebpf.MapSpec `ebpf:"pal_maglev"`
+	PalNat       *ebpf.MapSpec `ebpf:"pal_nat"`
+	PalNatcfg    *ebpf.MapSpec `ebpf:"pal_natcfg"`
+	PalNatfrag   *ebpf.MapSpec `ebpf:"pal_natfrag"`
+	PalNodeports *ebpf.MapSpec `ebpf:"pal_nodeports"`
+	PalNodes     *ebpf.MapSpec `ebpf:"pal_nodes"`
+	PalPorts     *ebpf.MapSpec `ebpf:"pal_ports"`
+	PalProgs     *ebpf.MapSpec `ebpf:"pal_progs"`
+	PalSetnames  *ebpf.MapSpec `ebpf:"pal_setnames"`
+	PalSets      *ebpf.MapSpec `ebpf:"pal_sets"`
+	PalSrc       *ebpf.MapSpec `ebpf:"pal_src"`
+	PalState     *ebpf.MapSpec `ebpf:"pal_state"`
+	PalSvc       *ebpf.MapSpec `ebpf:"pal_svc"`
 }
 
 // palisadeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -348,35 +441,51 @@ func (o *palisadeObjects) Close() error {
 //
 // It can be passed to loadPalisadeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type palisadeMaps struct {
-	PalBe       *ebpf.Map `ebpf:"pal_be"`
-	PalBeLive   *ebpf.Map `ebpf:"pal_be_live"`
-	PalCounters *ebpf.Map `ebpf:"pal_counters"`
-	PalCt       *ebpf.Map `ebpf:"pal_ct"`
-	PalEp       *ebpf.Map `ebpf:"pal_ep"`
-	PalEvents   *ebpf.Map `ebpf:"pal_events"`
-	PalFailsafe *ebpf.Map `ebpf:"pal_failsafe"`
-	PalFrag     *ebpf.Map `ebpf:"pal_frag"`
-	PalNat      *ebpf.Map `ebpf:"pal_nat"`
-	PalPorts    *ebpf.Map `ebpf:"pal_ports"`
-	PalProgs    *ebpf.Map `ebpf:"pal_progs"`
-	PalSetnames *ebpf.Map `ebpf:"pal_setnames"`
-	PalSets     *ebpf.Map `ebpf:"pal_sets"`
-	PalSrc      *ebpf.Map `ebpf:"pal_src"`
-	PalState    *ebpf.Map `ebpf:"pal_state"`
-	PalSvc      *ebpf.Map `ebpf:"pal_svc"`
+	PalAff       *ebpf.Map `ebpf:"pal_aff"`
+	PalBe        *ebpf.Map `ebpf:"pal_be"`
+	PalBeLive    *ebpf.Map `ebpf:"pal_be_live"`
+	PalCounters  *ebpf.Map `ebpf:"pal_counters"`
+	PalCt        *ebpf.Map `ebpf:"pal_ct"`
+	PalDsrOptout *ebpf.Map `ebpf:"pal_dsr_optout"`
+	PalEp        *ebpf.Map `ebpf:"pal_ep"`
+	PalEvents    *ebpf.Map `ebpf:"pal_events"`
+	PalFailsafe  *ebpf.Map `ebpf:"pal_failsafe"`
+	PalFip       *ebpf.Map `ebpf:"pal_fip"`
+	PalFrag      *ebpf.Map `ebpf:"pal_frag"`
+	PalMaglev    *ebpf.Map `ebpf:"pal_maglev"`
+	PalNat       *ebpf.Map `ebpf:"pal_nat"`
+	PalNatcfg    *ebpf.Map `ebpf:"pal_natcfg"`
+	PalNatfrag   *ebpf.Map `ebpf:"pal_natfrag"`
+	PalNodeports *ebpf.Map `ebpf:"pal_nodeports"`
+	PalNodes     *ebpf.Map `ebpf:"pal_nodes"`
+	PalPorts     *ebpf.Map `ebpf:"pal_ports"`
+	PalProgs     *ebpf.Map `ebpf:"pal_progs"`
+	PalSetnames  *ebpf.Map `ebpf:"pal_setnames"`
+	PalSets      *ebpf.Map `ebpf:"pal_sets"`
+	PalSrc       *ebpf.Map `ebpf:"pal_src"`
+	PalState     *ebpf.Map `ebpf:"pal_state"`
+	PalSvc       *ebpf.Map `ebpf:"pal_svc"`
 }
 
 func (m *palisadeMaps) Close() error {
 	return _PalisadeClose(
+		m.PalAff,
 		m.PalBe,
 		m.PalBeLive,
 		m.PalCounters,
 		m.PalCt,
+		m.PalDsrOptout,
 		m.PalEp,
 		m.PalEvents,
 		m.PalFailsafe,
+		m.PalFip,
 		m.PalFrag,
+		m.PalMaglev,
 		m.PalNat,
+		m.PalNatcfg,
+		m.PalNatfrag,
+		m.PalNodeports,
+		m.PalNodes,
 		m.PalPorts,
 		m.PalProgs,
 		m.PalSetnames,
@@ -407,6 +516,7 @@ type palisadeVariables struct {
 // It can be passed to loadPalisadeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type palisadePrograms struct {
 	PalDataIn       *ebpf.Program `ebpf:"pal_data_in"`
+	PalDataOut      *ebpf.Program `ebpf:"pal_data_out"`
 	PalDrop         *ebpf.Program `ebpf:"pal_drop"`
 	PalFwd          *ebpf.Program `ebpf:"pal_fwd"`
 	PalHepIn        *ebpf.Program `ebpf:"pal_hep_in"`
@@ -415,6 +525,7 @@ type palisadePrograms struct {
 	PalResumeHepOut *ebpf.Program `ebpf:"pal_resume_hep_out"`
 	PalResumeWlIn   *ebpf.Program `ebpf:"pal_resume_wl_in"`
 	PalResumeWlOut  *ebpf.Program `ebpf:"pal_resume_wl_out"`
+	PalTunIn        *ebpf.Program `ebpf:"pal_tun_in"`
 	PalWlIn         *ebpf.Program `ebpf:"pal_wl_in"`
 	PalWlOut        *ebpf.Program `ebpf:"pal_wl_out"`
 }
@@ -422,6 +533,7 @@ type palisadePrograms struct {
 func (p *palisadePrograms) Close() error {
 	return _PalisadeClose(
 		p.PalDataIn,
+		p.PalDataOut,
 		p.PalDrop,
 		p.PalFwd,
 		p.PalHepIn,
@@ -430,6 +542,7 @@ func (p *palisadePrograms) Close() error {
 		p.PalResumeHepOut,
 		p.PalResumeWlIn,
 		p.PalResumeWlOut,
+		p.PalTunIn,
 		p.PalWlIn,
 		p.PalWlOut,
 	)

@@ -41,7 +41,7 @@ func tcDevice(ifindex int) netlink.Link {
 }
 
 // AttachTC attaches kind's entry programs to its hooks of an interface
-// (both, but a data interface's ingress only) as our cls_bpf filters
+// (both, but the tunnel device's ingress only) as our cls_bpf filters
 // (direct action), adding a clsact qdisc when it has none and replacing
 // filters of ours already there.
 func (o *Objects) AttachTC(ifindex int, kind int) error {
@@ -63,8 +63,8 @@ func (o *Objects) AttachTC(ifindex int, kind int) error {
 				return fmt.Errorf("bpf: cls_bpf filter on the %s hook of interface %d: %w", h, ifindex, err)
 			}
 		}
-		if kind == KindData {
-			// The egress filter of the host endpoint the interface was.
+		if kind == KindTunnel {
+			// A hook the kind has no program for.
 			return detachTCHook(ifindex, Out)
 		}
 		return nil

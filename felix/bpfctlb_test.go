@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,7 +244,9 @@ func ctlbServices(feed *sliceFeed) {
 // reach both backends, which see the node's address; the socket reports
 // the ClusterIP as its peer (getpeername, recvfrom); a Service without
 // endpoints refuses at once (as kube-proxy refuses a host: TCP refused,
-// UDP not permitted); a process of another namespace in the same
+// UDP not permitted); the backend is chosen as a workload's (affinity,
+// internalTrafficPolicy Local, a node port on loopback); a process of
+// another namespace in the same
 // cgroup is left alone; bpfHostNetworkedNATWithoutCTLB Disabled leaves
 // UDP alone and bpfConnectTimeLoadBalancing Disabled everything.
 func TestBPFConnectTimeLB(t *testing.T) {
@@ -306,6 +309,55 @@ func TestBPFConnectTimeLB(t *testing.T) {
 			}
 		}
 	})
+	sub("affinity, internalTrafficPolicy Local, a node port: chosen as for workloads", func(t *testing.T) {
+		// The host's backend is nat_pick's, as a workload's: a Service
+		// with sessionAffinity ClientIP keeps the host on one backend,
+		// one with internalTrafficPolicy Local takes this node's
+		// endpoint only (none here: not permitted, as kube-proxy's
+		// DROP fails a host), a node port answers on loopback.
+		ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
+		http := []calc.ServiceSpecPort{{Name: "http", Proto: "tcp", Port: 80}}
+		ports := []calc.ServicePort{{Proto: "tcp", Port: namePort, Name: "http"}}
+		feed.lbService("ns-a", "sticky", &calc.Service{ClusterIPs: ip("10.96.0.12"), Ports: http, AffinitySeconds: 60})
+		feed.lbSlice("ns-a", "sticky-1", "sticky", ports, ready("10.65.0.1"), ready("10.65.0.3"))
+		feed.lbService("ns-a", "local", &calc.Service{ClusterIPs: ip("10.96.0.13"), Ports: http, InternalLocal: true})
+		feed.lbSlice("ns-a", "local-1", "local", ports, readyOn("10.65.0.1", nodeName), readyOn("10.65.0.3", "elsewhere"))
+		feed.lbService("ns-a", "faraway", &calc.Service{ClusterIPs: ip("10.96.0.14"), Ports: http, InternalLocal: true})
+		feed.lbSlice("ns-a", "faraway-1", "faraway", ports, readyOn("10.65.0.3", "elsewhere"))
+		feed.lbService("ns-a", "np", &calc.Service{Type: calc.ServiceNodePort, ClusterIPs: ip("10.96.0.15"),
+			Ports: []calc.ServiceSpecPort{{Name: "http", Proto: "tcp", Port: 80, NodePort: 30080}}})
+		feed.lbSlice("ns-a", "np-1", "np", ports, ready("10.65.0.1"), ready("10.65.0.3"))
+		c.waitFor("the node port on loopback", func() bool {
+			a := hostClient(t, cg, node, hostAsk{Proto: "tcp", Dst: "127.0.0.1:30080", N: 1})
+			return len(a) == 1 && a[0].Err == ""
+		})
+		one := func(dst string, n int) map[string]int {
+			got := map[string]int{}
+			for _, ans := range hostClient(t, cg, node, hostAsk{Proto: "tcp", Dst: dst, N: n}) {
+				if ans.Err != "" {
+					got["error: "+ans.Err]++
+					continue
+				}
+				got[ans.Name]++
+				if ans.Peer != dst {
+					t.Errorf("%s: the socket's peer is %s", dst, ans.Peer)
+				}
+			}
+			return got
+		}
+		if got := one("10.96.0.12:80", 20); len(got) != 1 || got["web"]+got["other"] != 20 {
+			t.Errorf("affinity: answers %v, want one backend 20 times", got)
+		}
+		if got := one("10.96.0.13:80", 20); got["web"] != 20 {
+			t.Errorf("internalTrafficPolicy Local: answers %v, want this node's web 20 times", got)
+		}
+		if got := one("10.96.0.14:80", 1); got["error: not permitted"] != 1 {
+			t.Errorf("internalTrafficPolicy Local, no endpoint here: %v, want not permitted", got)
+		}
+		if got := one("127.0.0.1:30080", 30); got["web"] == 0 || got["other"] == 0 || got["web"]+got["other"] != 30 {
+			t.Errorf("node port on loopback: answers %v, want both backends", got)
+		}
+	})
 	sub("another namespace's sockets are left alone", func(t *testing.T) {
 		// The external namespace routes only the pods' pool: the
 		// ClusterIP, untranslated, is unreachable from it.
@@ -347,7 +399,7 @@ func TestBPFConnectTimeLB(t *testing.T) {
 func TestBPFConnectTimeLBRestart(t *testing.T) {
 	c := newClusterNoFelix(t, "BPF", false)
 	cg := testCgroup(t, c.prefix)
-	args := childArgs{Environ: []string{"FELIX_CGROUPV2PATH=" + cg}, Services: true}
+	args := childArgs{Environ: []string{"FELIX_CGROUPV2PATH=" + cg}, CTLBServices: true}
 	first := c.startChildWith(t, "felix-1.log", args)
 	setupPods(c)
 	nameServer(t, c.pods["web"].run, "web")

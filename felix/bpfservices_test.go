@@ -25,16 +25,21 @@ const namePort = 7070
 // peer address it saw ("web 10.65.0.2:41000"): a TCP connection gets that
 // line, then every line it sends back prefixed with the name, until it
 // closes; a datagram gets the line.
-func nameServer(t *testing.T, run *nsexec.Runner, name string) {
+func nameServer(t *testing.T, run *nsexec.Runner, name string) { nameServerOn(t, run, name, "4") }
+
+// nameServer6 is nameServer on IPv6.
+func nameServer6(t *testing.T, run *nsexec.Runner, name string) { nameServerOn(t, run, name, "6") }
+
+func nameServerOn(t *testing.T, run *nsexec.Runner, name, family string) {
 	t.Helper()
 	var l net.Listener
 	var u net.PacketConn
 	if err := run.Do(func() error {
 		var err error
-		if l, err = net.Listen("tcp4", ":"+strconv.Itoa(namePort)); err != nil {
+		if l, err = net.Listen("tcp"+family, ":"+strconv.Itoa(namePort)); err != nil {
 			return err
 		}
-		u, err = net.ListenPacket("udp4", ":"+strconv.Itoa(namePort))
+		u, err = net.ListenPacket("udp"+family, ":"+strconv.Itoa(namePort))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -82,7 +87,11 @@ func askService(run *nsexec.Runner, proto string, dst netip.AddrPort) (name, see
 	var c net.Conn
 	if err := run.Do(func() error {
 		var err error
-		c, err = net.DialTimeout(proto+"4", dst.String(), 300*time.Millisecond)
+		family := "4"
+		if dst.Addr().Is6() {
+			family = "6"
+		}
+		c, err = net.DialTimeout(proto+family, dst.String(), 300*time.Millisecond)
 		return err
 	}); err != nil {
 		return "", "", err
@@ -154,6 +163,8 @@ func TestBPFServices(t *testing.T) {
 	feed := &sliceFeed{c: make(chan []calc.Update)}
 	cfg := c.felixConfigOf()
 	cfg.EndpointSlices = feed
+	inspector := NewInspector()
+	cfg.Inspector = inspector
 	runFelix(t, c.ctx, c.cancel, cfg)
 	setupPods(c) // web 10.65.0.1 (ns-a), client 10.65.0.2 (ns-a), other 10.65.0.3 (ns-b)
 	nameServer(t, c.pods["web"].run, "web")
@@ -174,6 +185,15 @@ func TestBPFServices(t *testing.T) {
 	feed.service("ns-a", "empty", empty.Addr().String(), calc.ServiceSpecPort{Name: "", Proto: "tcp", Port: 80}, calc.ServiceSpecPort{Name: "", Proto: "udp", Port: 80})
 	feed.service("ns-a", "self", self.Addr().String(), calc.ServiceSpecPort{Proto: "tcp", Port: 80})
 	feed.lbSlice("ns-a", "self-1", "self", []calc.ServicePort{{Proto: "tcp", Port: namePort}}, ready("10.65.0.1"))
+	// Large datagrams, echoed: fragmented both ways.
+	big := netip.AddrPortFrom(netip.MustParseAddr("10.96.0.14"), 99)
+	feed.service("ns-a", "big", big.Addr().String(), calc.ServiceSpecPort{Proto: "udp", Port: 99})
+	feed.lbSlice("ns-a", "big-1", "big", []calc.ServicePort{{Proto: "udp", Port: 7272}}, ready("10.65.0.1"))
+	udpEcho(t, c.pods["web"].run, 7272)
+	// A backend port nothing listens on: the backend's ICMP error.
+	closed := netip.AddrPortFrom(netip.MustParseAddr("10.96.0.13"), 53)
+	feed.service("ns-a", "closed", closed.Addr().String(), calc.ServiceSpecPort{Proto: "udp", Port: 53})
+	feed.lbSlice("ns-a", "closed-1", "closed", []calc.ServicePort{{Proto: "udp", Port: 7171}}, ready("10.65.0.3"))
 	feed.c <- []calc.Update{{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}}}
 
 	waitAnswer := func(proto string, dst netip.AddrPort) {
@@ -225,6 +245,31 @@ spec:
   - {action: Allow, protocol: TCP, destination: {nets: [10.96.0.10/32], ports: [80]}}
 `)
 		c.waitPolicies(rs, true)
+		// calicoctl policy explain --at-node: the live graph names the
+		// translation and judges each backend as the programs do.
+		for _, be := range []struct {
+			addr    string
+			allowed bool
+		}{{"10.65.0.1", true}, {"10.65.0.3", false}} {
+			x, err := inspector.Explain(c.ctx, calc.Query{From: calc.End{Namespace: "ns-a", Name: "client"}, To: calc.End{Address: vip.String()},
+				Protocol: 6, SrcPort: 40000, DstPort: 80})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.Service == nil || x.Service.Service != "ns-a/backend" || len(x.Service.Backends) != 2 {
+				t.Fatalf("explain client -> %s: translation %+v", httpF, x.Service)
+			}
+			// The first candidate is judged; explain --to another judges it.
+			if be.addr != "10.65.0.1" {
+				if x, err = inspector.Explain(c.ctx, calc.Query{From: calc.End{Namespace: "ns-a", Name: "client"}, To: calc.End{Address: be.addr},
+					Protocol: 6, SrcPort: 40000, DstPort: namePort}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := x.Verdict == calc.VerdictAllow; got != be.allowed || x.Packet.Destination != be.addr || x.Packet.DestinationPort != namePort {
+				t.Errorf("explain client -> %s: %s on %s:%d, want allowed %v", be.addr, x.Verdict, x.Packet.Destination, x.Packet.DestinationPort, be.allowed)
+			}
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			got, _, _ := spread(client, "tcp", httpF, 30)
@@ -252,6 +297,37 @@ spec:
 				t.Errorf("%s refused after %s, want at once", proto, d)
 			}
 		}
+	})
+
+	sub("fragments of a translated datagram", func(t *testing.T) {
+		// 4,000 bytes: three fragments each way on a 1,500-byte link.
+		payload := make([]byte, 4000)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		var err error
+		for try := 0; try < 3; try++ {
+			var got []byte
+			if got, err = udpExchange(client, big, payload); err == nil && string(got) == string(payload) {
+				return
+			} else if err == nil {
+				err = fmt.Errorf("%d bytes back, not the %d sent", len(got), len(payload))
+			}
+		}
+		t.Errorf("a 4,000-byte datagram to a Service, echoed: %v", err)
+	})
+
+	sub("ICMP error about a translated flow", func(t *testing.T) {
+		// The backend's port unreachable quotes the datagram to it;
+		// translated back, it reaches the socket connected to the
+		// Service address, which reports the refusal.
+		var err error
+		for range 3 {
+			if _, _, err = askService(client, "udp", closed); errors.Is(err, syscall.ECONNREFUSED) {
+				return
+			}
+		}
+		t.Errorf("UDP to a Service whose backend port is closed: %v, want connection refused (the backend's ICMP error, translated)", err)
 	})
 
 	sub("hairpin", func(t *testing.T) {
@@ -386,4 +462,52 @@ COMMIT
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// udpEcho sends every datagram back on port in run's namespace.
+func udpEcho(t *testing.T, run *nsexec.Runner, port int) {
+	t.Helper()
+	var u net.PacketConn
+	if err := run.Do(func() error {
+		var err error
+		u, err = net.ListenPacket("udp4", ":"+strconv.Itoa(port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, addr, err := u.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = u.WriteTo(buf[:n], addr)
+		}
+	}()
+}
+
+// udpExchange sends payload from run's namespace to dst and returns the
+// answer.
+func udpExchange(run *nsexec.Runner, dst netip.AddrPort, payload []byte) ([]byte, error) {
+	var c net.Conn
+	if err := run.Do(func() error {
+		var err error
+		c, err = net.Dial("udp4", dst.String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write(payload); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 65536)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
 }

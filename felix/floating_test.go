@@ -18,18 +18,19 @@ import (
 )
 
 // floatingFelixConfig is the FelixConfiguration of the floating IP test,
-// with floatingIPs as given.
-func floatingFelixConfig(floating string) string {
+// with floatingIPs as given, on the cluster's dataplane.
+func (c *cluster) floatingFelixConfig(floating string) string {
 	return fmt.Sprintf(`apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
 spec:
   iptablesBackend: NFT
   ipv6Support: true
+  bpfEnabled: %t
   floatingIPs: %s
   iptablesRefreshInterval: 1s
   routeRefreshInterval: 2s
-`, floating)
+`, c.bpf, floating)
 }
 
 // waitWarning waits for felix to log a warning containing msg.
@@ -52,21 +53,21 @@ func (c *cluster) waitWarning(hook *logtest.Hook, msg string) {
 // come back from the floating address (a connected UDP socket takes
 // datagrams from the address it sent to only). With floatingIPs Disabled
 // (the default, with a warning), or once the ipNATs are gone, nothing
-// answers at the floating addresses.
+// answers at the floating addresses. On both dataplanes: the eBPF one
+// translates in its programs, where the clients' packets enter (the
+// host's own in nat OUTPUT, as iptables).
 func TestFloatingIPs(t *testing.T) {
+	for _, dp := range []string{"NFT", "BPF"} {
+		t.Run(dp, func(t *testing.T) { floatingIPs(t, dp) })
+	}
+}
+
+func floatingIPs(t *testing.T, dp string) {
 	hook := logtest.NewGlobal()
 	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
-	c := newClusterIPv6(t, "NFT", true)
-	c.apply(floatingFelixConfig("Disabled") + `---
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata: {name: pool-v6}
-spec: {cidr: "fd65::/64"}
-`)
-	node6, ext6 := netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
-	c.node.MustRun(t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
-	c.ext.MustRun(t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
-	c.ext.MustRun(t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	c := newClusterIPv6(t, dp, true)
+	c.apply(c.floatingFelixConfig("Disabled"))
+	_, ext6 := c.addIPv6()
 	web := c.addDualPod("ns-a", "web", "10.65.0.20", "fd65::20", nil, "sa-x")
 	other := c.addDualPod("ns-a", "other", "10.65.0.21", "fd65::21", nil, "sa-x")
 	fip4, fip6 := netip.MustParseAddr("10.65.200.9"), netip.MustParseAddr("fd65::f:9")
@@ -147,8 +148,33 @@ spec: {cidr: "fd65::/64"}
 	c.waitWarning(hook, "not programmed: FelixConfiguration floatingIPs is Disabled")
 	expect("floatingIPs Disabled", false)
 
-	c.apply(floatingFelixConfig("Enabled"))
+	c.apply(c.floatingFelixConfig("Enabled"))
 	expect("floatingIPs Enabled", true)
+	// Other protocols: ICMP echo (IPv4; on eBPF translated by
+	// cali-fip-dnat in netfilter, after the programs).
+	for _, cl := range clients[:2] {
+		c.waitFor(cl.name+" pinging "+fip4.String(), func() bool { return nstest.ICMP(cl.run, fip4, 8, 0) == nil })
+	}
+	if c.bpf {
+		// The programs translated the clients' packets before
+		// netfilter saw them: the host's conntrack knows the flows to
+		// the pod's own address, none to the floating one (but the
+		// host's own, which nat OUTPUT translates).
+		ct := c.node.MustRun(t, "cat", "/proc/net/nf_conntrack")
+		for _, line := range strings.Split(ct, "\n") {
+			if strings.Contains(line, " icmp ") {
+				continue // ICMP is netfilter's to translate
+			}
+			for _, cl := range clients {
+				if strings.Contains(line, "src="+cl.src.String()+" dst="+fip4.String()+" ") {
+					t.Errorf("netfilter translated %s's flow to the floating IP (the programs did not): %s", cl.name, line)
+				}
+			}
+		}
+		if !strings.Contains(ct, "src="+extAddr.String()+" dst="+web.ip.String()+" ") {
+			t.Errorf("no conntrack entry of ext's flow to the pod's own address:\n%s", ct)
+		}
+	}
 	// The host itself reaches the pod through the nat OUTPUT hook (it
 	// sees the node's address on eth-ext or the pool route's source).
 	c.waitFor("the host reaching the floating addresses", func() bool {
@@ -170,41 +196,23 @@ spec: {cidr: "fd65::/64"}
 		t.Fatal(err)
 	}
 	expect("ipNATs back", true)
-	c.apply(floatingFelixConfig("Disabled"))
+	c.apply(c.floatingFelixConfig("Disabled"))
 	expect("floatingIPs Disabled again", false)
 }
 
-// TestFloatingIPsBPF: the eBPF dataplane cannot translate floating IPs,
-// so with floatingIPs Enabled it programs none (fail closed): nothing
-// answers at the floating address, the pod's own address still does, and
-// felix names the endpoint in a warning saying why.
-func TestFloatingIPsBPF(t *testing.T) {
-	hook := logtest.NewGlobal()
-	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
-	c := newCluster(t, "BPF")
-	c.apply(c.felixConfig() + "  floatingIPs: Enabled\n")
-	web := c.addPod("ns-a", "web", "10.65.0.20", nil, "sa-x")
-	fip := netip.MustParseAddr("10.65.200.9")
-	w := *web.wep
-	w.ResourceVersion = ""
-	w.Spec.IPNATs = []v3.IPNAT{{InternalIP: web.ip.String(), ExternalIP: fip.String()}}
-	if _, err := c.store.Apply(c.ctx, &w); err != nil {
-		t.Fatal(err)
-	}
-	c.waitWarning(hook, "not programmed: the eBPF dataplane")
-	c.waitFor("the pod reachable at its own address", func() bool {
-		_, err := nstest.TCP(c.extRun, web.ip, 8080)
-		return err == nil
-	})
-	for range 5 {
-		if _, err := nstest.TCP(c.extRun, fip, 8080); err == nil {
-			t.Fatalf("the pod answers at its floating address %s on the eBPF dataplane", fip)
-		}
-		if _, err := nstest.UDP(c.extRun, fip, 8080); err == nil {
-			t.Fatalf("the pod answers UDP at its floating address %s on the eBPF dataplane", fip)
-		}
-	}
-	if out := c.node.MustRun(t, "iptables-nft-save", "-t", "nat"); strings.Contains(out, "DNAT") {
-		t.Errorf("DNAT rules in eBPF mode:\n%s", out)
-	}
+// addIPv6 gives the cluster an IPv6 pool (fd65::/64) and the node and
+// the external namespace IPv6 addresses on their link, the external one
+// routing the pool through the node; it returns the two addresses.
+func (c *cluster) addIPv6() (node6, ext6 netip.Addr) {
+	c.t.Helper()
+	c.apply(`apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-v6}
+spec: {cidr: "fd65::/64"}
+`)
+	node6, ext6 = netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("fd00:18::2")
+	c.node.MustRun(c.t, "ip", "-6", "addr", "add", node6.String()+"/64", "dev", "eth-ext", "nodad")
+	c.ext.MustRun(c.t, "ip", "-6", "addr", "add", ext6.String()+"/64", "dev", "eth0", "nodad")
+	c.ext.MustRun(c.t, "ip", "-6", "route", "add", "fd65::/64", "via", node6.String())
+	return node6, ext6
 }

@@ -1,6 +1,7 @@
 package felix
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
+	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
 	"github.com/palisade-net/palisade/libcalico/names"
@@ -30,10 +33,38 @@ const childEnv = "PALISADE_FELIX_CHILD"
 type childArgs struct {
 	NetNS, StatusDir string
 	Endpoints        []string
-	// Environ is felix's FELIX_ environment; Services feeds it
+	// Environ is felix's FELIX_ environment; CTLBServices feeds it
 	// ctlbServices.
-	Environ  []string
-	Services bool
+	Environ      []string
+	CTLBServices bool
+	// Services and Slices, when any, are the child's EndpointSlices
+	// source (given once, then synced).
+	Services map[string]*calc.Service
+	Slices   map[string]*calc.EndpointSlice
+}
+
+// staticSlices is an EndpointSlices source of fixed Services and slices
+// (by "namespace/name").
+type staticSlices struct {
+	services map[string]*calc.Service
+	slices   map[string]*calc.EndpointSlice
+}
+
+func (s staticSlices) Run(ctx context.Context, out func([]calc.Update)) {
+	var us []calc.Update
+	key := func(kind, nsName string) datastore.Key {
+		ns, name, _ := strings.Cut(nsName, "/")
+		return datastore.Key{Kind: kind, Namespace: ns, Name: name}
+	}
+	for k, v := range s.services {
+		us = append(us, calc.Update{Key: key(calc.KindService, k), Value: v})
+	}
+	for k, v := range s.slices {
+		us = append(us, calc.Update{Key: key(calc.KindEndpointSlice, k), Value: v})
+	}
+	us = append(us, calc.Update{Key: datastore.Key{Kind: calc.KindEndpointSlicesSynced}, Value: &calc.EndpointSlice{}})
+	out(us)
+	<-ctx.Done()
 }
 
 // TestFelixChild is not a test: it is felix in a process of its own, for
@@ -50,10 +81,13 @@ func TestFelixChild(t *testing.T) {
 	store := etcdtest.NewStore(t, a.Endpoints)
 	log.SetLevel(log.InfoLevel)
 	cfg := Config{NodeName: nodeName, Store: store, NetNS: a.NetNS, StatusDir: a.StatusDir, Environ: a.Environ}
-	if a.Services {
+	switch {
+	case a.CTLBServices:
 		feed := &sliceFeed{c: make(chan []calc.Update)}
 		cfg.EndpointSlices = feed
 		go ctlbServices(feed)
+	case len(a.Services)+len(a.Slices) > 0:
+		cfg.EndpointSlices = staticSlices{services: a.Services, slices: a.Slices}
 	}
 	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
@@ -62,11 +96,11 @@ func TestFelixChild(t *testing.T) {
 
 // startChild runs felix in a process of its own on the cluster's node.
 func (c *cluster) startChild(t *testing.T, logName string) *exec.Cmd {
-	t.Helper()
 	return c.startChildWith(t, logName, childArgs{})
 }
 
-// startChildWith is startChild with more of childArgs (Environ, Services).
+// startChildWith is startChild with more of childArgs (Environ,
+// Services).
 func (c *cluster) startChildWith(t *testing.T, logName string, a childArgs) *exec.Cmd {
 	t.Helper()
 	a.NetNS, a.StatusDir, a.Endpoints = c.node.Path(), c.statusDir, c.endpoints
@@ -260,4 +294,112 @@ func TestBPFRestart(t *testing.T) {
 	c.remove(rs)
 	c.waitPolicies(rs, false)
 	c.expect(allow("other", "web", "tcp", 8080))
+}
+
+// lineConn is an open connection to a nameServer.
+type lineConn struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func dialLines(t *testing.T, run *nsexec.Runner, dst netip.AddrPort) *lineConn {
+	t.Helper()
+	c, err := dialIn(run, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l := &lineConn{c: c, r: bufio.NewReader(c)}
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := l.r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// ask sends a line and reads its answer.
+func (l *lineConn) ask(line string) error {
+	_ = l.c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(l.c, "%s\n", line); err != nil {
+		return err
+	}
+	got, err := l.r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasSuffix(got, " "+line+"\n") {
+		return fmt.Errorf("answer %q to %q", got, line)
+	}
+	return nil
+}
+
+// TestBPFServicesRestart kills felix (SIGKILL) while flows go through
+// Services the programs load-balance — a TCP connection and a stream of
+// datagrams from a pod to a cluster address, and from outside to a node
+// port — and starts it again: no connection breaks and no datagram is
+// lost, with no felix and across the new one's first writes, nor when a
+// felix that cannot read the Services (no Kubernetes API) follows.
+func TestBPFServicesRestart(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", false)
+	cluster := netip.MustParseAddr("10.96.0.50")
+	a := childArgs{
+		Services: map[string]*calc.Service{"ns-a/web": {Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{cluster},
+			Ports: []calc.ServiceSpecPort{{Name: "p", Proto: "tcp", Port: 80, NodePort: 30095}, {Name: "s", Proto: "udp", Port: 9101, NodePort: 30097},
+				{Name: "n", Proto: "udp", Port: 30096, NodePort: 30096}}}},
+		Slices: map[string]*calc.EndpointSlice{"ns-a/web-1": {Service: "web", Addresses: []netip.Addr{netip.MustParseAddr("10.65.0.1")},
+			Ports:     []calc.ServicePort{{Proto: "tcp", Port: namePort, Name: "p"}, {Proto: "udp", Port: 9101, Name: "s"}, {Proto: "udp", Port: 30096, Name: "n"}},
+			Endpoints: []calc.SliceEndpoint{readyOn("10.65.0.1", nodeName)}}},
+	}
+	first := c.startChildWith(t, "felix-1.log", a)
+	setupPods(c)
+	web, client := c.pods["web"], c.pods["client"]
+	nameServer(t, web.run, "web")
+	viaCluster, viaNodePort := netip.AddrPortFrom(cluster, 80), netip.AddrPortFrom(nodeAddr, 30095)
+	waitAsk(t, client.run, "tcp", viaCluster)
+	waitAsk(t, c.extRun, "tcp", viaNodePort)
+	conns := map[string]*lineConn{"pod to cluster address": dialLines(t, client.run, viaCluster), "outside to node port": dialLines(t, c.extRun, viaNodePort)}
+	streams := map[string]*udpStream{
+		"pod to cluster address": startStream(t, client.run, web.run, cluster, 9101, time.Millisecond),
+		"outside to node port":   startStream(t, c.extRun, web.run, nodeAddr, 30096, time.Millisecond),
+	}
+	exchange := func(when string) {
+		t.Helper()
+		for name, l := range conns {
+			if err := l.ask(when); err != nil {
+				t.Errorf("TCP %s, %s: %v", name, when, err)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	exchange("before")
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = first.Process.Wait()
+	exchange("no-felix")
+	restarted := time.Now()
+	second := c.startChildWith(t, "felix-2.log", a)
+	c.waitProgrammedSince("ns-a", "web", restarted)
+	time.Sleep(300 * time.Millisecond)
+	exchange("after")
+	// A felix that cannot read the Services (no Kubernetes API) leaves
+	// the frontends as they are.
+	if err := second.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = second.Process.Wait()
+	restarted = time.Now()
+	c.startChild(t, "felix-3.log")
+	c.waitProgrammedSince("ns-a", "web", restarted)
+	time.Sleep(300 * time.Millisecond)
+	exchange("without-services")
+	for name, s := range streams {
+		sent, lost := s.finish()
+		if len(lost) > 0 || sent < 100 {
+			t.Errorf("UDP %s: %d of %d datagrams lost across the restart, the first: %v", name, len(lost), sent, lost[:min(len(lost), 10)])
+		}
+	}
+	// New flows are balanced by the new felix's maps.
+	waitAsk(t, client.run, "tcp", viaCluster)
+	waitAsk(t, c.extRun, "tcp", viaNodePort)
 }

@@ -7,8 +7,9 @@
  * hostNetwork pod) reaches a Service's cluster address without
  * kube-proxy. A connect() or an unconnected sendmsg() to a frontend is
  * given a backend before the socket sends anything, by the same lookup
- * and choice as the programs on the workloads' interfaces (nat.h:
- * svc_lookup, svc_choose, svc_be_live); getpeername() and recvmsg() then
+ * and choice as the programs on the interfaces (lb.h: nat_pick, asked as
+ * PAL_HOW_HOST, so affinity, internalTrafficPolicy Local and floating
+ * IPs hold for the host's clients too); getpeername() and recvmsg() then
  * report the frontend, not the backend.
  *
  * The cgroup hierarchy is the machine's, not the namespace's: every
@@ -35,13 +36,7 @@
 
 char _license[] SEC("license") = "Dual MIT/GPL";
 
-/* What nat.h takes from palisade.c; its packet functions are not used
- * here (a loader links only what a program calls). */
 #define GLOBAL __attribute__((noinline))
-#define TCP_FIN 0x01
-#define TCP_SYN 0x02
-#define TCP_RST 0x04
-#define TCP_ACK 0x10
 
 static __always_inline void map4(__u8 *dst, __be32 a)
 {
@@ -52,7 +47,16 @@ static __always_inline void map4(__u8 *dst, __be32 a)
 	w[3] = a;
 }
 
-#include "nat.h"
+#include "lb.h"
+
+/* is_loopback: 127.0.0.0/8 (mapped) or ::1. */
+static __always_inline int is_loopback(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	if (is_mapped4(a))
+		return a[12] == 127;
+	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);
+}
 
 #define SOCK_STREAM 1
 #define SOCK_DGRAM 2
@@ -65,6 +69,14 @@ static __always_inline void map4(__u8 *dst, __be32 a)
 static __always_inline int refuse(__u8 proto)
 {
 	bpf_set_retval(proto == IPPROTO_TCP ? -ECONNREFUSED : -EPERM);
+	return 0;
+}
+
+/* drop fails the call as kube-proxy's DROP (a Local traffic policy
+ * without a backend here) fails a host's: not permitted. */
+static __always_inline int drop(void)
+{
+	bpf_set_retval(-EPERM);
 	return 0;
 }
 
@@ -114,27 +126,44 @@ static __always_inline __u8 ctlb_proto(struct bpf_sock_addr *ctx)
 
 /* ctlb_fwd gives a connect (send 0) or an unconnected send (send 1) to
  * a frontend its backend, in a and *port: 1 translated, 0 not a
- * frontend, -1 a frontend without backends. */
+ * frontend, -1 a frontend without backends, -2 one with backends but
+ * none its Local traffic policy allows here.
+ *
+ * The host is one client (the unspecified address of the family, no
+ * port: a connect has no source port yet) for the affinity, as
+ * kube-proxy sees the node's own address; a node port is the node's only
+ * when it is asked on a loopback address (the programs here cannot ask
+ * the FIB): another of its addresses goes untranslated to the programs
+ * on the interfaces. */
 static __always_inline int ctlb_fwd(struct bpf_sock_addr *ctx, __u8 proto, __u8 *a, __u16 *port, int send)
 {
-	struct svc_value *sv = svc_lookup(a, *port, proto);
-	if (!sv)
-		return 0;
-	__u32 id = sv->id;
+	struct nat_query q = {.dport = *port, .proto = proto, .how = PAL_HOW_HOST};
+	__builtin_memcpy(q.dst, a, 16);
+	if (is_mapped4(a)) {
+		q.src[10] = 0xff;
+		q.src[11] = 0xff;
+	}
+	q.dst_local = is_loopback(a) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	struct ctlb_key sk = {.cookie = cookie, .port = *port, .proto = proto, .kind = PAL_CTLB_SEND};
 	__builtin_memcpy(sk.addr, a, 16);
 	struct ctlb_value be = {};
 	struct ctlb_value *prev = send ? bpf_map_lookup_elem(&pal_ctlb, &sk) : 0;
-	if (prev && svc_be_live(id, prev->addr, prev->port)) {
+	struct nat_pick p = {};
+	int r = nat_pick(&q, &p);
+	if (r == PAL_PICK_REJECT)
+		return -1;
+	if (r == PAL_PICK_DROP)
+		return -2;
+	if (r != PAL_PICK_OK)
+		return 0;
+	if (prev && !(p.flags & PAL_SVC_FIP) && be_live(p.svc, prev->addr, prev->port)) {
+		/* An unconnected socket keeps its backend while it is one. */
 		__builtin_memcpy(be.addr, prev->addr, 16);
 		be.port = prev->port;
 	} else {
-		struct be_value *b = svc_choose(sv);
-		if (!b)
-			return -1;
-		__builtin_memcpy(be.addr, b->addr, 16);
-		be.port = b->port;
+		__builtin_memcpy(be.addr, p.be.addr, 16);
+		be.port = p.be.port;
 		if (send)
 			bpf_map_update_elem(&pal_ctlb, &sk, &be, BPF_ANY);
 	}
@@ -165,12 +194,6 @@ static __always_inline int ctlb_rev(struct bpf_sock_addr *ctx, __u8 proto, __u8 
 static __always_inline __u16 ctx_port(struct bpf_sock_addr *ctx)
 {
 	return bpf_ntohs((__u16)ctx->user_port);
-}
-
-static __always_inline int is_mapped4(const __u8 *a)
-{
-	const __u32 *w = (const __u32 *)a;
-	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff);
 }
 
 /* The socket call's IPv6 address, word by word (the context's fields
@@ -209,6 +232,8 @@ static __always_inline int fwd4(struct bpf_sock_addr *ctx, int send)
 	map4(a, ctx->user_ip4);
 	__u16 port = ctx_port(ctx);
 	int r = ctlb_fwd(ctx, proto, a, &port, send);
+	if (r == -2)
+		return drop();
 	if (r < 0)
 		return refuse(proto);
 	if (r > 0 && is_mapped4(a))
@@ -225,6 +250,8 @@ static __always_inline int fwd6(struct bpf_sock_addr *ctx, int send)
 	load6(ctx, w);
 	__u16 port = ctx_port(ctx);
 	int r = ctlb_fwd(ctx, proto, (__u8 *)w, &port, send);
+	if (r == -2)
+		return drop();
 	if (r < 0)
 		return refuse(proto);
 	if (r > 0)

@@ -411,19 +411,17 @@ static __always_inline __u64 ct_refresh(__u64 timeout)
 	return r < 1000000000ULL ? r : 1000000000ULL;
 }
 
-/* now is the conntrack clock: CLOCK_MONOTONIC_COARSE (a tick behind
- * CLOCK_MONOTONIC at most, which felix's sweep reads), a fraction of
- * bpf_ktime_get_ns's cost. */
-static __always_inline __u64 now(void)
-{
-	return bpf_ktime_get_coarse_ns();
-}
+#include "lb.h"
 
-/* idle is how long ago last was (0 for a time not yet reached: an entry
- * written by a finer clock). */
-static __always_inline __u64 idle(__u64 t, __u64 last)
+/* frag_note records the first fragment of a fragmented packet let
+ * through, which its later fragments follow. */
+static __always_inline void frag_note(struct state *st, __u64 t)
 {
-	return t > last ? t - last : 0;
+	struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
+	__builtin_memcpy(fk.src, st->src, 16);
+	__builtin_memcpy(fk.dst, st->dst, 16);
+	struct frag_value fv = {.last_seen = t};
+	bpf_map_update_elem(&pal_frag, &fk, &fv, BPF_ANY);
 }
 
 /* ct_established reports whether the packet belongs to a flow this
@@ -447,6 +445,10 @@ GLOBAL int ct_established(struct state *st)
 	__u64 timeout = ct_timeout(st->proto, flags);
 	if (idle(t, last) > timeout)
 		return 0;
+	/* The later fragments of an established flow's packet follow its
+	 * first. */
+	if (st->flags & PAL_F_FRAG)
+		frag_note(st, t);
 	if (st->proto == IPPROTO_TCP) {
 		__u8 f = st->tcp_flags;
 		/* A new SYN on a closed flow's tuple is a new connection. */
@@ -517,13 +519,8 @@ GLOBAL int ct_create(struct state *st)
 	if (!st || (st->flags & PAL_F_UNTRACKED))
 		return 0;
 	__u64 t = now();
-	if (st->flags & PAL_F_FRAG) {
-		struct frag_key fk = {.ifindex = st->ifindex, .id = st->frag_id, .proto = st->proto};
-		__builtin_memcpy(fk.src, st->src, 16);
-		__builtin_memcpy(fk.dst, st->dst, 16);
-		struct frag_value fv = {.last_seen = t};
-		bpf_map_update_elem(&pal_frag, &fk, &fv, BPF_ANY);
-	}
+	if (st->flags & PAL_F_FRAG)
+		frag_note(st, t);
 	struct ct_key k = {};
 	int a = !!(st->flags & PAL_F_SRC_A);
 	ct_key_of(st, &k, a);
@@ -617,6 +614,32 @@ GLOBAL int spoofed(struct state *st)
 
 #include "nat.h"
 
+/* nat_verdict is the verdict of a nat_* result other than PAL_NAT_GO,
+ * counted. */
+static __always_inline int nat_verdict(struct state *st, int r)
+{
+	if (r == PAL_NAT_REJECTED) {
+		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NAT_REJECT, st->len);
+		return TC_ACT_REDIRECT;
+	}
+	if (r == PAL_NAT_NOLOCAL)
+		return drop(st, PAL_C_NAT_NOLOCAL);
+	if (r == TC_ACT_REDIRECT)
+		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NAT_TUNNEL, st->len);
+	return r;
+}
+
+/* tunnel_back sends a backend's reply back through the node port tunnel
+ * (nat_tunnel_back), marked seen as allow does. */
+static __always_inline int tunnel_back(struct __sk_buff *skb, struct state *st)
+{
+	int r = nat_tunnel_back(skb, st);
+	if (r == PAL_NAT_GO)
+		return allow(skb, st);
+	skb->mark |= PAL_MARK_SEEN;
+	return nat_verdict(st, r);
+}
+
 /* Slots of pal_progs holding the resume programs, by kind and direction;
  * policy programs go after them. */
 #define PAL_RESUME_WL_IN 0
@@ -673,11 +696,18 @@ static __always_inline int begin(struct __sk_buff *skb, struct state *st, struct
 	st->l3 = ep->l2len & 0xff;
 	int l4 = parse_ip(skb, st, st->l3, ipv6);
 	if (l4 == -P_FRAG_LATER) {
-		if ((ep->flags & PAL_EP_WORKLOAD) && !out && !own_src4(st, ep) && spoofed(st))
+		int wl = ep->flags & PAL_EP_WORKLOAD;
+		if (wl && !out && !own_src4(st, ep) && spoofed(st))
 			return -(drop(st, PAL_C_SPOOFED) + 16);
-		if (frag_allowed(st))
-			return -(allow_because(skb, st, PAL_C_FRAG_ALLOW) + 16);
-		return -(drop(st, PAL_C_FRAG_DROP) + 16);
+		/* A translated datagram's fragment follows its first (nat.h):
+		 * translated before conntrack in, after it out. */
+		if (wl && !out && nat_frag_later(skb, st) < 0)
+			return -(drop(st, PAL_C_MALFORMED) + 16);
+		if (!frag_allowed(st))
+			return -(drop(st, PAL_C_FRAG_DROP) + 16);
+		if (wl && out && nat_frag_later(skb, st) < 0)
+			return -(drop(st, PAL_C_MALFORMED) + 16);
+		return -(allow_because(skb, st, PAL_C_FRAG_ALLOW) + 16);
 	}
 	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
 		return -(drop(st, PAL_C_MALFORMED) + 16);
@@ -712,13 +742,14 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 		/* A Service frontend becomes its backend before conntrack
 		 * and policy (nat.h). */
 		int nv = nat_fwd(skb, st);
-		if (nv != PAL_NAT_GO) {
-			if (nv == TC_ACT_REDIRECT)
-				count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_NAT_REJECT, st->len);
-			return nv;
-		}
-		if (ct_established(st)) {
+		if (nv != PAL_NAT_GO && nv != PAL_NAT_ESTABLISHED)
+			return nat_verdict(st, nv);
+		if (nv == PAL_NAT_ESTABLISHED || ct_established(st)) {
 			count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_ESTABLISHED, st->len);
+			if ((st->flags & PAL_F_NAT_FIP) && nat_fip_out(skb, st) < 0)
+				return drop(st, PAL_C_MALFORMED);
+			if (st->flags & PAL_F_NAT_TUNNEL)
+				return tunnel_back(skb, st);
 			/* The forward program sends it on, when it can; an
 			 * empty slot falls through. */
 			if (!(st->flags & PAL_F_FRAG))
@@ -736,6 +767,10 @@ static __always_inline int walk_wl_in(struct __sk_buff *skb, struct state *st, s
 	if ((st->flags & PAL_F_TOHOST) && (ep->flags & PAL_EP_TOHOST_DROP))
 		return drop(st, PAL_C_TOHOST_DROP);
 	ct_create(st);
+	if ((st->flags & PAL_F_NAT_FIP) && nat_fip_out(skb, st) < 0)
+		return drop(st, PAL_C_MALFORMED);
+	if (st->flags & PAL_F_NAT_TUNNEL)
+		return tunnel_back(skb, st);
 	return allow(skb, st);
 }
 
@@ -758,6 +793,7 @@ static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, 
 			skb->mark &= ~PAL_MARK_REPLY;
 			return allow(skb, st);
 		}
+
 		if (skb->ingress_ifindex == 0) {
 			/* Open, and tracked: the workload's replies are
 			 * established, not new traffic to the host. */
@@ -767,8 +803,12 @@ static __always_inline int walk_wl_out(struct __sk_buff *skb, struct state *st, 
 		}
 		if (ct_established(st))
 			return wl_out_allow(skb, st, PAL_C_ESTABLISHED);
-		if (ct_related(skb, st, l4))
+		if (ct_related(skb, st, l4)) {
+			/* An error about a translated flow: the client's view. */
+			if (nat_icmp_rev(skb, st, st->ifindex, 0) < 0)
+				return drop(st, PAL_C_MALFORMED);
 			return wl_out_allow(skb, st, PAL_C_RELATED);
+		}
 		return run_stage(skb, st, ep, PAL_STAGE_NORMAL_OUT);
 	}
 	if (st->verdict != PAL_VERDICT_ALLOW)
@@ -1196,6 +1236,19 @@ int pal_fwd(struct __sk_buff *skb)
 		return PAL_TCX_DROP;
 	if (st->ifindex != skb->ifindex)
 		return drop(st, PAL_C_NO_ENDPOINT);
+	__u32 ifindex = st->ifindex;
+	struct ep *ep = bpf_map_lookup_elem(&pal_ep, &ifindex);
+	if (ep && (ep->flags & PAL_EP_DATA)) {
+		/* From pal_data_in. */
+		int rc = data_forward(skb, st, !!(ep->flags & PAL_EP_PEER_L3));
+		if (rc == TC_ACT_REDIRECT) {
+			count(ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
+			return rc;
+		}
+		if (rc == PAL_TCX_DROP)
+			return rc;
+		return PAL_TCX_NEXT;
+	}
 	int rc = forward(skb, st);
 	if (rc == TC_ACT_REDIRECT) {
 		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
@@ -1206,45 +1259,133 @@ int pal_fwd(struct __sk_buff *skb)
 	return allow(skb, st);
 }
 
-/* pal_data_in is attached to the ingress of host data interfaces
- * (bpfDataIfacePattern) while the host conntrack bypass is on: a packet
- * of an established flow to a local workload is sent on to it; every
- * other packet goes on untouched (no mark, no count). */
-SEC("tc")
-int pal_data_in(struct __sk_buff *skb)
+/* data_begin sets up the state of a packet on a host data interface or
+ * the tunnel device (entry flag) and parses it: the layer 4 offset, or
+ * -1 for a packet of another kind (let through untouched). */
+static __always_inline int data_begin(struct __sk_buff *skb, struct state *st, struct ep **epp, __u32 flag, int out)
 {
-	struct state *st = state();
-	if (!st)
-		return PAL_TCX_NEXT;
 	__u32 ifindex = skb->ifindex;
 	struct ep *ep = bpf_map_lookup_elem(&pal_ep, &ifindex);
-	if (!ep || !(ep->flags & PAL_EP_DATA))
-		return PAL_TCX_NEXT;
+	*epp = ep;
+	if (!ep || !(ep->flags & flag))
+		return -1;
 	int ipv6;
 	if (skb->protocol == bpf_htons(ETH_P_IP))
 		ipv6 = 0;
 	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
 		ipv6 = 1;
 	else
-		return PAL_TCX_NEXT;
+		return -1;
 	__builtin_memset(st, 0, sizeof(*st));
 	st->ifindex = ifindex;
 	st->len = skb->len;
 	st->phase = PAL_PHASE_START;
+	if (out)
+		st->flags |= PAL_F_OUT;
 	st->l3 = ep->l2len & 0xff;
 	if (st->len > st->l3)
 		st->len -= st->l3;
 	int l4 = parse_ip(skb, st, st->l3, ipv6);
 	if (l4 < 0 || parse_l4(skb, st, l4) < 0)
-		return PAL_TCX_NEXT;
+		return -1;
 	st->l4 = l4;
-	int rc = data_forward(skb, st, !!(ep->flags & PAL_EP_PEER_L3));
+	return l4;
+}
+
+/* pal_data_in is attached to the ingress of host data interfaces
+ * (bpfDataIfacePattern): a packet from outside to a Service frontend is
+ * given its backend (nat_outside: here, or on another node through the
+ * tunnel); then, while the host conntrack bypass is on (the forward
+ * program in its slot), a packet of an established flow to a local
+ * workload is sent on to it. Every other packet goes on untouched. */
+SEC("tc")
+int pal_data_in(struct __sk_buff *skb)
+{
+	struct state *st = state();
+	if (!st)
+		return PAL_TCX_NEXT;
+	struct ep *ep;
+	if (data_begin(skb, st, &ep, PAL_EP_DATA, 0) < 0)
+		return PAL_TCX_NEXT;
+	int nv = nat_outside(skb, st);
+	if (nv != PAL_NAT_GO)
+		return nat_verdict(st, nv);
+	bpf_tail_call(skb, &pal_progs, PAL_SLOT_FWD);
+	return PAL_TCX_NEXT;
+}
+
+/* pal_data_out is attached to the egress of host data interfaces: the
+ * reply of a flow from outside to a backend on this node gets its
+ * frontend back. */
+SEC("tc")
+int pal_data_out(struct __sk_buff *skb)
+{
+	struct state *st = state();
+	if (!st)
+		return PAL_TCX_NEXT;
+	struct ep *ep;
+	if (data_begin(skb, st, &ep, PAL_EP_DATA, 1) < 0)
+		return PAL_TCX_NEXT;
+	if (nat_host_rev(skb, st) < 0 || nat_icmp_rev(skb, st, 0, 1) < 0)
+		return drop(st, PAL_C_MALFORMED);
+	return PAL_TCX_NEXT;
+}
+
+/* tun_reply sends a reply that came back through the tunnel on to its
+ * client, by the FIB. */
+GLOBAL int tun_reply(struct __sk_buff *skb, struct state *st)
+{
+	if (!st)
+		return PAL_TCX_DROP;
+	struct bpf_fib_lookup p;
+	if (fib_route(skb, st, &p) < 0)
+		return drop(st, PAL_C_NAT_NOLOCAL);
+	int rc = deliver(skb, st, &p, 0);
 	if (rc == TC_ACT_REDIRECT) {
-		count(ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
+		count(st->ifindex, PAL_COUNTER_GENERAL, PAL_C_FORWARDED, st->len);
 		return rc;
 	}
-	if (rc == PAL_TCX_DROP)
-		return rc;
+	return PAL_TCX_DROP;
+}
+
+/* pal_tun_in is attached to the ingress of the node port tunnel's device
+ * (VXLAN, its metadata: the sending node and the kind of packet): a flow
+ * another node sent here is given one of this node's backends
+ * (nat_tunneled) and goes on to it; a reply, translated by the
+ * backend's node, is sent on to its client (a FIB lookup: its source is
+ * an address of this node, which the kernel's input would refuse).
+ * Only known nodes may send. */
+SEC("tc")
+int pal_tun_in(struct __sk_buff *skb)
+{
+	struct state *st = state();
+	if (!st)
+		return PAL_TCX_DROP;
+	struct ep *ep;
+	if (data_begin(skb, st, &ep, PAL_EP_TUNNEL, 0) < 0)
+		return PAL_TCX_DROP;
+	struct bpf_tunnel_key key = {};
+	struct nat_addr node = {};
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) == 0)
+		map4(node.a, bpf_htonl(key.remote_ipv4));
+	else if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), BPF_F_TUNINFO_IPV6) == 0)
+		__builtin_memcpy(node.a, key.remote_ipv6, 16);
+	else
+		return drop(st, PAL_C_TUNNEL_PEER);
+	if (!bpf_map_lookup_elem(&pal_nodes, &node))
+		return drop(st, PAL_C_TUNNEL_PEER);
+	__u32 vni = key.tunnel_id;
+	if (vni == PAL_VNI_REPLY)
+		return tun_reply(skb, st);
+	if (vni != PAL_VNI_TUNNEL && vni != PAL_VNI_DSR)
+		return drop(st, PAL_C_TUNNEL_PEER);
+	/* The inner frame's MAC is the first node's: ours to take. */
+	if (bpf_skb_change_type(skb, 0 /* PACKET_HOST */) < 0)
+		return PAL_TCX_DROP;
+	int nv = nat_tunneled(skb, st, &node, vni);
+	if (nv != PAL_NAT_GO)
+		return nat_verdict(st, nv);
+	skb->mark |= PAL_MARK_SEEN;
 	return PAL_TCX_NEXT;
 }
 

@@ -54,6 +54,8 @@
  * packets may go straight to a veth workload's peer, given one
  * (bpfRedirectToPeer Enabled). */
 #define PAL_EP_PEER_L3 0x40
+/* The node port tunnel's device (nat.h). */
+#define PAL_EP_TUNNEL 0x80
 
 /* pal_state.flags */
 #define PAL_F_OUT 0x1        /* egress hook */
@@ -86,7 +88,10 @@
 #define PAL_C_FRAG_ALLOW 16
 #define PAL_C_FORWARDED 17   /* established, sent on by the program (host conntrack bypass) */
 #define PAL_C_NAT_REJECT 18 /* to a Service without backends (ICMP unreachable), or a flow whose backend left (TCP reset) */
-#define PAL_C_MAX 19
+#define PAL_C_NAT_NOLOCAL 19 /* to a Service whose Local traffic policy allows no backend here */
+#define PAL_C_NAT_TUNNEL 20  /* sent by the node port tunnel to another node */
+#define PAL_C_TUNNEL_PEER 21 /* by the node port tunnel, from no known node or of no known kind */
+#define PAL_C_MAX 22
 
 /* Conntrack flags. */
 #define PAL_CT_ORIG_A 0x01   /* side a opened the flow */

@@ -87,8 +87,9 @@ type Interface struct {
 	Ifindex int
 	Name    string
 	// Kind is "workload", "host", "data" (a host data interface, whose
-	// program only sends established flows to workloads on) or "blocked"
-	// (an unknown workload interface: everything drops).
+	// programs load-balance traffic from outside and send established
+	// flows to workloads on), "tunnel" (the node port tunnel's device) or
+	// "blocked" (an unknown workload interface: everything drops).
 	Kind     string
 	ToHostOK bool
 	Sources  []netip.Prefix
@@ -119,6 +120,8 @@ func (v *View) Interfaces() ([]Interface, error) {
 			in.Kind = "host"
 		case ep.Flags&palbpf.EndpointData != 0:
 			in.Kind = "data"
+		case ep.Flags&palbpf.EndpointTunnel != 0:
+			in.Kind = "tunnel"
 		default:
 			in.Kind = "workload"
 		}

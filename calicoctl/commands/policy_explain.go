@@ -239,6 +239,13 @@ func explanationText(x *calc.Explanation) string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "From:   %s\n", peerText(x.From))
+	if t := x.Service; t != nil {
+		backend := t.Backend
+		if backend == "" {
+			backend = "no endpoints: refused"
+		}
+		fmt.Fprintf(&b, "Service: %s, %s %s -> %s (backends: %s)\n", t.Service, t.Kind, t.Frontend, backend, strings.Join(t.Backends, ", "))
+	}
 	fmt.Fprintf(&b, "To:     %s\n", peerText(x.To))
 	if x.Node != "" {
 		fmt.Fprintf(&b, "Answered by calico-node on %s, from its live state.\n", x.Node)
@@ -288,6 +295,8 @@ func peerText(p calc.Peer) string {
 		return fmt.Sprintf("host endpoint %s (%s on node %s)", p.Name, p.Address, p.Node)
 	case calc.PeerHost:
 		return fmt.Sprintf("host %s (%s, no host endpoint)", p.Node, p.Address)
+	case calc.PeerService:
+		return p.Address + " (a Service address without endpoints)"
 	}
 	return p.Address + " (outside the cluster)"
 }

@@ -406,14 +406,11 @@ func externalNodes(list *[]string) []netip.Prefix {
 }
 
 // FloatingIPsActive says whether workloads' ipNATs are programmed, and
-// when not, why (for a warning): floatingIPs must be Enabled and the
-// dataplane iptables (the eBPF one cannot translate them).
+// when not, why (for a warning): floatingIPs must be Enabled (both
+// dataplanes translate them).
 func (c *Config) FloatingIPsActive() (bool, string) {
-	switch {
-	case c.FloatingIPs != "Enabled":
+	if c.FloatingIPs != "Enabled" {
 		return false, "FelixConfiguration floatingIPs is Disabled"
-	case c.Spec.BPFEnabled != nil && *c.Spec.BPFEnabled:
-		return false, "the eBPF dataplane (bpfEnabled) does not program floating IPs"
 	}
 	return true, ""
 }

@@ -79,9 +79,24 @@ func (x *explainer) explain(q Query) (*Explanation, error) {
 	if q.Protocol == 0 {
 		return nil, badQuery("no protocol")
 	}
+	// A Service address: the packet is judged on a backend, as the
+	// eBPF dataplane's programs translate before policy.
+	var svc *ServiceTranslation
+	if a, err := netip.ParseAddr(q.To.Address); err == nil {
+		if t, be, ok := x.g.translateService(a.Unmap(), q.DstPort, q.Protocol); ok {
+			svc = t
+			if t.Backend != "" {
+				q.To, q.DstPort = End{Address: be.Addr().String()}, be.Port()
+			}
+		}
+	}
 	from, err := x.resolve(q.From, q.To, "--from")
 	if err != nil {
 		return nil, err
+	}
+	if svc != nil && svc.Backend == "" {
+		return &Explanation{From: from.peer, To: Peer{Kind: PeerService, Address: q.To.Address}, Service: svc, Verdict: VerdictDeny,
+			Notes: []string{serviceNote(svc)}, Node: x.g.hostname}, nil
 	}
 	to, err := x.resolve(q.To, q.From, "--to")
 	if err != nil {
@@ -114,7 +129,10 @@ func (x *explainer) explain(q Query) (*Explanation, error) {
 	} else if q.ICMPType != 0 || q.ICMPCode != 0 {
 		return nil, badQuery("an ICMP type or code needs protocol icmp (IPv4) or icmpv6 (IPv6)")
 	}
-	x.out = &Explanation{From: from.peer, To: to.peer, Packet: packetInfo(p)}
+	x.out = &Explanation{From: from.peer, To: to.peer, Packet: packetInfo(p), Service: svc}
+	if svc != nil {
+		x.note("%s", serviceNote(svc))
+	}
 	x.findHolders(from.addr, to.addr)
 	x.paths(from, to, p)
 	x.out.Verdict = VerdictAllow

@@ -51,12 +51,16 @@ const (
 	PeerHostEP   = "HostEndpoint"
 	PeerHost     = "Host"
 	PeerExternal = "External"
+	// PeerService is a Service address with no backend (the packet is
+	// refused before any policy).
+	PeerService = "Service"
 )
 
 // Peer is one end as it was resolved.
 type Peer struct {
 	// Kind is WorkloadEndpoint, HostEndpoint, Host (a node's own address
-	// that no host endpoint holds) or External (outside every IP pool).
+	// that no host endpoint holds), External (outside every IP pool) or
+	// Service (a Service address without endpoints).
 	Kind      string            `json:"kind"`
 	Namespace string            `json:"namespace,omitempty"`
 	Name      string            `json:"name,omitempty"`
@@ -79,6 +83,8 @@ func (p Peer) String() string {
 		return fmt.Sprintf("host endpoint %s (%s on %s)", p.Name, p.Address, p.Node)
 	case PeerHost:
 		return fmt.Sprintf("host %s (%s)", p.Node, p.Address)
+	case PeerService:
+		return fmt.Sprintf("Service address %s (no endpoints)", p.Address)
 	}
 	return fmt.Sprintf("%s (outside the cluster)", p.Address)
 }
@@ -139,11 +145,14 @@ type PacketInfo struct {
 // Explanation is the answer: each side walked, and the verdict (Allow
 // only when every side allows).
 type Explanation struct {
-	Packet  PacketInfo `json:"packet"`
-	From    Peer       `json:"from"`
-	To      Peer       `json:"to"`
-	Sides   []Side     `json:"sides"`
-	Verdict Verdict    `json:"verdict"`
+	Packet PacketInfo `json:"packet"`
+	From   Peer       `json:"from"`
+	To     Peer       `json:"to"`
+	// Service is the translation of a packet to a Service address (the
+	// packet and To are then the backend's).
+	Service *ServiceTranslation `json:"service,omitempty"`
+	Sides   []Side              `json:"sides"`
+	Verdict Verdict             `json:"verdict"`
 	// Notes name what the explanation could not see.
 	Notes []string `json:"notes,omitempty"`
 	// Incomplete says the dataplane's verdict may differ (see Notes): a

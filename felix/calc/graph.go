@@ -154,7 +154,11 @@ func (g *Graph) OnUpdate(u Update) {
 		}
 	case v3.KindNode:
 		n, _ := u.Value.(*v3.Node)
+		before := g.overlay.nodes[k.Name]
 		g.overlay.onNode(k.Name, n)
+		if after := g.overlay.nodes[k.Name]; after.addr4 != before.addr4 || after.addr6 != before.addr6 {
+			g.lb.dirty = true // the load balancer's tunnel peers
+		}
 		g.hosts.onNode(k.Name, n)
 		if g.policies.peering.onNode(k.Name, n) {
 			g.policies.workloadsChanged()

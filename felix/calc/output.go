@@ -217,7 +217,7 @@ type Endpoint struct {
 	AllowSpoofedSourcePrefixes []netip.Prefix
 	// IPNATs (workloads only) are the floating IPs to DNAT to the
 	// workload, from its ipNATs; set only when FelixConfiguration
-	// floatingIPs is Enabled and the dataplane is not eBPF.
+	// floatingIPs is Enabled.
 	IPNATs []NAT
 	// Tiers are the normal policies (for a host endpoint: those for
 	// traffic to and from the host itself).

@@ -68,10 +68,10 @@ func TestAllowSpoofedSourcePrefixesGated(t *testing.T) {
 	}
 }
 
-// TestIPNATsGated: a workload's ipNATs reach the dataplane only with
-// floatingIPs Enabled and not in eBPF mode; otherwise they are left out
-// and named in a warning once per endpoint, saying why. One whose
-// internalIP is not the workload's is always left out.
+// TestIPNATsGated: a workload's ipNATs reach the dataplane (iptables or
+// eBPF) only with floatingIPs Enabled; otherwise they are left out and
+// named in a warning once per endpoint, saying why. One whose internalIP
+// is not the workload's is always left out.
 func TestIPNATsGated(t *testing.T) {
 	hook := logtest.NewGlobal()
 	defer logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
@@ -130,13 +130,14 @@ func TestIPNATsGated(t *testing.T) {
 	if rec.routes[netip.MustParsePrefix("192.0.2.1/32")] != w.Spec.InterfaceName || rec.routes[netip.MustParsePrefix("2001:db8::1/128")] != w.Spec.InterfaceName || fipRoutes() != 2 {
 		t.Errorf("floatingIPs Enabled: routes %v, want the two floating IPs through %s", rec.routes, w.Spec.InterfaceName)
 	}
+	// The eBPF dataplane translates them too.
 	g.OnUpdate(fc("Enabled", true))
 	g.Flush()
-	if got := rec.endpoints[id].IPNATs; got != nil || fipRoutes() != 0 {
-		t.Errorf("eBPF dataplane: ipNATs %v sent, routes %v", got, rec.routes)
+	if got := rec.endpoints[id].IPNATs; !slices.Equal(got, want) || fipRoutes() != 2 {
+		t.Errorf("eBPF dataplane: ipNATs %v sent, routes %v; want %v and their routes", got, rec.routes, want)
 	}
-	if n := warnings("the eBPF dataplane"); n != 1 {
-		t.Errorf("%d eBPF warnings, want 1", n)
+	if n := warnings("not programmed"); n != 0 {
+		t.Errorf("%d warnings on the eBPF dataplane, want none", n)
 	}
 	g.OnUpdate(fc("Disabled", false))
 	g.Flush()

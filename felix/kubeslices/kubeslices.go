@@ -136,26 +136,40 @@ func slim(obj any) (any, error) {
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
 		for i, ep := range s.Endpoints {
-			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses, Conditions: ep.Conditions}
+			out.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses, Conditions: ep.Conditions, NodeName: ep.NodeName}
 		}
 	}
 	return out, nil
 }
 
 // slimService is the Service informer's transform: the cache keeps only
-// what ConvertService reads (type, cluster addresses, ports).
+// what ConvertService reads (type, addresses, ports, traffic policies,
+// session affinity, the load balancer's ingress addresses and Calico's
+// Maglev annotation).
 func slimService(obj any) (any, error) {
 	s, ok := obj.(*corev1.Service)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Service{
+	out := &corev1.Service{
 		ObjectMeta: listwatch.Meta(s.ObjectMeta),
 		Spec: corev1.ServiceSpec{
 			Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs, Ports: s.Spec.Ports,
+			ExternalIPs: s.Spec.ExternalIPs, ExternalTrafficPolicy: s.Spec.ExternalTrafficPolicy,
+			InternalTrafficPolicy: s.Spec.InternalTrafficPolicy, SessionAffinity: s.Spec.SessionAffinity,
+			SessionAffinityConfig: s.Spec.SessionAffinityConfig,
 		},
-	}, nil
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: s.Status.LoadBalancer.Ingress}},
+	}
+	if v, ok := s.Annotations[ExternalTrafficStrategyAnnotation]; ok {
+		out.Annotations = map[string]string{ExternalTrafficStrategyAnnotation: v}
+	}
+	return out, nil
 }
+
+// ExternalTrafficStrategyAnnotation is Calico's annotation that gives a
+// Service's external traffic Maglev consistent hashing (value "maglev").
+const ExternalTrafficStrategyAnnotation = "lb.projectcalico.org/external-traffic-strategy"
 
 // Convert keeps what felix needs of a slice: its Service (the
 // kubernetes.io/service-name label; none for a slice of no Service), the
@@ -175,10 +189,14 @@ func Convert(s *discoveryv1.EndpointSlice) *calc.EndpointSlice {
 			for _, a := range ep.Addresses {
 				if ip, err := netip.ParseAddr(a); err == nil {
 					out.Addresses = append(out.Addresses, ip.Unmap())
-					out.Endpoints = append(out.Endpoints, calc.SliceEndpoint{
+					e := calc.SliceEndpoint{
 						Addr: ip.Unmap(), Ready: c.Ready == nil || *c.Ready, Serving: c.Serving == nil || *c.Serving,
 						Terminating: c.Terminating != nil && *c.Terminating,
-					})
+					}
+					if ep.NodeName != nil {
+						e.NodeName = *ep.NodeName
+					}
+					out.Endpoints = append(out.Endpoints, e)
 				}
 			}
 		}
@@ -204,24 +222,53 @@ func Convert(s *discoveryv1.EndpointSlice) *calc.EndpointSlice {
 }
 
 // ConvertService keeps what the load balancer needs of a Service: its
-// cluster addresses (none for a headless or an ExternalName Service) and
-// its ports of TCP, UDP and SCTP.
+// type, cluster, external and load balancer addresses (none for an
+// ExternalName Service), its ports of TCP, UDP and SCTP with their node
+// ports, its traffic policies, session affinity and whether Calico's
+// Maglev annotation asks for consistent hashing.
 func ConvertService(s *corev1.Service) *calc.Service {
 	out := &calc.Service{
 		TypeMeta:   v3.TypeMeta{Kind: calc.KindService},
 		ObjectMeta: v3.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
 	}
-	if s.Spec.Type != corev1.ServiceTypeExternalName {
-		ips := s.Spec.ClusterIPs
-		if len(ips) == 0 && s.Spec.ClusterIP != "" {
-			ips = []string{s.Spec.ClusterIP}
-		}
-		for _, a := range ips {
+	if s.Spec.Type == corev1.ServiceTypeExternalName {
+		return out
+	}
+	switch s.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		out.Type = calc.ServiceNodePort
+	case corev1.ServiceTypeLoadBalancer:
+		out.Type = calc.ServiceLoadBalancer
+	default:
+		out.Type = calc.ServiceClusterIP
+	}
+	addrs := func(in []string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range in {
 			if ip, err := netip.ParseAddr(a); err == nil {
-				out.ClusterIPs = append(out.ClusterIPs, ip.Unmap())
+				out = append(out, ip.Unmap())
 			}
 		}
+		return out
 	}
+	ips := s.Spec.ClusterIPs
+	if len(ips) == 0 && s.Spec.ClusterIP != "" {
+		ips = []string{s.Spec.ClusterIP}
+	}
+	out.ClusterIPs = addrs(ips)
+	out.ExternalIPs = addrs(s.Spec.ExternalIPs)
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		out.LoadBalancerIPs = append(out.LoadBalancerIPs, addrs([]string{in.IP})...)
+	}
+	out.ExternalLocal = s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	out.InternalLocal = s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		out.AffinitySeconds = calc.DefaultAffinitySeconds
+		if c := s.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+			out.AffinitySeconds = uint32(*c.ClientIP.TimeoutSeconds)
+		}
+	}
+	out.Maglev = strings.EqualFold(s.Annotations[ExternalTrafficStrategyAnnotation], "maglev")
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
 		if proto == "" {
@@ -230,7 +277,11 @@ func ConvertService(s *corev1.Service) *calc.Service {
 		switch proto {
 		case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
 			if p.Port >= 1 && p.Port <= 65535 {
-				out.Ports = append(out.Ports, calc.ServiceSpecPort{Name: p.Name, Proto: strings.ToLower(string(proto)), Port: uint16(p.Port)})
+				sp := calc.ServiceSpecPort{Name: p.Name, Proto: strings.ToLower(string(proto)), Port: uint16(p.Port)}
+				if p.NodePort >= 1 && p.NodePort <= 65535 {
+					sp.NodePort = uint16(p.NodePort)
+				}
+				out.Ports = append(out.Ports, sp)
 			}
 		}
 	}

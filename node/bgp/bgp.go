@@ -357,8 +357,8 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 // WorkloadEndpoints' ipNATs), their own addresses (ipNetworks) and this
 // node's WorkloadEndpoints (local workload peering), and says whether
 // this node's felix programs floating IPs: its FelixConfiguration
-// (node.<name> over default) has floatingIPs Enabled and bpfEnabled not
-// set, as felix/calc decides.
+// (node.<name> over default) has floatingIPs Enabled, as felix/calc
+// decides (on either dataplane).
 func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Floating, local []v3.WorkloadEndpoint, on bool, err error) {
 	weps, err := listAs[*v3.WorkloadEndpoint](ctx, cfg.Store, v3.KindWorkloadEndpoint)
 	if err != nil {
@@ -385,21 +385,15 @@ func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Float
 	if err != nil {
 		return nil, nil, nil, false, err
 	}
-	floatingIPs, bpf := "", false
+	floatingIPs := ""
 	for _, name := range []string{"default", "node." + cfg.NodeName} {
 		for _, fc := range fcs {
-			if fc.Name != name {
-				continue
-			}
-			if fc.Spec.FloatingIPs != "" {
+			if fc.Name == name && fc.Spec.FloatingIPs != "" {
 				floatingIPs = fc.Spec.FloatingIPs
-			}
-			if fc.Spec.BPFEnabled != nil {
-				bpf = *fc.Spec.BPFEnabled
 			}
 		}
 	}
-	return floating, own, local, strings.EqualFold(floatingIPs, "Enabled") && !bpf, nil
+	return floating, own, local, strings.EqualFold(floatingIPs, "Enabled"), nil
 }
 
 // listAs lists one kind.

@@ -29,6 +29,19 @@ func mapSizeConntrack(cfg *calc.Config) int {
 	return 0
 }
 
+// intOr0 is a map size's setting, 0 (the default) when unset.
+func intOr0(v *int) int {
+	if v == nil || *v < 0 {
+		return 0
+	}
+	return *v
+}
+
+// natMapSizes are the NAT maps' settings, to tell when they changed.
+func natMapSizes(cfg *calc.Config) [3]int {
+	return [3]int{intOr0(cfg.Spec.BPFMapSizeNATFrontend), intOr0(cfg.Spec.BPFMapSizeNATBackend), intOr0(cfg.Spec.BPFMapSizeNATAffinity)}
+}
+
 func mapSizeIPSets(cfg *calc.Config) int {
 	if cfg.Spec.BPFMapSizeIPSets != nil {
 		return *cfg.Spec.BPFMapSizeIPSets
@@ -103,7 +116,10 @@ func (d *Driver) setup(ctx context.Context) error {
 		}
 	}
 	d.timeouts = timeouts
-	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg), Timeouts: timeouts, Log: d.log})
+	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg),
+		MaglevEntries: d.lb.settings.maglevEntries(), NATFrontendEntries: intOr0(d.cfg.Spec.BPFMapSizeNATFrontend),
+		NATBackendEntries: intOr0(d.cfg.Spec.BPFMapSizeNATBackend), NATAffinityEntries: intOr0(d.cfg.Spec.BPFMapSizeNATAffinity),
+		Timeouts: timeouts, Log: d.log})
 	if err != nil {
 		return err
 	}
@@ -233,6 +249,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if err := d.sets.applyAdds(d.objs); err != nil {
 		errs = append(errs, err)
 	}
+	if err := d.applyTunnel(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := d.lb.apply(d.objs); err != nil {
 		errs = append(errs, err)
 	}
@@ -256,6 +275,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 	ifaceErr := d.ifaces.apply(want)
 	if ifaceErr != nil {
 		errs = append(errs, ifaceErr)
+	}
+	if err := d.applyFloating(); err != nil {
+		errs = append(errs, err)
 	}
 	phase("ifaces")
 	if d.releaseRoutes() > 0 {
@@ -444,7 +466,11 @@ func (d *Driver) applyIptables(ctx context.Context, errs *[]error) bool {
 			}
 		}
 		for _, t := range tables {
-			t.SetChains(rs.Tables[t.Name])
+			chains := rs.Tables[t.Name]
+			if t.Name == "nat" {
+				chains = d.withFloating(chains, v)
+			}
+			t.SetChains(chains)
 			t.SetJumps(rs.Jumps, d.cfg.ChainInsertMode)
 			if _, err := t.Apply(ctx); err != nil {
 				*errs = append(*errs, err)

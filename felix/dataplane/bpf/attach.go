@@ -138,9 +138,12 @@ func (a *attacher) hasLocked(idx, kind int) bool {
 }
 
 // tcFor reports whether kind's programs are attached as cls_bpf filters:
-// with bpfAttachType TC, but for a data interface's (TCX, which leaves
-// the host's qdiscs alone); every kind's on a kernel without TCX.
-func (a *attacher) tcFor(kind int) bool { return a.noTCX || (a.useTC && kind != palbpf.KindData) }
+// with bpfAttachType TC, but for a data interface's and the tunnel
+// device's (TCX, which leaves the host's qdiscs alone); every kind's on a
+// kernel without TCX.
+func (a *attacher) tcFor(kind int) bool {
+	return a.noTCX || (a.useTC && kind != palbpf.KindData && kind != palbpf.KindTunnel)
+}
 
 // hasTCXLocked reports whether kind's hooks' TCX links run its entry
 // programs.
@@ -151,8 +154,8 @@ func (a *attacher) hasTCXLocked(idx, kind int) bool {
 			return false
 		}
 	}
-	if kind == palbpf.KindData && a.att[[2]int{idx, int(palbpf.Out)}] != nil {
-		return false // left by the host endpoint it was
+	if kind == palbpf.KindTunnel && a.att[[2]int{idx, int(palbpf.Out)}] != nil {
+		return false // left by what the interface was before
 	}
 	return true
 }
@@ -240,10 +243,10 @@ func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
 		}
 	}
 	linked := errs[0] == nil && errs[1] == nil
-	// A hook the kind has no program for (a data interface's out, once a
-	// host endpoint's) loses the one it had.
+	// A hook the kind has no program for (the tunnel device's out) loses
+	// the one it had.
 	var stale *palbpf.Attachment
-	if kind == palbpf.KindData && linked {
+	if kind == palbpf.KindTunnel && linked {
 		stale = a.att[[2]int{idx, int(palbpf.Out)}]
 		delete(a.att, [2]int{idx, int(palbpf.Out)})
 	}

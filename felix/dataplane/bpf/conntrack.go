@@ -42,6 +42,24 @@ func ctTimeout(t palbpf.Timeouts, proto uint8, flags uint32) time.Duration {
 	return t.Other
 }
 
+// natTimeout is how long a flow's translation lives after its last
+// packet, as the programs judge it (nat_timeout in c/nat.h).
+func natTimeout(t palbpf.Timeouts, proto uint8, flags uint8) time.Duration {
+	switch proto {
+	case 6:
+		switch {
+		case flags&palbpf.NATFlagRST != 0:
+			return t.TCPResetSeen
+		case flags&(palbpf.NATFlagFinC|palbpf.NATFlagFinB) == palbpf.NATFlagFinC|palbpf.NATFlagFinB:
+			return t.TCPFinsSeen
+		}
+		return t.TCPEstablished
+	case 17:
+		return t.UDP
+	}
+	return t.Other
+}
+
 // monotonic is the clock of bpf_ktime_get_ns.
 func monotonic() uint64 {
 	var ts unix.Timespec
@@ -101,6 +119,8 @@ func reuse[K any](keys []K) []K {
 type sweepBufs struct {
 	ct       batchBuf[palbpf.CTKey, palbpf.CTValue]
 	frag     batchBuf[palbpf.FragKey, uint64]
+	nat      batchBuf[palbpf.NATKey, palbpf.NATValue]
+	nstale   []palbpf.NATKey
 	counters batchBuf[palbpf.CounterKey, palbpf.CounterValue]
 	stale    []palbpf.CTKey
 	fstale   []palbpf.FragKey
@@ -125,44 +145,49 @@ func deleteAll[K any](m *ebpf.Map, keys []K) (int, error) {
 	return deleted, nil
 }
 
-// collectConntrack deletes the conntrack and fragment entries that expired
-// and, with the counters, those of interfaces gone. It returns how many
-// conntrack entries went.
+// sweepStale deletes the entries of a map that expired says are stale
+// (the walk's buffer b, the stale keys' kept in *stale); it returns how
+// many it deleted.
+func sweepStale[K, V any](m *ebpf.Map, name string, b *batchBuf[K, V], stale *[]K, expired func(k *K, v *V) bool) (int, error) {
+	keys := (*stale)[:0]
+	var errs []error
+	if err := b.walk(m, 1, func(ks []K, vs []V) {
+		for i := range ks {
+			if expired(&ks[i], &vs[i]) {
+				keys = append(keys, ks[i])
+			}
+		}
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading %s: %w", name, err))
+	}
+	*stale = reuse(keys)
+	n, err := deleteAll(m, keys)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("deleting from %s: %w", name, err))
+	}
+	return n, errors.Join(errs...)
+}
+
+// collectConntrack deletes the conntrack, flow translation and fragment
+// entries that expired and, with the counters, those of interfaces gone.
+// It returns how many conntrack entries went.
 func collectConntrack(objs *palbpf.Objects, t palbpf.Timeouts, gone map[uint32]bool, b *sweepBufs) (int, error) {
 	now := monotonic()
-	var errs []error
-	ct := objs.Maps[palbpf.MapCT]
-	stale := b.stale[:0]
-	if err := b.ct.walk(ct, 1, func(keys []palbpf.CTKey, vals []palbpf.CTValue) {
-		for i, k := range keys {
-			v := &vals[i]
-			if gone[k.Ifindex] || now > v.LastSeen && time.Duration(now-v.LastSeen) > ctTimeout(t, k.Proto, v.Flags) {
-				stale = append(stale, k)
-			}
-		}
-	}); err != nil {
-		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapCT, err))
+	expired := func(last uint64, timeout time.Duration) bool {
+		return now > last && time.Duration(now-last) > timeout
 	}
-	b.stale = reuse(stale)
-	deleted, err := deleteAll(ct, stale)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapCT, err))
-	}
-	frag := objs.Maps[palbpf.MapFrag]
-	fstale := b.fstale[:0]
-	if err := b.frag.walk(frag, 1, func(keys []palbpf.FragKey, vals []uint64) {
-		for i, k := range keys {
-			if gone[k.Ifindex] || now > vals[i] && time.Duration(now-vals[i]) > t.Fragment {
-				fstale = append(fstale, k)
-			}
-		}
-	}); err != nil {
-		errs = append(errs, fmt.Errorf("reading %s: %w", palbpf.MapFrag, err))
-	}
-	b.fstale = reuse(fstale)
-	if _, err := deleteAll(frag, fstale); err != nil {
-		errs = append(errs, fmt.Errorf("deleting from %s: %w", palbpf.MapFrag, err))
-	}
+	deleted, err := sweepStale(objs.Maps[palbpf.MapCT], palbpf.MapCT, &b.ct, &b.stale, func(k *palbpf.CTKey, v *palbpf.CTValue) bool {
+		return gone[k.Ifindex] || expired(v.LastSeen, ctTimeout(t, k.Proto, v.Flags))
+	})
+	errs := []error{err}
+	_, err = sweepStale(objs.Maps[palbpf.MapNAT], palbpf.MapNAT, &b.nat, &b.nstale, func(k *palbpf.NATKey, v *palbpf.NATValue) bool {
+		return expired(v.LastSeen, natTimeout(t, k.Proto, v.Flags))
+	})
+	errs = append(errs, err)
+	_, err = sweepStale(objs.Maps[palbpf.MapFrag], palbpf.MapFrag, &b.frag, &b.fstale, func(k *palbpf.FragKey, last *uint64) bool {
+		return gone[k.Ifindex] || expired(*last, t.Fragment)
+	})
+	errs = append(errs, err)
 	if len(gone) > 0 {
 		counters := objs.Maps[palbpf.MapCounters]
 		cpus, err := ebpf.PossibleCPU()

@@ -189,3 +189,40 @@ func TestConfigTimeouts(t *testing.T) {
 		t.Errorf("timeouts %+v, want %+v", got, want)
 	}
 }
+
+// TestCollectNAT: flows' translations expire as conntrack's do, by
+// protocol and TCP state (both FINs, a reset), and only those.
+func TestCollectNAT(t *testing.T) {
+	objs, timeouts := openObjects(t, "nat")
+	now := monotonic()
+	ago := func(d time.Duration) uint64 { return now - uint64(d) }
+	entries := []struct {
+		name  string
+		key   palbpf.NATKey
+		val   palbpf.NATValue
+		stays bool
+	}{
+		{"udp fresh", palbpf.NATKey{Proto: 17, Sport: 1}, palbpf.NATValue{LastSeen: ago(10 * time.Second), Kind: palbpf.NATForward}, true},
+		{"udp idle", palbpf.NATKey{Proto: 17, Sport: 2}, palbpf.NATValue{LastSeen: ago(2 * time.Minute), Kind: palbpf.NATReverse}, false},
+		{"tcp established", palbpf.NATKey{Proto: 6, Sport: 3}, palbpf.NATValue{LastSeen: ago(10 * time.Minute), Kind: palbpf.NATForward}, true},
+		{"tcp one FIN", palbpf.NATKey{Proto: 6, Sport: 4}, palbpf.NATValue{LastSeen: ago(time.Minute), Flags: palbpf.NATFlagFinC}, true},
+		{"tcp both FINs", palbpf.NATKey{Proto: 6, Sport: 5}, palbpf.NATValue{LastSeen: ago(time.Minute), Flags: palbpf.NATFlagFinC | palbpf.NATFlagFinB}, false},
+		{"tcp reset", palbpf.NATKey{Proto: 6, Sport: 6}, palbpf.NATValue{LastSeen: ago(20 * time.Second), Flags: palbpf.NATFlagRST}, false},
+		{"tcp idle", palbpf.NATKey{Proto: 6, Sport: 7}, palbpf.NATValue{LastSeen: ago(2 * time.Hour), Kind: palbpf.NATTunnel}, false},
+	}
+	m := objs.Maps[palbpf.MapNAT]
+	for _, e := range entries {
+		if err := m.Put(e.key, e.val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := collectConntrack(objs, timeouts, nil, &sweepBufs{}); err != nil {
+		t.Fatal(err)
+	}
+	var v palbpf.NATValue
+	for _, e := range entries {
+		if err := m.Lookup(e.key, &v); (err == nil) != e.stays {
+			t.Errorf("%s: present %v, want %v", e.name, err == nil, e.stays)
+		}
+	}
+}

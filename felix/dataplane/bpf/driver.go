@@ -125,6 +125,9 @@ type Driver struct {
 		workloads map[string]*epState
 		named     map[string]*epState
 	}
+	// fipWant are the floating IPs (workloads' ipNATs, when floatingIPs
+	// is Enabled) as wanted() last found them, for MapFloating.
+	fipWant map[palbpf.NodeKey]palbpf.FloatingValue
 	// eventView is what the Log reader was last given, by interface.
 	eventView map[int]eventViewKey
 	// rendered is what BPFMode rendered for cfg, by family.
@@ -233,8 +236,8 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 		d.log.Warn("iptablesBackend or ipv6Support changed: restart felix to apply")
 	}
 	if d.cfg != nil && d.objs != nil && (mapSizeConntrack(cfg) != mapSizeConntrack(d.cfg) || mapSizeIPSets(cfg) != mapSizeIPSets(d.cfg) ||
-		!reflect.DeepEqual(cfg.Spec.BPFConntrackTimeouts, d.cfg.Spec.BPFConntrackTimeouts)) {
-		d.log.Warn("bpfMapSizeConntrack, bpfMapSizeIPSets or bpfConntrackTimeouts changed: restart felix to apply")
+		natMapSizes(cfg) != natMapSizes(d.cfg) || !reflect.DeepEqual(cfg.Spec.BPFConntrackTimeouts, d.cfg.Spec.BPFConntrackTimeouts)) {
+		d.log.Warn("bpfMapSize* or bpfConntrackTimeouts changed: restart felix to apply")
 	}
 	d.cfg = cfg
 	d.hosts.Configure(cfg, d.log)
@@ -268,6 +271,11 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 			d.l3Pattern = re
 		}
 	}
+	lbs := lbSettingsOf(cfg, d.log)
+	if d.objs != nil && lbs.maglevEntries() != d.lb.settings.maglevEntries() {
+		d.log.Warn("bpfMaglevMaxEndpointsPerService or bpfMaglevMaxServices changed the Maglev map's size: restart felix to apply")
+	}
+	d.lb.settings, d.lb.log, d.lb.dirty = lbs, d.log, true
 	d.stagesDirty, d.failsafeDirty = true, true
 	warnIgnored(cfg, d.log)
 }

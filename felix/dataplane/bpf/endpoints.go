@@ -144,6 +144,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 		return out
 	}
 	want, workloads, named := b.want, b.workloads, b.named
+	if d.fipWant == nil {
+		d.fipWant = map[palbpf.NodeKey]palbpf.FloatingValue{}
+	}
+	clear(d.fipWant)
 	clear(want)
 	clear(workloads)
 	clear(named)
@@ -170,6 +174,9 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 				if li.veth && redirectToPeer(d.cfg) != "Disabled" {
 					flags |= palbpf.EndpointVeth
 				}
+				for _, n := range st.ep.IPNATs {
+					d.fipWant[palbpf.NodeKey{A: palbpf.Addr16(n.External)}] = palbpf.FloatingValue{Internal: palbpf.Addr16(n.Internal), Ifindex: uint32(li.index)}
+				}
 				w.ep = palbpf.Endpoint{Flags: flags, L2len: li.l2, Slots: slotsOf(st), Src4: ownSrc4(st.ep)}
 				if st.srcs == nil || st.srcsFor != li.index {
 					st.srcs, st.srcsFor = sources(li.index, st.ep, d.cfg), li.index
@@ -177,6 +184,10 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 				w.srcs = st.srcs
 			}
 			want[li.index] = w
+			continue
+		}
+		if name == palbpf.TunnelDevice {
+			want[li.index] = ifaceWant{name: name, kind: palbpf.KindTunnel, ep: palbpf.Endpoint{Flags: palbpf.EndpointTunnel, L2len: li.l2}}
 			continue
 		}
 		st := named[name]
@@ -215,13 +226,12 @@ func redirectToPeer(cfg *calc.Config) string {
 const defaultDataIfacePattern = `^((en|wl|ww|sl|ib)[Popsx].*|(eth|wlan|wwan).*)`
 
 // dataIface reports whether an interface that is neither a workload's nor
-// a host endpoint's gets the data interface program: it matches
+// a host endpoint's gets the data interface programs (the load balancer
+// of traffic from outside, the host conntrack bypass): it matches
 // bpfDataIfacePattern or bpfL3IfacePattern (Calico's list of tunnel
-// devices beside the data interfaces), and the host conntrack bypass is
-// on (the program does nothing else) with a kernel that could load it.
+// devices beside the data interfaces).
 func (d *Driver) dataIface(name string) bool {
-	matches := (d.dataPattern != nil && d.dataPattern.MatchString(name)) || (d.l3Pattern != nil && d.l3Pattern.MatchString(name))
-	return matches && d.forward != nil && *d.forward && d.objs.Entry[palbpf.KindData][palbpf.In] != nil
+	return (d.dataPattern != nil && d.dataPattern.MatchString(name)) || (d.l3Pattern != nil && d.l3Pattern.MatchString(name))
 }
 
 func (d *Driver) isWorkloadIface(name string) bool {

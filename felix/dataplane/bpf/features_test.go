@@ -17,7 +17,7 @@ import (
 // TestNoTCXFallback: featureDetectOverride TCX=false (a kernel without
 // TCX, such as Debian 12's 6.1) makes every attachment a cls_bpf filter,
 // whatever bpfAttachType says: a workload interface's two hooks and a
-// data interface's ingress, with no TCX link; the pod is reached through
+// data interface's hooks, with no TCX link; the pod is reached through
 // them. Dropping the override moves them to TCX links, and putting it
 // back to filters again.
 func TestNoTCXFallback(t *testing.T) {
@@ -64,7 +64,7 @@ func TestNoTCXFallback(t *testing.T) {
 	d.OnRouteUpdate(calc.Route{Dst: netip.PrefixFrom(addr, 32), Iface: iface})
 	applySettled(t, d)
 
-	dataProg := d.objs.EntryID[palbpf.KindData][palbpf.In]
+	dataProg := d.objs.EntryID[palbpf.KindData]
 	check := func(when string, tc bool) {
 		t.Helper()
 		links, err := d.objs.Links()
@@ -85,7 +85,7 @@ func TestNoTCXFallback(t *testing.T) {
 			what string
 			idx  int
 			want [2]ebpf.ProgramID
-		}{{"workload " + iface, idx, d.objs.EntryID[palbpf.KindWorkload]}, {"data interface ethtst0", dl.Attrs().Index, [2]ebpf.ProgramID{dataProg, 0}}} {
+		}{{"workload " + iface, idx, d.objs.EntryID[palbpf.KindWorkload]}, {"data interface ethtst0", dl.Attrs().Index, dataProg}} {
 			filters, err := d.objs.TCPrograms(c.idx)
 			if err != nil {
 				t.Fatal(err)
@@ -102,8 +102,8 @@ func TestNoTCXFallback(t *testing.T) {
 			t.Errorf("%s: the node does not reach the pod: %v", when, err)
 		}
 	}
-	if dataProg == 0 {
-		t.Fatal("the data interface program is not loaded (no nf_conntrack kfuncs?)")
+	if dataProg[palbpf.In] == 0 || dataProg[palbpf.Out] == 0 {
+		t.Fatal("the data interface programs are not loaded")
 	}
 	check("TCX=false", true)
 	configure("")

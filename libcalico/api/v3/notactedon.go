@@ -82,6 +82,9 @@ var FelixConfigurationActedOn = map[string]bool{
 	// The connect-time load balancer (felix/dataplane/bpf/ctlb.go).
 	"bpfConnectTimeLoadBalancing": true, "bpfHostNetworkedNATWithoutCTLB": true, "bpfConnectTimeLoadBalancingEnabled": true,
 	"cgroupV2Path": true,
+	// The load balancer of Services (felix/dataplane/bpf/services.go).
+	"bpfExternalServiceMode": true, "bpfDSROptoutCIDRs": true, "bpfMaglevMaxEndpointsPerService": true, "bpfMaglevMaxServices": true,
+	"bpfMapSizeNATFrontend": true, "bpfMapSizeNATBackend": true, "bpfMapSizeNATAffinity": true,
 	// Health and Prometheus metrics (docs/metrics.md).
 	"healthEnabled": true, "healthHost": true, "healthPort": true, "healthTimeoutOverrides": true,
 	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,
