@@ -214,9 +214,9 @@ struct frag_value {
 /* Per-rule and per-reason packet and byte counters (per CPU, summed when
  * read). rule is, for a policy stage, the stable id of the rule (or
  * implicit end) that decided, as the program's description names it: a
- * hash of where the rule is and what it says, so a rewritten program
- * keeps counting its unchanged rules and never counts a changed one
- * under the old one's key. For PAL_COUNTER_GENERAL it is a PAL_C_*. */
+ * hash of where the rule is and of its policy's rules, so an edited
+ * policy counts anew and the others of a rewritten program keep counting
+ * (as iptables chains do). For PAL_COUNTER_GENERAL it is a PAL_C_*. */
 struct counter_key {
 	__u32 ifindex;
 	__u8 stage; /* PAL_STAGE_* or PAL_COUNTER_GENERAL */
