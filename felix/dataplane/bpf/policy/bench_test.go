@@ -1,14 +1,19 @@
 package policy
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 )
 
 // loIfindex is the loopback interface, where BPF_PROG_TEST_RUN puts a
@@ -167,4 +172,108 @@ func median(d []time.Duration) time.Duration {
 		}
 	}
 	return s[len(s)/2]
+}
+
+// BenchmarkMapLookup measures what one map lookup costs a program, the
+// unit of a per-packet policy decision that does not walk the rules
+// (felix/dataplane/bpf/DESIGN.md, "Towards a per-packet cost independent
+// of the rule count"): an LPM trie like pal_sets (64-bit id, then the
+// address) of 10 to 100,000 members, a hash of the same key, and an
+// array. A program looks one key up 1 and 33 times (BPF_PROG_TEST_RUN,
+// 200,000 runs each); the difference over 32 is one lookup.
+func BenchmarkMapLookup(b *testing.B) {
+	nstest.RequireRoot(b)
+	r := rand.New(rand.NewPCG(28, 1))
+	key := func(bits int) []byte {
+		k := make([]byte, 24)
+		binary.LittleEndian.PutUint32(k, uint32(64+96+bits))
+		binary.BigEndian.PutUint64(k[4:], 0x5041)
+		k[18], k[19] = 0xff, 0xff
+		binary.BigEndian.PutUint32(k[20:], r.Uint32()&^(1<<(32-bits)-1))
+		return k
+	}
+	fill := func(typ ebpf.MapType, n int) (*ebpf.Map, []byte) {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: typ, KeySize: 24, ValueSize: 4, MaxEntries: uint32(n), Flags: unix.BPF_F_NO_PREALLOC})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var k []byte
+		for i := range n {
+			// Members as a set's: mostly pods' /32s, some /24 nets.
+			bits := 32
+			if i%8 == 0 && typ == ebpf.LPMTrie {
+				bits = 24
+			}
+			k = key(bits)
+			if err := m.Put(k, uint32(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		binary.LittleEndian.PutUint32(k, 64+128)
+		return m, k
+	}
+	for _, c := range []struct {
+		name string
+		typ  ebpf.MapType
+		n    int
+	}{
+		{"lpm=10", ebpf.LPMTrie, 10}, {"lpm=1000", ebpf.LPMTrie, 1000}, {"lpm=10000", ebpf.LPMTrie, 10000},
+		{"lpm=100000", ebpf.LPMTrie, 100000}, {"hash=10000", ebpf.Hash, 10000}, {"array", ebpf.Array, 0},
+	} {
+		var per time.Duration
+		b.Run(c.name, func(b *testing.B) {
+			if per == 0 {
+				var m *ebpf.Map
+				var k []byte
+				if c.typ == ebpf.Array {
+					var err error
+					m, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1 << 20})
+					if err != nil {
+						b.Fatal(err)
+					}
+					k = binary.LittleEndian.AppendUint32(nil, 12345)
+				} else {
+					m, k = fill(c.typ, c.n)
+				}
+				defer m.Close()
+				once, many := lookupLoop(b, m, k, 1), lookupLoop(b, m, k, 33)
+				per = (many - once) / 32
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/lookup")
+		})
+	}
+}
+
+// lookupLoop is the median time of a program that looks key up in m n
+// times.
+func lookupLoop(b *testing.B, m *ebpf.Map, key []byte, n int) time.Duration {
+	var insns asm.Instructions
+	for i := 0; i < len(key); i += 4 {
+		insns = append(insns, asm.StoreImm(asm.RFP, int16(-32+i), int64(int32(binary.LittleEndian.Uint32(key[i:]))), asm.Word))
+	}
+	insns = append(insns,
+		asm.Mov.Imm(asm.R6, int32(n)),
+		asm.LoadMapPtr(asm.R1, m.FD()).WithSymbol("loop"),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -32),
+		asm.FnMapLookupElem.Call(),
+		asm.Sub.Imm(asm.R6, 1),
+		asm.JNE.Imm(asm.R6, 0, "loop"),
+		asm.Mov.Imm(asm.R0, 0),
+		asm.Return(),
+	)
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Dual MIT/GPL", Instructions: insns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	var ds []time.Duration
+	for range 5 {
+		_, d, err := p.Benchmark(make([]byte, 64), 200000, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	return median(ds)
 }
