@@ -184,16 +184,18 @@ func median(d []time.Duration) time.Duration {
 func BenchmarkMapLookup(b *testing.B) {
 	nstest.RequireRoot(b)
 	r := rand.New(rand.NewPCG(28, 1))
+	// A pal_sets key: prefix length, the set's 64-bit id, the address
+	// (IPv4-mapped).
 	key := func(bits int) []byte {
-		k := make([]byte, 24)
+		k := make([]byte, 28)
 		binary.LittleEndian.PutUint32(k, uint32(64+96+bits))
 		binary.BigEndian.PutUint64(k[4:], 0x5041)
-		k[18], k[19] = 0xff, 0xff
-		binary.BigEndian.PutUint32(k[20:], r.Uint32()&^(1<<(32-bits)-1))
+		k[22], k[23] = 0xff, 0xff
+		binary.BigEndian.PutUint32(k[24:], r.Uint32()&^(1<<(32-bits)-1))
 		return k
 	}
 	fill := func(typ ebpf.MapType, n int) (*ebpf.Map, []byte) {
-		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: typ, KeySize: 24, ValueSize: 4, MaxEntries: uint32(n), Flags: unix.BPF_F_NO_PREALLOC})
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: typ, KeySize: 28, ValueSize: 4, MaxEntries: uint32(n), Flags: unix.BPF_F_NO_PREALLOC})
 		if err != nil {
 			b.Fatal(err)
 		}
