@@ -41,6 +41,9 @@ type (
 	// NATKey and NATValue are one flow's translation.
 	NATKey   = palisadeNatKey
 	NATValue = palisadeNatValue
+	// ID6Key is an IPv6 prefix's key in MapID6 (the policy engine's
+	// identities of IPv6 addresses, by generation).
+	ID6Key = palisadeId6Key
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by
@@ -62,6 +65,10 @@ const (
 	MapBackends     = "pal_be"
 	MapBackendsLive = "pal_be_live"
 	MapNAT          = "pal_nat"
+	// The policy engine (c/engine.h): its data, and the identities of
+	// IPv6 addresses.
+	MapPolicy = "pal_pol"
+	MapID6    = "pal_id6"
 )
 
 // Stages (PAL_STAGE_*): one policy program each. In is a packet arriving

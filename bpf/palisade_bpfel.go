@@ -68,6 +68,30 @@ type palisadeCtValue struct {
 	Pad      uint32
 }
 
+type palisadeEng struct {
+	_      structs.HostLayout
+	Sub    [16][4]uint32
+	Acc    [16]uint64
+	Rec    [4]uint32
+	Sigs   uint32
+	Words  uint32
+	U      uint32
+	E      uint32
+	P      uint32
+	Nent   uint32
+	Pos    uint32
+	W      uint32
+	Cw     uint32
+	First  uint32
+	Live   uint32
+	Rest   uint32
+	Result int32
+	_      [4]byte
+	Cand   uint64
+	Bit    uint64
+	M      uint64
+}
+
 type palisadeEp struct {
 	_     structs.HostLayout
 	Flags uint32
@@ -100,6 +124,13 @@ type palisadeFragValue struct {
 	LastSeen uint64
 }
 
+type palisadeId6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Gen       uint32
+	Addr      [16]uint8
+}
+
 type palisadeNatKey struct {
 	_     structs.HostLayout
 	Src   [16]uint8
@@ -119,6 +150,11 @@ type palisadeNatValue struct {
 	Ifindex uint32
 	Svc     uint32
 	Pad     uint32
+}
+
+type palisadePol struct {
+	_ structs.HostLayout
+	W [2097152]uint64
 }
 
 type palisadePortKey struct {
@@ -175,7 +211,7 @@ type palisadeState struct {
 	_        [4]byte
 	RuleId   uint64
 	CtMs     uint32
-	Pad      uint32
+	Slot     uint32
 }
 
 type palisadeSvcKey struct {
@@ -202,11 +238,14 @@ const (
 	palisadeMapPalBeLive        = "pal_be_live"
 	palisadeMapPalCounters      = "pal_counters"
 	palisadeMapPalCt            = "pal_ct"
+	palisadeMapPalEng           = "pal_eng"
 	palisadeMapPalEp            = "pal_ep"
 	palisadeMapPalEvents        = "pal_events"
 	palisadeMapPalFailsafe      = "pal_failsafe"
 	palisadeMapPalFrag          = "pal_frag"
+	palisadeMapPalId6           = "pal_id6"
 	palisadeMapPalNat           = "pal_nat"
+	palisadeMapPalPol           = "pal_pol"
 	palisadeMapPalPorts         = "pal_ports"
 	palisadeMapPalProgs         = "pal_progs"
 	palisadeMapPalSetnames      = "pal_setnames"
@@ -299,11 +338,14 @@ type palisadeMapSpecs struct {
 	PalBeLive   *ebpf.MapSpec `ebpf:"pal_be_live"`
 	PalCounters *ebpf.MapSpec `ebpf:"pal_counters"`
 	PalCt       *ebpf.MapSpec `ebpf:"pal_ct"`
+	PalEng      *ebpf.MapSpec `ebpf:"pal_eng"`
 	PalEp       *ebpf.MapSpec `ebpf:"pal_ep"`
 	PalEvents   *ebpf.MapSpec `ebpf:"pal_events"`
 	PalFailsafe *ebpf.MapSpec `ebpf:"pal_failsafe"`
 	PalFrag     *ebpf.MapSpec `ebpf:"pal_frag"`
+	PalId6      *ebpf.MapSpec `ebpf:"pal_id6"`
 	PalNat      *ebpf.MapSpec `ebpf:"pal_nat"`
+	PalPol      *ebpf.MapSpec `ebpf:"pal_pol"`
 	PalPorts    *ebpf.MapSpec `ebpf:"pal_ports"`
 	PalProgs    *ebpf.MapSpec `ebpf:"pal_progs"`
 	PalSetnames *ebpf.MapSpec `ebpf:"pal_setnames"`
@@ -352,11 +394,14 @@ type palisadeMaps struct {
 	PalBeLive   *ebpf.Map `ebpf:"pal_be_live"`
 	PalCounters *ebpf.Map `ebpf:"pal_counters"`
 	PalCt       *ebpf.Map `ebpf:"pal_ct"`
+	PalEng      *ebpf.Map `ebpf:"pal_eng"`
 	PalEp       *ebpf.Map `ebpf:"pal_ep"`
 	PalEvents   *ebpf.Map `ebpf:"pal_events"`
 	PalFailsafe *ebpf.Map `ebpf:"pal_failsafe"`
 	PalFrag     *ebpf.Map `ebpf:"pal_frag"`
+	PalId6      *ebpf.Map `ebpf:"pal_id6"`
 	PalNat      *ebpf.Map `ebpf:"pal_nat"`
+	PalPol      *ebpf.Map `ebpf:"pal_pol"`
 	PalPorts    *ebpf.Map `ebpf:"pal_ports"`
 	PalProgs    *ebpf.Map `ebpf:"pal_progs"`
 	PalSetnames *ebpf.Map `ebpf:"pal_setnames"`
@@ -372,11 +417,14 @@ func (m *palisadeMaps) Close() error {
 		m.PalBeLive,
 		m.PalCounters,
 		m.PalCt,
+		m.PalEng,
 		m.PalEp,
 		m.PalEvents,
 		m.PalFailsafe,
 		m.PalFrag,
+		m.PalId6,
 		m.PalNat,
+		m.PalPol,
 		m.PalPorts,
 		m.PalProgs,
 		m.PalSetnames,

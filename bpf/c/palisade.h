@@ -122,7 +122,7 @@ struct state {
 	/* With PAL_F_CT_WRITTEN: the timeout (ms) of the entry's state, for
 	 * the host's conntrack entry of a bypassed flow. */
 	__u32 ct_ms;
-	__u32 pad;
+	__u32 slot; /* the pal_progs slot of the stage being run (the engine's key) */
 };
 
 /* An interface's entry: what it is and its stages' programs (index into
