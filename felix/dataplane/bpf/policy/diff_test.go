@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-net/palisade/bpf"
@@ -39,6 +41,7 @@ import (
 // ports, a third CIDRs, a third selectors, over diffMixSets IP sets), of
 // diffPackets packets each: 340 cases more.
 const (
+	diffChangeEvery = 17
 	diffPrograms    = 60
 	diffPackets     = 170
 	diffMixPrograms = 2
@@ -487,6 +490,45 @@ func (b *iptablesBed) program(t *testing.T, w *diffWorld) {
 	}
 }
 
+// member adds or removes a net set's member in ipset.
+func (b *iptablesBed) member(t *testing.T, id string, m netip.Prefix, add bool) {
+	t.Helper()
+	fam := 4
+	if m.Addr().Is6() {
+		fam = 6
+	}
+	op := "del"
+	if add {
+		op = "add"
+	}
+	ms := []string{m.String()}
+	if m.Bits() == 0 {
+		// hash:net takes no /0: two halves.
+		ms = []string{netip.PrefixFrom(m.Addr(), 1).String(), map[int]string{4: "128.0.0.0/1", 6: "8000::/1"}[fam]}
+	}
+	// By netlink: an ipset command for each change took most of the
+	// test's time.
+	err := b.run.Do(func() error {
+		for _, x := range ms {
+			p := netip.MustParsePrefix(x)
+			entry := &netlink.IPSetEntry{IP: p.Addr().AsSlice(), CIDR: uint8(p.Bits())}
+			var err error
+			if add {
+				err = netlink.IpsetAdd(rules.IPSetName(id, fam), entry)
+			} else {
+				err = netlink.IpsetDel(rules.IPSetName(id, fam), entry)
+			}
+			if err != nil {
+				return fmt.Errorf("ipset %s %s %s: %w", op, rules.IPSetName(id, fam), x, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (b *iptablesBed) restore(t *testing.T, cmd, stdin string, args ...string) {
 	t.Helper()
 	c := b.ns.Cmd(append([]string{cmd}, args...)...)
@@ -516,8 +558,16 @@ func (b *iptablesBed) send(t *testing.T, p packet) bool {
 	return true
 }
 
-// TestDifferential: eBPF verdict == iptables verdict == explain's, for
-// diffPrograms random stages of diffPackets random packets each.
+// diffBig adds stages of 10,000 rules of the mix (for the engine only:
+// instructions cannot hold them), about a minute more:
+//
+//	go test ./felix/dataplane/bpf/policy -run TestDifferential -diff.big
+var diffBig = flag.Bool("diff.big", false, "TestDifferential: also two stages of 10,000 rules of the mix (engine only)")
+
+// TestDifferential: eBPF verdict (compiled, and the engine's) ==
+// iptables verdict == explain's, for diffPrograms random stages of
+// diffPackets random packets each, then the mix; with -diff.big, two
+// stages of 10,000 rules of the mix too.
 func TestDifferential(t *testing.T) {
 	e := newBed(t)
 	ipt := newIptablesBed(t)
@@ -525,25 +575,35 @@ func TestDifferential(t *testing.T) {
 	var c diffCount
 	start := time.Now()
 	for prog := range diffPrograms {
-		c.stage(t, e, ipt, r, randomWorld(r), prog)
+		c.stage(t, e, ipt, r, randomWorld(r), prog, true)
 	}
 	small := time.Since(start)
 	for i := range diffMixPrograms {
-		c.stage(t, e, ipt, r, randomMixWorld(r, diffMixRules), diffPrograms+i)
+		c.stage(t, e, ipt, r, randomMixWorld(r, diffMixRules), diffPrograms+i, true)
 	}
-	t.Logf("%d cases, %d allowed; the small stages took %v, the mix of %d rules %v", c.cases, c.allowed,
-		small.Round(time.Millisecond), diffMixRules, (time.Since(start) - small).Round(time.Millisecond))
+	mix := time.Since(start) - small
+	if *diffBig {
+		for i := range diffMixPrograms {
+			c.stage(t, e, ipt, r, randomMixWorld(r, 10*diffMixRules), diffPrograms+diffMixPrograms+i, false)
+		}
+	}
+	t.Logf("%d cases, %d allowed, %d set changes; the small stages took %v, the mix of %d rules %v, the rest %v", c.cases, c.allowed, c.changes,
+		small.Round(time.Millisecond), diffMixRules, mix.Round(time.Millisecond), (time.Since(start) - small - mix).Round(time.Millisecond))
 	if c.allowed < c.cases/10 || c.allowed > c.cases*9/10 {
 		t.Errorf("%d of %d cases allowed: the random policies hardly test both verdicts", c.allowed, c.cases)
 	}
 }
 
 // diffCount counts the differential test's cases.
-type diffCount struct{ cases, allowed int }
+type diffCount struct{ cases, allowed, changes int }
 
-// stage programs world w as stage number prog on both dataplanes and
-// checks diffPackets random packets against explain.
-func (c *diffCount) stage(t *testing.T, e *bed, ipt *iptablesBed, r *rand.Rand, w *diffWorld, prog int) {
+// stage programs world w as stage number prog on both dataplanes, the
+// eBPF one twice: compiled into instructions (unless compiled is false:
+// a stage too large for them) on interface a, and for the policy engine
+// on interface b. It checks diffPackets random packets against explain,
+// moving a member of one of the world's sets in or out every
+// diffChangeEvery packets.
+func (c *diffCount) stage(t *testing.T, e *bed, ipt *iptablesBed, r *rand.Rand, w *diffWorld, prog int, compiled bool) {
 	t.Helper()
 	// Each stage's sets get ids of their own in the eBPF maps (the sets
 	// of earlier stages stay).
@@ -557,35 +617,77 @@ func (c *diffCount) stage(t *testing.T, e *bed, ipt *iptablesBed, r *rand.Rand, 
 			e.memberOf(fmt.Sprintf("%s#%d", set, prog), m)
 		}
 	}
-	slot := e.load(renameSets(w.input(), prog))
-	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: slot}, "10.0.0.0/8", "fd00::/8")
+	in := renameSets(w.input(), prog)
+	if compiled {
+		slot := e.load(in)
+		e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: slot}, "10.0.0.0/8", "fd00::/8")
+	}
+	eslot := e.loadEngine(in)
+	e.endpoint(e.b, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: eslot}, "10.0.0.0/8", "fd00::/8")
 	ipt.program(t, w)
 	failures := 0
-	for range diffPackets {
-		p := randomPacket(r)
-		v, _ := e.send(false, bpf.In, e.a, 0, p.bytes())
-		if v == -1 {
-			e.clearCT()
+	for i := range diffPackets {
+		if i%diffChangeEvery == diffChangeEvery-1 {
+			c.changeSets(t, e, ipt, r, w, prog)
 		}
-		ebpf := v == -1
+		p := randomPacket(r)
+		send := func(ifindex int) bool {
+			v, _ := e.send(false, bpf.In, ifindex, 0, p.bytes())
+			if v == -1 {
+				e.clearCT()
+			}
+			return v == -1
+		}
+		engine := send(e.b)
+		ebpf := engine
+		if compiled {
+			ebpf = send(e.a)
+		}
 		iptables := ipt.send(t, p)
 		explain := w.explain(p)
 		c.cases++
 		if explain {
 			c.allowed++
 		}
-		if ebpf != explain || iptables != explain {
+		if ebpf != explain || engine != explain || iptables != explain {
 			failures++
 			if failures <= 3 {
 				desc := describeInput(w.input())
 				if len(desc) > 4000 {
 					desc = desc[:4000] + "…"
 				}
-				t.Errorf("stage %d, %s (icmp %d/%d): eBPF allows %v, iptables %v, explain %v; stage:\n%s", prog, p, p.icmpType, p.icmpCode,
-					ebpf, iptables, explain, desc)
+				t.Errorf("stage %d, %s (icmp %d/%d): eBPF allows %v, the engine %v, iptables %v, explain %v; stage:\n%s", prog, p, p.icmpType, p.icmpCode,
+					ebpf, engine, iptables, explain, desc)
 			}
 		}
 	}
+}
+
+// changeSets moves a member of one of the world's net sets in or out, in
+// the three: the eBPF maps (and the engine's identities), ipset, and the
+// world explain reads.
+func (c *diffCount) changeSets(t *testing.T, e *bed, ipt *iptablesBed, r *rand.Rand, w *diffWorld, prog int) {
+	t.Helper()
+	ids := slices.Sorted(maps.Keys(w.nets))
+	id := pick(r, ids)
+	ms := w.nets[id]
+	name := fmt.Sprintf("%s#%d", id, prog)
+	c.changes++
+	if len(ms) > 0 && r.IntN(2) == 0 {
+		i := r.IntN(len(ms))
+		m := ms[i]
+		w.nets[id] = slices.Delete(slices.Clone(ms), i, i+1)
+		e.notMemberOf(name, m.String())
+		ipt.member(t, id, m, false)
+		return
+	}
+	m := mixPrefix(r)
+	if slices.Contains(ms, m) {
+		return
+	}
+	w.nets[id] = append(slices.Clone(ms), m)
+	e.memberOf(name, m.String())
+	ipt.member(t, id, m, true)
 }
 
 // renameSets gives a stage's set ids a suffix of the stage's number.
