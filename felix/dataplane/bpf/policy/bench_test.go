@@ -36,52 +36,90 @@ func (e *bed) perPacket(b *testing.B, prog *ebpf.Program, pkt []byte, repeat int
 	return d, int32(ret)
 }
 
-// BenchmarkPolicyPacket measures the per-packet cost of policy with 0,
-// 100 and 1,000 rules on the path: a new flow's packet out of a workload
-// that none of the rules (TCP, one port each, to a set member in
-// 10.0.0.0/8) matches, so the stage then denies, through parsing,
-// anti-spoofing, the conntrack lookup, the stage and the resume program,
-// with BPF_PROG_TEST_RUN. rules=N sends to port 9, outside every rule's
-// port: the guards over groups of rules (docs/bpf.md) jump over them.
-// rules=1000-inrange sends to a port a rule names, at an address outside
-// the set: the guards lead into that rule's group of sixteen, whose rules
-// are walked (the port's one down to the set lookup). Each is measured
-// alternately with the same walk through a stage of no rule (the
-// reference), seven times (200,000 packets each, fewer for the longer
-// walks); the medians are compared. "established" is a packet of a flow
-// conntrack knows (no stage runs).
+// BenchmarkPolicyPacket measures the per-packet cost of policy: a new
+// flow's packet out of a workload through parsing, anti-spoofing, the
+// conntrack lookup, the stage and the resume program, with
+// BPF_PROG_TEST_RUN, for stages compiled into instructions and for the
+// policy engine. Every case's packet is dropped (no conntrack entry, so
+// each run is a new flow).
+//
+//   - rules=N: N rules (TCP, one port each, to a set member in
+//     10.0.0.0/8) to port 9, which none names: the guards over groups of
+//     rules (docs/bpf.md) jump over them;
+//   - rules=1000-inrange: a port a rule names, at an address outside the
+//     set: the guards lead into that rule's group, whose rules are walked;
+//   - mix=N: N rules of issue 28's mix (mixedRules: a third ports, a third
+//     CIDRs, a third selectors), matching none; mix=N-late: the same, the
+//     last rule a Deny the packet matches;
+//   - engine/…: the same stages for the engine (mix=10000 too, which
+//     instructions cannot hold).
+//
+// Each is measured alternately with the same walk through the two stages
+// of no rule (compiled, and the engine's), seven times (200,000 packets
+// each, fewer for the longer walks), and the medians are compared:
+// x/ref against the compiled stage of no rule, x/eref against the
+// engine's. "established" is a packet of a flow conntrack knows (no stage
+// runs).
 func BenchmarkPolicyPacket(b *testing.B) {
 	e := newBed(b)
 	refSlot := e.load(Input{Final: true})
+	erefSlot := e.loadEngine(Input{Final: true})
 	prog := e.objs.Entry[0][bpf.In]
 	e.memberOf("s:many", "10.0.0.2")
 	for _, c := range []struct {
-		name string
-		n    int
-		pkt  packet
+		name   string
+		in     func() Input
+		engine bool
+		pkt    packet
 	}{
-		{"rules=0", 0, tcp("10.0.0.1", "10.0.0.2", 9)},
-		{"rules=100", 100, tcp("10.0.0.1", "10.0.0.2", 9)},
-		{"rules=1000", 1000, tcp("10.0.0.1", "10.0.0.2", 9)},
-		{"rules=1000-inrange", 1000, tcp("10.0.0.1", "10.0.0.3", 10500)},
-		{"rules=1000-mixed", -1000, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"rules=0", func() Input { return manyRules(0) }, false, tcp("10.0.0.1", "10.0.0.2", 9)},
+		{"rules=100", func() Input { return manyRules(100) }, false, tcp("10.0.0.1", "10.0.0.2", 9)},
+		{"rules=1000", func() Input { return manyRules(1000) }, false, tcp("10.0.0.1", "10.0.0.2", 9)},
+		{"rules=1000-inrange", func() Input { return manyRules(1000) }, false, tcp("10.0.0.1", "10.0.0.3", 10500)},
+		{"mix=100", func() Input { return mixedRules(100, false) }, false, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"mix=1000", func() Input { return mixedRules(1000, false) }, false, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"mix=1000-late", func() Input { return mixedRules(1000, true) }, false, tcp("10.0.0.1", "10.250.0.9", 9)},
+		{"engine/rules=0", func() Input { return manyRules(0) }, true, tcp("10.0.0.1", "10.0.0.2", 9)},
+		{"engine/rules=1000", func() Input { return manyRules(1000) }, true, tcp("10.0.0.1", "10.0.0.2", 9)},
+		{"engine/mix=0", func() Input { return mixedRules(0, false) }, true, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"engine/mix=100", func() Input { return mixedRules(100, false) }, true, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"engine/mix=1000", func() Input { return mixedRules(1000, false) }, true, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"engine/mix=1000-late", func() Input { return mixedRules(1000, true) }, true, tcp("10.0.0.1", "10.250.0.9", 9)},
+		{"engine/mix=10000", func() Input { return mixedRules(10000, false) }, true, tcp("10.0.0.1", "10.0.0.3", 9)},
+		{"engine/mix=10000-late", func() Input { return mixedRules(10000, true) }, true, tcp("10.0.0.1", "10.250.0.9", 9)},
 	} {
-		n, pkt := c.n, c.pkt.bytes()
-		var o, r time.Duration
+		pkt := c.pkt.bytes()
+		var o, r, er, load time.Duration
 		b.Run(c.name, func(b *testing.B) {
 			// Measured once: a body faster than a second is called
 			// again with a larger b.N, which it does not use.
 			if r == 0 {
-				in := manyRules(n)
-				if n < 0 {
-					n = -n
-					in = mixedRules(n)
+				in := c.in()
+				n := 0
+				for _, t := range in.Tiers {
+					for _, p := range t.Policies {
+						n += len(p.Rules)
+					}
 				}
-				o, r = e.walkCost(b, prog, pkt, e.load(in), refSlot, 200000/(1+n/100))
+				var slot uint32
+				t0 := time.Now()
+				if c.engine {
+					slot = e.loadEngine(in)
+				} else {
+					slot = e.load(in)
+				}
+				load = time.Since(t0)
+				repeat := 200000 / (1 + n/100)
+				if c.engine {
+					repeat = 200000
+				}
+				o, r, er = e.walkCost(b, prog, pkt, slot, refSlot, erefSlot, repeat)
 			}
 			b.ReportMetric(float64(o.Nanoseconds()), "ns/pkt")
 			b.ReportMetric(float64(r.Nanoseconds()), "ref-ns/pkt")
 			b.ReportMetric(float64(o)/float64(r), "x/ref")
+			b.ReportMetric(float64(o)/float64(er), "x/eref")
+			b.ReportMetric(float64(load.Microseconds())/1000, "load-ms")
 		})
 	}
 	pkt := tcp("10.0.0.1", "10.0.0.2", 9).bytes()
@@ -100,16 +138,18 @@ func BenchmarkPolicyPacket(b *testing.B) {
 // port each (as manyRules), a third to a CIDR of their own, a third from
 // a selector's IP set of their own (empty): a packet to port 9 matches
 // none, and the CIDR and selector rules have no port a guard could skip
-// them by.
-func mixedRules(n int) Input {
+// them by. With late, the last rule is a Deny to 10.250.0.0/24.
+func mixedRules(n int, late bool) Input {
 	var rules []calc.Rule
 	for i := range n {
-		switch i % 3 {
-		case 0:
+		switch {
+		case late && i == n-1:
+			rules = append(rules, calc.Rule{Action: calc.Deny, DstNets: pfx("10.250.0.0/24"), Index: i})
+		case i%3 == 0:
 			port := uint16(10000 + i)
 			rules = append(rules, calc.Rule{Action: calc.Allow, Protocol: 6, DstIPSets: []string{"s:many"},
 				DstPorts: []calc.PortRange{{Min: port, Max: port}}, Index: i})
-		case 1:
+		case i%3 == 1:
 			rules = append(rules, calc.Rule{Action: calc.Allow, DstNets: pfx(fmt.Sprintf("10.%d.%d.0/24", 1+i/256, i%256)), Index: i})
 		default:
 			rules = append(rules, calc.Rule{Action: calc.Allow, SrcIPSets: []string{fmt.Sprintf("s:mix%d", i)}, Index: i})
@@ -119,24 +159,28 @@ func mixedRules(n int) Input {
 }
 
 // walkCost times a new flow's packet through the stage in slot against
-// the stage in refSlot, alternately, seven times; it returns the medians.
-func (e *bed) walkCost(b *testing.B, prog *ebpf.Program, pkt []byte, slot, refSlot uint32, repeat int) (ours, ref time.Duration) {
-	var os, rs []time.Duration
+// the stages in refSlot and erefSlot, alternately, seven times; it
+// returns the medians.
+func (e *bed) walkCost(b *testing.B, prog *ebpf.Program, pkt []byte, slot, refSlot, erefSlot uint32, repeat int) (ours, ref, eref time.Duration) {
+	var os, rs, es []time.Duration
 	for range 7 {
-		for _, s := range []uint32{slot, refSlot} {
+		for _, s := range []uint32{slot, refSlot, erefSlot} {
 			e.endpoint(loIfindex, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: s}, "10.0.0.1/32")
 			d, v := e.perPacket(b, prog, pkt, repeat)
 			if v != 2 {
 				b.Fatalf("verdict %d, want a drop (no CT entry, no rule matched)", v)
 			}
-			if s == slot {
+			switch s {
+			case slot:
 				os = append(os, d)
-			} else {
+			case refSlot:
 				rs = append(rs, d)
+			default:
+				es = append(es, d)
 			}
 		}
 	}
-	return median(os), median(rs)
+	return median(os), median(rs), median(es)
 }
 
 // establishedCost times a packet of a flow conntrack knows against the
