@@ -35,6 +35,8 @@ type pred struct {
 type idents struct {
 	preds map[PredKey]*pred
 	byID  []*pred
+	// freePreds are ids of byID free for reuse.
+	freePreds []uint32
 	// sets are the members of every net set, as prefixes (with how many
 	// members give each).
 	sets map[string]map[netip.Prefix]int
@@ -96,9 +98,10 @@ func (x *idents) acquire(k PredKey) uint32 {
 		return p.id
 	}
 	p := &pred{key: k, refs: 1}
-	if i := slices.Index(x.byID, nil); i >= 0 {
-		p.id = uint32(i)
-		x.byID[i] = p
+	if n := len(x.freePreds); n > 0 {
+		p.id = x.freePreds[n-1]
+		x.freePreds = x.freePreds[:n-1]
+		x.byID[p.id] = p
 	} else {
 		p.id = uint32(len(x.byID))
 		x.byID = append(x.byID, p)
@@ -123,6 +126,7 @@ func (x *idents) release(k PredKey) {
 	}
 	delete(x.preds, k)
 	x.byID[p.id] = nil
+	x.freePreds = append(x.freePreds, p.id)
 }
 
 func (x *idents) prefixesOf(k PredKey) []netip.Prefix {
