@@ -212,6 +212,14 @@ static __always_inline int post_ok(struct pol *p, struct state *st, __u32 at)
 	return 1;
 }
 
+/* next_sig takes the next live signature of the loop (rest). */
+static __always_inline __u32 next_sig(struct eng *e)
+{
+	__u32 rest = e->rest;
+	e->rest = rest & (rest - 1);
+	return ctz(rest) & 15;
+}
+
 /* and_word takes the next live signature and ANDs its dimensions'
  * summary words cw: its candidate blocks there, kept in acc (with its
  * sub-records, for and_block) and OR'd into the candidates. */
@@ -220,9 +228,7 @@ static long and_word(__u32 i, void *ctx)
 	struct ectx *c = ctx;
 	struct pol *p = c->p;
 	struct eng *e = c->e;
-	__u32 rest = e->rest;
-	__u32 s = ctz(rest) & 15;
-	e->rest = rest & (rest - 1);
+	__u32 s = next_sig(e);
 	__u32 sg = rd32(p, e->sigs + s);
 	__u32 w2 = 2 * e->cw;
 	__u64 a = ~0ULL;
@@ -258,9 +264,7 @@ static long and_block(__u32 i, void *ctx)
 	struct ectx *c = ctx;
 	struct pol *p = c->p;
 	struct eng *e = c->e;
-	__u32 rest = e->rest;
-	__u32 s = ctz(rest) & 15;
-	e->rest = rest & (rest - 1);
+	__u32 s = next_sig(e);
 	__u64 bit = e->bit;
 	if (!(e->acc[s] & bit))
 		return 0;
