@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -68,9 +69,20 @@ type Slot = bpf.Slot
 // keys, while the other policies of the program, and an end of tier,
 // keep counting; a count is never read as another rule's.
 func RuleID(s Slot, owner string) uint64 {
-	h := sha256.New()
-	fmt.Fprintf(h, "tier=%q policy=%q profile=%q index=%d action=%q match=%q owner=%s\n", s.Tier, s.Policy, s.Profile, s.Index, s.Action, s.Match, owner)
-	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	// The bytes of
+	//   fmt.Sprintf("tier=%q policy=%q profile=%q index=%d action=%q match=%q owner=%s\n", …)
+	// (%q is strconv.Quote), appended without fmt: a stage of 10,000
+	// rules took 25 ms in Fprintf.
+	b := make([]byte, 0, 128+len(s.Match)+len(owner))
+	b = strconv.AppendQuote(append(b, "tier="...), s.Tier)
+	b = strconv.AppendQuote(append(b, " policy="...), s.Policy)
+	b = strconv.AppendQuote(append(b, " profile="...), s.Profile)
+	b = strconv.AppendInt(append(b, " index="...), int64(s.Index), 10)
+	b = strconv.AppendQuote(append(b, " action="...), s.Action)
+	b = strconv.AppendQuote(append(b, " match="...), s.Match)
+	b = append(append(append(b, " owner="...), owner...), '\n')
+	sum := sha256.Sum256(b)
+	return binary.BigEndian.Uint64(sum[:8])
 }
 
 // RulesDigest is the digest of a policy's or profile's rules of one
