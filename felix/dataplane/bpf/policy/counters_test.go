@@ -53,15 +53,31 @@ func countersInput(port0 uint16) Input {
 // of policy ns/p changed: as on iptables, where the policy's chain is
 // rewritten, every rule of ns/p starts again from zero (under new keys;
 // the old counts are never read as the new rules'), while the other
-// policy's Pass rule and the end of the tier keep counting.
+// policy's Pass rule and the end of the tier keep counting. It runs for
+// the compiled programs and for the policy engine, whose rule ids are the
+// same.
 func TestRuleCounters(t *testing.T) {
+	for _, engine := range []bool{false, true} {
+		name := "compiled"
+		if engine {
+			name = "engine"
+		}
+		t.Run(name, func(t *testing.T) { ruleCounters(t, engine) })
+	}
+}
+
+func ruleCounters(t *testing.T, engine bool) {
 	e := newBed(t)
+	load := e.load
+	if engine {
+		load = e.loadEngine
+	}
 	v1in := countersInput(80)
 	v1, err := Compile(v1in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: e.load(v1in)}, "10.0.0.1/32")
+	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: load(v1in)}, "10.0.0.1/32")
 	send := func(proto uint8, sport, dport uint16, want int32) int {
 		t.Helper()
 		pkt := packet{src: "10.0.0.1", dst: "10.0.0.2", proto: proto, sport: sport, dport: dport, tcpFlags: tcpSYN}.bytes()
@@ -103,7 +119,7 @@ func TestRuleCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clearCT()
-	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: e.load(v2in)}, "10.0.0.1/32")
+	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: load(v2in)}, "10.0.0.1/32")
 	allow0v2, deny1v2 := slotOf(t, v2, "default", "ns/p", 0), slotOf(t, v2, "default", "ns/p", 1)
 	passv2, endv2 := slotOf(t, v2, "t1", "q", 0), slotOf(t, v2, "default", "", -1)
 	if allow0v2.ID == allow0.ID || deny1v2.ID == deny1.ID || passv2.ID != pass.ID || endv2.ID != end.ID {
