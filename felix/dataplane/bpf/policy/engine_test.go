@@ -234,3 +234,77 @@ func renameWorld(w *diffWorld, n int) *diffWorld {
 }
 
 var _ = strings.Contains
+
+// TestEngineRestart: a restarted felix's engine starts a new generation
+// over the same memory. The old generation's stage keeps deciding until
+// the new one binds its own to the slot; DropForeign then frees the old
+// pages and pal_id6 entries, and the new stage decides alone.
+func TestEngineRestart(t *testing.T) {
+	mem := make(SliceMem, Words)
+	id6 := newFakeID6()
+	r := rand.New(rand.NewPCG(28, 9))
+	slot := uint32(bpf.FirstPolicySlot)
+	checkAll := func(ew *engineWorld, what string) {
+		t.Helper()
+		it := &interp{mem: mem, id6: id6}
+		for range 500 {
+			if err := ew.check(it, randomPacket(r)); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+	}
+	e1, err := NewEngine(mem, id6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := randomMixWorld(r, 300)
+	old := &engineWorld{w: w}
+	old.load(t, e1, slot)
+	checkAll(old, "first felix")
+	oldWords, _ := e1.Usage()
+
+	e2, err := NewEngine(mem, id6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e2.Foreign() || e2.Gen() == e1.Gen() {
+		t.Fatalf("second engine: foreign %v, generation %d after %d", e2.Foreign(), e2.Gen(), e1.Gen())
+	}
+	checkAll(old, "restarted, the old stage still bound")
+	cur := &engineWorld{w: w}
+	cur.load(t, e2, slot)
+	checkAll(cur, "restarted, its own stage bound")
+	bothWords, _ := e2.Usage()
+	if err := e2.DropForeign(func(keep uint32) error {
+		for g := range id6.m {
+			if g != keep {
+				delete(id6.m, g)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if e2.Foreign() || len(id6.m) > 1 {
+		t.Fatalf("after DropForeign: foreign %v, %d generations in pal_id6", e2.Foreign(), len(id6.m))
+	}
+	checkAll(cur, "after the old generation was dropped")
+	// Scribble over every page free now (the old generation's
+	// included): the new stage must not read them.
+	if words, _ := e2.Usage(); words != bothWords-oldWords {
+		t.Fatalf("%d words in use after DropForeign; %d before, the old generation's %d", words, bothWords, oldWords)
+	}
+	scribbled := 0
+	for pg := e2.pg.first; pg < uint32(len(e2.pg.owner)); pg++ {
+		if e2.pg.owner[pg] == 0 {
+			scribbled++
+			for i := pg * pageWords; i < (pg+1)*pageWords; i++ {
+				mem[i] = ^uint64(0)
+			}
+		}
+	}
+	if scribbled == 0 {
+		t.Fatal("no free page after DropForeign")
+	}
+	checkAll(cur, "the freed pages scribbled over")
+}
