@@ -14,13 +14,14 @@ LDFLAGS := -s -w \
 	-X $(PKG)/libcalico/buildinfo.GitCommit=$(GIT_COMMIT) \
 	-X $(PKG)/libcalico/buildinfo.BuildDate=$(BUILD_DATE)
 
-BINARIES := calicoctl calico-node calico calico-ipam install-cni calico-kube-controllers lab
+BINARIES := calicoctl calico-node calico calico-ipam install-cni calico-kube-controllers calico-etcd-proxy lab
 calicoctl_MAIN := ./calicoctl/cmd/calicoctl
 calico-node_MAIN := ./node/cmd/calico-node
 calico_MAIN := ./cni-plugin/cmd/calico
 calico-ipam_MAIN := ./cni-plugin/cmd/calico-ipam
 install-cni_MAIN := ./cni-plugin/cmd/install-cni
 calico-kube-controllers_MAIN := ./kube-controllers/cmd/calico-kube-controllers
+calico-etcd-proxy_MAIN := ./libcalico/datastore/etcdproxy/cmd/calico-etcd-proxy
 lab_MAIN := ./lab/cmd/lab
 
 # Whole test run; CI allows 90 minutes, we aim for well under 30.
@@ -75,7 +76,7 @@ IMAGE_ARCHES ?= amd64 arm64
 
 # The binaries of the images, for each of IMAGE_ARCHES: static (CGO off)
 # Go, into $(BIN)/linux-<arch>/ (pause is the sandbox image's program).
-IMAGE_BINARIES := calico-node calico calico-ipam install-cni calicoctl calico-kube-controllers pause
+IMAGE_BINARIES := calico-node calico calico-ipam install-cni calicoctl calico-kube-controllers calico-etcd-proxy pause
 pause_MAIN := ./hack/images/pause
 image-bins:
 	@for arch in $(IMAGE_ARCHES); do \
@@ -132,7 +133,7 @@ bench: build kube-tools
 # SIZES (cluster sizes, comma separated), the table on stdout, the table
 # and the plots in docs/scale/. The BGP part runs in a network namespace
 # of its own, under the kernel-test lock only while it runs. PHASES (comma
-# separated: calc, fanout, fanout3, bgp, ipam) runs only those.
+# separated: calc, fanout, fanoutcache, fanout3, bgp, ipam) runs only those.
 SIZES ?= 100,250,500,1000
 scale:
 	@mkdir -p $(BIN)

@@ -433,6 +433,15 @@ const soNetnsCookie = 71
 // NamespaceID names the directory of a network namespace: "ns" and its
 // cookie, unique for the life of the machine (an inode number is reused).
 func NamespaceID(ns NetNS) (string, error) {
+	cookie, err := NamespaceCookie(ns)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("ns%d", cookie), nil
+}
+
+// NamespaceCookie is the network namespace's cookie (SO_NETNS_COOKIE).
+func NamespaceCookie(ns NetNS) (uint64, error) {
 	if ns == nil {
 		ns = currentNS{}
 	}
@@ -447,7 +456,7 @@ func NamespaceID(ns NetNS) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("bpf: reading the network namespace's cookie: %w", err)
+		return 0, fmt.Errorf("bpf: reading the network namespace's cookie: %w", err)
 	}
-	return fmt.Sprintf("ns%d", cookie), nil
+	return cookie, nil
 }

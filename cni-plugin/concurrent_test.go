@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+
+	"github.com/containernetworking/cni/libcni"
 	"testing"
 )
 
@@ -16,6 +18,13 @@ func TestConcurrentAddsOnThreeNodes(t *testing.T) {
 	c := newCluster(t)
 	c.addPool("pool-a", "10.70.0.0/16", 26)
 	nodes := []*node{c.newNode("node1"), c.newNode("node2"), c.newNode("node3")}
+	// 200 plugin processes at once on a small machine: each datastore call
+	// may wait its turn for a core far longer than the harness's 5 s, and
+	// this test is about distinct addresses, not about timeouts.
+	confs := map[*node]*libcni.NetworkConfigList{}
+	for _, n := range nodes {
+		confs[n] = confWith(t, n.calicoConf("1.0.0", nil), "datastore_timeout", "60s")
+	}
 	type job struct {
 		n    *node
 		p    *pod
@@ -30,7 +39,7 @@ func TestConcurrentAddsOnThreeNodes(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			r, err := j.n.add(j.n.calicoConf("1.0.0", nil), j.p.runtimeConf(true))
+			r, err := j.n.add(confs[j.n], j.p.runtimeConf(true))
 			if err != nil {
 				j.err = err
 				return
@@ -76,7 +85,7 @@ func TestConcurrentAddsOnThreeNodes(t *testing.T) {
 
 	for _, j := range jobs {
 		wg.Go(func() {
-			if err := j.n.del(j.n.calicoConf("1.0.0", nil), j.p.runtimeConf(true)); err != nil {
+			if err := j.n.del(confs[j.n], j.p.runtimeConf(true)); err != nil {
 				t.Errorf("DEL %s: %v", j.p.name, err)
 			}
 		})

@@ -269,15 +269,24 @@ spec:
 			out := c.node.MustRun(t, "iptables-nft-save")
 			return strings.Contains(out, "KUBE-")
 		}
+		// In one restore, as kube-proxy writes them: felix's cleanup
+		// (every second here) never finds them half made.
 		add := func() {
-			for _, args := range [][]string{
-				{"-t", "nat", "-N", "KUBE-SERVICES"}, {"-t", "nat", "-N", "KUBE-SVC-TEST"},
-				{"-t", "nat", "-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
-				{"-t", "nat", "-A", "KUBE-SERVICES", "-d", "10.96.0.10/32", "-p", "tcp", "--dport", "80", "-j", "KUBE-SVC-TEST"},
-				{"-t", "nat", "-A", "KUBE-SVC-TEST", "-p", "tcp", "-j", "DNAT", "--to-destination", "10.65.0.3:8080"},
-				{"-t", "filter", "-N", "KUBE-FORWARD"}, {"-t", "filter", "-A", "FORWARD", "-j", "KUBE-FORWARD"},
-			} {
-				c.node.MustRun(t, append([]string{"iptables-nft"}, args...)...)
+			cmd := c.node.Cmd("iptables-nft-restore", "--noflush")
+			cmd.Stdin = strings.NewReader(`*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-TEST - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp --dport 80 -j KUBE-SVC-TEST
+-A KUBE-SVC-TEST -p tcp -j DNAT --to-destination 10.65.0.3:8080
+COMMIT
+*filter
+:KUBE-FORWARD - [0:0]
+-A FORWARD -j KUBE-FORWARD
+COMMIT
+`)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("kube-proxy's rules: %v: %s", err, out)
 			}
 		}
 		add()

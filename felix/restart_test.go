@@ -17,6 +17,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 
+	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
 	"github.com/palisade-net/palisade/libcalico/endpointstatus"
@@ -29,6 +30,10 @@ const childEnv = "PALISADE_FELIX_CHILD"
 type childArgs struct {
 	NetNS, StatusDir string
 	Endpoints        []string
+	// Environ is felix's FELIX_ environment; Services feeds it
+	// ctlbServices.
+	Environ  []string
+	Services bool
 }
 
 // TestFelixChild is not a test: it is felix in a process of its own, for
@@ -44,7 +49,13 @@ func TestFelixChild(t *testing.T) {
 	}
 	store := etcdtest.NewStore(t, a.Endpoints)
 	log.SetLevel(log.InfoLevel)
-	if err := Run(context.Background(), Config{NodeName: nodeName, Store: store, NetNS: a.NetNS, StatusDir: a.StatusDir}); err != nil {
+	cfg := Config{NodeName: nodeName, Store: store, NetNS: a.NetNS, StatusDir: a.StatusDir, Environ: a.Environ}
+	if a.Services {
+		feed := &sliceFeed{c: make(chan []calc.Update)}
+		cfg.EndpointSlices = feed
+		go ctlbServices(feed)
+	}
+	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -52,7 +63,14 @@ func TestFelixChild(t *testing.T) {
 // startChild runs felix in a process of its own on the cluster's node.
 func (c *cluster) startChild(t *testing.T, logName string) *exec.Cmd {
 	t.Helper()
-	args, _ := json.Marshal(childArgs{NetNS: c.node.Path(), StatusDir: c.statusDir, Endpoints: c.endpoints})
+	return c.startChildWith(t, logName, childArgs{})
+}
+
+// startChildWith is startChild with more of childArgs (Environ, Services).
+func (c *cluster) startChildWith(t *testing.T, logName string, a childArgs) *exec.Cmd {
+	t.Helper()
+	a.NetNS, a.StatusDir, a.Endpoints = c.node.Path(), c.statusDir, c.endpoints
+	args, _ := json.Marshal(a)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFelixChild$", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(args))
 	out, err := os.Create(filepath.Join(t.TempDir(), logName))

@@ -9,9 +9,13 @@
 #   hack/e2e.sh --set netpol          only the NetworkPolicy suites
 #   hack/e2e.sh --set conformance     only [sig-network] ... [Conformance]
 #   hack/e2e.sh --focus REGEX --skip REGEX --bpf --nodes N --procs P
+#   hack/e2e.sh --set conformance --bpf              eBPF, no kube-proxy
+#   hack/e2e.sh --set conformance --bpf --kube-proxy  eBPF beside kube-proxy
 #
 # --focus replaces the set's focus; --skip adds to the environment's
-# skips below. docs/conformance.md has the results and the reasons.
+# skips below. With --bpf the lab runs no kube-proxy (felix load-balances
+# Services) unless --kube-proxy. docs/conformance.md has the results and
+# the reasons.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +23,7 @@ set_name=all
 focus=""
 extra_skip=""
 bpf=""
+kube_proxy=""
 nodes=3
 procs=4
 while (($#)); do
@@ -27,9 +32,10 @@ while (($#)); do
 	--focus) focus="$2"; shift 2 ;;
 	--skip) extra_skip="$2"; shift 2 ;;
 	--bpf) bpf="--bpf"; shift ;;
+	--kube-proxy) kube_proxy="--kube-proxy=true"; shift ;;
 	--nodes) nodes="$2"; shift 2 ;;
 	--procs) procs="$2"; shift 2 ;;
-	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) echo "e2e: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -75,8 +81,8 @@ name="e2e$$"
 out=$(mktemp -d /tmp/palisade-e2e.XXXXXX)
 down() { bin/lab down --name "$name" >"$out/down.log" 2>&1 || cat "$out/down.log" >&2; }
 trap down EXIT
-echo "e2e: lab up --kubelet --nodes $nodes $bpf (lab $name; logs in $out)"
-bin/lab up --name "$name" --kubelet --nodes "$nodes" $bpf >"$out/up.log" 2>&1 || {
+echo "e2e: lab up --kubelet --nodes $nodes $bpf $kube_proxy (lab $name; logs in $out)"
+bin/lab up --name "$name" --kubelet --nodes "$nodes" $bpf $kube_proxy >"$out/up.log" 2>&1 || {
 	tail -40 "$out/up.log" >&2
 	exit 1
 }

@@ -56,6 +56,18 @@ func (l *Lab) installPalisade(ctx context.Context) error {
 		"--from-file=etcd-ca="+files.CA, "--from-file=etcd-cert="+files.ClientCert, "--from-file=etcd-key="+files.ClientKey); err != nil {
 		return err
 	}
+	if !o.KubeProxy {
+		// No kube-proxy: felix's eBPF dataplane load-balances Services,
+		// but calico-node (and its CNI plugin's kubeconfig, and
+		// calico-kube-controllers) must reach the API server before it
+		// has any Service: its own address, as Calico's eBPF install
+		// says (the manifest's optional envFrom).
+		l.say("kubectl create configmap kubernetes-services-endpoint (the API server's own address: no kube-proxy)")
+		if _, err := l.KubectlOutput(ctx, "", "-n", "kube-system", "create", "configmap", "kubernetes-services-endpoint",
+			"--from-literal=KUBERNETES_SERVICE_HOST="+kubeAddr.String(), fmt.Sprintf("--from-literal=KUBERNETES_SERVICE_PORT=%d", kubeAPIPort)); err != nil {
+			return err
+		}
+	}
 	raw, err := os.ReadFile(o.Manifest)
 	if err != nil {
 		return fmt.Errorf("reading the manifest: %w", err)

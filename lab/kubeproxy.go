@@ -105,6 +105,15 @@ func (l *Lab) startKubeProxy(ctx context.Context, n Node) error {
 	if err := os.WriteFile(kc, admin, 0o600); err != nil {
 		return fmt.Errorf("kube-proxy on %s: %w", n.Name, err)
 	}
+	if !l.st.Options.Kubelet {
+		// As on real nodes (startRealNode): a host's own connections to
+		// a Service address need a route before kube-proxy's DNAT in
+		// OUTPUT picks the endpoint; the lab's nodes have no default
+		// route. (felix's connect-time load balancer needs none.)
+		if _, err := run(ctx, "ip", "-n", n.NS, "route", "replace", ServiceCIDR, "dev", "eth0"); err != nil {
+			return fmt.Errorf("kube-proxy on %s: %w", n.Name, err)
+		}
+	}
 	role := "kube-proxy/" + n.Name
 	logPath := l.nodeDir(n.Name, "kube-proxy.log")
 	l.say("starting kube-proxy (iptables mode) on %s (log %s)", n.Name, logPath)

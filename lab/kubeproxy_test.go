@@ -28,20 +28,36 @@ import (
 // 198.18.0.0/15, apart from the border's 198.19.0.0/24).
 const lbPoolCIDR = "198.19.20.0/26"
 
-// TestKubeProxyOptions: --kube-proxy is refused without --kubernetes and
-// with --bpf, before anything is made.
+// TestKubeProxyOptions: --kube-proxy is refused without --kubernetes,
+// before anything is made; real nodes run kube-proxy unless --bpf, where
+// it is off unless asked for.
 func TestKubeProxyOptions(t *testing.T) {
 	for _, c := range []struct {
 		o    Options
 		want string
 	}{
 		{Options{Name: "tkpopt", KubeProxy: true}, `lab "tkpopt": --kube-proxy needs --kubernetes (kube-proxy watches the lab's API server)`},
-		{Options{Name: "tkpopt", KubeProxy: true, Kubernetes: true, BPF: true}, `lab "tkpopt": --kube-proxy with --bpf: felix's eBPF dataplane replaces kube-proxy`},
 	} {
 		c.o.BinDir, c.o.StateRoot = binDir, t.TempDir()
 		err := c.o.defaults()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.o, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		o    Options
+		want bool
+	}{
+		{Options{Kubelet: true}, true},
+		{Options{Kubelet: true, BPF: true}, false},
+		{Options{Kubelet: true, BPF: true, KubeProxy: true}, true},
+	} {
+		o := c.o
+		if err := o.kubeletDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		if o.KubeProxy != c.want || !o.Kubernetes {
+			t.Errorf("%+v: kube-proxy %t, kubernetes %t; want kube-proxy %t", c.o, o.KubeProxy, o.Kubernetes, c.want)
 		}
 	}
 }
@@ -55,7 +71,7 @@ func TestUpFlagsGolden(t *testing.T) {
 	}
 	root := t.TempDir()
 	var b strings.Builder
-	for _, c := range [][]string{{"--help"}, {"--kube-proxy"}, {"--kube-proxy", "--kubernetes", "--bpf"}} {
+	for _, c := range [][]string{{"--help"}, {"--kube-proxy"}, {"--kubelet", "--kube-proxy=false"}} {
 		cmd := exec.Command(bin, append([]string{"--name", "tkp-flags", "--state-dir", root, "--bin-dir", binDir, "up"}, c...)...)
 		out, err := cmd.CombinedOutput()
 		fmt.Fprintf(&b, "$ lab up %s\n(exit %d)\n%s\n", strings.Join(c, " "), exitOf(err), strings.ReplaceAll(string(out), bin, "lab"))

@@ -121,11 +121,14 @@ type Options struct {
 	// is then a Pod object, wired by the CNI plugin in Kubernetes mode.
 	Kubernetes bool `json:"kubernetes"`
 	// KubeProxy runs the real kube-proxy (iptables mode) in every node's
-	// namespace, watching the lab's API server (needs Kubernetes; not
-	// with BPF, whose dataplane replaces kube-proxy).
+	// namespace, watching the lab's API server (needs Kubernetes). With
+	// BPF it is off unless asked for: felix's eBPF dataplane replaces it
+	// (and removes kube-proxy's rules, bpfKubeProxyIptablesCleanupEnabled
+	// left at its default); asked for, it runs beside felix, whose
+	// cleanup is then turned off.
 	KubeProxy bool `json:"kubeProxy,omitempty"`
-	// Kubelet makes every node a real one (implies Kubernetes and
-	// KubeProxy; etcd external unless cluster): a containerd and a kubelet
+	// Kubelet makes every node a real one (implies Kubernetes, and
+	// KubeProxy unless BPF; etcd external unless cluster): a containerd and a kubelet
 	// in the node's namespaces, kube-scheduler in the control plane, the
 	// images of ImagesDir imported into each node's containerd, and
 	// Palisade installed from Manifest with kubectl, as docs/install.md
@@ -239,9 +242,6 @@ func (o *Options) defaults() error {
 	if o.KubeProxy && !o.Kubernetes {
 		return fmt.Errorf("lab %q: --kube-proxy needs --kubernetes (kube-proxy watches the lab's API server)", o.Name)
 	}
-	if o.KubeProxy && o.BPF && !o.Kubelet {
-		return fmt.Errorf("lab %q: --kube-proxy with --bpf: felix's eBPF dataplane replaces kube-proxy (as in Calico, run one or the other)", o.Name)
-	}
 	if o.Kubernetes {
 		o.KubeBinDir = o.kubeBinDir()
 		if err := kubeapi.CheckBinDir(o.KubeBinDir); err != nil {
@@ -259,7 +259,9 @@ func (o *Options) defaults() error {
 
 // kubeletDefaults fills in and checks what real nodes need.
 func (o *Options) kubeletDefaults() error {
-	o.Kubernetes, o.KubeProxy = true, true
+	// The iptables dataplane does not load-balance Services: real nodes
+	// need kube-proxy then.
+	o.Kubernetes, o.KubeProxy = true, o.KubeProxy || !o.BPF
 	switch o.Etcd {
 	case "":
 		o.Etcd = EtcdExternal

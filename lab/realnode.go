@@ -594,8 +594,10 @@ func (l *Lab) upRealNodes(ctx context.Context, nodes []Node) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if err := l.startKubeProxies(ctx, nodes); err != nil {
-		return err
+	if o.KubeProxy {
+		if err := l.startKubeProxies(ctx, nodes); err != nil {
+			return err
+		}
 	}
 	// The API server reaches pods (its proxy, exec's port-forward,
 	// webhooks) as a control-plane node would: its namespace routes the

@@ -29,6 +29,12 @@ var FanOutMetrics = []Metric{
 	{"etcd_rss_mb", "etcd RSS", "MiB"},
 	{"agent_kib", "agent heap (syncer + client)", "KiB"},
 	{"bgp_round_kib", "one calico-node BGP read round", "KiB"},
+	{"etcd_sync_cpu_s", "etcd CPU during the cold start", "s"},
+	{"etcd_sync_mib", "etcd bytes sent during the cold start", "MiB"},
+	{"etcd_watchers", "etcd watchers in sync", ""},
+	{"cache_cpu_ms", "caches' CPU per change", "ms"},
+	{"cache_rss_mb", "caches' RSS", "MiB"},
+	{"cache_peak_mb", "caches' peak RSS", "MiB"},
 }
 
 // FanOutConfig shapes the etcd fan-out measurement.
@@ -42,6 +48,19 @@ type FanOutConfig struct {
 	// Dir holds etcd's data directories (removed after each size); the
 	// system's temporary directory when empty.
 	Dir string
+	// AgentsPerCache, when set, puts the fan-out cache between the
+	// agents and etcd: one calico-etcd-proxy process per that many
+	// agents (at least one), each agent connected to one of them.
+	AgentsPerCache int
+}
+
+// seriesName is fanout-<members>m, or fanoutcache-<members>m with the
+// cache.
+func (cfg FanOutConfig) seriesName() string {
+	if cfg.AgentsPerCache > 0 {
+		return fmt.Sprintf("fanoutcache-%dm", cfg.Members)
+	}
+	return fmt.Sprintf("fanout-%dm", cfg.Members)
 }
 
 // FanOut measures, for each size n, n agents each running the syncer felix
@@ -53,7 +72,7 @@ type FanOutConfig struct {
 // bytes of one round of the lists calico-node's BGP speaker makes every
 // poll interval (1 s), measured once on the same store.
 func FanOut(ctx context.Context, sizes []int, cfg FanOutConfig) (Series, error) {
-	s := Series{Name: fmt.Sprintf("fanout-%dm", cfg.Members), Metrics: FanOutMetrics}
+	s := Series{Name: cfg.seriesName(), Metrics: FanOutMetrics}
 	for _, n := range sizes {
 		p, err := fanOutOnce(ctx, n, cfg)
 		if err != nil {
@@ -65,8 +84,12 @@ func FanOut(ctx context.Context, sizes []int, cfg FanOutConfig) (Series, error) 
 		log.WithFields(log.Fields{"n": n, "values": p.Values}).Info("etcd fan-out measured")
 		s.Points = append(s.Points, p)
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("fanout-%dm: %d etcd member(s), fsync on; %d pods per node, %d namespaces, %d policies; %d policy changes and %d new endpoints timed per size",
-		cfg.Members, cfg.Members, cfg.Cluster.PodsPerNode, cfg.Cluster.Namespaces, cfg.Cluster.Policies, cfg.Changes, cfg.Changes))
+	s.Notes = append(s.Notes, fmt.Sprintf("%s: %d etcd member(s), fsync on; %d pods per node, %d namespaces, %d policies; %d policy changes and %d new endpoints timed per size",
+		s.Name, cfg.Members, cfg.Cluster.PodsPerNode, cfg.Cluster.Namespaces, cfg.Cluster.Policies, cfg.Changes, cfg.Changes))
+	if cfg.AgentsPerCache > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%s: agents reach etcd through calico-etcd-proxy (etcd's gRPC proxy), one process per %d agents; the caches' CPU and RSS are theirs, etcd's columns etcd's alone",
+			s.Name, cfg.AgentsPerCache))
+	}
 	return s, nil
 }
 
@@ -127,6 +150,46 @@ func fanOutOnce(ctx context.Context, n int, cfg FanOutConfig) (Point, error) {
 		return Point{}, err
 	}
 
+	agentEndpoints := func(int) []string { return e.Endpoints }
+	var caches []*cacheProc
+	defer func() {
+		for _, c := range caches {
+			c.stop()
+		}
+	}()
+	if cfg.AgentsPerCache > 0 {
+		for range (n + cfg.AgentsPerCache - 1) / cfg.AgentsPerCache {
+			c, err := startCache(ctx, e.Endpoints)
+			if err != nil {
+				return Point{}, err
+			}
+			caches = append(caches, c)
+		}
+		agentEndpoints = func(i int) []string { return []string{caches[i%len(caches)].endpoint} }
+	}
+	cacheUsage := func() (cpu, rss float64, err error) {
+		for _, c := range caches {
+			cc, err := ProcCPUSeconds(c.pid())
+			if err != nil {
+				return 0, 0, err
+			}
+			r, err := ProcRSSMiB(c.pid())
+			if err != nil {
+				return 0, 0, err
+			}
+			cpu, rss = cpu+cc, rss+r
+		}
+		return cpu, rss, nil
+	}
+	syncCPU0, _, err := e.Usage()
+	if err != nil {
+		return Point{}, err
+	}
+	syncSent0, err := e.SentBytes()
+	if err != nil {
+		return Point{}, err
+	}
+
 	heap0 := heapMiB()
 	var cur atomic.Pointer[probe]
 	synced := make(chan int, n)
@@ -149,7 +212,7 @@ func fanOutOnce(ctx context.Context, n int, cfg FanOutConfig) (Point, error) {
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
-			st, err := etcdv3.New(actx, etcdv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Minute})
+			st, err := etcdv3.New(actx, etcdv3.Config{Endpoints: agentEndpoints(i), DialTimeout: 5 * time.Minute})
 			<-sem
 			if err != nil {
 				errs <- fmt.Errorf("agent %d: %w", i, err)
@@ -171,10 +234,30 @@ func fanOutOnce(ctx context.Context, n int, cfg FanOutConfig) (Point, error) {
 		}
 	}
 	syncAll := time.Since(start)
+	syncCPU1, _, err := e.Usage()
+	if err != nil {
+		return Point{}, err
+	}
+	syncSent1, err := e.SentBytes()
+	if err != nil {
+		return Point{}, err
+	}
 	time.Sleep(time.Second) // let the start-up settle before timing changes
 	agentHeap := (heapMiB() - heap0) * 1024 / float64(n)
+	var watchers float64
+	for _, ep := range e.Endpoints {
+		v, err := metric(ep, "etcd_debugging_mvcc_watcher_total")
+		if err != nil {
+			return Point{}, err
+		}
+		watchers += v
+	}
 
 	cpu0, _, err := e.Usage()
+	if err != nil {
+		return Point{}, err
+	}
+	ccpu0, _, err := cacheUsage()
 	if err != nil {
 		return Point{}, err
 	}
@@ -235,14 +318,32 @@ func fanOutOnce(ctx context.Context, n int, cfg FanOutConfig) (Point, error) {
 	if err != nil {
 		return Point{}, err
 	}
+	ccpu1, crss, err := cacheUsage()
+	if err != nil {
+		return Point{}, err
+	}
 	changes := float64(2 * cfg.Changes)
-	return Point{N: n, Values: map[string]float64{
+	values := map[string]float64{
 		"sync_all_s":    syncAll.Seconds(),
 		"policy_p50_ms": quantileMs(pols, 0.50), "policy_p99_ms": quantileMs(pols, 0.99),
 		"wep_p50_ms": quantileMs(weps, 0.50), "wep_p99_ms": quantileMs(weps, 0.99),
 		"etcd_cpu_ms": (cpu1 - cpu0) * 1000 / changes, "etcd_kib": (sent1 - sent0) / 1024 / changes,
 		"etcd_rss_mb": rss, "agent_kib": agentHeap, "bgp_round_kib": round / 1024,
-	}}, nil
+		"etcd_sync_cpu_s": syncCPU1 - syncCPU0, "etcd_sync_mib": (syncSent1 - syncSent0) / (1 << 20),
+		"etcd_watchers": watchers,
+	}
+	if len(caches) > 0 {
+		values["cache_cpu_ms"] = (ccpu1 - ccpu0) * 1000 / changes
+		values["cache_rss_mb"] = crss
+		for _, c := range caches {
+			peak, err := ProcPeakRSSMiB(c.pid())
+			if err != nil {
+				return Point{}, err
+			}
+			values["cache_peak_mb"] += peak
+		}
+	}
+	return Point{N: n, Values: values}, nil
 }
 
 // quantileMs is the q-quantile of ds in milliseconds (nearest rank).

@@ -25,6 +25,9 @@ func TestFanOutSmall(t *testing.T) {
 		if p.Values["policy_p99_ms"] <= 0 || p.Values["wep_p99_ms"] <= 0 {
 			t.Errorf("%d agents: no delivery time: %v", p.N, p.Values)
 		}
+		if w := p.Values["etcd_watchers"]; w < float64(13*p.N) {
+			t.Errorf("%d agents: etcd holds %v watchers, want 13 per agent", p.N, w)
+		}
 		if p.Values["etcd_kib"] <= 0 || p.Values["bgp_round_kib"] <= 0 {
 			t.Errorf("%d agents: etcd sent nothing: %v", p.N, p.Values)
 		}

@@ -37,6 +37,9 @@ const (
 	// roleBGP runs the BGP measurements (it must be in a network
 	// namespace of its own: see InNetns) and writes them as JSON.
 	roleBGP = "bgp"
+	// roleCache runs the fan-out cache (calico-etcd-proxy) in front of
+	// the etcd of etcdEnv until SIGTERM, printing its address.
+	roleCache = "cache"
 )
 
 // RunRole runs the part of the harness the environment names, if any,
@@ -54,6 +57,8 @@ func RunRole() {
 		err = runNode(ctx, os.Getenv(nodeEnv), strings.Split(os.Getenv(etcdEnv), ","))
 	case roleBGP:
 		err = runBGP(ctx)
+	case roleCache:
+		err = runCache(ctx, strings.Split(os.Getenv(etcdEnv), ","))
 	default:
 		err = fmt.Errorf("unknown %s %q", roleEnv, role)
 	}

@@ -370,11 +370,39 @@ GLOBAL int nat_reset(struct __sk_buff *skb, struct state *st)
 	return bpf_redirect(skb->ifindex, 0);
 }
 
+/* The selection, behind small functions that the connect-time programs
+ * (ctlb.c) call too. svc_lookup: the frontend of a destination (port in
+ * host order), or NULL. */
+static __always_inline struct svc_value *svc_lookup(const __u8 *addr, __u16 port, __u8 proto)
+{
+	struct svc_key sk = {.port = port, .proto = proto};
+	__builtin_memcpy(sk.addr, addr, 16);
+	return bpf_map_lookup_elem(&pal_svc, &sk);
+}
+
+/* svc_choose: the backend of a new flow to frontend sv; NULL when it has
+ * none (the frontend rejects). */
+static __always_inline struct be_value *svc_choose(struct svc_value *sv)
+{
+	__u32 n = sv->count;
+	if (n == 0)
+		return 0;
+	struct be_key bk = {.id = sv->id, .idx = bpf_get_prandom_u32() % n};
+	return bpf_map_lookup_elem(&pal_be, &bk);
+}
+
+/* svc_be_live: addr:port is still a backend of frontend id (flows keep
+ * it while it is). */
+static __always_inline int svc_be_live(__u32 id, const __u8 *addr, __u16 port)
+{
+	struct be_live_key k = {.id = id, .port = port};
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(&pal_be_live, &k) != 0;
+}
+
 static __always_inline int be_live(__u32 id, struct nat_value *v)
 {
-	struct be_live_key k = {.id = id, .port = v->port};
-	__builtin_memcpy(k.addr, v->addr, 16);
-	return bpf_map_lookup_elem(&pal_be_live, &k) != 0;
+	return svc_be_live(id, v->addr, v->port);
 }
 
 #define PAL_NAT_GO (-100)
@@ -389,6 +417,10 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 	struct nat_key k = {};
 	nat_key_of(st, &k);
 	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
+	/* A backend's reply (its translation is the client's egress's):
+	 * its destination is a client, never a frontend. */
+	if (v && v->kind == PAL_NAT_REV)
+		return PAL_NAT_GO;
 	if (v && v->kind == PAL_NAT_HPR) {
 		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, st->dport) < 0)
 			return PAL_TCX_DROP;
@@ -408,9 +440,7 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 		if (st->proto == IPPROTO_TCP && (st->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
 			return nat_reset(skb, st);
 	}
-	struct svc_key sk = {.port = st->dport, .proto = st->proto};
-	__builtin_memcpy(sk.addr, st->dst, 16);
-	struct svc_value *sv = bpf_map_lookup_elem(&pal_svc, &sk);
+	struct svc_value *sv = svc_lookup(st->dst, st->dport, st->proto);
 	if (!sv) {
 		/* A new connection straight to an address and port that was
 		 * a backend of an earlier one through a Service, from the
@@ -427,11 +457,8 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 		}
 		return PAL_NAT_GO;
 	}
-	__u32 id = sv->id, n = sv->count;
-	if (n == 0)
-		return nat_reject(skb, st);
-	struct be_key bk = {.id = id, .idx = bpf_get_prandom_u32() % n};
-	struct be_value *be = bpf_map_lookup_elem(&pal_be, &bk);
+	__u32 id = sv->id;
+	struct be_value *be = svc_choose(sv);
 	if (!be)
 		return nat_reject(skb, st);
 	struct nat_value fwd = {.kind = PAL_NAT_FWD, .svc = id, .port = be->port};

@@ -70,13 +70,24 @@ type ServiceDataplane interface {
 }
 
 // lbIndex is the stage that keeps the Services, for the load balancer;
-// their endpoints are the serviceIndex's slices.
+// their endpoints are the serviceIndex's slices. It keeps each Service's
+// frontends as last built, so a change rebuilds only the Services it
+// touched (a node with thousands of Services).
 type lbIndex struct {
 	services map[string]*Service // by "namespace/name"
 	dirty    bool
+	// changed are the Services whose Service changed since the last
+	// build (their slices' changes are the serviceIndex's lbChanged).
+	changed map[string]struct{}
+	// byService are each Service's frontends as last built, frontends
+	// all of them (nil before the first build).
+	byService map[string][]Frontend
+	frontends map[Frontend]FrontendBackends
 }
 
-func newLBIndex() *lbIndex { return &lbIndex{services: map[string]*Service{}} }
+func newLBIndex() *lbIndex {
+	return &lbIndex{services: map[string]*Service{}, changed: map[string]struct{}{}, byService: map[string][]Frontend{}}
+}
 
 func (x *lbIndex) onService(namespace, name string, s *Service) {
 	key := namespace + "/" + name
@@ -85,51 +96,80 @@ func (x *lbIndex) onService(namespace, name string, s *Service) {
 	} else {
 		x.services[key] = s
 	}
+	x.changed[key] = struct{}{}
 	x.dirty = true
 }
 
-// build makes the load balancer from the Services and the slices: for
-// every cluster address and port of a Service, the slices' endpoints of
-// the address's family on the port of the same name and protocol. Ready
-// endpoints are the backends; when none is ready, the serving ones that
-// terminate (as kube-proxy).
+// build makes the load balancer from the Services and the slices,
+// rebuilding the frontends of the Services that changed (all of them the
+// first time).
 func (x *lbIndex) build(slicesIdx *serviceIndex) *LoadBalancer {
-	lb := &LoadBalancer{Frontends: map[Frontend]FrontendBackends{}}
-	for _, key := range slices.Sorted(maps.Keys(x.services)) {
-		svc := x.services[key]
-		for _, ip := range svc.ClusterIPs {
-			for _, p := range svc.Ports {
-				var ready, terminating []netip.AddrPort
-				for sk := range slicesIdx.bySvc[key] {
-					s := slicesIdx.slices[sk]
-					for _, sp := range s.Ports {
-						if sp.Name != p.Name || sp.Proto != p.Proto {
-							continue
-						}
-						for _, e := range s.Endpoints {
-							if e.Addr.Is4() != ip.Is4() {
-								continue
-							}
-							ap := netip.AddrPortFrom(e.Addr, sp.Port)
-							if e.Ready {
-								ready = append(ready, ap)
-							} else if e.Serving && e.Terminating {
-								terminating = append(terminating, ap)
-							}
-						}
-					}
-				}
-				be := ready
-				if len(be) == 0 {
-					be = terminating
-				}
-				slices.SortFunc(be, func(a, b netip.AddrPort) int { return a.Compare(b) })
-				be = slices.Compact(be)
-				lb.Frontends[Frontend{Addr: ip, Port: p.Port, Proto: strings.ToLower(p.Proto)}] = FrontendBackends{Service: key, Backends: be}
+	changed := x.changed
+	if x.frontends == nil {
+		x.frontends = map[Frontend]FrontendBackends{}
+		changed = map[string]struct{}{}
+		for key := range x.services {
+			changed[key] = struct{}{}
+		}
+	}
+	for key := range slicesIdx.lbChanged {
+		changed[key] = struct{}{}
+	}
+	for key := range changed {
+		for _, f := range x.byService[key] {
+			delete(x.frontends, f)
+		}
+		delete(x.byService, key)
+		if svc := x.services[key]; svc != nil {
+			for f, fb := range serviceFrontends(key, svc, slicesIdx) {
+				x.frontends[f] = fb
+				x.byService[key] = append(x.byService[key], f)
 			}
 		}
 	}
-	return lb
+	clear(x.changed)
+	clear(slicesIdx.lbChanged)
+	return &LoadBalancer{Frontends: maps.Clone(x.frontends)}
+}
+
+// serviceFrontends are a Service's frontends: for every cluster address
+// and port, the slices' endpoints of the address's family on the port of
+// the same name and protocol. Ready endpoints are the backends; when none
+// is ready, the serving ones that terminate (as kube-proxy).
+func serviceFrontends(key string, svc *Service, slicesIdx *serviceIndex) map[Frontend]FrontendBackends {
+	out := map[Frontend]FrontendBackends{}
+	for _, ip := range svc.ClusterIPs {
+		for _, p := range svc.Ports {
+			var ready, terminating []netip.AddrPort
+			for sk := range slicesIdx.bySvc[key] {
+				s := slicesIdx.slices[sk]
+				for _, sp := range s.Ports {
+					if sp.Name != p.Name || sp.Proto != p.Proto {
+						continue
+					}
+					for _, e := range s.Endpoints {
+						if e.Addr.Is4() != ip.Is4() {
+							continue
+						}
+						ap := netip.AddrPortFrom(e.Addr, sp.Port)
+						if e.Ready {
+							ready = append(ready, ap)
+						} else if e.Serving && e.Terminating {
+							terminating = append(terminating, ap)
+						}
+					}
+				}
+			}
+			be := ready
+			if len(be) == 0 {
+				be = terminating
+			}
+			slices.SortFunc(be, func(a, b netip.AddrPort) int { return a.Compare(b) })
+			be = slices.Compact(be)
+			out[Frontend{Addr: ip, Port: p.Port, Proto: strings.ToLower(p.Proto)}] = FrontendBackends{Service: key, Backends: be}
+		}
+	}
+	return out
 }
 
 // flushLB passes the load balancer when a Service or a slice changed,

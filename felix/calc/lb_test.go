@@ -2,6 +2,8 @@ package calc
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -89,5 +91,53 @@ func TestLoadBalancer(t *testing.T) {
 	}
 	if got := rec.frontends(); !slices.Equal(got, want) {
 		t.Fatalf("after a slice and a Service went:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestLoadBalancerIncremental: the load balancer rebuilt after each batch
+// of random Service and slice changes (only the Services touched) is the
+// one a fresh build makes of the same state.
+func TestLoadBalancerIncremental(t *testing.T) {
+	rec := &lbRecorder{Dataplane: newRecorder()}
+	g := NewGraph("node-a", rec)
+	rng := rand.New(rand.NewPCG(1, 2))
+	ports := []ServicePort{{Proto: "tcp", Port: 8080, Name: "http"}}
+	g.OnUpdates([]Update{{Key: datastore.Key{Kind: KindEndpointSlicesSynced}, Value: &EndpointSlice{}}})
+	for round := range 200 {
+		var ups []Update
+		for range 1 + rng.IntN(5) {
+			i := rng.IntN(20)
+			name := fmt.Sprintf("svc-%d", i)
+			switch rng.IntN(4) {
+			case 0:
+				var v *Service
+				if rng.IntN(3) > 0 {
+					v = &Service{ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, 0, byte(i)})}, Ports: []ServiceSpecPort{{Name: "http", Proto: "tcp", Port: uint16(80 + rng.IntN(2))}}}
+				}
+				ups = append(ups, Update{Key: datastore.Key{Kind: KindService, Namespace: "ns", Name: name}, Value: v})
+			default:
+				var v *EndpointSlice
+				if rng.IntN(4) > 0 {
+					v = &EndpointSlice{Service: name, Ports: ports}
+					for j := range rng.IntN(4) {
+						v.Endpoints = append(v.Endpoints, SliceEndpoint{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i), byte(j + rng.IntN(3))}), Ready: true, Serving: true})
+					}
+				}
+				ups = append(ups, Update{Key: datastore.Key{Kind: KindEndpointSlice, Namespace: "ns", Name: fmt.Sprintf("%s-%d", name, rng.IntN(2))}, Value: v})
+			}
+		}
+		g.OnUpdates(ups)
+		g.Flush()
+		fresh := newLBIndex()
+		maps.Copy(fresh.services, g.lb.services)
+		want := fresh.build(g.labels.services)
+		if rec.lb == nil && len(want.Frontends) == 0 {
+			continue
+		}
+		if rec.lb == nil || !maps.EqualFunc(rec.lb.Frontends, want.Frontends, func(a, b FrontendBackends) bool {
+			return a.Service == b.Service && slices.Equal(a.Backends, b.Backends)
+		}) {
+			t.Fatalf("round %d: incremental %v, fresh %v", round, rec.lb, want.Frontends)
+		}
 	}
 }

@@ -59,12 +59,14 @@ type serviceIndex struct {
 	synced bool
 	// dirty are the Services whose slices changed since the last sync.
 	dirty map[string]struct{}
-	// lbDirty: a slice changed since the load balancer was last passed.
-	lbDirty bool
+	// lbDirty: a slice changed since the load balancer was last passed;
+	// lbChanged: the Services of those slices.
+	lbDirty   bool
+	lbChanged map[string]struct{}
 }
 
 func newServiceIndex() *serviceIndex {
-	return &serviceIndex{slices: map[string]*EndpointSlice{}, bySvc: map[string]map[string]struct{}{}, dirty: map[string]struct{}{}}
+	return &serviceIndex{slices: map[string]*EndpointSlice{}, bySvc: map[string]map[string]struct{}{}, dirty: map[string]struct{}{}, lbChanged: map[string]struct{}{}}
 }
 
 // onSlice adds, replaces or (nil) removes a slice.
@@ -78,6 +80,7 @@ func (x *serviceIndex) onSlice(namespace, name string, s *EndpointSlice) {
 			delete(x.bySvc, svc)
 		}
 		x.dirty[svc] = struct{}{}
+		x.lbChanged[svc] = struct{}{}
 		delete(x.slices, key)
 	}
 	if s == nil || s.Service == "" {
@@ -90,6 +93,7 @@ func (x *serviceIndex) onSlice(namespace, name string, s *EndpointSlice) {
 	}
 	x.bySvc[svc][key] = struct{}{}
 	x.dirty[svc] = struct{}{}
+	x.lbChanged[svc] = struct{}{}
 }
 
 // members returns the members of a set of svc: addresses, or with ports

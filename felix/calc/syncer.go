@@ -132,6 +132,14 @@ func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) 
 			s.pause(ctx)
 			continue
 		}
+		// The watcher reads what it needs of items now, before they are
+		// handed to the callbacks.
+		w, err := s.watchFrom(ctx, kind, rev, items)
+		if err != nil {
+			logc.WithError(err).Warn("Watch failed; listing again")
+			s.pause(ctx)
+			continue
+		}
 		b := kindBatch{kind: kind, listed: true}
 		seen := map[datastore.Key]bool{}
 		for _, r := range items {
@@ -149,17 +157,23 @@ func (s *Syncer) runKind(ctx context.Context, kind string, ch chan<- kindBatch) 
 		}
 		known = seen
 		if !send(b) {
+			w.Stop()
 			return
-		}
-		w, err := s.ds.Watch(ctx, datastore.ListOptions{Kind: kind}, rev)
-		if err != nil {
-			logc.WithError(err).Warn("Watch failed; listing again")
-			s.pause(ctx)
-			continue
 		}
 		s.watch(ctx, w, known, send, logc)
 		w.Stop()
 	}
+}
+
+// watchFrom watches kind from the revision of the list that returned
+// items, handing the watcher those items where the store takes them
+// (datastore.ListedWatcher), so the kind is read once, not twice.
+func (s *Syncer) watchFrom(ctx context.Context, kind, rev string, items []v3.Resource) (datastore.Watcher, error) {
+	opts := datastore.ListOptions{Kind: kind}
+	if lw, ok := s.ds.(datastore.ListedWatcher); ok {
+		return lw.WatchListed(ctx, opts, rev, items)
+	}
+	return s.ds.Watch(ctx, opts, rev)
 }
 
 func (s *Syncer) watch(ctx context.Context, w datastore.Watcher, known map[datastore.Key]bool,

@@ -297,7 +297,7 @@ func checkImage(t *testing.T, tg Target, s Spec, img v1.Image, created time.Time
 	for _, argv := range [][]string{
 		{"/usr/sbin/iptables", "--version"}, {"/usr/sbin/iptables-legacy-save", "--version"},
 		{"/usr/sbin/ip6tables-nft-restore", "--version"}, {"/usr/sbin/ipset", "version"},
-		{"/bin/calico-node", "version"}, {"/bin/install-cni", "version"},
+		{"/bin/calico-node", "version"}, {"/bin/install-cni", "version"}, {"/bin/calico-etcd-proxy", "version"},
 	} {
 		out, err := exec.Command("chroot", append([]string{rootfs}, argv...)...).CombinedOutput()
 		if err != nil {

@@ -72,6 +72,7 @@ func Targets(in []Inputs, tag, version string, created time.Time) []Target {
 			{Src: filepath.Join(p.Bin, "calico-node"), Dst: "/bin/calico-node", Mode: 0o755},
 			{Src: filepath.Join(p.Bin, "install-cni"), Dst: "/bin/install-cni", Mode: 0o755},
 			{Src: filepath.Join(p.Bin, "calicoctl"), Dst: "/bin/calicoctl", Mode: 0o755},
+			{Src: filepath.Join(p.Bin, "calico-etcd-proxy"), Dst: "/bin/calico-etcd-proxy", Mode: 0o755},
 			{Src: filepath.Join(p.Bin, "calico"), Dst: "/opt/cni/bin/calico", Mode: 0o755},
 			{Src: filepath.Join(p.Bin, "calico-ipam"), Dst: "/opt/cni/bin/calico-ipam", Mode: 0o755},
 		}

@@ -43,7 +43,9 @@ type Interface interface {
 	// they are skipped, and one that replaces a valid value the consumer
 	// has is reported as the deletion of that value.
 	// When the history it needs was compacted while it ran, it lists again
-	// and reports exactly the changes the consumer has not seen. A
+	// and reports exactly the changes the consumer has not seen (a
+	// deletion found so carries only the resource's key and last
+	// resourceVersion: see ListedWatcher). A
 	// revision already compacted when Watch is called fails with
 	// *CompactedError.
 	Watch(ctx context.Context, opts ListOptions, revision string) (Watcher, error)

@@ -1,6 +1,8 @@
 package datastore
 
 import (
+	"context"
+
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
 
@@ -34,7 +36,8 @@ func (t EventType) String() string {
 // Event is one change seen by a Watcher.
 type Event struct {
 	Type EventType
-	// Object is the new state, or for Deleted the last known state.
+	// Object is the new state, or for Deleted the last known state (after
+	// a compaction, its key and resourceVersion only: see ListedWatcher).
 	Object v3.Resource
 	// Revision is the store revision of the change.
 	Revision string
@@ -47,4 +50,16 @@ type Event struct {
 type Watcher interface {
 	Events() <-chan Event
 	Stop()
+}
+
+// ListedWatcher is a store whose Watch can start from a List the caller
+// has just made, given the items it returned: the watcher learns what the
+// consumer holds from them instead of reading the same state again (the
+// etcd v3 store implements it; felix's syncer uses it, so an agent
+// starting up reads the datastore once). Deleted events carry the last
+// value the consumer had, except a deletion found by listing again after
+// a compaction, which carries the resource's kind, namespace, name and
+// last resourceVersion only (its value is gone with the history).
+type ListedWatcher interface {
+	WatchListed(ctx context.Context, opts ListOptions, revision string, listed []v3.Resource) (Watcher, error)
 }

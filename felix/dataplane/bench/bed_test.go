@@ -128,10 +128,15 @@ func (e *bed) startFelix() { e.stop = e.runFelix(nodeName, e.node.Path(), e.stat
 // runFelix runs felix for a node until the benchmark ends or the
 // returned stop is called.
 func (e *bed) runFelix(node, netns, statusDir string) (stop func()) {
+	return e.runFelixWith(node, netns, statusDir, nil)
+}
+
+// runFelixWith is runFelix with an EndpointSlices source (Services).
+func (e *bed) runFelixWith(node, netns, statusDir string, slices felix.UpdateSource) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- felix.Run(ctx, felix.Config{NodeName: node, Store: e.store, NetNS: netns, StatusDir: statusDir})
+		done <- felix.Run(ctx, felix.Config{NodeName: node, Store: e.store, NetNS: netns, StatusDir: statusDir, EndpointSlices: slices})
 	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }

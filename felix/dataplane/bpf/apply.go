@@ -142,7 +142,8 @@ func (d *Driver) setup(ctx context.Context) error {
 	}
 	d.ready = true
 	d.kubeProxyDue = true
-	d.lb.dirty = d.lb.want != nil
+	d.ctlb = ctlbState{}
+	d.lb.resync()
 	now := time.Now()
 	d.lastRefresh.iptables, d.lastRefresh.routes, d.lastRefresh.gc = now, now, now
 	d.log.WithFields(log.Fields{"dir": objs.Dir, "backend": b, "ipVersions": d.families}).Info("eBPF dataplane ready")
@@ -200,8 +201,9 @@ func (d *Driver) Apply(ctx context.Context) error {
 			return err
 		}
 		d.failsafeDirty = true
-		d.lb.dirty = d.lb.want != nil
+		d.lb.resync()
 		d.kubeProxyDue = true
+		d.checkCTLB()
 	}
 	if every := d.cfg.RouteRefreshInterval; every > 0 && now.Sub(d.lastRefresh.routes) >= every {
 		d.lastRefresh.routes = now
@@ -234,6 +236,7 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if err := d.lb.apply(d.objs); err != nil {
 		errs = append(errs, err)
 	}
+	d.applyCTLB()
 	for _, m := range d.poolSets {
 		if err := m.ApplyUpdates(ctx); err != nil {
 			errs = append(errs, err)

@@ -76,6 +76,7 @@ type Driver struct {
 	endpoints map[calc.EndpointID]*calc.Endpoint
 	sets      *setMaps
 	lb        lbMaps
+	ctlb      ctlbState
 	progs     *programs
 	ifaces    *ifaceState
 	att       *attacher

@@ -94,6 +94,9 @@ func newUp(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Name, o.StateRoot, o.BinDir, o.Progress = g.name, g.stateDir, g.binDir, cmd.OutOrStdout()
+			if cmd.Flags().Changed("kube-proxy") && !o.KubeProxy && o.Kubelet && !o.BPF {
+				return errors.New("--kube-proxy=false with --kubelet needs --bpf: the iptables dataplane does not load-balance Services, kube-proxy does")
+			}
 			l, err := lab.Up(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -118,8 +121,8 @@ func newUp(g *globals) *cobra.Command {
 	f.BoolVar(&o.BPF, "bpf", false, "felix's eBPF dataplane (FelixConfiguration bpfEnabled: true) instead of iptables")
 	f.BoolVar(&o.FloatingIPs, "floating-ips", false, "Floating IPs (cni.projectcalico.org/floatingIPs): the CNI config's feature_control.floating_ips, FelixConfiguration floatingIPs: Enabled, and the pool "+lab.FloatingPoolCIDR)
 	f.BoolVar(&o.Kubernetes, "kubernetes", false, "Add a Kubernetes control plane (kube-apiserver, kube-controller-manager, calico-kube-controllers); pods become Pod objects")
-	f.BoolVar(&o.KubeProxy, "kube-proxy", false, "Run the real kube-proxy (iptables mode) in every node's namespace (needs --kubernetes)")
-	f.BoolVar(&o.Kubelet, "kubelet", false, "Real nodes: a kubelet and a containerd in every node's namespaces, kube-scheduler, and Palisade installed from its manifest and images (implies --kubernetes and --kube-proxy; etcd external unless cluster)")
+	f.BoolVar(&o.KubeProxy, "kube-proxy", false, "Run the real kube-proxy (iptables mode) in every node's namespace (needs --kubernetes; the default with --kubelet unless --bpf, whose felix replaces it: --kube-proxy=true keeps it beside felix)")
+	f.BoolVar(&o.Kubelet, "kubelet", false, "Real nodes: a kubelet and a containerd in every node's namespaces, kube-scheduler, and Palisade installed from its manifest and images (implies --kubernetes, and --kube-proxy unless --bpf; etcd external unless cluster)")
 	f.BoolVar(&o.ReferenceCNI, "reference-cni", false, "With --kubelet: no Palisade; the reference plugins (bridge, host-local) on the same nodes, for benchmarks")
 	f.StringVar(&o.ImagesDir, "images", "", "With --kubelet: the directory of the OCI image archives make images builds (PALISADE_IMAGES; default images/ found upward)")
 	f.StringVar(&o.Manifest, "manifest", "", "With --kubelet: the manifest to install (default manifests/calico-etcd.yaml found upward)")

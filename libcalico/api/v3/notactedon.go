@@ -82,6 +82,9 @@ var FelixConfigurationActedOn = map[string]bool{
 	"bpfEnabled": true, "bpfAttachType": true, "bpfMapSizeConntrack": true, "bpfMapSizeIPSets": true, "bpfConntrackTimeouts": true,
 	"bpfHostConntrackBypass": true, "bpfDataIfacePattern": true, "bpfRedirectToPeer": true, "bpfL3IfacePattern": true,
 	"bpfKubeProxyIptablesCleanupEnabled": true,
+	// The connect-time load balancer (felix/dataplane/bpf/ctlb.go).
+	"bpfConnectTimeLoadBalancing": true, "bpfHostNetworkedNATWithoutCTLB": true, "bpfConnectTimeLoadBalancingEnabled": true,
+	"cgroupV2Path": true,
 	// Health and Prometheus metrics (docs/metrics.md).
 	"healthEnabled": true, "healthHost": true, "healthPort": true, "healthTimeoutOverrides": true,
 	"prometheusMetricsEnabled": true, "prometheusMetricsHost": true, "prometheusMetricsPort": true,

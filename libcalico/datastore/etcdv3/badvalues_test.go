@@ -200,14 +200,20 @@ func testBadValuesInLargeList(t *testing.T, s store, raw *etcdv3.Store) {
 // deletion; a good value after a bad one is an addition; deleting a bad
 // value is nothing.
 func testWatchBadValues(t *testing.T, s *etcdv3.Store, _ []string) {
+	t.Run("Watch", func(t *testing.T) { watchBadValues(t, s, watchPlain) })
+	wipe(t, s)
+	t.Run("WatchListed", func(t *testing.T) { watchBadValues(t, s, watchListed) })
+}
+
+func watchBadValues(t *testing.T, s *etcdv3.Store, start watchStart) {
 	ctx := testCtx(t)
 	putRaw(t, s, poolPath+"seeded-bad", `{not json`)
 	mustCreate(t, s, pool("seeded-good", "10.3.0.0/16"))
-	_, rev, err := s.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
+	items, rev, err := s.List(ctx, datastore.ListOptions{Kind: v3.KindIPPool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := s.Watch(ctx, datastore.ListOptions{Kind: v3.KindIPPool}, rev)
+	w, err := start(s, rev, items)
 	if err != nil {
 		t.Fatal(err)
 	}

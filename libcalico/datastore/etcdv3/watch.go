@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 )
 
@@ -41,20 +42,29 @@ func logLevelFor(err error) log.Level {
 	return log.WarnLevel
 }
 
-// delivered is what the consumer last saw of one key.
+// delivered is what the watcher knows of what the consumer holds for one
+// key: the revision of the value last delivered, and whether that value
+// was a valid resource. Not the value itself: a deletion's last value
+// comes with its event (etcd's previous key-value), and only a deletion
+// found by listing again after a compaction, whose history is gone, is
+// reported without it (see lastKnown).
 type delivered struct {
 	modRev int64
-	value  []byte
 	// bad: the value is not a valid resource, so the consumer does not
 	// have it (List skips such values, and so does the watcher).
 	bad bool
-	// unchecked: seeded from the start revision and not decoded yet.
+	// unchecked: seeded from the keys alone (Watch), so whether the value
+	// was valid is learnt from etcd's previous key-value when the key
+	// next changes. (Found gone after a compaction, such a key is
+	// reported deleted even if its value was not valid: a deletion of a
+	// key the consumer does not hold.)
 	unchecked bool
 }
 
-// watcher follows one key or prefix. It remembers what it delivered for
-// every key (seeded with the state at the start revision), so that after a
-// compaction it can list again and report just the difference.
+// watcher follows one key or prefix. It remembers the revision it
+// delivered for every key (seeded with the state at the start revision),
+// so that after a compaction it can list again and report just the
+// difference.
 type watcher struct {
 	store  *Store
 	path   string
@@ -71,6 +81,8 @@ type watcher struct {
 }
 
 // Watch follows what opts selects from revision (exclusive), or from now.
+// It reads the keys (not the values) at that revision once, to learn
+// what the consumer holds; WatchListed spares that read.
 func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision string) (datastore.Watcher, error) {
 	path, prefix, err := datastore.ListPath(opts)
 	if err != nil {
@@ -81,7 +93,7 @@ func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision 
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
 	// Seed with the state the consumer has: at start, or now.
-	ops := []clientv3.OpOption{}
+	ops := []clientv3.OpOption{clientv3.WithKeysOnly()}
 	if prefix {
 		ops = append(ops, clientv3.WithPrefix())
 	}
@@ -95,27 +107,66 @@ func (s *Store) Watch(ctx context.Context, opts datastore.ListOptions, revision 
 	if err != nil {
 		return nil, fmt.Errorf("watch %s from revision %q: %w", path, revision, err)
 	}
+	if start == 0 {
+		start = resp.Header.Revision
+	}
+	w := s.newWatcher(ctx, path, prefix, start, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		if _, _, err := s.Codec().ParseKey(key); err == nil {
+			w.known[key] = delivered{modRev: kv.ModRevision, unchecked: true}
+		}
+	}
+	go w.run()
+	return w, nil
+}
+
+// WatchListed implements datastore.ListedWatcher: Watch from the revision
+// of a List the caller made, seeded with the items that List returned
+// instead of a second read of the same state. A revision compacted
+// meanwhile is not an error: the watcher lists again and reports the
+// difference, as after any compaction.
+func (s *Store) WatchListed(ctx context.Context, opts datastore.ListOptions, revision string, listed []v3.Resource) (datastore.Watcher, error) {
+	path, prefix, err := datastore.ListPath(opts)
+	if err != nil {
+		return nil, err
+	}
+	start, err := datastore.ParseRevision(revision)
+	if err != nil || start == 0 {
+		return nil, fmt.Errorf("watch %s: the revision of a list is needed, not %q", path, revision)
+	}
+	w := s.newWatcher(ctx, path, prefix, start, len(listed))
+	for _, r := range listed {
+		key, err := datastore.KeyPath(datastore.KeyOf(r))
+		if err != nil {
+			w.cancel()
+			return nil, fmt.Errorf("watch %s: a listed item: %w", path, err)
+		}
+		rv, err := datastore.ParseRevision(r.GetObjectMeta().ResourceVersion)
+		if err != nil {
+			w.cancel()
+			return nil, fmt.Errorf("watch %s: listed %s: %w", path, key, err)
+		}
+		w.known[key] = delivered{modRev: rv}
+	}
+	go w.run()
+	return w, nil
+}
+
+// newWatcher is a watcher of path from revision start, not yet running.
+func (s *Store) newWatcher(ctx context.Context, path string, prefix bool, start int64, size int) *watcher {
 	w := &watcher{
 		store:  s,
 		path:   path,
 		prefix: prefix,
 		events: make(chan datastore.Event, watchBuffer),
 		done:   make(chan struct{}),
-		known:  make(map[string]delivered, len(resp.Kvs)),
+		known:  make(map[string]delivered, size),
 		rev:    start,
 		log:    log.WithField("watch", path),
 	}
-	if start == 0 {
-		w.rev = resp.Header.Revision
-	}
-	for _, kv := range resp.Kvs {
-		if _, _, err := s.Codec().ParseKey(string(kv.Key)); err == nil {
-			w.known[string(kv.Key)] = delivered{modRev: kv.ModRevision, value: kv.Value, unchecked: true}
-		}
-	}
 	w.ctx, w.cancel = context.WithCancel(ctx)
-	go w.run()
-	return w, nil
+	return w
 }
 
 // Events is the channel of changes, closed when the watcher ends.
@@ -221,62 +272,82 @@ func (w *watcher) deliver(ev *clientv3.Event) bool {
 			return true
 		}
 		delete(w.known, key)
-		value, modRev := prev.value, prev.modRev
-		if ev.PrevKv != nil {
-			value, modRev = ev.PrevKv.Value, ev.PrevKv.ModRevision
+		if prev.bad || (prev.unchecked && !w.validPrev(key, ev.PrevKv, prev.modRev)) {
+			return true // the consumer never had it
 		}
-		return w.emit(datastore.Deleted, key, value, modRev, rev)
+		return w.sendGone(key, ev.PrevKv, prev.modRev, rev)
 	}
 	if _, _, err := w.store.Codec().ParseKey(key); err != nil {
 		return true // a kind this build does not know
 	}
-	return w.emitPut(key, ev.Kv.Value, rev, prev, had)
+	return w.emitPut(key, ev.Kv.Value, rev, ev.PrevKv, prev, had)
 }
 
-// emit decodes a deleted value and sends the event; a value the consumer
-// never had (it was not a valid resource) is not reported. An Error event
-// reports any other decoding failure.
-func (w *watcher) emit(typ datastore.EventType, key string, value []byte, modRev, eventRev int64) bool {
-	obj, err := w.store.Codec().Decode(key, value, modRev)
-	if errors.Is(err, datastore.ErrBadValue) {
+// validPrev says whether etcd's previous key-value of key, at modRev,
+// was a valid resource (true when it is not known).
+func (w *watcher) validPrev(key string, prevKV *mvccpb.KeyValue, modRev int64) bool {
+	if prevKV == nil || prevKV.ModRevision != modRev {
 		return true
 	}
-	if err != nil {
-		return w.send(datastore.Event{Type: datastore.Error, Revision: strconv.FormatInt(eventRev, 10), Err: err})
+	_, err := w.store.Codec().Decode(key, prevKV.Value, modRev)
+	return !errors.Is(err, datastore.ErrBadValue)
+}
+
+// sendGone reports the deletion, at eventRev, of the valid value the
+// consumer holds for key (at revision modRev): etcd's previous key-value
+// when the event carried it, else what the watcher knows (lastKnown).
+func (w *watcher) sendGone(key string, prevKV *mvccpb.KeyValue, modRev, eventRev int64) bool {
+	var obj v3.Resource
+	if prevKV != nil && prevKV.ModRevision == modRev {
+		obj, _ = w.store.Codec().Decode(key, prevKV.Value, modRev)
 	}
-	return w.send(datastore.Event{Type: typ, Object: obj, Revision: strconv.FormatInt(eventRev, 10)})
+	if obj == nil {
+		var err error
+		if obj, err = lastKnown(w.store.Codec(), key, modRev); err != nil {
+			return w.send(datastore.Event{Type: datastore.Error, Revision: strconv.FormatInt(eventRev, 10), Err: err})
+		}
+	}
+	return w.send(datastore.Event{Type: datastore.Deleted, Object: obj, Revision: strconv.FormatInt(eventRev, 10)})
+}
+
+// lastKnown is what a deletion reports when its last value is gone with
+// the compacted history: the resource's kind, namespace and name, and
+// the revision the consumer last had it at, no spec. That is all the
+// consumers read of a deletion (the key), as Calico's syncer reports a
+// deletion found by listing again with its key alone.
+func lastKnown(codec *datastore.Codec, key string, modRev int64) (v3.Resource, error) {
+	k, info, err := codec.ParseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	obj := info.New()
+	m := obj.GetObjectMeta()
+	m.Name, m.Namespace = k.Name, k.Namespace
+	m.ResourceVersion = strconv.FormatInt(modRev, 10)
+	return obj, nil
 }
 
 // emitPut reports the new value of key (prev, when had, is what the
-// watcher last recorded for it): Added or Modified; or, when the value is
-// not a valid resource, nothing (it is logged once and counted), or the
+// watcher last recorded for it; prevKV etcd's previous key-value, when
+// the event carried it): Added or Modified; or, when the value is not a
+// valid resource, nothing (it is logged once and counted), or the
 // deletion of the valid value the consumer had, so that Watch agrees with
 // List, which skips such values.
-func (w *watcher) emitPut(key string, value []byte, rev int64, prev delivered, had bool) bool {
+func (w *watcher) emitPut(key string, value []byte, rev int64, prevKV *mvccpb.KeyValue, prev delivered, had bool) bool {
 	codec := w.store.Codec()
-	eventRev := strconv.FormatInt(rev, 10)
-	// gone is the deletion of the previous value, should it be reported.
-	gone := datastore.Event{Type: datastore.Deleted, Revision: eventRev}
-	if had && prev.unchecked {
-		gone.Object, _ = codec.Decode(key, prev.value, prev.modRev)
-	}
 	// had: the consumer has the previous value.
-	had = had && !prev.bad && (!prev.unchecked || gone.Object != nil)
+	had = had && !prev.bad && (!prev.unchecked || w.validPrev(key, prevKV, prev.modRev))
 	obj, err := codec.Decode(key, value, rev)
 	if errors.Is(err, datastore.ErrBadValue) {
 		w.store.BadValues().Record(err)
-		w.known[key] = delivered{modRev: rev, value: value, bad: true}
+		w.known[key] = delivered{modRev: rev, bad: true}
 		if !had {
 			return true
 		}
-		if gone.Object == nil {
-			if gone.Object, err = codec.Decode(key, prev.value, prev.modRev); err != nil {
-				return true
-			}
-		}
-		return w.send(gone)
+		return w.sendGone(key, prevKV, prev.modRev, rev)
 	}
-	w.known[key] = delivered{modRev: rev, value: value}
+	w.known[key] = delivered{modRev: rev}
+	eventRev := strconv.FormatInt(rev, 10)
 	if err != nil {
 		return w.send(datastore.Event{Type: datastore.Error, Revision: eventRev, Err: err})
 	}
@@ -333,7 +404,7 @@ func (w *watcher) resync() bool {
 	for _, key := range gone {
 		prev := w.known[key]
 		delete(w.known, key)
-		if !w.emit(datastore.Deleted, key, prev.value, prev.modRev, now) {
+		if !prev.bad && !w.sendGone(key, nil, prev.modRev, now) {
 			return false
 		}
 	}
@@ -341,7 +412,7 @@ func (w *watcher) resync() bool {
 	for _, kv := range changed {
 		key := string(kv.Key)
 		prev, had := w.known[key]
-		if !w.emitPut(key, kv.Value, kv.ModRevision, prev, had) {
+		if !w.emitPut(key, kv.Value, kv.ModRevision, nil, prev, had) {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package etcdv3_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -202,7 +203,28 @@ func (c *consumer) apply(e datastore.Event) {
 	}
 }
 
+// watchStart starts a watcher from a List's revision, given its items.
+type watchStart func(s *etcdv3.Store, rev string, items []v3.Resource) (datastore.Watcher, error)
+
+func watchPlain(s *etcdv3.Store, rev string, _ []v3.Resource) (datastore.Watcher, error) {
+	return s.Watch(context.Background(), datastore.ListOptions{Kind: "IPPool"}, rev)
+}
+
+func watchListed(s *etcdv3.Store, rev string, items []v3.Resource) (datastore.Watcher, error) {
+	return s.WatchListed(context.Background(), datastore.ListOptions{Kind: "IPPool"}, rev, items)
+}
+
 func testWatchResumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoints []string) {
+	t.Run("Watch", func(t *testing.T) { resumesAfterCompaction(t, direct, endpoints, watchPlain) })
+	wipe(t, direct)
+	t.Run("WatchListed", func(t *testing.T) { resumesAfterCompaction(t, direct, endpoints, watchListed) })
+}
+
+// resumesAfterCompaction: a watcher cut off while the history it needs
+// is changed and compacted brings its consumer to the present with the
+// net changes; deletions carry the resource's key and last revision (and
+// the whole last value when the deletion's own event is seen).
+func resumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoints []string, start watchStart) {
 	ctx := testCtx(t)
 	px := etcdtest.StartRelay(t, endpoints[0])
 	proxied := connect(t, []string{px.Endpoint()})
@@ -218,13 +240,24 @@ func testWatchResumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoin
 	for _, it := range items {
 		c.state[keyName(it)] = it.GetObjectMeta().ResourceVersion
 	}
-	w, err := proxied.Watch(ctx, datastore.ListOptions{Kind: "IPPool"}, listRev)
+	w, err := start(proxied, listRev, items)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 	mustCreate(t, direct, pool("before-cut", "10.4.0.0/16"))
 	c.apply(next(t, w))
+	// A deletion seen as it happens carries the whole last value.
+	mustCreate(t, direct, pool("deleted-live", "10.8.0.0/16"))
+	c.apply(next(t, w))
+	if _, err := direct.Delete(ctx, datastore.Key{Kind: "IPPool", Name: "deleted-live"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	e := next(t, w)
+	c.apply(e)
+	if got := summarize(e); got.Type != datastore.Deleted || got.Spec != "10.8.0.0/16" {
+		t.Fatalf("live deletion reported as %s, want Deleted with its last value", got)
+	}
 
 	// Disconnect the watcher, change everything while it is away, and
 	// compact the history it would need to catch up.
@@ -279,7 +312,7 @@ func testWatchResumesAfterCompaction(t *testing.T, direct *etcdv3.Store, endpoin
 	}
 	quiet(t, w)
 	var names []string
-	for _, e := range c.events[1:] {
+	for _, e := range c.events[3:] {
 		names = append(names, e.Type.String()+" "+e.Name)
 	}
 	slices.Sort(names)

@@ -32,9 +32,10 @@ func main() {
 	scale.RunRole()
 	sizes := flag.String("sizes", "100,250,500,1000", "cluster sizes, comma separated")
 	calcExtra := flag.String("calc-sizes", "2000,5000", "more sizes for the calculation graph alone (cheap), comma separated")
-	phases := flag.String("phases", "calc,fanout,fanout3,bgp,ipam", "measurements to run, in order")
+	phases := flag.String("phases", "calc,fanout,fanoutcache,fanout3,bgp,ipam", "measurements to run, in order")
 	out := flag.String("out", "", "directory for results.md and the plots (none when empty)")
 	max3 := flag.Int("fanout3-max", 500, "largest size the 3-member etcd fan-out runs at (it costs as much again as the 1-member one)")
+	perCache := flag.Int("cache-agents", 500, "agents per fan-out cache in the fanoutcache phase")
 	lock := flag.String("lock", "", "file to flock while the BGP measurements run in their network namespace (the machine's kernel-test lock)")
 	flag.Parse()
 	// Errors only: the thousands of agents say "listing failed" as they
@@ -42,7 +43,7 @@ func main() {
 	log.SetLevel(log.ErrorLevel)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	if err := run(ctx, *sizes, *calcExtra, *phases, *out, *lock, *max3); err != nil {
+	if err := run(ctx, *sizes, *calcExtra, *phases, *out, *lock, *max3, *perCache); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
@@ -64,7 +65,7 @@ func parseSizes(s string) ([]int, error) {
 	return slices.Compact(out), nil
 }
 
-func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max3 int) error {
+func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max3, perCache int) error {
 	sizes, err := parseSizes(sizesFlag)
 	if err != nil {
 		return err
@@ -96,6 +97,9 @@ func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max
 	for _, ph := range strings.Split(phases, ",") {
 		var err error
 		switch ph {
+		case "":
+			// No measurement: -phases "" rewrites the report from the
+			// series saved in -out.
 		case "calc":
 			all := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(sizes), extra...))))
 			err = step(ph, func() ([]scale.Series, error) { return one(scale.CalcGraph(all, scale.CalcSetup, 200)) })
@@ -108,12 +112,16 @@ func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max
 			err = step(ph, func() ([]scale.Series, error) {
 				return one(scale.FanOut(ctx, at, scale.FanOutConfig{Members: members, Cluster: fanCluster, Changes: 5, Dir: dir}))
 			})
+		case "fanoutcache":
+			err = step(ph, func() ([]scale.Series, error) {
+				return one(scale.FanOut(ctx, sizes, scale.FanOutConfig{Members: 1, Cluster: fanCluster, Changes: 5, Dir: dir, AgentsPerCache: perCache}))
+			})
 		case "bgp":
 			err = step(ph, func() ([]scale.Series, error) { return scale.BGP(ctx, sizes, dir, lock) })
 		case "ipam":
 			err = step(ph, func() ([]scale.Series, error) { return one(scale.IPAMStorm(ctx, sizes, dir)) })
 		default:
-			err = fmt.Errorf("unknown phase %q (calc, fanout, fanout3, bgp, ipam)", ph)
+			err = fmt.Errorf("unknown phase %q (calc, fanout, fanoutcache, fanout3, bgp, ipam)", ph)
 		}
 		if err != nil {
 			return err
