@@ -61,6 +61,9 @@ type (
 	FloatingValue = palisadeFipValue
 	// NodePorts are the node ports, a bit each (MapNodePorts' one entry).
 	NodePorts = palisadeNodeports
+	// ID6Key is an IPv6 prefix's key in MapID6 (the policy engine's
+	// identities of IPv6 addresses, by generation).
+	ID6Key = palisadeId6Key
 )
 
 // Map names, as in c/palisade.c; generated programs refer to maps by
@@ -89,6 +92,10 @@ const (
 	MapNATConfig    = "pal_natcfg"
 	MapFloating     = "pal_fip"
 	MapNodePorts    = "pal_nodeports"
+	// The policy engine (c/engine.h): its data, and the identities of
+	// IPv6 addresses.
+	MapPolicy = "pal_pol"
+	MapID6    = "pal_id6"
 )
 
 // NAT flow entries (NATValue.Kind, Flags; c/nat.h).

@@ -89,6 +89,30 @@ type palisadeDsrKey struct {
 	Addr      [16]uint8
 }
 
+type palisadeEng struct {
+	_      structs.HostLayout
+	Sub    [16][4]uint32
+	Acc    [16]uint64
+	Rec    [4]uint32
+	Sigs   uint32
+	Words  uint32
+	U      uint32
+	E      uint32
+	P      uint32
+	Nent   uint32
+	Pos    uint32
+	W      uint32
+	Cw     uint32
+	First  uint32
+	Live   uint32
+	Rest   uint32
+	Result int32
+	_      [4]byte
+	Cand   uint64
+	Bit    uint64
+	M      uint64
+}
+
 type palisadeEp struct {
 	_     structs.HostLayout
 	Flags uint32
@@ -126,6 +150,13 @@ type palisadeFragKey struct {
 type palisadeFragValue struct {
 	_        structs.HostLayout
 	LastSeen uint64
+}
+
+type palisadeId6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Gen       uint32
+	Addr      [16]uint8
 }
 
 type palisadeMaglevKey struct {
@@ -190,6 +221,11 @@ type palisadeNodeports struct {
 	Bits [1024]uint64
 }
 
+type palisadePol struct {
+	_ structs.HostLayout
+	W [2097152]uint64
+}
+
 type palisadePortKey struct {
 	_     structs.HostLayout
 	IdHi  uint32
@@ -244,7 +280,7 @@ type palisadeState struct {
 	_        [4]byte
 	RuleId   uint64
 	CtMs     uint32
-	Pad      uint32
+	Slot     uint32
 }
 
 type palisadeSvcKey struct {
@@ -277,17 +313,20 @@ const (
 	palisadeMapPalCounters      = "pal_counters"
 	palisadeMapPalCt            = "pal_ct"
 	palisadeMapPalDsrOptout     = "pal_dsr_optout"
+	palisadeMapPalEng           = "pal_eng"
 	palisadeMapPalEp            = "pal_ep"
 	palisadeMapPalEvents        = "pal_events"
 	palisadeMapPalFailsafe      = "pal_failsafe"
 	palisadeMapPalFip           = "pal_fip"
 	palisadeMapPalFrag          = "pal_frag"
+	palisadeMapPalId6           = "pal_id6"
 	palisadeMapPalMaglev        = "pal_maglev"
 	palisadeMapPalNat           = "pal_nat"
 	palisadeMapPalNatcfg        = "pal_natcfg"
 	palisadeMapPalNatfrag       = "pal_natfrag"
 	palisadeMapPalNodeports     = "pal_nodeports"
 	palisadeMapPalNodes         = "pal_nodes"
+	palisadeMapPalPol           = "pal_pol"
 	palisadeMapPalPorts         = "pal_ports"
 	palisadeMapPalProgs         = "pal_progs"
 	palisadeMapPalSetnames      = "pal_setnames"
@@ -386,17 +425,20 @@ type palisadeMapSpecs struct {
 	PalCounters  *ebpf.MapSpec `ebpf:"pal_counters"`
 	PalCt        *ebpf.MapSpec `ebpf:"pal_ct"`
 	PalDsrOptout *ebpf.MapSpec `ebpf:"pal_dsr_optout"`
+	PalEng       *ebpf.MapSpec `ebpf:"pal_eng"`
 	PalEp        *ebpf.MapSpec `ebpf:"pal_ep"`
 	PalEvents    *ebpf.MapSpec `ebpf:"pal_events"`
 	PalFailsafe  *ebpf.MapSpec `ebpf:"pal_failsafe"`
 	PalFip       *ebpf.MapSpec `ebpf:"pal_fip"`
 	PalFrag      *ebpf.MapSpec `ebpf:"pal_frag"`
+	PalId6       *ebpf.MapSpec `ebpf:"pal_id6"`
 	PalMaglev    *ebpf.MapSpec `ebpf:"pal_maglev"`
 	PalNat       *ebpf.MapSpec `ebpf:"pal_nat"`
 	PalNatcfg    *ebpf.MapSpec `ebpf:"pal_natcfg"`
 	PalNatfrag   *ebpf.MapSpec `ebpf:"pal_natfrag"`
 	PalNodeports *ebpf.MapSpec `ebpf:"pal_nodeports"`
 	PalNodes     *ebpf.MapSpec `ebpf:"pal_nodes"`
+	PalPol       *ebpf.MapSpec `ebpf:"pal_pol"`
 	PalPorts     *ebpf.MapSpec `ebpf:"pal_ports"`
 	PalProgs     *ebpf.MapSpec `ebpf:"pal_progs"`
 	PalSetnames  *ebpf.MapSpec `ebpf:"pal_setnames"`
@@ -447,17 +489,20 @@ type palisadeMaps struct {
 	PalCounters  *ebpf.Map `ebpf:"pal_counters"`
 	PalCt        *ebpf.Map `ebpf:"pal_ct"`
 	PalDsrOptout *ebpf.Map `ebpf:"pal_dsr_optout"`
+	PalEng       *ebpf.Map `ebpf:"pal_eng"`
 	PalEp        *ebpf.Map `ebpf:"pal_ep"`
 	PalEvents    *ebpf.Map `ebpf:"pal_events"`
 	PalFailsafe  *ebpf.Map `ebpf:"pal_failsafe"`
 	PalFip       *ebpf.Map `ebpf:"pal_fip"`
 	PalFrag      *ebpf.Map `ebpf:"pal_frag"`
+	PalId6       *ebpf.Map `ebpf:"pal_id6"`
 	PalMaglev    *ebpf.Map `ebpf:"pal_maglev"`
 	PalNat       *ebpf.Map `ebpf:"pal_nat"`
 	PalNatcfg    *ebpf.Map `ebpf:"pal_natcfg"`
 	PalNatfrag   *ebpf.Map `ebpf:"pal_natfrag"`
 	PalNodeports *ebpf.Map `ebpf:"pal_nodeports"`
 	PalNodes     *ebpf.Map `ebpf:"pal_nodes"`
+	PalPol       *ebpf.Map `ebpf:"pal_pol"`
 	PalPorts     *ebpf.Map `ebpf:"pal_ports"`
 	PalProgs     *ebpf.Map `ebpf:"pal_progs"`
 	PalSetnames  *ebpf.Map `ebpf:"pal_setnames"`
@@ -475,17 +520,20 @@ func (m *palisadeMaps) Close() error {
 		m.PalCounters,
 		m.PalCt,
 		m.PalDsrOptout,
+		m.PalEng,
 		m.PalEp,
 		m.PalEvents,
 		m.PalFailsafe,
 		m.PalFip,
 		m.PalFrag,
+		m.PalId6,
 		m.PalMaglev,
 		m.PalNat,
 		m.PalNatcfg,
 		m.PalNatfrag,
 		m.PalNodeports,
 		m.PalNodes,
+		m.PalPol,
 		m.PalPorts,
 		m.PalProgs,
 		m.PalSetnames,

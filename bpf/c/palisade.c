@@ -647,7 +647,16 @@ static __always_inline int tunnel_back(struct __sk_buff *skb, struct state *st)
 #define PAL_RESUME_HEP_IN 2
 #define PAL_RESUME_HEP_OUT 3
 
-/* run_stage tail-calls a stage's program; on return something failed. */
+#include "engine.h"
+
+/* PAL_RAN: run_stage decided the stage in place (the policy engine); the
+ * walk goes on after it in the same program. */
+#define PAL_RAN 0x100
+
+/* run_stage runs a stage: the policy engine decides it in place when the
+ * slot is an engine stage's (PAL_RAN, the rule that decided counted, as a
+ * resume program counts it), else it tail-calls the slot's program; on
+ * return something failed. */
 static __always_inline int run_stage(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 stage)
 {
 	__u32 slot = ep->slots[stage & 7];
@@ -655,9 +664,21 @@ static __always_inline int run_stage(struct __sk_buff *skb, struct state *st, st
 		return drop(st, PAL_C_NO_PROGRAM);
 	st->phase = stage;
 	st->verdict = PAL_VERDICT_NONE;
+	st->slot = slot;
+	int r = engine(st);
+	if (r > 0) {
+		count(st->ifindex, stage, st->rule_id, st->len);
+		return PAL_RAN;
+	}
+	if (r < 0)
+		return drop(st, PAL_C_NO_PROGRAM);
 	bpf_tail_call(skb, &pal_progs, slot);
 	return drop(st, PAL_C_NO_PROGRAM);
 }
+
+/* PAL_WALKS bounds the stages one walk runs in place (a host endpoint's
+ * ingress: doNotTrack, preDNAT, then normal or forward). */
+#define PAL_WALKS 4
 
 static __always_inline struct state *state(void)
 {
@@ -917,8 +938,18 @@ after_untracked:
 	return allow(skb, st);
 }
 
-/* Entry and resume programs of one kind and direction. */
+/* Entry and resume programs of one kind and direction. walks_ goes on
+ * walking after each stage the engine decided in place. */
 #define PROGRAMS(name, out, resume_slot)                                           \
+	static __always_inline int walks_##name(struct __sk_buff *skb, struct state *st, struct ep *ep, __u32 l4) \
+	{                                                                          \
+		for (int i = 0; i < PAL_WALKS; i++) {                              \
+			int r = walk_##name(skb, st, ep, l4);                      \
+			if (r != PAL_RAN)                                          \
+				return r;                                          \
+		}                                                                  \
+		return PAL_TCX_DROP;                                               \
+	}                                                                          \
 	SEC("tc") int pal_##name(struct __sk_buff *skb)                            \
 	{                                                                          \
 		struct state *st = state();                                        \
@@ -930,7 +961,7 @@ after_untracked:
 			return -l4 - 16;                                           \
 		if (!ep)                                                           \
 			return PAL_TCX_DROP;                                       \
-		return walk_##name(skb, st, ep, l4);                               \
+		return walks_##name(skb, st, ep, l4);                              \
 	}                                                                          \
 	SEC("tc") int pal_resume_##name(struct __sk_buff *skb)                     \
 	{                                                                          \
@@ -943,7 +974,7 @@ after_untracked:
 			return -l4 - 16;                                           \
 		if (!ep)                                                           \
 			return PAL_TCX_DROP;                                       \
-		return walk_##name(skb, st, ep, l4);                               \
+		return walks_##name(skb, st, ep, l4);                              \
 	}
 
 PROGRAMS(wl_in, 0, PAL_RESUME_WL_IN)

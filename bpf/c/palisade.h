@@ -127,7 +127,7 @@ struct state {
 	/* With PAL_F_CT_WRITTEN: the timeout (ms) of the entry's state, for
 	 * the host's conntrack entry of a bypassed flow. */
 	__u32 ct_ms;
-	__u32 pad;
+	__u32 slot; /* the pal_progs slot of the stage being run (the engine's key) */
 };
 
 /* An interface's entry: what it is and its stages' programs (index into
@@ -219,9 +219,9 @@ struct frag_value {
 /* Per-rule and per-reason packet and byte counters (per CPU, summed when
  * read). rule is, for a policy stage, the stable id of the rule (or
  * implicit end) that decided, as the program's description names it: a
- * hash of where the rule is and what it says, so a rewritten program
- * keeps counting its unchanged rules and never counts a changed one
- * under the old one's key. For PAL_COUNTER_GENERAL it is a PAL_C_*. */
+ * hash of where the rule is and of its policy's rules, so an edited
+ * policy counts anew and the others of a rewritten program keep counting
+ * (as iptables chains do). For PAL_COUNTER_GENERAL it is a PAL_C_*. */
 struct counter_key {
 	__u32 ifindex;
 	__u8 stage; /* PAL_STAGE_* or PAL_COUNTER_GENERAL */

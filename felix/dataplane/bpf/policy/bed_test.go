@@ -29,6 +29,8 @@ type bed struct {
 	a, b  int
 	slots uint32
 	progs []*ebpf.Program
+	// eng is the policy engine, in the namespace's pal_pol.
+	eng *Engine
 }
 
 func newBed(t testing.TB) *bed { return newBedWith(t, bpf.Timeouts{}) }
@@ -59,14 +61,24 @@ func newBedWith(t testing.TB, timeouts bpf.Timeouts) *bed {
 		}
 		return nil
 	})
-	e.objs, err = bpf.Open(bpf.Options{NS: run, Timeouts: timeouts})
+	// A small conntrack map: clearCT walks it, and walking the default
+	// size's buckets took most of the differential test's time.
+	e.objs, err = bpf.Open(bpf.Options{NS: run, Timeouts: timeouts, ConntrackEntries: 4096})
 	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := e.objs.MapPolicyMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.eng, err = NewEngine(mem, bpf.ID6{M: e.objs.Maps[bpf.MapID6]}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, p := range e.progs {
 			p.Close()
 		}
+		mem.Close()
 		e.objs.Close()
 		if err := bpf.RemoveDir(e.objs.Dir, nil); err != nil {
 			t.Error(err)
@@ -90,6 +102,35 @@ func (e *bed) load(in Input) uint32 {
 	e.progs = append(e.progs, prog)
 	slot := e.slots
 	e.slots++
+	if err := e.objs.Maps[bpf.MapProgs].Put(slot, uint32(prog.FD())); err != nil {
+		e.t.Fatal(err)
+	}
+	return slot
+}
+
+// loadEngine lays a stage out for the policy engine, loads its stub and
+// returns its slot.
+func (e *bed) loadEngine(in Input) uint32 {
+	e.t.Helper()
+	t, err := CompileTable(in)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, err := e.eng.Stage(t)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, _ := json.Marshal(t.Slots)
+	prog, err := e.objs.LoadPolicy("pal_test", Stub(), info)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.progs = append(e.progs, prog)
+	slot := e.slots
+	e.slots++
+	if err := e.eng.Bind(slot, st); err != nil {
+		e.t.Fatal(err)
+	}
 	if err := e.objs.Maps[bpf.MapProgs].Put(slot, uint32(prog.FD())); err != nil {
 		e.t.Fatal(err)
 	}
@@ -153,6 +194,29 @@ func (e *bed) memberOf(set, m string) {
 		if err := e.objs.Maps[bpf.MapSets].Put(k, uint8(1)); err != nil {
 			e.t.Fatal(err)
 		}
+	}
+	e.eng.MemberDelta(set, []string{m}, nil)
+	if err := e.eng.Sync(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// notMemberOf removes a member of a net set.
+func (e *bed) notMemberOf(set, m string) {
+	e.t.Helper()
+	p, err := netip.ParsePrefix(m)
+	if err != nil {
+		a := netip.MustParseAddr(m)
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	for _, k := range bpf.SetKeys(bpf.SetID(set), p) {
+		if err := e.objs.Maps[bpf.MapSets].Delete(k); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.eng.MemberDelta(set, nil, []string{m})
+	if err := e.eng.Sync(); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

@@ -49,18 +49,35 @@ func countersInput(port0 uint16) Input {
 
 // TestRuleCounters sends packets through a stage and checks that exactly
 // the deciding rule's counter (packets and bytes) moved, Pass rules
-// counting on the way; then the program is rewritten with its first rule
-// changed: the unchanged rule keeps counting under the same key, the
-// changed one starts from nothing, and the old rule's count is never read
-// as the new one's.
+// counting on the way; then the program is rewritten with the first rule
+// of policy ns/p changed: as on iptables, where the policy's chain is
+// rewritten, every rule of ns/p starts again from zero (under new keys;
+// the old counts are never read as the new rules'), while the other
+// policy's Pass rule and the end of the tier keep counting. It runs for
+// the compiled programs and for the policy engine, whose rule ids are the
+// same.
 func TestRuleCounters(t *testing.T) {
+	for _, engine := range []bool{false, true} {
+		name := "compiled"
+		if engine {
+			name = "engine"
+		}
+		t.Run(name, func(t *testing.T) { ruleCounters(t, engine) })
+	}
+}
+
+func ruleCounters(t *testing.T, engine bool) {
 	e := newBed(t)
+	load := e.load
+	if engine {
+		load = e.loadEngine
+	}
 	v1in := countersInput(80)
 	v1, err := Compile(v1in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: e.load(v1in)}, "10.0.0.1/32")
+	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: load(v1in)}, "10.0.0.1/32")
 	send := func(proto uint8, sport, dport uint16, want int32) int {
 		t.Helper()
 		pkt := packet{src: "10.0.0.1", dst: "10.0.0.2", proto: proto, sport: sport, dport: dport, tcpFlags: tcpSYN}.bytes()
@@ -102,16 +119,21 @@ func TestRuleCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clearCT()
-	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: e.load(v2in)}, "10.0.0.1/32")
+	e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: load(v2in)}, "10.0.0.1/32")
 	allow0v2, deny1v2 := slotOf(t, v2, "default", "ns/p", 0), slotOf(t, v2, "default", "ns/p", 1)
-	if allow0v2.ID == allow0.ID || deny1v2.ID != deny1.ID || slotOf(t, v2, "default", "", -1).ID != end.ID {
-		t.Fatalf("rule ids after the change: rule 0 %#x→%#x (want new), rule 1 %#x→%#x, end %#x (want kept)", allow0.ID, allow0v2.ID, deny1.ID, deny1v2.ID, end.ID)
+	passv2, endv2 := slotOf(t, v2, "t1", "q", 0), slotOf(t, v2, "default", "", -1)
+	if allow0v2.ID == allow0.ID || deny1v2.ID == deny1.ID || passv2.ID != pass.ID || endv2.ID != end.ID {
+		t.Fatalf("rule ids after the change: ns/p rule 0 %#x→%#x, rule 1 %#x→%#x (want both new), t1/q %#x→%#x, end %#x→%#x (want kept)",
+			allow0.ID, allow0v2.ID, deny1.ID, deny1v2.ID, pass.ID, passv2.ID, end.ID, endv2.ID)
 	}
 	send(6, 41002, 81, 2)
 	send(6, 44000, 8080, -1)
 	send(6, 44001, 80, 2) // now the end of the tier
-	want(deny1v2, 3, 3*n)
+	send(17, 43001, 53, 2)
+	want(deny1v2, 1, n)
 	want(allow0v2, 1, n)
-	want(allow0, 3, 3*n) // the old rule's count stays under its own key
-	want(end, 3, 2*n+u)
+	want(allow0, 3, 3*n) // the old rules' counts stay under their own keys
+	want(deny1, 2, 2*n)
+	want(passv2, 2, 2*u)
+	want(endv2, 4, 2*n+2*u)
 }

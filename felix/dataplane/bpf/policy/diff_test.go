@@ -1,13 +1,17 @@
 package policy
 
 import (
+	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-net/palisade/bpf"
@@ -32,10 +36,17 @@ import (
 //   - explain: calc.EvalChain, what `calicoctl policy explain` and
 //     felix's explanations evaluate.
 //
-// diffPrograms stages of diffPackets packets each: 10,200 cases.
+// diffPrograms stages of diffPackets packets each: 10,200 cases; then
+// diffMixPrograms stages of diffMixRules rules of issue 28's mix (a third
+// ports, a third CIDRs, a third selectors, over diffMixSets IP sets), of
+// diffPackets packets each: 340 cases more.
 const (
-	diffPrograms = 60
-	diffPackets  = 170
+	diffChangeEvery = 17
+	diffPrograms    = 60
+	diffPackets     = 170
+	diffMixPrograms = 2
+	diffMixRules    = 1000
+	diffMixSets     = 60
 )
 
 // The universe the policies and packets are drawn from, small so that
@@ -145,29 +156,30 @@ func randomRule(r *rand.Rand, index int) calc.Rule {
 	if rule.IPVersion == 0 && chance(10) {
 		rule.IPVersion = 4 + 2*r.IntN(2)
 	}
-	if chance(25) {
-		rule.SrcNets = somePrefixes(r, 1+r.IntN(3))
+	// The source's and the destination's fields, drawn in one order.
+	sides := []struct {
+		nets, notNets *[]netip.Prefix
+		sets, notSets *[]string
+	}{{&rule.SrcNets, &rule.NotSrcNets, &rule.SrcIPSets, &rule.NotSrcIPSets}, {&rule.DstNets, &rule.NotDstNets, &rule.DstIPSets, &rule.NotDstIPSets}}
+	for _, sd := range sides {
+		if chance(25) {
+			*sd.nets = somePrefixes(r, 1+r.IntN(3))
+		}
 	}
-	if chance(25) {
-		rule.DstNets = somePrefixes(r, 1+r.IntN(3))
+	for _, sd := range sides {
+		if chance(10) {
+			*sd.notNets = somePrefixes(r, 1+r.IntN(2))
+		}
 	}
-	if chance(10) {
-		rule.NotSrcNets = somePrefixes(r, 1+r.IntN(2))
+	for _, sd := range sides {
+		if chance(25) {
+			*sd.sets = someOf(r, diffSets, 2)
+		}
 	}
-	if chance(10) {
-		rule.NotDstNets = somePrefixes(r, 1+r.IntN(2))
-	}
-	if chance(25) {
-		rule.SrcIPSets = someOf(r, diffSets, 2)
-	}
-	if chance(25) {
-		rule.DstIPSets = someOf(r, diffSets, 2)
-	}
-	if chance(10) {
-		rule.NotSrcIPSets = someOf(r, diffSets, 1)
-	}
-	if chance(10) {
-		rule.NotDstIPSets = someOf(r, diffSets, 1)
+	for _, sd := range sides {
+		if chance(10) {
+			*sd.notSets = someOf(r, diffSets, 1)
+		}
 	}
 	return rule
 }
@@ -189,6 +201,7 @@ func randomWorld(r *rand.Rand) *diffWorld {
 		w.nets[s] = append(w.nets[s], somePrefixes(r, r.IntN(4))...)
 	}
 	for _, s := range diffNamed {
+		w.named[s] = nil // the set exists, if empty
 		for range r.IntN(4) {
 			w.named[s] = append(w.named[s], fmt.Sprintf("%s,%s:%d", pick(r, diffDsts), pick(r, []string{"tcp", "udp", "sctp"}), pick(r, diffPorts)))
 		}
@@ -212,6 +225,83 @@ func randomWorld(r *rand.Rand) *diffWorld {
 		w.ep.Profiles = append(w.ep.Profiles, name)
 	}
 	return w
+}
+
+// randomMixWorld is a workload whose egress has n rules of issue 28's
+// mix in five policies of one tier, and a profile of a few: a third TCP
+// or UDP to a port range (half of them also to a set's member), a third
+// from or to a CIDR, a third from or to a set's member; the sets have a
+// few members each, from the packets' addresses and nets.
+func randomMixWorld(r *rand.Rand, n int) *diffWorld {
+	w := &diffWorld{nets: map[string][]netip.Prefix{}, named: map[string][]string{},
+		policies: map[calc.PolicyID]*calc.Policy{}, profiles: map[string]*calc.Profile{}}
+	var sets []string
+	for i := range diffMixSets {
+		id := fmt.Sprintf("s:m%d", i)
+		sets = append(sets, id)
+		w.nets[id] = nil
+		for range r.IntN(3) {
+			w.nets[id] = append(w.nets[id], mixPrefix(r))
+		}
+	}
+	w.ep = &calc.Endpoint{ID: calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "ns", Name: "w"}, InterfaceName: "calidiff0"}
+	t := calc.TierPolicies{Name: "mix", DefaultAction: pick(r, []calc.Action{calc.Deny, calc.Pass})}
+	const policies = 5
+	for pi := range policies {
+		id := calc.PolicyID{Tier: t.Name, Namespace: "ns", Name: fmt.Sprintf("m%d", pi)}
+		var rules []calc.Rule
+		for i := range n / policies {
+			rules = append(rules, randomMixRule(r, i, sets))
+		}
+		w.policies[id] = &calc.Policy{ID: id, Outbound: rules, Egress: true}
+		t.Egress = append(t.Egress, id)
+	}
+	w.ep.Tiers = []calc.TierPolicies{t}
+	var rules []calc.Rule
+	for i := range 3 {
+		rules = append(rules, randomMixRule(r, i, sets))
+	}
+	w.profiles["kns.mix"] = &calc.Profile{Name: "kns.mix", Outbound: rules}
+	w.ep.Profiles = []string{"kns.mix"}
+	return w
+}
+
+// randomMixRule is the mix's rule number i (its kind by i's remainder by
+// three), of index i.
+func randomMixRule(r *rand.Rand, i int, sets []string) calc.Rule {
+	actions := []calc.Action{calc.Allow, calc.Allow, calc.Allow, calc.Allow, calc.Allow, calc.Allow, calc.Deny, calc.Deny, calc.Pass, calc.Log}
+	rule := calc.Rule{Action: pick(r, actions), Index: i}
+	side := r.IntN(2) == 0
+	switch i % 3 {
+	case 0:
+		rule.Protocol = pick(r, []uint8{6, 17})
+		rule.DstPorts = []calc.PortRange{pick(r, diffRanges)}
+		if side {
+			rule.DstIPSets = []string{pick(r, sets)}
+		}
+	case 1:
+		if side {
+			rule.SrcNets = []netip.Prefix{mixPrefix(r)}
+		} else {
+			rule.DstNets = []netip.Prefix{mixPrefix(r)}
+		}
+	default:
+		if side {
+			rule.SrcIPSets = []string{pick(r, sets)}
+		} else {
+			rule.DstIPSets = []string{pick(r, sets)}
+		}
+	}
+	return rule
+}
+
+// mixPrefix is one of the nets, or a host of the packets' addresses.
+func mixPrefix(r *rand.Rand) netip.Prefix {
+	if r.IntN(2) == 0 {
+		return netip.MustParsePrefix(pick(r, diffNets))
+	}
+	a := netip.MustParseAddr(pick(r, append(append([]string(nil), diffSrcs...), diffDsts...)))
+	return netip.PrefixFrom(a, a.BitLen())
 }
 
 // input is the workload's egress stage, as felix's StagesOf makes it.
@@ -340,7 +430,7 @@ func (b *iptablesBed) program(t *testing.T, w *diffWorld) {
 	var sets strings.Builder
 	sets.WriteString("flush\ndestroy\n")
 	for fam, inet := range map[int]string{4: "inet", 6: "inet6"} {
-		for _, id := range diffSets {
+		for _, id := range slices.Sorted(maps.Keys(w.nets)) {
 			members := w.nets[id]
 			name := rules.IPSetName(id, fam)
 			fmt.Fprintf(&sets, "create %s hash:net family %s\n", name, inet)
@@ -357,7 +447,7 @@ func (b *iptablesBed) program(t *testing.T, w *diffWorld) {
 				}
 			}
 		}
-		for _, id := range diffNamed {
+		for _, id := range slices.Sorted(maps.Keys(w.named)) {
 			members := w.named[id]
 			name := rules.IPSetName(id, fam)
 			fmt.Fprintf(&sets, "create %s hash:ip,port family %s\n", name, inet)
@@ -400,6 +490,45 @@ func (b *iptablesBed) program(t *testing.T, w *diffWorld) {
 	}
 }
 
+// member adds or removes a net set's member in ipset.
+func (b *iptablesBed) member(t *testing.T, id string, m netip.Prefix, add bool) {
+	t.Helper()
+	fam := 4
+	if m.Addr().Is6() {
+		fam = 6
+	}
+	op := "del"
+	if add {
+		op = "add"
+	}
+	ms := []string{m.String()}
+	if m.Bits() == 0 {
+		// hash:net takes no /0: two halves.
+		ms = []string{netip.PrefixFrom(m.Addr(), 1).String(), map[int]string{4: "128.0.0.0/1", 6: "8000::/1"}[fam]}
+	}
+	// By netlink: an ipset command for each change took most of the
+	// test's time.
+	err := b.run.Do(func() error {
+		for _, x := range ms {
+			p := netip.MustParsePrefix(x)
+			entry := &netlink.IPSetEntry{IP: p.Addr().AsSlice(), CIDR: uint8(p.Bits())}
+			var err error
+			if add {
+				err = netlink.IpsetAdd(rules.IPSetName(id, fam), entry)
+			} else {
+				err = netlink.IpsetDel(rules.IPSetName(id, fam), entry)
+			}
+			if err != nil {
+				return fmt.Errorf("ipset %s %s %s: %w", op, rules.IPSetName(id, fam), x, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (b *iptablesBed) restore(t *testing.T, cmd, stdin string, args ...string) {
 	t.Helper()
 	c := b.ns.Cmd(append([]string{cmd}, args...)...)
@@ -429,58 +558,136 @@ func (b *iptablesBed) send(t *testing.T, p packet) bool {
 	return true
 }
 
-// TestDifferential: eBPF verdict == iptables verdict == explain's, for
-// diffPrograms random stages of diffPackets random packets each.
+// diffBig adds stages of 10,000 rules of the mix (for the engine only:
+// instructions cannot hold them), about a minute more:
+//
+//	go test ./felix/dataplane/bpf/policy -run TestDifferential -diff.big
+var diffBig = flag.Bool("diff.big", false, "TestDifferential: also two stages of 10,000 rules of the mix (engine only)")
+
+// TestDifferential: eBPF verdict (compiled, and the engine's) ==
+// iptables verdict == explain's, for diffPrograms random stages of
+// diffPackets random packets each, then the mix; with -diff.big, two
+// stages of 10,000 rules of the mix too.
 func TestDifferential(t *testing.T) {
 	e := newBed(t)
 	ipt := newIptablesBed(t)
 	r := rand.New(rand.NewPCG(28, 2026))
-	cases, allowed := 0, 0
+	var c diffCount
+	start := time.Now()
 	for prog := range diffPrograms {
-		w := randomWorld(r)
-		for set, members := range w.nets {
-			for _, m := range members {
-				e.memberOf(fmt.Sprintf("%s#%d", set, prog), m.String())
-			}
+		c.stage(t, e, ipt, r, randomWorld(r), prog, true)
+	}
+	small := time.Since(start)
+	for i := range diffMixPrograms {
+		c.stage(t, e, ipt, r, randomMixWorld(r, diffMixRules), diffPrograms+i, true)
+	}
+	mix := time.Since(start) - small
+	if *diffBig {
+		for i := range diffMixPrograms {
+			c.stage(t, e, ipt, r, randomMixWorld(r, 10*diffMixRules), diffPrograms+diffMixPrograms+i, false)
 		}
-		// Each stage's sets get ids of their own in the eBPF maps (the
-		// sets of earlier stages stay).
-		in := renameSets(w.input(), prog)
-		for set, members := range w.named {
-			for _, m := range members {
-				e.memberOf(fmt.Sprintf("%s#%d", set, prog), m)
-			}
+	}
+	t.Logf("%d cases, %d allowed, %d set changes; the small stages took %v, the mix of %d rules %v, the rest %v", c.cases, c.allowed, c.changes,
+		small.Round(time.Millisecond), diffMixRules, mix.Round(time.Millisecond), (time.Since(start) - small - mix).Round(time.Millisecond))
+	if c.allowed < c.cases/10 || c.allowed > c.cases*9/10 {
+		t.Errorf("%d of %d cases allowed: the random policies hardly test both verdicts", c.allowed, c.cases)
+	}
+}
+
+// diffCount counts the differential test's cases.
+type diffCount struct{ cases, allowed, changes int }
+
+// stage programs world w as stage number prog on both dataplanes, the
+// eBPF one twice: compiled into instructions (unless compiled is false:
+// a stage too large for them) on interface a, and for the policy engine
+// on interface b. It checks diffPackets random packets against explain,
+// moving a member of one of the world's sets in or out every
+// diffChangeEvery packets.
+func (c *diffCount) stage(t *testing.T, e *bed, ipt *iptablesBed, r *rand.Rand, w *diffWorld, prog int, compiled bool) {
+	t.Helper()
+	// Each stage's sets get ids of their own in the eBPF maps (the sets
+	// of earlier stages stay).
+	for set, members := range w.nets {
+		for _, m := range members {
+			e.memberOf(fmt.Sprintf("%s#%d", set, prog), m.String())
 		}
+	}
+	for set, members := range w.named {
+		for _, m := range members {
+			e.memberOf(fmt.Sprintf("%s#%d", set, prog), m)
+		}
+	}
+	in := renameSets(w.input(), prog)
+	if compiled {
 		slot := e.load(in)
 		e.endpoint(e.a, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: slot}, "10.0.0.0/8", "fd00::/8")
-		ipt.program(t, w)
-		failures := 0
-		for range diffPackets {
-			p := randomPacket(r)
-			v, _ := e.send(false, bpf.In, e.a, 0, p.bytes())
+	}
+	eslot := e.loadEngine(in)
+	e.endpoint(e.b, bpf.EndpointWorkload, map[int]uint32{bpf.StageNormalIn: eslot}, "10.0.0.0/8", "fd00::/8")
+	ipt.program(t, w)
+	failures := 0
+	for i := range diffPackets {
+		if i%diffChangeEvery == diffChangeEvery-1 {
+			c.changeSets(t, e, ipt, r, w, prog)
+		}
+		p := randomPacket(r)
+		send := func(ifindex int) bool {
+			v, _ := e.send(false, bpf.In, ifindex, 0, p.bytes())
 			if v == -1 {
 				e.clearCT()
 			}
-			ebpf := v == -1
-			iptables := ipt.send(t, p)
-			explain := w.explain(p)
-			cases++
-			if explain {
-				allowed++
-			}
-			if ebpf != explain || iptables != explain {
-				failures++
-				if failures <= 3 {
-					t.Errorf("stage %d, %s (icmp %d/%d): eBPF allows %v, iptables %v, explain %v; stage:\n%s", prog, p, p.icmpType, p.icmpCode,
-						ebpf, iptables, explain, describeInput(w.input()))
+			return v == -1
+		}
+		engine := send(e.b)
+		ebpf := engine
+		if compiled {
+			ebpf = send(e.a)
+		}
+		iptables := ipt.send(t, p)
+		explain := w.explain(p)
+		c.cases++
+		if explain {
+			c.allowed++
+		}
+		if ebpf != explain || engine != explain || iptables != explain {
+			failures++
+			if failures <= 3 {
+				desc := describeInput(w.input())
+				if len(desc) > 4000 {
+					desc = desc[:4000] + "…"
 				}
+				t.Errorf("stage %d, %s (icmp %d/%d): eBPF allows %v, the engine %v, iptables %v, explain %v; stage:\n%s", prog, p, p.icmpType, p.icmpCode,
+					ebpf, engine, iptables, explain, desc)
 			}
 		}
 	}
-	t.Logf("%d cases, %d allowed", cases, allowed)
-	if allowed < cases/10 || allowed > cases*9/10 {
-		t.Errorf("%d of %d cases allowed: the random policies hardly test both verdicts", allowed, cases)
+}
+
+// changeSets moves a member of one of the world's net sets in or out, in
+// the three: the eBPF maps (and the engine's identities), ipset, and the
+// world explain reads.
+func (c *diffCount) changeSets(t *testing.T, e *bed, ipt *iptablesBed, r *rand.Rand, w *diffWorld, prog int) {
+	t.Helper()
+	ids := slices.Sorted(maps.Keys(w.nets))
+	id := pick(r, ids)
+	ms := w.nets[id]
+	name := fmt.Sprintf("%s#%d", id, prog)
+	c.changes++
+	if len(ms) > 0 && r.IntN(2) == 0 {
+		i := r.IntN(len(ms))
+		m := ms[i]
+		w.nets[id] = slices.Delete(slices.Clone(ms), i, i+1)
+		e.notMemberOf(name, m.String())
+		ipt.member(t, id, m, false)
+		return
 	}
+	m := mixPrefix(r)
+	if slices.Contains(ms, m) {
+		return
+	}
+	w.nets[id] = append(slices.Clone(ms), m)
+	e.memberOf(name, m.String())
+	ipt.member(t, id, m, true)
 }
 
 // renameSets gives a stage's set ids a suffix of the stage's number.

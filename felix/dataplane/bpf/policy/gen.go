@@ -84,8 +84,10 @@ type gen struct {
 	known known
 	// note is a comment for the next instruction emitted.
 	note string
-	// current is the rule being emitted, for its slots' RuleID.
-	current calc.Rule
+	// owner is the digest of the rules of the policy or profile whose
+	// rule is being emitted (empty for an implicit end), for its slots'
+	// RuleID.
+	owner string
 }
 
 // known is what every packet reaching a point of the program has: a
@@ -217,7 +219,7 @@ func (g *gen) epilogue() {
 // slot records a counter slot, with its stable rule id, and returns it.
 func (g *gen) slot(s Slot) Slot {
 	s.Slot = len(g.slots)
-	s.ID = RuleID(s, g.current)
+	s.ID = RuleID(s, g.owner)
 	g.slots = append(g.slots, s)
 	return s
 }
@@ -288,10 +290,12 @@ func (g *gen) count(s Slot) {
 	g.label(done)
 }
 
-// placed is a rule and where it is.
+// placed is a rule, where it is, and the digest of its policy's or
+// profile's rules (RuleID).
 type placed struct {
-	r calc.Rule
-	s Slot
+	r     calc.Rule
+	s     Slot
+	owner string
 }
 
 // guardFan is how many rules (or groups of rules) a guard covers.
@@ -318,7 +322,9 @@ func (g *gen) rules(rs []placed, pass string) {
 			g.rules(part, pass)
 		} else {
 			for _, p := range part {
+				g.owner = p.owner
 				g.rule(p.r, p.s, pass)
+				g.owner = ""
 			}
 		}
 		g.known = outer
@@ -377,7 +383,6 @@ func (g *gen) rule(r calc.Rule, s Slot, pass string) {
 	s.Action = string(r.Action)
 	s.Match = Describe(r)
 	s.Index = r.Index
-	g.current = r
 	next := g.newLabel("rule_end")
 	g.note = fmt.Sprintf("%s %s rule %d: %s %s", s.Tier+s.Profile, s.Policy, s.Rule, s.Action, s.Match)
 	g.match(r, next)

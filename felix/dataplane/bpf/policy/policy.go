@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -58,22 +59,38 @@ type Profile struct {
 // holds it, with Description, for the readers of a loaded program).
 type Slot = bpf.Slot
 
-// RuleID is a slot's stable identity, the key its packets are counted
-// under: the first 8 bytes of a SHA-256 of where the rule is (tier,
-// policy or profile, its index) and all it says (the compiled rule), or
-// of the implicit end. It does not depend on the program: a program
-// rewritten because another rule changed keeps counting the unchanged
-// ones under the same keys, and a changed rule (or one that moved) gets
-// a new key, so no count is ever read as another rule's. r is the
-// compiled rule of a slot with Rule >= 0 (unused for an implicit end).
-func RuleID(s Slot, r calc.Rule) uint64 {
-	h := sha256.New()
-	fmt.Fprintf(h, "tier=%q policy=%q profile=%q index=%d action=%q match=%q\n", s.Tier, s.Policy, s.Profile, s.Index, s.Action, s.Match)
-	if s.Rule >= 0 {
-		b, _ := json.Marshal(r)
-		h.Write(b)
-	}
-	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+// RuleID is a slot's identity, the key its packets are counted under:
+// the first 8 bytes of a SHA-256 of where the rule is (tier, policy or
+// profile, its index) and of owner, the digest of every rule its policy
+// or profile has in the stage's direction (RulesDigest; empty for an
+// implicit end). So the counters restart as the iptables dataplane's do:
+// a policy whose rules of a direction changed in any way (its chain
+// rewritten, on iptables) counts all of those rules from zero under new
+// keys, while the other policies of the program, and an end of tier,
+// keep counting; a count is never read as another rule's.
+func RuleID(s Slot, owner string) uint64 {
+	// The bytes of
+	//   fmt.Sprintf("tier=%q policy=%q profile=%q index=%d action=%q match=%q owner=%s\n", …)
+	// (%q is strconv.Quote), appended without fmt: a stage of 10,000
+	// rules took 25 ms in Fprintf.
+	b := make([]byte, 0, 128+len(s.Match)+len(owner))
+	b = strconv.AppendQuote(append(b, "tier="...), s.Tier)
+	b = strconv.AppendQuote(append(b, " policy="...), s.Policy)
+	b = strconv.AppendQuote(append(b, " profile="...), s.Profile)
+	b = strconv.AppendInt(append(b, " index="...), int64(s.Index), 10)
+	b = strconv.AppendQuote(append(b, " action="...), s.Action)
+	b = strconv.AppendQuote(append(b, " match="...), s.Match)
+	b = append(append(append(b, " owner="...), owner...), '\n')
+	sum := sha256.Sum256(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// RulesDigest is the digest of a policy's or profile's rules of one
+// direction, as RuleID takes it.
+func RulesDigest(rules []calc.Rule) string {
+	b, _ := json.Marshal(rules)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Program is a compiled stage.
@@ -100,8 +117,9 @@ func Compile(in Input) (*Program, error) {
 		pass := fmt.Sprintf("tier%d_end", ti)
 		var rs []placed
 		for _, p := range t.Policies {
+			owner := RulesDigest(p.Rules)
 			for i, r := range p.Rules {
-				rs = append(rs, placed{r, Slot{Tier: t.Name, Policy: p.ID.String(), Namespace: p.ID.Namespace, Name: p.ID.Name, Rule: i}})
+				rs = append(rs, placed{r, Slot{Tier: t.Name, Policy: p.ID.String(), Namespace: p.ID.Namespace, Name: p.ID.Name, Rule: i}, owner})
 			}
 		}
 		g.rules(rs, pass)
@@ -114,8 +132,9 @@ func Compile(in Input) (*Program, error) {
 		for pi, p := range in.Profiles {
 			next := fmt.Sprintf("profile%d_end", pi)
 			var rs []placed
+			owner := RulesDigest(p.Rules)
 			for i, r := range p.Rules {
-				rs = append(rs, placed{r, Slot{Profile: p.Name, Name: p.Name, Rule: i}})
+				rs = append(rs, placed{r, Slot{Profile: p.Name, Name: p.Name, Rule: i}, owner})
 			}
 			g.rules(rs, next)
 			g.label(next)

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -243,4 +245,25 @@ func manyRules(n int) Input {
 			DstPorts: []calc.PortRange{{Min: port, Max: port}}})
 	}
 	return Input{Final: true, Tiers: []Tier{{Name: "default", DefaultAction: calc.Deny, Policies: []Policy{{ID: calc.PolicyID{Tier: "default", Name: "many"}, Rules: rules}}}}}
+}
+
+// TestRuleIDFormat: RuleID hashes the same bytes as the fmt form it
+// replaced, so counters keep their keys across the change.
+func TestRuleIDFormat(t *testing.T) {
+	old := func(s Slot, owner string) uint64 {
+		h := sha256.New()
+		fmt.Fprintf(h, "tier=%q policy=%q profile=%q index=%d action=%q match=%q owner=%s\n", s.Tier, s.Policy, s.Profile, s.Index, s.Action, s.Match, owner)
+		return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	}
+	for _, s := range []Slot{
+		{Tier: "default", Policy: "ns/default.p", Index: 3, Action: "Allow", Match: `tcp to ports 80 "x"`},
+		{Profile: "kns.a\tb", Index: -1, Action: "Deny", Match: "end of tier ü\x00\xff"},
+		{},
+	} {
+		for _, owner := range []string{"", "0123abcd", "ü"} {
+			if a, b := RuleID(s, owner), old(s, owner); a != b {
+				t.Errorf("%+v owner %q: %#x, the fmt form %#x", s, owner, a, b)
+			}
+		}
+	}
 }
