@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -196,9 +197,16 @@ func startNode(name string, e *Etcd, dir string) (*exec.Cmd, <-chan struct{}, er
 	return cmd, done, nil
 }
 
+// stopProcess ends a node process: SIGTERM (so it can write its
+// profiles), SIGKILL after 5 s.
 func stopProcess(cmd *exec.Cmd, done <-chan struct{}) {
-	_ = cmd.Process.Kill()
-	<-done
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // bgpCluster writes the datastore of a BGP round: the pool, the

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +29,11 @@ const (
 	nodeEnv  = "PALISADE_SCALE_NODE"
 	sizesEnv = "PALISADE_SCALE_SIZES"
 	dirEnv   = "PALISADE_SCALE_DIR"
+	partsEnv = "PALISADE_SCALE_BGP_PARTS"
+	// ProfileEnv names a directory: each node process writes its CPU
+	// profile (<node>.cpu.pprof, from start to SIGTERM) and heap profile
+	// (<node>.heap.pprof, at SIGTERM) there.
+	ProfileEnv = "PALISADE_SCALE_PPROF"
 )
 
 // Roles.
@@ -72,11 +79,48 @@ func runNode(ctx context.Context, name string, endpoints []string) error {
 		return err
 	}
 	defer st.Close()
+	if dir := os.Getenv(ProfileEnv); dir != "" {
+		stop, err := profile(dir, name)
+		if err != nil {
+			return err
+		}
+		// Written as soon as SIGTERM comes, whether or not the speaker
+		// is quick to return.
+		written := make(chan struct{})
+		go func() { <-ctx.Done(); stop(); close(written) }()
+		defer func() { <-written }()
+	}
 	return bgp.Run(ctx, bgp.Config{NodeName: name, Store: st, KV: st.KV(), DisableKernelRoutes: true})
 }
 
-// runBGP measures the reflectors and the mesh at the sizes of sizesEnv
-// and prints the series as JSON on stdout.
+// profile starts a CPU profile of the process into dir; the function it
+// returns stops it and writes a heap profile beside it.
+func profile(dir, name string) (func(), error) {
+	cpu, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
+	if err != nil {
+		return nil, fmt.Errorf("profiling: %w", err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, fmt.Errorf("profiling: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		if f, err := os.Create(filepath.Join(dir, name+".heap.pprof")); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+		}
+	}, nil
+}
+
+// BGPParts are the BGP measurements BGP runs: the route reflectors at
+// every size, the mesh at the largest, the speaker's datastore reads at
+// every size.
+var BGPParts = []string{"reflector", "mesh", "bgp-reads"}
+
+// runBGP measures the parts of partsEnv at the sizes of sizesEnv and
+// prints the series as JSON on stdout.
 func runBGP(ctx context.Context) error {
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return fmt.Errorf("bringing lo up: %v: %s", err, out)
@@ -90,24 +134,34 @@ func runBGP(ctx context.Context) error {
 		sizes = append(sizes, n)
 	}
 	dir := os.Getenv(dirEnv)
-	rr, err := Reflectors(ctx, sizes, dir)
-	if err != nil {
-		return err
+	var out []Series
+	for _, part := range strings.Split(os.Getenv(partsEnv), ",") {
+		var s Series
+		var err error
+		switch part {
+		case "reflector":
+			s, err = Reflectors(ctx, sizes, dir)
+		case "mesh":
+			s, err = Mesh(ctx, sizes[len(sizes)-1:], dir)
+		case "bgp-reads":
+			s, err = SpeakerReads(ctx, sizes, dir)
+		default:
+			err = fmt.Errorf("unknown BGP part %q (%s)", part, strings.Join(BGPParts, ", "))
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, s)
 	}
-	mesh, err := Mesh(ctx, sizes[len(sizes)-1:], dir)
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(os.Stdout).Encode([]Series{rr, mesh})
+	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-// BGP runs the BGP measurements (Reflectors at every size, Mesh at the
-// largest) in a child process inside a network namespace of its own
-// (unshare --net: the namespace, and every loopback address in it, goes
-// with the process, whichever way it ends). It needs root. With lock set
-// the child runs under flock(1) on that file (the machine's kernel-test
-// lock), held only while it runs.
-func BGP(ctx context.Context, sizes []int, dir, lock string) ([]Series, error) {
+// BGP runs the BGP measurements parts (of BGPParts) in a child process
+// inside a network namespace of its own (unshare --net: the namespace,
+// and every loopback address in it, goes with the process, whichever way
+// it ends). It needs root. With lock set the child runs under flock(1) on
+// that file (the machine's kernel-test lock), held only while it runs.
+func BGP(ctx context.Context, sizes []int, parts []string, dir, lock string) ([]Series, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the harness binary: %w", err)
@@ -121,7 +175,8 @@ func BGP(ctx context.Context, sizes []int, dir, lock string) ([]Series, error) {
 		args = append([]string{"flock", lock}, args...)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), roleEnv+"="+roleBGP, sizesEnv+"="+strings.Join(ss, ","), dirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), roleEnv+"="+roleBGP, sizesEnv+"="+strings.Join(ss, ","), dirEnv+"="+dir,
+		partsEnv+"="+strings.Join(parts, ","))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
