@@ -7,16 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
 
 	log "github.com/sirupsen/logrus"
 
-	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
-	"github.com/palisade-net/palisade/node/bgp"
+	"github.com/palisade-net/palisade/scale/node"
 )
 
 // The harness runs some of its parts as child processes of its own binary
@@ -25,21 +22,15 @@ import (
 // and exits.
 const (
 	roleEnv  = "PALISADE_SCALE_ROLE"
-	etcdEnv  = "PALISADE_SCALE_ETCD"
-	nodeEnv  = "PALISADE_SCALE_NODE"
 	sizesEnv = "PALISADE_SCALE_SIZES"
 	dirEnv   = "PALISADE_SCALE_DIR"
 	partsEnv = "PALISADE_SCALE_BGP_PARTS"
-	// ProfileEnv names a directory: each node process writes its CPU
-	// profile (<node>.cpu.pprof, from start to SIGTERM) and heap profile
-	// (<node>.heap.pprof, at SIGTERM) there.
-	ProfileEnv = "PALISADE_SCALE_PPROF"
 )
 
 // Roles.
 const (
-	// roleNode runs node/bgp's speaker for one Node (a route reflector
-	// when the Node has a routeReflectorClusterID) until SIGTERM.
+	// roleNode runs node/bgp's speaker for one Node (package
+	// scale/node), when the scale-node binary is not at hand.
 	roleNode = "node"
 	// roleBGP runs the BGP measurements (it must be in a network
 	// namespace of its own: see InNetns) and writes them as JSON.
@@ -58,7 +49,7 @@ func RunRole() {
 	var err error
 	switch role {
 	case roleNode:
-		err = runNode(ctx, os.Getenv(nodeEnv), strings.Split(os.Getenv(etcdEnv), ","))
+		err = node.Run(ctx)
 	case roleBGP:
 		err = runBGP(ctx)
 	default:
@@ -69,49 +60,6 @@ func RunRole() {
 		os.Exit(1)
 	}
 	os.Exit(0)
-}
-
-// runNode is calico-node's BGP part for one node, without kernel routes.
-func runNode(ctx context.Context, name string, endpoints []string) error {
-	log.SetLevel(log.WarnLevel)
-	st, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: endpoints})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if dir := os.Getenv(ProfileEnv); dir != "" {
-		stop, err := profile(dir, name)
-		if err != nil {
-			return err
-		}
-		// Written as soon as SIGTERM comes, whether or not the speaker
-		// is quick to return.
-		written := make(chan struct{})
-		go func() { <-ctx.Done(); stop(); close(written) }()
-		defer func() { <-written }()
-	}
-	return bgp.Run(ctx, bgp.Config{NodeName: name, Store: st, KV: st.KV(), DisableKernelRoutes: true})
-}
-
-// profile starts a CPU profile of the process into dir; the function it
-// returns stops it and writes a heap profile beside it.
-func profile(dir, name string) (func(), error) {
-	cpu, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
-	if err != nil {
-		return nil, fmt.Errorf("profiling: %w", err)
-	}
-	if err := pprof.StartCPUProfile(cpu); err != nil {
-		cpu.Close()
-		return nil, fmt.Errorf("profiling: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		cpu.Close()
-		if f, err := os.Create(filepath.Join(dir, name+".heap.pprof")); err == nil {
-			_ = pprof.Lookup("heap").WriteTo(f, 0)
-			f.Close()
-		}
-	}, nil
 }
 
 // BGPParts are the BGP measurements BGP runs: the route reflectors at
