@@ -1,32 +1,52 @@
 package gobgp
 
 import (
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
 	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/apiutil"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/palisade-net/palisade/node/bgp/reflector"
 )
 
-// listPeerMethod is GoBGP's ListPeer call, which `gobgp neighbor` makes.
-const listPeerMethod = "/apipb.GobgpApi/ListPeer"
+// GoBGP's calls that `gobgp neighbor` and `gobgp global rib` make.
+const (
+	listPeerMethod = "/apipb.GobgpApi/ListPeer"
+	listPathMethod = "/apipb.GobgpApi/ListPath"
+)
 
-// streamInterceptor keeps the gobgp CLI's view of the sessions as it was
-// before the route-reflector fast path: GoBGP's answer to ListPeer leaves
-// out its two sessions with the fast path and lists the fast path's
-// client sessions (`gobgp neighbor`, `gobgp neighbor <address>`).
+// streamInterceptor keeps the gobgp CLI's view as it was before the
+// route-reflector fast path: GoBGP's answer to ListPeer leaves out its two
+// sessions with the fast path and lists the fast path's client sessions
+// (`gobgp neighbor`, `gobgp neighbor <address>`); its paths learned from
+// the fast path name the client they came from (`gobgp global rib`); and
+// a client session's tables come from the fast path (`gobgp neighbor
+// <address> adj-in`, `adj-out`).
 func (r *Router) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != listPeerMethod {
+	r.mu.Lock()
+	core := r.core
+	r.mu.Unlock()
+	if core == nil {
+		return handler(srv, ss)
+	}
+	switch info.FullMethod {
+	case listPathMethod:
+		return r.listPath(core, srv, ss, handler)
+	case listPeerMethod:
+	default:
 		return handler(srv, ss)
 	}
 	s := &listPeerStream{ServerStream: ss}
 	if err := handler(srv, s); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	core := r.core
-	r.mu.Unlock()
-	if core == nil || s.req == nil {
+	if s.req == nil {
 		return nil
 	}
 	for _, st := range core.Clients(s.req.GetEnableAdvertised()) {
@@ -106,3 +126,90 @@ func (r *Router) clusterID() string {
 	defer r.mu.Unlock()
 	return r.coreCluster
 }
+
+// listPath answers ListPath: a client session's tables from the fast path,
+// GoBGP's own with the paths of the fast path's upstream session named
+// after the client they came from.
+func (r *Router) listPath(core *reflector.Reflector, srv any, ss grpc.ServerStream, handler grpc.StreamHandler) error {
+	var req api.ListPathRequest
+	if err := ss.RecvMsg(&req); err != nil {
+		return err
+	}
+	if t := req.GetTableType(); t == api.TableType_ADJ_IN || t == api.TableType_ADJ_OUT {
+		if a, err := netip.ParseAddr(req.GetName()); err == nil {
+			if routes, ok := core.Routes(a, t == api.TableType_ADJ_IN); ok {
+				return sendRoutes(ss, &req, routes)
+			}
+		}
+	}
+	return handler(srv, &listPathStream{ServerStream: ss, req: &req, core: core})
+}
+
+// sendRoutes sends a fast-path session's routes as ListPath's answer.
+func sendRoutes(ss grpc.ServerStream, req *api.ListPathRequest, routes []reflector.Route) error {
+	want := req.GetFamily()
+	for _, rt := range routes {
+		p, err := apiutil.NewPath(rt.NLRI, false, rt.Attrs, time.Now())
+		if err != nil {
+			continue
+		}
+		if want != nil && (p.GetFamily().GetAfi() != want.GetAfi() || p.GetFamily().GetSafi() != want.GetSafi()) {
+			continue
+		}
+		if err := ss.SendMsg(&api.ListPathResponse{Destination: &api.Destination{Prefix: rt.NLRI.String(), Paths: []*api.Path{p}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listPathStream hands GoBGP the request already read, and renames the
+// paths of the fast path's upstream session after their clients.
+type listPathStream struct {
+	grpc.ServerStream
+	req  *api.ListPathRequest
+	core *reflector.Reflector
+	read bool
+}
+
+func (s *listPathStream) RecvMsg(m any) error {
+	if s.read {
+		return io.EOF
+	}
+	s.read = true
+	dst, ok := m.(*api.ListPathRequest)
+	if !ok {
+		return fmt.Errorf("ListPath: unexpected request %T", m)
+	}
+	proto.Merge(dst, s.req)
+	return nil
+}
+
+func (s *listPathStream) SendMsg(m any) error {
+	if rsp, ok := m.(*api.ListPathResponse); ok {
+		for _, p := range rsp.GetDestination().GetPaths() {
+			if p.GetNeighborIp() != reflector.UpstreamAddr.String() {
+				continue
+			}
+			if addr, ok := s.core.Origin(originatorOf(p), family6(p)); ok {
+				p.NeighborIp, p.SourceId = addr.String(), originatorOf(p).String()
+			}
+		}
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// originatorOf is a path's ORIGINATOR_ID, invalid when it has none.
+func originatorOf(p *api.Path) netip.Addr {
+	for _, a := range p.GetPattrs() {
+		var o api.OriginatorIdAttribute
+		if a.MessageIs(&o) && a.UnmarshalTo(&o) == nil {
+			id, _ := netip.ParseAddr(o.GetId())
+			return id
+		}
+	}
+	return netip.Addr{}
+}
+
+// family6 says whether a path is IPv6.
+func family6(p *api.Path) bool { return p.GetFamily().GetAfi() == api.Family_AFI_IP6 }

@@ -228,6 +228,70 @@ func (r *Reflector) Converged() {
 	}
 }
 
+// Origin names the client session, of IPv6 or IPv4, whose BGP
+// identifier is id (the ORIGINATOR_ID of its routes as the speaker has
+// them): its address.
+func (r *Reflector) Origin(id netip.Addr, v6 bool) (netip.Addr, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, c := range r.clients {
+		if c.established && c.caps.id == id && k.Addr().Is6() == v6 {
+			return k.Addr(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Route is one route of a client session, as a table shows it.
+type Route struct {
+	NLRI  bgp.AddrPrefixInterface
+	Attrs []bgp.PathAttributeInterface
+}
+
+// Routes are the routes a client at addr sent (in) or is sent (out);
+// false when no client session of the reflector has that address.
+func (r *Reflector) Routes(addr netip.Addr, in bool) ([]Route, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var c *client
+	for k, cl := range r.clients {
+		if k.Addr() == addr {
+			c = cl
+		}
+	}
+	if c == nil {
+		return nil, false
+	}
+	withNH := func(p netip.Prefix, attrs []bgp.PathAttributeInterface, nh, ll net.IP) Route {
+		nlri := fromPrefix(p, 0)
+		if p.Addr().Is4() {
+			return Route{NLRI: nlri, Attrs: attrs}
+		}
+		mp := bgp.NewPathAttributeMpReachNLRI(nh.String(), []bgp.AddrPrefixInterface{nlri})
+		if ll != nil {
+			mp.LinkLocalNexthop = ll
+		}
+		return Route{NLRI: nlri, Attrs: append([]bgp.PathAttributeInterface{mp}, attrs...)}
+	}
+	var out []Route
+	if in {
+		for p, ir := range c.adjIn {
+			out = append(out, withNH(p, ir.attrs, ir.nexthop, ir.linkLocal))
+		}
+		return out, true
+	}
+	if !c.established {
+		return nil, true
+	}
+	_, llgr := c.caps.llgr[familyOf(addr)]
+	for p, g := range r.tab.routes {
+		if c.caps.families[g.family] && (!g.origin.IsValid() || g.origin != c.caps.id) && (!g.llgr || llgr) {
+			out = append(out, withNH(p, g.attrs, g.nexthop, g.linkLocal))
+		}
+	}
+	return out, true
+}
+
 // Has reports whether key is a client session of the reflector.
 func (r *Reflector) Has(key netip.AddrPort) bool {
 	r.mu.Lock()

@@ -106,7 +106,7 @@ func fromPrefix(p netip.Prefix, id uint32) bgp.AddrPrefixInterface {
 		out = bgp.NewIPv6AddrPrefix(uint8(p.Bits()), p.Addr().String())
 	}
 	if id != 0 {
-		out.SetPathIdentifier(id)
+		out.SetPathLocalIdentifier(id)
 	}
 	return out
 }
