@@ -193,3 +193,65 @@ func TestReflectorFastPathRestart(t *testing.T) {
 	f.waitRoute(f.ns["n1"], blocks["n2"], addrs["n2"])
 	f.waitRoute(f.ns["n2"], blocks["n1"], addrs["n1"])
 }
+
+// TestReflectorFastPathNoAS4: a client that does not announce 4-octet AS
+// numbers (BIRD with `enable as4 off`) cannot take the fast path's shared
+// messages; after its first attempt its session goes to GoBGP, with a
+// warning naming it, and it exchanges routes with the reflector and its
+// other clients as any client does.
+func TestReflectorFastPathNoAS4(t *testing.T) {
+	t.Parallel()
+	f := newFabric(t)
+	f.pool()
+	off := false
+	f.apply(&v3.BGPConfiguration{ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &off}})
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "peer-with-rr"}, Spec: v3.BGPPeerSpec{NodeSelector: "all()",
+		PeerSelector: "has(routeReflector)"}})
+	f.apply(&v3.BGPPeer{ObjectMeta: v3.ObjectMeta{Name: "bird"}, Spec: v3.BGPPeerSpec{Node: "rr1", PeerIP: "198.18.0.250", ASNumber: 64512}})
+	b := f.startBird("bird", "198.18.0.250/24", bird2Bin, bird2Ctl, `router id 198.18.0.250;
+protocol device { }
+protocol direct { ipv4; interface "eth0"; }
+protocol static { ipv4; route 198.19.100.0/24 blackhole; }
+log stderr all;
+protocol bgp rr1 { local 198.18.0.250 as 64512; neighbor 198.18.0.11 as 64512; enable as4 off; debug all;
+  ipv4 { import all; export where source = RTS_STATIC; }; }
+`)
+	addrs := map[string]string{"rr1": "198.18.0.11", "n1": "198.18.0.1"}
+	f.node("rr1", addrs["rr1"]+"/24", func(n *v3.Node) {
+		n.Labels = map[string]string{"routeReflector": "true"}
+		n.Spec.BGP.RouteReflectorClusterID = "224.0.0.1"
+	})
+	f.node("n1", addrs["n1"]+"/24", nil)
+	blocks := map[string]netip.Prefix{}
+	for _, n := range []string{"rr1", "n1"} {
+		blocks[n] = f.block(n)
+		f.start(n)
+	}
+	ext := netip.MustParsePrefix("198.19.100.0/24")
+	f.waitRoute(f.ns["n1"], ext, "198.18.0.250")
+	f.waitRoute(f.ns["rr1"], ext, "198.18.0.250")
+	for _, n := range []string{"rr1", "n1"} {
+		eventually(t, 20*time.Second, "BIRD has "+n+"'s block", func() (bool, string) {
+			out := b.show("show", "route", "for", blocks[n].String(), "all")
+			return strings.Contains(out, "BGP.next_hop: "+addrs[n]), out
+		})
+	}
+	log := f.log("rr1")
+	handed := 0
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "cannot serve this client") {
+			handed++
+			if !strings.Contains(l, "198.18.0.250") {
+				handed += 100
+			}
+		}
+	}
+	if handed != 1 {
+		t.Errorf("rr1's log should say once that the fast path handed 198.18.0.250 (and nothing else) to GoBGP:\n%s", log)
+	}
+	// n1's session stays on the fast path: its routes come reflected.
+	ps, err := f.paths("n1", ext)
+	if err != nil || len(ps) != 1 {
+		t.Errorf("n1's paths of BIRD's %s: %+v (%v), want one", ext, ps, err)
+	}
+}

@@ -34,7 +34,7 @@ func isInternal(a netip.Addr) bool {
 // hop unchanged) and nothing GoBGP would do apart for it (GTSM, another
 // local AS, our AS allowed in).
 func (r *Router) fastLocked(p peers.Peer) bool {
-	return r.fastOK && p.RRClient && !p.EBGP && !p.Passive && p.TTLSecurity == 0 && p.AllowASIn == 0 &&
+	return r.fastOK && !r.notFast[p.Key()] && p.RRClient && !p.EBGP && !p.Passive && p.TTLSecurity == 0 && p.AllowASIn == 0 &&
 		!p.KeepOriginalNextHop && !p.NextHopSelf && p.LocalAS == r.as && routepolicy.Plain(r.policy, p.Address)
 }
 
@@ -87,7 +87,7 @@ func (r *Router) ensureFast(ctx context.Context, clusterID string) (*reflector.R
 		return core, nil
 	}
 	if core == nil {
-		core = reflector.New(reflector.Config{AS: r.as, RouterID: r.routerID, Log: r.log})
+		core = reflector.New(reflector.Config{AS: r.as, RouterID: r.routerID, Log: r.log, Unsupported: r.unsupported})
 		var err error
 		if port, err = core.Start(context.Background()); err != nil {
 			return nil, fmt.Errorf("starting the route reflector's fast path: %w", err)
@@ -110,6 +110,17 @@ func (r *Router) ensureFast(ctx context.Context, clusterID string) (*reflector.R
 	r.mu.Unlock()
 	r.log.WithField("clusterID", clusterID).Info("Route reflector fast path started")
 	return core, nil
+}
+
+// unsupported moves a session the fast path cannot serve to GoBGP, for
+// good.
+func (r *Router) unsupported(key netip.AddrPort) {
+	r.mu.Lock()
+	k := peers.Peer{Address: key.Addr(), Port: key.Port()}.Key()
+	r.notFast[k] = true
+	r.mu.Unlock()
+	r.log.WithField("peer", k).Warn("The route reflector's fast path cannot serve this client (no 4-octet AS numbers); GoBGP takes the session")
+	r.rebalance(context.Background())
 }
 
 // addFast gives the session p to the fast path.

@@ -58,6 +58,8 @@ type Router struct {
 	corePort    uint16
 	inCore      map[string]peers.Peer
 	all         map[string]peers.Peer
+	// notFast are sessions the fast path cannot serve.
+	notFast map[string]bool
 }
 
 var _ router.Router = (*Router)(nil)
@@ -71,7 +73,7 @@ func New(grpcListen string, logger *log.Entry) *Router {
 	notes := newPeerNotes()
 	r := &Router{log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}},
 		states: &peerStates{last: map[string]api.PeerState_SessionState{}}, fastOK: true,
-		inCore: map[string]peers.Peer{}, all: map[string]peers.Peer{}}
+		inCore: map[string]peers.Peer{}, all: map[string]peers.Peer{}, notFast: map[string]bool{}}
 	opts := []server.ServerOption{server.LoggerOption(&logAdapter{e: logger.WithField("component", "gobgp"), notes: notes})}
 	if grpcListen != "" {
 		opts = append(opts, server.GrpcListenAddress(grpcListen),

@@ -216,6 +216,12 @@ func (c *client) run() {
 			o.llgrTime = cfg.RestartTime
 		}
 		caps, err := handshake(conn, br, o, c.r.cfg.AS)
+		if errors.Is(err, errNoAS4) && c.r.cfg.Unsupported != nil {
+			conn.Close()
+			c.setState("Active", "Went down in OpenSent: "+err.Error())
+			go c.r.cfg.Unsupported(cfg.Key())
+			return
+		}
 		if err != nil {
 			conn.Close()
 			c.setState("Active", "Went down in OpenSent: "+err.Error())

@@ -54,6 +54,10 @@ type Config struct {
 	AS       uint32
 	RouterID netip.Addr
 	Log      *log.Entry
+	// Unsupported, when set, is told of a client the fast path cannot
+	// serve (it does not announce 4-octet AS numbers, which the shared
+	// messages need), so that GoBGP can take the session.
+	Unsupported func(netip.AddrPort)
 }
 
 // Client is one desired client session.

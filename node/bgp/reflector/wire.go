@@ -169,6 +169,14 @@ func handshake(c net.Conn, r *bufio.Reader, o openParams, wantAS uint32) (peerCa
 		return peerCaps{}, fmt.Errorf("got message type %d, want OPEN", m.Header.Type)
 	}
 	pc := negotiate(open, o)
+	// Checked first: without the capability the AS is unknown here. A
+	// Cease (connection rejected), not an OPEN error: the session is
+	// handed to GoBGP, which connects at once, and a peer takes an OPEN
+	// error as a fault and waits before it accepts again (BIRD, 60 s).
+	if pc.as == 0 {
+		_, _ = c.Write(notification(bgp.BGP_ERROR_CEASE, bgp.BGP_ERROR_SUB_CONNECTION_REJECTED))
+		return peerCaps{}, errNoAS4
+	}
 	if wantAS != 0 && pc.as != wantAS {
 		_, _ = c.Write(notification(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR, bgp.BGP_ERROR_SUB_BAD_PEER_AS))
 		return peerCaps{}, fmt.Errorf("the peer's AS is %d, want %d", pc.as, wantAS)
@@ -176,10 +184,6 @@ func handshake(c net.Conn, r *bufio.Reader, o openParams, wantAS uint32) (peerCa
 	if !pc.id.IsValid() || pc.id == o.id {
 		_, _ = c.Write(notification(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR, bgp.BGP_ERROR_SUB_BAD_BGP_IDENTIFIER))
 		return peerCaps{}, fmt.Errorf("bad BGP identifier %s", pc.id)
-	}
-	if pc.as == 0 {
-		_, _ = c.Write(notification(bgp.BGP_ERROR_OPEN_MESSAGE_ERROR, bgp.BGP_ERROR_SUB_UNSUPPORTED_CAPABILITY))
-		return peerCaps{}, errNoAS4
 	}
 	if _, err := c.Write(keepalive); err != nil {
 		return peerCaps{}, fmt.Errorf("sending KEEPALIVE: %w", err)
