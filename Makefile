@@ -138,6 +138,7 @@ SIZES ?= 100,250,500,1000
 scale:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/scale ./scale/cmd/scale
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/scale-node ./scale/cmd/scale-node
 	$(BIN)/scale -sizes $(SIZES) -out docs/scale -lock /tmp/palisade-kernel.lock $(if $(PHASES),-phases $(PHASES))
 
 lint:

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	log "github.com/sirupsen/logrus"
@@ -17,6 +18,7 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
+	"github.com/palisade-net/palisade/scale/node"
 )
 
 // BIRD 2, the reference reflector (Debian bird2).
@@ -103,6 +105,20 @@ func (r roundResult) values(prefix string) map[string]float64 {
 		prefix + "_rss_mb": r.rss, prefix + "_cpu_s": r.cpu}
 }
 
+// listeningSpeakers makes the n simulated clients, listening.
+func listeningSpeakers(n int) ([]*Speaker, error) {
+	sp := clientSpeakers(n)
+	for i, s := range sp {
+		if err := s.Listen(); err != nil {
+			for _, o := range sp[:i] {
+				o.Close()
+			}
+			return nil, err
+		}
+	}
+	return sp, nil
+}
+
 // clientSpeakers makes the n simulated clients.
 func clientSpeakers(n int) []*Speaker {
 	out := make([]*Speaker, n)
@@ -112,15 +128,15 @@ func clientSpeakers(n int) []*Speaker {
 	return out
 }
 
-// converge connects every speaker to remote, then has them all advertise
-// at once and waits until each has want routes. pid is the reflector's
-// process, whose resident memory and CPU are read.
-func converge(ctx context.Context, sp []*Speaker, remote netip.AddrPort, want int, pid int) (roundResult, error) {
+// converge brings every speaker's session up (connect), then has them
+// all advertise at once and waits until each has want routes. pid is the
+// reflector's process, whose resident memory and CPU are read; start is
+// when the sessions started to come up.
+func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, *Speaker) error, start time.Time, want int, pid int) (roundResult, error) {
 	var r roundResult
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	start := time.Now()
-	if err := parallelDo(64, len(sp), func(i int) error { return sp[i].Connect(cctx, remote) }); err != nil {
+	if err := parallelDo(64, len(sp), func(i int) error { return connect(cctx, sp[i]) }); err != nil {
 		return r, err
 	}
 	r.up = time.Since(start)
@@ -173,8 +189,10 @@ func converge(ctx context.Context, sp []*Speaker, remote netip.AddrPort, want in
 	return r, nil
 }
 
-// startNode runs node/bgp for the node name in a child process of the
-// harness's binary against etcd.
+// startNode runs node/bgp for the node name against etcd, in a process of
+// its own: the scale-node binary beside the harness's (its BGP part only,
+// as the reflector's memory is measured), else the harness's binary in
+// its node role.
 func startNode(name string, e *Etcd, dir string) (*exec.Cmd, <-chan struct{}, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -185,8 +203,12 @@ func startNode(name string, e *Etcd, dir string) (*exec.Cmd, <-chan struct{}, er
 		return nil, nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), roleEnv+"="+roleNode, nodeEnv+"="+name, etcdEnv+"="+strings.Join(e.Endpoints, ","))
+	bin, env := filepath.Join(filepath.Dir(self), "scale-node"), []string{}
+	if _, err := os.Stat(bin); err != nil {
+		bin, env = self, []string{roleEnv + "=" + roleNode}
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), env...), node.NameEnv+"="+name, node.EtcdEnv+"="+strings.Join(e.Endpoints, ","))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting node %s: %w", name, err)
@@ -196,9 +218,16 @@ func startNode(name string, e *Etcd, dir string) (*exec.Cmd, <-chan struct{}, er
 	return cmd, done, nil
 }
 
+// stopProcess ends a node process: SIGTERM (so it can write its
+// profiles), SIGKILL after 5 s.
 func stopProcess(cmd *exec.Cmd, done <-chan struct{}) {
-	_ = cmd.Process.Kill()
-	<-done
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // bgpCluster writes the datastore of a BGP round: the pool, the
@@ -207,11 +236,15 @@ func stopProcess(cmd *exec.Cmd, done <-chan struct{}) {
 func bgpCluster(ctx context.Context, w *etcdv3.Store, n int, rr bool) error {
 	mesh := !rr
 	asn := numorstring.ASNumber(clusterAS)
+	// Each simulated node has an address of its own on the one loopback:
+	// the node's speaker listens on its own address only, as the
+	// simulated clients do on theirs.
+	bind := v3.BindModeNodeIP
 	rs := []v3.Resource{
 		&v3.IPPool{TypeMeta: v3.TypeMeta{Kind: v3.KindIPPool, APIVersion: v3.APIVersion},
 			ObjectMeta: v3.ObjectMeta{Name: "default-ipv4-ippool"}, Spec: v3.IPPoolSpec{CIDR: "10.0.0.0/8", BlockSize: 26}},
 		&v3.BGPConfiguration{TypeMeta: v3.TypeMeta{Kind: v3.KindBGPConfiguration, APIVersion: v3.APIVersion},
-			ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &mesh, ASNumber: &asn}},
+			ObjectMeta: v3.ObjectMeta{Name: "default"}, Spec: v3.BGPConfigurationSpec{NodeToNodeMeshEnabled: &mesh, ASNumber: &asn, BindMode: &bind}},
 	}
 	c := Cluster{}
 	if rr {
@@ -246,12 +279,23 @@ func oursReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 		return roundResult{}, err
 	}
 	d := run.dir
+	// Palisade's reflector connects to its clients: they listen.
+	sp, err := listeningSpeakers(n)
+	if err != nil {
+		return roundResult{}, err
+	}
+	defer func() {
+		for _, s := range sp {
+			s.Close()
+		}
+	}()
+	start := time.Now()
 	cmd, done, err := startNode("rr", run.etcd, d)
 	if err != nil {
 		return roundResult{}, err
 	}
 	defer stopProcess(cmd, done)
-	r, err := converge(ctx, clientSpeakers(n), netip.AddrPortFrom(oursAddr, 179), n-1, cmd.Process.Pid)
+	r, err := converge(ctx, sp, func(ctx context.Context, s *Speaker) error { return s.Accept(ctx) }, start, n-1, cmd.Process.Pid)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(d, "rr.log"))
 		return r, fmt.Errorf("%w; reflector log ends: %s", err, tail(b, 1500))
@@ -306,7 +350,8 @@ func birdReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 			return roundResult{}, fmt.Errorf("BIRD made no control socket in 30s")
 		}
 	}
-	r, err := converge(ctx, clientSpeakers(n), netip.AddrPortFrom(birdAddr, 179), n-1, cmd.Process.Pid)
+	remote := netip.AddrPortFrom(birdAddr, 179)
+	r, err := converge(ctx, clientSpeakers(n), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), n-1, cmd.Process.Pid)
 	if err != nil {
 		b, _ := os.ReadFile(logf.Name())
 		return r, fmt.Errorf("%w; BIRD log ends: %s", err, tail(b, 1500))
@@ -352,7 +397,8 @@ func meshOnce(ctx context.Context, n int, dir string) (roundResult, error) {
 		return roundResult{}, err
 	}
 	defer stopProcess(cmd, done)
-	r, err := converge(ctx, clientSpeakers(n-1), netip.AddrPortFrom(oursAddr, 179), 1, cmd.Process.Pid)
+	remote := netip.AddrPortFrom(oursAddr, 179)
+	r, err := converge(ctx, clientSpeakers(n-1), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), 1, cmd.Process.Pid)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(d, NodeName(0)+".log"))
 		return r, fmt.Errorf("%w; node log ends: %s", err, tail(b, 1500))

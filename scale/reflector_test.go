@@ -21,12 +21,12 @@ func TestBGPSmall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	series, err := BGP(ctx, []int{5, 20}, t.TempDir(), "")
+	series, err := BGP(ctx, []int{5, 20}, BGPParts, t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(series) != 2 || len(series[0].Points) != 2 || len(series[1].Points) != 1 {
-		t.Fatalf("got %+v, want 2 reflector points and 1 mesh point", series)
+	if len(series) != 3 || len(series[0].Points) != 2 || len(series[1].Points) != 1 || len(series[2].Points) != 2 {
+		t.Fatalf("got %+v, want 2 reflector points, 1 mesh point and 2 speaker-read points", series)
 	}
 	for _, s := range series {
 		for _, p := range s.Points {

@@ -13,8 +13,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 
-	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
-	"github.com/palisade-net/palisade/node/bgp"
+	"github.com/palisade-net/palisade/scale/node"
 )
 
 // The harness runs some of its parts as child processes of its own binary
@@ -23,16 +22,16 @@ import (
 // and exits.
 const (
 	roleEnv  = "PALISADE_SCALE_ROLE"
-	etcdEnv  = "PALISADE_SCALE_ETCD"
-	nodeEnv  = "PALISADE_SCALE_NODE"
 	sizesEnv = "PALISADE_SCALE_SIZES"
 	dirEnv   = "PALISADE_SCALE_DIR"
+	partsEnv = "PALISADE_SCALE_BGP_PARTS"
+	etcdEnv  = "PALISADE_SCALE_ETCD"
 )
 
 // Roles.
 const (
-	// roleNode runs node/bgp's speaker for one Node (a route reflector
-	// when the Node has a routeReflectorClusterID) until SIGTERM.
+	// roleNode runs node/bgp's speaker for one Node (package
+	// scale/node), when the scale-node binary is not at hand.
 	roleNode = "node"
 	// roleBGP runs the BGP measurements (it must be in a network
 	// namespace of its own: see InNetns) and writes them as JSON.
@@ -54,7 +53,7 @@ func RunRole() {
 	var err error
 	switch role {
 	case roleNode:
-		err = runNode(ctx, os.Getenv(nodeEnv), strings.Split(os.Getenv(etcdEnv), ","))
+		err = node.Run(ctx)
 	case roleBGP:
 		err = runBGP(ctx)
 	case roleCache:
@@ -69,19 +68,13 @@ func RunRole() {
 	os.Exit(0)
 }
 
-// runNode is calico-node's BGP part for one node, without kernel routes.
-func runNode(ctx context.Context, name string, endpoints []string) error {
-	log.SetLevel(log.WarnLevel)
-	st, err := etcdv3.New(ctx, etcdv3.Config{Endpoints: endpoints})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	return bgp.Run(ctx, bgp.Config{NodeName: name, Store: st, KV: st.KV(), DisableKernelRoutes: true})
-}
+// BGPParts are the BGP measurements BGP runs: the route reflectors at
+// every size, the mesh at the largest, the speaker's datastore reads at
+// every size.
+var BGPParts = []string{"reflector", "mesh", "bgp-reads"}
 
-// runBGP measures the reflectors and the mesh at the sizes of sizesEnv
-// and prints the series as JSON on stdout.
+// runBGP measures the parts of partsEnv at the sizes of sizesEnv and
+// prints the series as JSON on stdout.
 func runBGP(ctx context.Context) error {
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return fmt.Errorf("bringing lo up: %v: %s", err, out)
@@ -95,24 +88,34 @@ func runBGP(ctx context.Context) error {
 		sizes = append(sizes, n)
 	}
 	dir := os.Getenv(dirEnv)
-	rr, err := Reflectors(ctx, sizes, dir)
-	if err != nil {
-		return err
+	var out []Series
+	for _, part := range strings.Split(os.Getenv(partsEnv), ",") {
+		var s Series
+		var err error
+		switch part {
+		case "reflector":
+			s, err = Reflectors(ctx, sizes, dir)
+		case "mesh":
+			s, err = Mesh(ctx, sizes[len(sizes)-1:], dir)
+		case "bgp-reads":
+			s, err = SpeakerReads(ctx, sizes, dir)
+		default:
+			err = fmt.Errorf("unknown BGP part %q (%s)", part, strings.Join(BGPParts, ", "))
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, s)
 	}
-	mesh, err := Mesh(ctx, sizes[len(sizes)-1:], dir)
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(os.Stdout).Encode([]Series{rr, mesh})
+	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-// BGP runs the BGP measurements (Reflectors at every size, Mesh at the
-// largest) in a child process inside a network namespace of its own
-// (unshare --net: the namespace, and every loopback address in it, goes
-// with the process, whichever way it ends). It needs root. With lock set
-// the child runs under flock(1) on that file (the machine's kernel-test
-// lock), held only while it runs.
-func BGP(ctx context.Context, sizes []int, dir, lock string) ([]Series, error) {
+// BGP runs the BGP measurements parts (of BGPParts) in a child process
+// inside a network namespace of its own (unshare --net: the namespace,
+// and every loopback address in it, goes with the process, whichever way
+// it ends). It needs root. With lock set the child runs under flock(1) on
+// that file (the machine's kernel-test lock), held only while it runs.
+func BGP(ctx context.Context, sizes []int, parts []string, dir, lock string) ([]Series, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the harness binary: %w", err)
@@ -126,7 +129,8 @@ func BGP(ctx context.Context, sizes []int, dir, lock string) ([]Series, error) {
 		args = append([]string{"flock", lock}, args...)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), roleEnv+"="+roleBGP, sizesEnv+"="+strings.Join(ss, ","), dirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), roleEnv+"="+roleBGP, sizesEnv+"="+strings.Join(ss, ","), dirEnv+"="+dir,
+		partsEnv+"="+strings.Join(parts, ","))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {

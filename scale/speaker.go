@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -25,6 +26,8 @@ type Speaker struct {
 	Prefixes []netip.Prefix
 
 	conn    net.Conn
+	br      *bufio.Reader
+	ln      net.Listener
 	wmu     sync.Mutex
 	mu      sync.Mutex
 	routes  map[netip.Prefix]bool
@@ -64,6 +67,44 @@ func (s *Speaker) connectOnce(ctx context.Context, remote netip.AddrPort) error 
 	if err != nil {
 		return err
 	}
+	return s.handshake(c)
+}
+
+// Listen makes the speaker wait for its reflector to connect, at its own
+// address on port 179 (Palisade's reflector connects to its clients).
+func (s *Speaker) Listen() error {
+	lc := net.ListenConfig{}
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(s.Local, 179).String())
+	if err != nil {
+		return fmt.Errorf("speaker %s: %w", s.Local, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Accept waits, after Listen, until the reflector connected and the
+// session is Established; a failed attempt is answered by waiting for
+// the next one.
+func (s *Speaker) Accept(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	defer stop()
+	var last error
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return fmt.Errorf("speaker %s: waiting for the reflector: %w (last: %v)", s.Local, err, last)
+		}
+		if last = s.handshake(c); last == nil {
+			s.ln.Close()
+			return nil
+		}
+	}
+}
+
+// handshake exchanges OPEN and KEEPALIVE on a new connection (either
+// end's) and starts the session.
+func (s *Speaker) handshake(c net.Conn) error {
 	as2 := uint16(s.AS)
 	if s.AS > 65535 {
 		as2 = bgp.AS_TRANS
@@ -71,11 +112,12 @@ func (s *Speaker) connectOnce(ctx context.Context, remote netip.AddrPort) error 
 	caps := []bgp.ParameterCapabilityInterface{bgp.NewCapMultiProtocol(bgp.RF_IPv4_UC), bgp.NewCapFourOctetASNumber(s.AS), bgp.NewCapRouteRefresh()}
 	open := bgp.NewBGPOpenMessage(as2, 90, s.Local.String(), []bgp.OptionParameterInterface{bgp.NewOptionParameterCapability(caps)})
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReaderSize(c, 64<<10)
 	if err := writeMsg(c, open); err != nil {
 		c.Close()
 		return err
 	}
-	m, err := readMsg(c)
+	m, err := readMsg(br)
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("waiting for OPEN: %w", err)
@@ -88,12 +130,12 @@ func (s *Speaker) connectOnce(ctx context.Context, remote netip.AddrPort) error 
 		c.Close()
 		return err
 	}
-	if m, err = readMsg(c); err != nil || m.Header.Type != bgp.BGP_MSG_KEEPALIVE {
+	if m, err = readMsg(br); err != nil || m.Header.Type != bgp.BGP_MSG_KEEPALIVE {
 		c.Close()
 		return fmt.Errorf("waiting for KEEPALIVE: %v (type %v)", err, m)
 	}
 	_ = c.SetDeadline(time.Time{})
-	s.conn = c
+	s.conn, s.br = c, br
 	s.done = make(chan struct{})
 	go s.read()
 	go s.keepalive()
@@ -140,6 +182,9 @@ func (s *Speaker) Advertise() error {
 
 // Close ends the session.
 func (s *Speaker) Close() {
+	if s.ln != nil {
+		s.ln.Close()
+	}
 	if s.conn != nil {
 		s.conn.Close()
 		<-s.done
@@ -167,42 +212,39 @@ func (s *Speaker) keepalive() {
 	}
 }
 
+// read counts the routes of the UPDATEs it receives. It decodes only
+// what a route count needs (the prefixes), so that a thousand speakers
+// in the harness's process cost the reflectors' measurement little.
 func (s *Speaker) read() {
 	defer close(s.done)
 	for {
-		m, err := readMsg(s.conn)
+		b, err := readRaw(s.br)
 		if err != nil {
 			s.mu.Lock()
 			s.readErr = err
 			s.mu.Unlock()
 			return
 		}
-		u, ok := m.Body.(*bgp.BGPUpdate)
-		if !ok {
+		switch b[18] {
+		case bgp.BGP_MSG_UPDATE:
+		case bgp.BGP_MSG_NOTIFICATION:
+			if m, err := bgp.ParseBGPMessage(b); err == nil {
+				n := m.Body.(*bgp.BGPNotification)
+				err = fmt.Errorf("NOTIFICATION code %d subcode %d", n.ErrorCode, n.ErrorSubcode)
+				s.mu.Lock()
+				s.readErr = err
+				s.mu.Unlock()
+			}
+			return
+		default:
 			continue
 		}
-		var add, del []netip.Prefix
-		for _, p := range u.NLRI {
-			add = append(add, toPrefix(p.Prefix, p.Length))
-		}
-		for _, p := range u.WithdrawnRoutes {
-			del = append(del, toPrefix(p.Prefix, p.Length))
-		}
-		for _, a := range u.PathAttributes {
-			switch a := a.(type) {
-			case *bgp.PathAttributeMpReachNLRI:
-				for _, p := range a.Value {
-					if q, ok := p.(*bgp.IPAddrPrefix); ok {
-						add = append(add, toPrefix(q.Prefix, q.Length))
-					}
-				}
-			case *bgp.PathAttributeMpUnreachNLRI:
-				for _, p := range a.Value {
-					if q, ok := p.(*bgp.IPAddrPrefix); ok {
-						del = append(del, toPrefix(q.Prefix, q.Length))
-					}
-				}
-			}
+		add, del, err := updatePrefixes(b[bgp.BGP_HEADER_LENGTH:])
+		if err != nil {
+			s.mu.Lock()
+			s.readErr = err
+			s.mu.Unlock()
+			return
 		}
 		s.mu.Lock()
 		for _, p := range del {
@@ -219,9 +261,91 @@ func (s *Speaker) read() {
 	}
 }
 
-func toPrefix(ip net.IP, bits uint8) netip.Prefix {
-	a, _ := netip.AddrFromSlice(ip.To4())
-	return netip.PrefixFrom(a, int(bits))
+// updatePrefixes reads the prefixes an UPDATE body announces and
+// withdraws (the IPv4 fields, and MP_REACH_NLRI and MP_UNREACH_NLRI of
+// IPv4 or IPv6 unicast).
+func updatePrefixes(b []byte) (add, del []netip.Prefix, err error) {
+	short := errors.New("short UPDATE")
+	if len(b) < 2 {
+		return nil, nil, short
+	}
+	wl := int(binary.BigEndian.Uint16(b))
+	if len(b) < 2+wl+2 {
+		return nil, nil, short
+	}
+	if del, err = nlris(b[2:2+wl], false, del); err != nil {
+		return nil, nil, err
+	}
+	b = b[2+wl:]
+	al := int(binary.BigEndian.Uint16(b))
+	if len(b) < 2+al {
+		return nil, nil, short
+	}
+	attrs := b[2 : 2+al]
+	if add, err = nlris(b[2+al:], false, add); err != nil {
+		return nil, nil, err
+	}
+	for len(attrs) >= 3 {
+		flags, typ := bgp.BGPAttrFlag(attrs[0]), bgp.BGPAttrType(attrs[1])
+		hl, n := 3, int(attrs[2])
+		if flags&bgp.BGP_ATTR_FLAG_EXTENDED_LENGTH != 0 {
+			if len(attrs) < 4 {
+				return nil, nil, short
+			}
+			hl, n = 4, int(binary.BigEndian.Uint16(attrs[2:]))
+		}
+		if len(attrs) < hl+n {
+			return nil, nil, short
+		}
+		v := attrs[hl : hl+n]
+		attrs = attrs[hl+n:]
+		switch typ {
+		case bgp.BGP_ATTR_TYPE_MP_REACH_NLRI:
+			if len(v) < 5 || len(v) < 5+int(v[3]) {
+				return nil, nil, short
+			}
+			v6 := binary.BigEndian.Uint16(v) == bgp.AFI_IP6
+			rest := v[4+int(v[3]):]
+			if len(rest) < 1 {
+				return nil, nil, short
+			}
+			if add, err = nlris(rest[1:], v6, add); err != nil { // after the reserved byte
+				return nil, nil, err
+			}
+		case bgp.BGP_ATTR_TYPE_MP_UNREACH_NLRI:
+			if len(v) < 3 {
+				return nil, nil, short
+			}
+			if del, err = nlris(v[3:], binary.BigEndian.Uint16(v) == bgp.AFI_IP6, del); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return add, del, nil
+}
+
+// nlris appends the prefixes of an NLRI field.
+func nlris(b []byte, v6 bool, out []netip.Prefix) ([]netip.Prefix, error) {
+	for len(b) > 0 {
+		bits := int(b[0])
+		n := (bits + 7) / 8
+		if len(b) < 1+n || (!v6 && bits > 32) || bits > 128 {
+			return out, errors.New("bad prefix in an UPDATE")
+		}
+		var a netip.Addr
+		if v6 {
+			var x [16]byte
+			copy(x[:], b[1:1+n])
+			a = netip.AddrFrom16(x)
+		} else {
+			var x [4]byte
+			copy(x[:], b[1:1+n])
+			a = netip.AddrFrom4(x)
+		}
+		out = append(out, netip.PrefixFrom(a, bits))
+		b = b[1+n:]
+	}
+	return out, nil
 }
 
 func writeMsg(c net.Conn, m *bgp.BGPMessage) error {
@@ -233,10 +357,10 @@ func writeMsg(c net.Conn, m *bgp.BGPMessage) error {
 	return err
 }
 
-// readMsg reads one whole BGP message.
-func readMsg(c net.Conn) (*bgp.BGPMessage, error) {
-	hdr := make([]byte, bgp.BGP_HEADER_LENGTH)
-	if _, err := io.ReadFull(c, hdr); err != nil {
+// readRaw reads one whole BGP message.
+func readRaw(r *bufio.Reader) ([]byte, error) {
+	hdr, err := r.Peek(bgp.BGP_HEADER_LENGTH)
+	if err != nil {
 		return nil, err
 	}
 	n := int(binary.BigEndian.Uint16(hdr[16:18]))
@@ -244,8 +368,16 @@ func readMsg(c net.Conn) (*bgp.BGPMessage, error) {
 		return nil, errors.New("BGP message shorter than its header")
 	}
 	buf := make([]byte, n)
-	copy(buf, hdr)
-	if _, err := io.ReadFull(c, buf[bgp.BGP_HEADER_LENGTH:]); err != nil {
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// readMsg reads and decodes one whole BGP message.
+func readMsg(r *bufio.Reader) (*bgp.BGPMessage, error) {
+	buf, err := readRaw(r)
+	if err != nil {
 		return nil, err
 	}
 	m, err := bgp.ParseBGPMessage(buf)

@@ -9,7 +9,7 @@ import (
 )
 
 // seriesOrder is the order the report shows the series in.
-var seriesOrder = []string{"calc", "fanout-1m", "fanoutcache-1m", "fanout-3m", "reflector", "mesh", "ipam"}
+var seriesOrder = []string{"calc", "fanout-1m", "fanoutcache-1m", "fanout-3m", "reflector", "mesh", "bgp-reads", "ipam"}
 
 // SaveSeries writes each series as dir/<name>.json, replacing the one of
 // an earlier run, and returns every series dir holds, in report order.

@@ -39,6 +39,14 @@ func VXLANTunnelAttrs(node string, version int) map[string]string {
 	return map[string]string{AttrNode: node, AttrType: t}
 }
 
+// AffinitiesPrefix is the prefix of every block affinity key; a node's
+// own are under AffinitiesPrefix + <node> + "/".
+const AffinitiesPrefix = affinitiesPrefix
+
+// ParseAffinity reads a stored affinity (a key under AffinitiesPrefix and
+// its value), as ListAffinities returns it.
+func ParseAffinity(p datastore.KVPair) (Affinity, error) { return decodeAffinity(p) }
+
 // ParseBlock reads a stored block (a key under BlocksPrefix and its
 // value) into the read-only view ListBlocks returns.
 func ParseBlock(p datastore.KVPair) (Block, error) {

@@ -6,9 +6,12 @@
 //
 // The stages, one way:
 //
-//	datastore (Nodes, BGPPeers, BGPConfiguration, BGPFilters, IPPools, IPAM)
+//	datastore (Nodes, BGPPeers, BGPConfiguration, BGPFilters, IPPools,
+//	  FelixConfiguration, WorkloadEndpoints, IPAM) → inputs (watched,
+//	  kept in memory)
 //	+ Kubernetes Services, EndpointSlices (package services, informers,
 //	  only while BGPConfiguration names service CIDRs)
+//	+ the node's password files and interfaces (read every second)
 //	  → peers.Compute / paths.Compute           desired sessions and paths
 //	  → routepolicy.Compile                     what is sent and taken
 //	  → DiffPeers / DiffPaths → router.Router   minimal delta to GoBGP
@@ -22,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +34,6 @@ import (
 
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore"
-	"github.com/palisade-net/palisade/libcalico/ipam"
 	"github.com/palisade-net/palisade/libcalico/k8s/listwatch"
 	"github.com/palisade-net/palisade/node/bgp/gobgp"
 	"github.com/palisade-net/palisade/node/bgp/kernel"
@@ -74,14 +77,16 @@ type Config struct {
 	// SecretsDir holds BGP passwords as files <SecretsDir>/<secret>/<key>
 	// (a mounted Kubernetes secret has this shape), read for BGPPeer
 	// password.secretKeyRef and nodeMeshPassword; DefaultSecretsDir when
-	// empty. Files are re-read every round, so a changed password takes
-	// effect without a restart.
+	// empty. Files are read again every poll interval, so a changed
+	// password takes effect without a restart.
 	SecretsDir string
-	// PollInterval is how often IPAM affinities (which have no resource
-	// watch) are re-read; 1 s when zero.
+	// PollInterval is how often the node's own inputs, which have no
+	// watch (BGP password files, interfaces), are read again (and IPAM
+	// listed, with a store that cannot watch raw keys); 1 s when zero.
+	// The datastore's resources and IPAM keys are watched, never polled.
 	PollInterval time.Duration
-	// ResyncInterval is how often everything is re-listed and the kernel
-	// read back and repaired; 30 s when zero.
+	// ResyncInterval is how often the kernel routes are read back and
+	// repaired; 30 s when zero.
 	ResyncInterval time.Duration
 	// StaleRouteTimeout bounds how long routes a previous run left in the
 	// kernel are kept waiting for the sessions to come up; 60 s when
@@ -221,7 +226,7 @@ func poolCIDRs(ctx context.Context, cfg Config) ([]netip.Prefix, error) {
 	}
 }
 
-// state is what one reconcile round reads.
+// state is what one reconcile round computes.
 type state struct {
 	peers  peers.Result
 	paths  paths.Result
@@ -237,45 +242,47 @@ type state struct {
 	// not acted on, and which BGPFilter references do not resolve: each
 	// is logged once as a warning.
 	ignored []string
+	// local is what the round read from the node itself.
+	local localState
 }
 
-// read lists everything and computes the desired state.
-func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceFeed) (state, error) {
+// localState is what a round read from the node itself rather than the
+// datastore: the BGP password files and the interfaces. These have no
+// watch; they are read again every poll interval, and a round is
+// computed again when they changed.
+type localState struct {
+	secretsDir string
+	passwords  map[v3.SecretKeySelector]secretFile
+	ignored    []string // ignoredInterfaces patterns
+	ifaces     map[string][]netip.Prefix
+	dropped    []netip.Prefix
+}
+
+// secretFile is what a password file held when read.
+type secretFile struct {
+	value string
+	ok    bool
+}
+
+// changed reads the password files and interfaces again and says
+// whether they differ from what the round saw.
+func (l localState) changed() bool {
+	for ref, was := range l.passwords {
+		v, ok := readSecret(l.secretsDir, ref)
+		if v != was.value || ok != was.ok {
+			return true
+		}
+	}
+	ifaces, dropped, err := nodeInterfaces(l.ignored)
+	return err != nil || !reflect.DeepEqual(ifaces, l.ifaces) || !slices.Equal(dropped, l.dropped)
+}
+
+// render computes the desired state from the datastore inputs, the
+// node's password files and interfaces.
+func render(cfg Config, in snapshot, svcs *serviceFeed) (state, error) {
 	var st state
-	nodes, err := listAs[*v3.Node](ctx, cfg.Store, v3.KindNode)
-	if err != nil {
-		return st, err
-	}
-	bps, err := listAs[*v3.BGPPeer](ctx, cfg.Store, v3.KindBGPPeer)
-	if err != nil {
-		return st, err
-	}
-	confs, err := listAs[*v3.BGPConfiguration](ctx, cfg.Store, v3.KindBGPConfiguration)
-	if err != nil {
-		return st, err
-	}
-	pools, err := listAs[*v3.IPPool](ctx, cfg.Store, v3.KindIPPool)
-	if err != nil {
-		return st, err
-	}
-	filters, err := listAs[*v3.BGPFilter](ctx, cfg.Store, v3.KindBGPFilter)
-	if err != nil {
-		return st, err
-	}
-	floating, workloads, local, floatingOn, err := readWorkloads(ctx, cfg)
-	if err != nil {
-		return st, err
-	}
-	affs, err := alloc.ListAffinities(ctx)
-	if err != nil {
-		return st, err
-	}
-	blocks, err := alloc.ListBlocks(ctx)
-	if err != nil {
-		return st, err
-	}
 	var conf *v3.BGPConfigurationSpec
-	for _, c := range confs {
+	for _, c := range in.configs {
 		switch c.Name {
 		case "default":
 			conf = &c.Spec
@@ -294,40 +301,39 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 			st.ignored = append(st.ignored, "bgpconfiguration default: "+note)
 		}
 	}
-	in := peers.Input{NodeName: cfg.NodeName, Config: conf, Password: passwordReader(cfg.SecretsDir), Workloads: local}
-	for _, n := range nodes {
-		in.Nodes = append(in.Nodes, *n)
+	st.local = localState{secretsDir: cfg.SecretsDir, passwords: map[v3.SecretKeySelector]secretFile{}}
+	password := func(ref v3.SecretKeySelector) (string, bool) {
+		v, ok := readSecret(cfg.SecretsDir, ref)
+		st.local.passwords[ref] = secretFile{value: v, ok: ok}
+		return v, ok
 	}
-	for _, p := range bps {
-		in.Peers = append(in.Peers, *p)
-		for _, note := range peers.Ignored(*p) {
+	pin := peers.Input{NodeName: cfg.NodeName, Config: conf, Nodes: in.nodes, Peers: in.bgpPeers, Password: password, Workloads: in.local}
+	for _, p := range in.bgpPeers {
+		for _, note := range peers.Ignored(p) {
 			st.ignored = append(st.ignored, fmt.Sprintf("bgppeer %q: %s", p.Name, note))
 		}
 	}
-	st.peers, st.errors = peers.Compute(in)
-	pin := paths.Input{NodeName: cfg.NodeName, Affinities: affs, Blocks: blocks, Config: conf,
-		Floating: floating, FloatingEnabled: floatingOn, Workloads: workloads}
+	st.peers, st.errors = peers.Compute(pin)
+	floatingOn := floatingEnabled(cfg.NodeName, in.felix)
+	ain := paths.Input{NodeName: cfg.NodeName, Affinities: in.affinities, Blocks: in.blocks, Config: conf,
+		Floating: in.floating, FloatingEnabled: floatingOn, Workloads: in.workloads, Pools: in.pools}
 	if st.peers.Local.IPv4.IsValid() {
-		pin.IPv4 = st.peers.Local.IPv4.Addr()
+		ain.IPv4 = st.peers.Local.IPv4.Addr()
 	}
 	if st.peers.Local.IPv6.IsValid() {
-		pin.IPv6 = st.peers.Local.IPv6.Addr()
-	}
-	for _, p := range pools {
-		pin.Pools = append(pin.Pools, *p)
+		ain.IPv6 = st.peers.Local.IPv6.Addr()
 	}
 	var note string
-	pin.Services, note = svcs.services(conf)
+	ain.Services, note = svcs.services(conf)
 	if note != "" {
 		st.ignored = append(st.ignored, note)
 	}
 	var perrs []error
-	st.paths, perrs = paths.Compute(pin)
+	st.paths, perrs = paths.Compute(ain)
 	st.errors = append(st.errors, perrs...)
 
-	var ignoredIfaces []string
 	if conf != nil {
-		ignoredIfaces = conf.IgnoredInterfaces
+		st.local.ignored = conf.IgnoredInterfaces
 		if conf.BindMode != nil && *conf.BindMode == v3.BindModeNodeIP {
 			for _, a := range []netip.Prefix{st.peers.Local.IPv4, st.peers.Local.IPv6} {
 				if a.IsValid() {
@@ -336,15 +342,13 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 			}
 		}
 	}
-	ifaces, dropped, err := nodeInterfaces(ignoredIfaces)
+	ifaces, dropped, err := nodeInterfaces(st.local.ignored)
 	if err != nil {
 		return st, err
 	}
+	st.local.ifaces, st.local.dropped = ifaces, dropped
 	st.ignoredNets = dropped
-	pol := routepolicy.Input{Local: st.peers.Local, Peers: st.peers.Peers, Filters: st.peers.Filters, Interfaces: ifaces}
-	for _, f := range filters {
-		pol.BGPFilters = append(pol.BGPFilters, *f)
-	}
+	pol := routepolicy.Input{Local: st.peers.Local, Peers: st.peers.Peers, Filters: st.peers.Filters, Interfaces: ifaces, BGPFilters: in.filters}
 	var rerrs []error
 	st.policy, rerrs = routepolicy.Compile(pol)
 	for _, e := range rerrs {
@@ -353,47 +357,19 @@ func read(ctx context.Context, cfg Config, alloc *ipam.Allocator, svcs *serviceF
 	return st, nil
 }
 
-// readWorkloads lists the floating IPs of the cluster's workloads (their
-// WorkloadEndpoints' ipNATs), their own addresses (ipNetworks) and this
-// node's WorkloadEndpoints (local workload peering), and says whether
-// this node's felix programs floating IPs: its FelixConfiguration
-// (node.<name> over default) has floatingIPs Enabled, as felix/calc
-// decides (on either dataplane).
-func readWorkloads(ctx context.Context, cfg Config) (floating, own []paths.Floating, local []v3.WorkloadEndpoint, on bool, err error) {
-	weps, err := listAs[*v3.WorkloadEndpoint](ctx, cfg.Store, v3.KindWorkloadEndpoint)
-	if err != nil {
-		return nil, nil, nil, false, err
-	}
-	for _, w := range weps {
-		if w.Spec.Node == cfg.NodeName {
-			local = append(local, *w)
-		}
-		for _, n := range w.Spec.IPNATs {
-			if a, err := netip.ParseAddr(n.ExternalIP); err == nil {
-				floating = append(floating, paths.Floating{Node: w.Spec.Node, Addr: a})
-			}
-		}
-		for _, n := range w.Spec.IPNetworks {
-			if p, err := netip.ParsePrefix(n); err == nil && p.IsSingleIP() {
-				own = append(own, paths.Floating{Node: w.Spec.Node, Addr: p.Addr()})
-			} else if a, err := netip.ParseAddr(n); err == nil {
-				own = append(own, paths.Floating{Node: w.Spec.Node, Addr: a})
-			}
-		}
-	}
-	fcs, err := listAs[*v3.FelixConfiguration](ctx, cfg.Store, v3.KindFelixConfiguration)
-	if err != nil {
-		return nil, nil, nil, false, err
-	}
+// floatingEnabled says whether this node's felix programs floating IPs:
+// its FelixConfiguration (node.<name> over default) has floatingIPs
+// Enabled, as felix/calc decides (on either dataplane).
+func floatingEnabled(node string, fcs []v3.FelixConfiguration) bool {
 	floatingIPs := ""
-	for _, name := range []string{"default", "node." + cfg.NodeName} {
+	for _, name := range []string{"default", "node." + node} {
 		for _, fc := range fcs {
 			if fc.Name == name && fc.Spec.FloatingIPs != "" {
 				floatingIPs = fc.Spec.FloatingIPs
 			}
 		}
 	}
-	return floating, own, local, strings.EqualFold(floatingIPs, "Enabled"), nil
+	return strings.EqualFold(floatingIPs, "Enabled")
 }
 
 // listAs lists one kind.
@@ -411,20 +387,15 @@ func listAs[T v3.Resource](ctx context.Context, s datastore.Interface, kind stri
 	return out, nil
 }
 
-// passwordReader reads secrets from files.
-func passwordReader(dir string) func(v3.SecretKeySelector) (string, bool) {
-	if dir == "" {
-		return nil
+// readSecret reads a password from its file <dir>/<secret>/<key>.
+func readSecret(dir string, ref v3.SecretKeySelector) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, filepath.Base(ref.Name), filepath.Base(ref.Key)))
+	if err != nil {
+		return "", false
 	}
-	return func(ref v3.SecretKeySelector) (string, bool) {
-		b, err := os.ReadFile(filepath.Join(dir, filepath.Base(ref.Name), filepath.Base(ref.Key)))
-		if err != nil {
-			return "", false
-		}
-		// A file written by hand usually ends in a newline that is not
-		// part of the password.
-		return strings.TrimRight(string(b), "\r\n"), true
-	}
+	// A file written by hand usually ends in a newline that is not part
+	// of the password.
+	return strings.TrimRight(string(b), "\r\n"), true
 }
 
 // routerID picks the router ID: the IPv4 address, or for an IPv6-only node
@@ -440,7 +411,6 @@ func routerID(l peers.Local) netip.Addr {
 // runSpeaker runs one GoBGP instance while the node's BGP identity stays
 // the same.
 func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting bool) error {
-	alloc := ipam.New(cfg.Store, cfg.KV)
 	trigger := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -450,18 +420,21 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for _, kind := range []string{v3.KindNode, v3.KindBGPPeer, v3.KindBGPConfiguration, v3.KindIPPool, v3.KindFelixConfiguration} {
-		go watchKind(wctx, cfg, kind, poke, nil)
-	}
-	go watchKind(wctx, cfg, v3.KindWorkloadEndpoint, poke, workloadChange(cfg.NodeName))
+	in := newInputs(cfg, poke)
+	in.run(wctx)
 	svcs := &serviceFeed{ctx: wctx, node: cfg.NodeName, connect: cfg.Kubernetes, log: cfg.Log.WithField("component", "services"), poke: poke}
 	defer svcs.stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-in.Ready():
+	}
 
 	// Wait for our Node to carry an address.
 	var st state
 	for {
 		var err error
-		st, err = read(ctx, cfg, alloc, svcs)
+		st, err = render(cfg, in.snapshot(), svcs)
 		if err == nil && (st.peers.Local.IPv4.IsValid() || st.peers.Local.IPv6.IsValid()) {
 			break
 		}
@@ -550,6 +523,11 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 		}
 		rec.apply(ctx, st)
 
+		// A round is computed again when the datastore inputs changed
+		// (their watches poke the trigger), when the node's own inputs
+		// changed (read every poll interval), and at each resync; the
+		// datastore is never re-listed for it.
+		recompute := true
 		select {
 		case <-ctx.Done():
 			return nil
@@ -557,6 +535,7 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 			// Let a burst of changes settle into one round.
 			time.Sleep(50 * time.Millisecond)
 		case <-poll.C:
+			recompute = st.local.changed()
 		case <-resync.C:
 			if sync != nil {
 				if s, err := sync.Resync(staleRemoved); err != nil {
@@ -600,60 +579,15 @@ func runSpeaker(ctx context.Context, cfg Config, sync *kernel.Syncer, restarting
 				}
 			}
 		}
-		next, err := read(ctx, cfg, alloc, svcs)
+		if !recompute {
+			continue
+		}
+		next, err := render(cfg, in.snapshot(), svcs)
 		if err != nil {
 			cfg.Log.WithError(err).Warn("Reading BGP resources")
 			continue
 		}
 		st = next
-	}
-}
-
-// watchKind pokes on every change of one kind, re-watching after errors.
-// workloadChange says which WorkloadEndpoint events matter to BGP: those
-// of endpoints that have (or had) ipNATs, and those of this node's (whose
-// addresses outside IPAM blocks it advertises), so the pod churn of other
-// nodes does not start a reconcile each.
-func workloadChange(node string) func(datastore.Event) bool {
-	had := map[string]bool{}
-	return func(ev datastore.Event) bool {
-		w, ok := ev.Object.(*v3.WorkloadEndpoint)
-		if !ok {
-			return true
-		}
-		if w.Spec.Node == node {
-			return true
-		}
-		key := w.Namespace + "/" + w.Name
-		has := len(w.Spec.IPNATs) > 0 && ev.Type != datastore.Deleted
-		changed := has || had[key]
-		if has {
-			had[key] = true
-		} else {
-			delete(had, key)
-		}
-		return changed
-	}
-}
-
-func watchKind(ctx context.Context, cfg Config, kind string, poke func(), relevant func(datastore.Event) bool) {
-	for ctx.Err() == nil {
-		w, err := cfg.Store.Watch(ctx, datastore.ListOptions{Kind: kind}, "")
-		if err != nil {
-			cfg.Log.WithError(err).WithField("kind", kind).Debug("Watch failed; retrying")
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		for ev := range w.Events() {
-			if ev.Type != datastore.Error && (relevant == nil || relevant(ev)) {
-				poke()
-			}
-		}
-		w.Stop()
 	}
 }
 

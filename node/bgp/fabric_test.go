@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,6 +76,8 @@ type fabric struct {
 	logs  map[string]string // node name → its process's log file
 	// etcd is the test's etcd on loopback, which etcdAddr proxies to.
 	etcd string
+	// etcdSent counts the bytes etcd sent the nodes through the proxy.
+	etcdSent atomic.Int64
 }
 
 const etcdAddr = "198.18.0.254:2379"
@@ -102,11 +105,12 @@ func (f *fabric) serveEtcd(addr string) {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { ln.Close() })
-	go proxy(ln, f.etcd)
+	go proxy(ln, f.etcd, &f.etcdSent)
 }
 
-// proxy forwards connections accepted in the lab to etcd on loopback.
-func proxy(ln net.Listener, target string) {
+// proxy forwards connections accepted in the lab to etcd on loopback,
+// counting the bytes etcd sends in sent.
+func proxy(ln net.Listener, target string, sent *atomic.Int64) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -120,9 +124,21 @@ func proxy(ln net.Listener, target string) {
 			}
 			defer u.Close()
 			go func() { _, _ = io.Copy(u, c); u.Close() }()
-			_, _ = io.Copy(c, u)
+			_, _ = io.Copy(countingWriter{c, sent}, u)
 		}()
 	}
+}
+
+// countingWriter counts what is written through it.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // addNS makes a namespace attached to the bridge with addresses.

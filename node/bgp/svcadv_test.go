@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func (f *fabric) kube() (*kubetest.Cluster, string) {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { ln.Close() })
-	go proxy(ln, u.Host)
+	go proxy(ln, u.Host, new(atomic.Int64))
 	kc := strings.Replace(string(c.Files.Kubeconfig("https://"+kubeAddr)), "    server: https://"+kubeAddr+"\n",
 		"    server: https://"+kubeAddr+"\n    tls-server-name: 127.0.0.1\n", 1)
 	path := filepath.Join(f.t.TempDir(), "kubeconfig")

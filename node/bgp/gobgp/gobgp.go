@@ -13,10 +13,12 @@ import (
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/server"
 	log "github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/palisade-net/palisade/node/bgp/paths"
 	"github.com/palisade-net/palisade/node/bgp/peers"
+	"github.com/palisade-net/palisade/node/bgp/reflector"
 	"github.com/palisade-net/palisade/node/bgp/routepolicy"
 	"github.com/palisade-net/palisade/node/bgp/router"
 )
@@ -42,6 +44,22 @@ type Router struct {
 	eor *eorLog
 	// states are the session states the watch last saw.
 	states *peerStates
+
+	// as and routerID are the speaker's, from Start.
+	as       uint32
+	routerID netip.Addr
+	// The route-reflector fast path (fastpath.go): fastOK says it may be
+	// used; core runs once a session needs it, with GoBGP's neighbours of
+	// it in cluster coreCluster, dialling corePort; inCore are the
+	// sessions it holds and all every session added, by Key.
+	fastOK      bool
+	core        *reflector.Reflector
+	coreCluster string
+	corePort    uint16
+	inCore      map[string]peers.Peer
+	all         map[string]peers.Peer
+	// notFast are sessions the fast path cannot serve.
+	notFast map[string]bool
 }
 
 var _ router.Router = (*Router)(nil)
@@ -53,14 +71,17 @@ func New(grpcListen string, logger *log.Entry) *Router {
 		logger = log.NewEntry(log.StandardLogger())
 	}
 	notes := newPeerNotes()
+	r := &Router{log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}},
+		states: &peerStates{last: map[string]api.PeerState_SessionState{}}, fastOK: true,
+		inCore: map[string]peers.Peer{}, all: map[string]peers.Peer{}, notFast: map[string]bool{}}
 	opts := []server.ServerOption{server.LoggerOption(&logAdapter{e: logger.WithField("component", "gobgp"), notes: notes})}
 	if grpcListen != "" {
-		opts = append(opts, server.GrpcListenAddress(grpcListen))
+		opts = append(opts, server.GrpcListenAddress(grpcListen),
+			server.GrpcOption([]grpc.ServerOption{grpc.ChainStreamInterceptor(r.streamInterceptor)}))
 	}
-	s := server.NewBgpServer(opts...)
-	go s.Serve()
-	return &Router{srv: s, log: logger, uuids: map[netip.Prefix][]byte{}, notes: notes, eor: &eorLog{seen: map[string]map[string]bool{}},
-		states: &peerStates{last: map[string]api.PeerState_SessionState{}}}
+	r.srv = server.NewBgpServer(opts...)
+	go r.srv.Serve()
+	return r
 }
 
 // Start implements router.Router. Multipath is enabled so equal-cost
@@ -97,6 +118,8 @@ func (r *Router) Start(ctx context.Context, g router.Global) error {
 	r.cancel = cancel
 	r.started = true
 	r.restarting = g.Restarting
+	r.as, r.routerID = g.AS, g.RouterID
+	r.fastOK = r.fastOK && g.RouterID.Is4()
 	r.mu.Unlock()
 	return nil
 }
@@ -109,7 +132,11 @@ func (r *Router) Stop(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
 	}
+	core := r.core
 	r.mu.Unlock()
+	if core != nil {
+		core.Stop()
+	}
 	var err error
 	if started {
 		err = r.srv.StopBgp(ctx, &api.StopBgpRequest{})
@@ -135,7 +162,11 @@ func (r *Router) Leave() {
 func (r *Router) Converged() {
 	r.mu.Lock()
 	r.restarting = false
+	core := r.core
 	r.mu.Unlock()
+	if core != nil {
+		core.Converged()
+	}
 }
 
 // family returns the unicast family of an address.
@@ -208,8 +239,29 @@ func apiPeer(p peers.Peer, restarting bool) *api.Peer {
 	return ap
 }
 
-// AddPeer implements router.Router.
+// AddPeer implements router.Router: a route reflector's plain client
+// session goes to the fast path, every other to GoBGP.
 func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
+	r.mu.Lock()
+	r.all[p.Key()] = p
+	fast := r.fastLocked(p)
+	restarting := r.restarting
+	r.mu.Unlock()
+	if fast {
+		err := r.addFast(ctx, p, restarting)
+		if err == nil {
+			return nil
+		}
+		r.log.WithError(err).Warn("Route reflector fast path unavailable; the session goes to GoBGP")
+		r.mu.Lock()
+		r.fastOK = false
+		r.mu.Unlock()
+	}
+	return r.addGoBGP(ctx, p)
+}
+
+// addGoBGP adds the session p to GoBGP.
+func (r *Router) addGoBGP(ctx context.Context, p peers.Peer) error {
 	r.mu.Lock()
 	restarting := r.restarting
 	r.mu.Unlock()
@@ -234,11 +286,36 @@ func (r *Router) AddPeer(ctx context.Context, p peers.Peer) error {
 // way without, and the two reflectors would route their clients' blocks
 // through each other.
 func (r *Router) UpdatePeer(ctx context.Context, p peers.Peer) error {
-	if r.reflectorChanged(ctx, p) {
-		if err := r.DeletePeer(ctx, p); err != nil {
+	r.mu.Lock()
+	r.all[p.Key()] = p
+	_, inCore := r.inCore[p.Key()]
+	fast := r.fastLocked(p)
+	restarting := r.restarting
+	core := r.core
+	r.mu.Unlock()
+	switch {
+	case inCore && fast:
+		core.SetClient(clientOf(p, restarting))
+		r.mu.Lock()
+		r.inCore[p.Key()] = p
+		r.mu.Unlock()
+		return nil
+	case inCore:
+		if err := r.removeFast(p); err != nil {
+			return err
+		}
+		return r.addGoBGP(ctx, p)
+	case fast:
+		if err := r.deleteGoBGP(ctx, p); err != nil {
 			return err
 		}
 		return r.AddPeer(ctx, p)
+	}
+	if r.reflectorChanged(ctx, p) {
+		if err := r.deleteGoBGP(ctx, p); err != nil {
+			return err
+		}
+		return r.addGoBGP(ctx, p)
 	}
 	rsp, err := r.srv.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: apiPeer(p, false)})
 	if err != nil {
@@ -271,6 +348,18 @@ func (r *Router) reflectorChanged(ctx context.Context, p peers.Peer) bool {
 
 // DeletePeer implements router.Router.
 func (r *Router) DeletePeer(ctx context.Context, p peers.Peer) error {
+	r.mu.Lock()
+	delete(r.all, p.Key())
+	_, inCore := r.inCore[p.Key()]
+	r.mu.Unlock()
+	if inCore {
+		return r.removeFast(p)
+	}
+	return r.deleteGoBGP(ctx, p)
+}
+
+// deleteGoBGP deletes the session p from GoBGP.
+func (r *Router) deleteGoBGP(ctx context.Context, p peers.Peer) error {
 	if err := r.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: p.Address.String()}); err != nil {
 		return fmt.Errorf("deleting peer %s: %w", p.Key(), err)
 	}
@@ -368,8 +457,11 @@ func (r *Router) ListPeersAdvertised(ctx context.Context) ([]router.PeerState, e
 }
 
 func (r *Router) listPeers(ctx context.Context, advertised bool) ([]router.PeerState, error) {
-	var out []router.PeerState
+	out := r.fastStates(advertised)
 	err := r.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: advertised}, func(p *api.Peer) {
+		if p.GetConf().GetDescription() == internalDescription {
+			return
+		}
 		ps := router.PeerState{
 			Description:     p.GetConf().GetDescription(),
 			AS:              p.GetConf().GetPeerAsn(),

@@ -77,6 +77,9 @@ func (r *Router) SetPolicy(ctx context.Context, p routepolicy.Policy) error {
 	if !statementsEqual(old.Import, p.Import) {
 		_ = r.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: "all", Soft: true, Direction: api.ResetPeerRequest_IN})
 	}
+	// A client session that got a BGPFilter (or lost its last one) moves
+	// between the fast path and GoBGP.
+	r.rebalance(ctx)
 	return nil
 }
 

@@ -91,7 +91,8 @@ type Peer struct {
 	// nodes only the one with the higher address connects (as Calico's
 	// mesh does): the two never open a connection each at the same time,
 	// which GoBGP, having no collision detection, resolves by closing
-	// both.
+	// both. Between a route reflector and its client node, the reflector
+	// connects.
 	Passive bool `json:"passive,omitempty"`
 }
 
@@ -308,6 +309,17 @@ func (b *builder) add(p Peer, override bool, filters []string) {
 	if other, ok := b.byAddr[p.Address]; ok && p.Port == 0 {
 		p.Node = other.name
 		p.Passive = src.Addr().Less(p.Address)
+		// Between a route reflector and a node that is its client
+		// (neither a reflector), the reflector connects, whichever
+		// address is higher: its fast path holds the session, and dials.
+		if p.Type != TypeMesh && !p.EBGP {
+			switch {
+			case b.me.clusterID != "" && other.clusterID == "":
+				p.Passive = false
+			case b.me.clusterID == "" && other.clusterID != "":
+				p.Passive = true
+			}
+		}
 	}
 	// A route reflector treats every iBGP peer outside its cluster as a
 	// client (the mesh is a full mesh: nobody reflects there).

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -543,4 +544,21 @@ func inverted(ss []string) []string {
 		out[i] = s
 	}
 	return out
+}
+
+// Plain reports whether the session with the peer at a gets the default
+// rules only: no BGPFilter, next hop unchanged, and (for a route
+// reflector's client) every reflected route: the peer is in no neighbour
+// set but that of the iBGP sessions. A route reflector's fast path may
+// hold such a session (node/bgp/reflector).
+func Plain(p Policy, a netip.Addr) bool {
+	for _, s := range p.NeighborSets {
+		if s.Name == ibgpSet {
+			continue
+		}
+		if slices.Contains(s.Addresses, a) {
+			return false
+		}
+	}
+	return true
 }

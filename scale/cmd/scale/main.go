@@ -117,11 +117,13 @@ func run(ctx context.Context, sizesFlag, calcFlag, phases, out, lock string, max
 				return one(scale.FanOut(ctx, sizes, scale.FanOutConfig{Members: 1, Cluster: fanCluster, Changes: 5, Dir: dir, AgentsPerCache: perCache}))
 			})
 		case "bgp":
-			err = step(ph, func() ([]scale.Series, error) { return scale.BGP(ctx, sizes, dir, lock) })
+			err = step(ph, func() ([]scale.Series, error) { return scale.BGP(ctx, sizes, scale.BGPParts, dir, lock) })
+		case "reflector", "mesh", "bgp-reads":
+			err = step(ph, func() ([]scale.Series, error) { return scale.BGP(ctx, sizes, []string{ph}, dir, lock) })
 		case "ipam":
 			err = step(ph, func() ([]scale.Series, error) { return one(scale.IPAMStorm(ctx, sizes, dir)) })
 		default:
-			err = fmt.Errorf("unknown phase %q (calc, fanout, fanoutcache, fanout3, bgp, ipam)", ph)
+			err = fmt.Errorf("unknown phase %q (calc, fanout, fanoutcache, fanout3, bgp, ipam; or one part of bgp: reflector, mesh, bgp-reads)", ph)
 		}
 		if err != nil {
 			return err
