@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/palisade-net/palisade/felix/calc"
 )
 
 // TestFanOutCacheSmall runs agents (felix's syncer, one etcd client each)
@@ -35,11 +37,13 @@ func TestFanOutCacheSmall(t *testing.T) {
 	if kib := p.Values["etcd_kib"]; kib > 0.85*agents/4 {
 		t.Errorf("etcd sent %.1f KiB per change to %d caches, want about one agent's share per cache", kib, agents/perCache)
 	}
-	// Each agent watches 13 ranges; without the cache etcd would hold
-	// 13 watchers per agent (260), with it 13 per cache, plus the
-	// cache's own watch for etcd losing its leader and one while two
-	// watches of a range are being merged.
-	if w, most := p.Values["etcd_watchers"], float64(15*agents/perCache); w > most {
+	// Each agent watches one range per kind felix reads; without the
+	// cache etcd would hold that many watchers per agent, with it that
+	// many per cache, plus up to three of the cache's own (its watch for
+	// etcd losing its leader, and those open while two watches of a
+	// range are being merged).
+	ranges := len(calc.SyncedKinds())
+	if w, most := p.Values["etcd_watchers"], float64((ranges+3)*agents/perCache); w > most {
 		t.Errorf("etcd holds %v watchers for %d agents behind %d caches, want at most %v", w, agents, agents/perCache, most)
 	}
 }

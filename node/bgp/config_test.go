@@ -71,9 +71,9 @@ func TestBindModeNodeIP(t *testing.T) {
 func TestIgnoredConfig(t *testing.T) {
 	disabled := "Disabled"
 	got := strings.Join(bgp.IgnoredConfig(v3.BGPConfigurationSpec{
-		LogSeverityScreen: "Debug", LocalWorkloadPeeringIPV4: "169.254.0.179", ProgramClusterRoutes: &disabled,
+		LogSeverityScreen: "Debug", ProgramClusterRoutes: &disabled,
 	}), "\n")
-	for _, field := range []string{"spec.logSeverityScreen Debug", "spec.localWorkloadPeeringIPV4", "spec.programClusterRoutes Disabled"} {
+	for _, field := range []string{"spec.logSeverityScreen Debug", "spec.programClusterRoutes Disabled"} {
 		if !strings.Contains(got, field) {
 			t.Errorf("IgnoredConfig does not name %s:\n%s", field, got)
 		}
@@ -82,6 +82,7 @@ func TestIgnoredConfig(t *testing.T) {
 	if notes := bgp.IgnoredConfig(v3.BGPConfigurationSpec{
 		LogSeverityScreen: "Info", ProgramClusterRoutes: &enabled, NodeToNodeMeshEnabled: &on, BindMode: &mode,
 		IgnoredInterfaces: []string{"eth1"}, ListenPort: 1790,
+		LocalWorkloadPeeringIPV4: "169.254.0.179", LocalWorkloadPeeringIPV6: "fe80::179",
 	}); len(notes) > 0 {
 		t.Errorf("a configuration with only fields acted on: %v", notes)
 	}
