@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,40 +43,23 @@ func BenchmarkAdminNetworkPolicyToEnforced(b *testing.B) {
 	}
 	acl := l.adminClient(b)
 	server, client := benchPods(b, l, anpBenchPods)
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
+	dst := netip.AddrPortFrom(server.IP, 8080)
 	b.Logf("%d pods after %s", anpBenchPods, time.Since(began).Round(time.Second))
 	fillerSel := func(k int) *metav1.LabelSelector {
 		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("filler-%d", k%10)}}
 	}
-	for i := range anpBenchANPs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			ports := []anpv1.AdminNetworkPolicyPort{{PortNumber: &anpv1.Port{Protocol: corev1.ProtocolTCP, Port: int32(80 + i%50)}}}
-			anp := &anpv1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("filler-%d", i)},
-				Spec: anpv1.AdminNetworkPolicySpec{Priority: int32(100 + i),
-					Subject: anpv1.AdminNetworkPolicySubject{Pods: &anpv1.NamespacedPod{
-						NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "bench"}},
-						PodSelector:       *fillerSel(i)}},
-					Ingress: []anpv1.AdminNetworkPolicyIngressRule{{Name: "deny-neighbour", Action: anpv1.AdminNetworkPolicyRuleActionDeny, Ports: &ports,
-						From: []anpv1.AdminNetworkPolicyIngressPeer{{Pods: &anpv1.NamespacedPod{PodSelector: *fillerSel(i + 1)}}}}}}}
-			if _, err := acl.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{}); err != nil {
-				b.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	isolate := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "isolate-server", Namespace: "bench"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
-	if _, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, isolate, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	dst := netip.AddrPortFrom(server.IP, 8080)
-	if _, ok := untilOpen(l, client, dst, false, time.Now(), 60*time.Second); !ok {
-		b.Fatal("the server is still reachable 60s after it was isolated")
-	}
+	fillAndIsolate(b, l, anpBenchANPs, func(ctx context.Context, i int) error {
+		ports := []anpv1.AdminNetworkPolicyPort{{PortNumber: &anpv1.Port{Protocol: corev1.ProtocolTCP, Port: int32(80 + i%50)}}}
+		anp := &anpv1.AdminNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("filler-%d", i)},
+			Spec: anpv1.AdminNetworkPolicySpec{Priority: int32(100 + i),
+				Subject: anpv1.AdminNetworkPolicySubject{Pods: &anpv1.NamespacedPod{
+					NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "bench"}},
+					PodSelector:       *fillerSel(i)}},
+				Ingress: []anpv1.AdminNetworkPolicyIngressRule{{Name: "deny-neighbour", Action: anpv1.AdminNetworkPolicyRuleActionDeny, Ports: &ports,
+					From: []anpv1.AdminNetworkPolicyIngressPeer{{Pods: &anpv1.NamespacedPod{PodSelector: *fillerSel(i + 1)}}}}}}}
+		_, err := acl.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, anp, metav1.CreateOptions{})
+		return err
+	}, client, dst, 60*time.Second)
 	b.Logf("%d pods, %d AdminNetworkPolicies and the isolated server ready after %s", anpBenchPods, anpBenchANPs, time.Since(began).Round(time.Second))
 
 	tcp := corev1.ProtocolTCP
@@ -92,38 +74,16 @@ func BenchmarkAdminNetworkPolicyToEnforced(b *testing.B) {
 			Subject: anpv1.AdminNetworkPolicySubject{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}},
 			Ingress: []anpv1.AdminNetworkPolicyIngressRule{{Name: "allow-client", Action: anpv1.AdminNetworkPolicyRuleActionAllow, Ports: &anpPorts,
 				From: []anpv1.AdminNetworkPolicyIngressPeer{{Pods: &anpv1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}}}}}
-	measure := toggler(b, l, client, dst)
-	var anp, ref, anpOn, anpOff []time.Duration
-	const warmUp, rounds = 2, 100
-	b.ResetTimer()
-	for i := range warmUp + rounds {
-		if i == warmUp {
-			anp, ref, anpOn, anpOff = nil, nil, nil, nil
-		}
-		on, off := measure("AdminNetworkPolicy", func() error {
-			_, err := acl.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, allowANP, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			return acl.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, allowANP.Name, metav1.DeleteOptions{})
-		})
-		anp = append(anp, on, off)
-		anpOn, anpOff = append(anpOn, on), append(anpOff, off)
-		on, off = measure("NetworkPolicy", func() error {
-			_, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, allowNP, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			return kc.NetworkingV1().NetworkPolicies("bench").Delete(ctx, allowNP.Name, metav1.DeleteOptions{})
-		})
-		ref = append(ref, on, off)
-	}
-	b.StopTimer()
-	b.Logf("slowest ANP: allow %v, deny %v; NetworkPolicy: %v", slowest(anpOn, 5), slowest(anpOff, 5), slowest(ref, 5))
-	b.ReportMetric(msOf(pct(anp, 0.5)), "p50-ms")
-	b.ReportMetric(msOf(pct(anp, 0.99)), "p99-ms")
-	b.ReportMetric(msOf(pct(ref, 0.5)), "np-p50-ms")
-	b.ReportMetric(msOf(pct(ref, 0.99)), "np-p99-ms")
-	b.ReportMetric(msOf(pct(anpOn, 0.99)), "allow-p99-ms")
-	b.ReportMetric(msOf(pct(anpOff, 0.99)), "deny-p99-ms")
-	b.ReportMetric(float64(pct(anp, 0.99))/float64(pct(ref, 0.99)), "x/np")
-	b.ReportMetric(msOf(pct(anp, 0.99))/150, "p99/goal")
+	// 200 samples a path (create and delete): p99 is the second slowest.
+	compareToEnforced(b, l, client, dst, 2, 100, benchPath{name: "AdminNetworkPolicy", on: func() error {
+		_, err := acl.PolicyV1alpha1().AdminNetworkPolicies().Create(ctx, allowANP, metav1.CreateOptions{})
+		return err
+	}, off: func() error {
+		return acl.PolicyV1alpha1().AdminNetworkPolicies().Delete(ctx, allowANP.Name, metav1.DeleteOptions{})
+	}}, benchPath{name: "NetworkPolicy", on: func() error {
+		_, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, allowNP, metav1.CreateOptions{})
+		return err
+	}, off: func() error {
+		return kc.NetworkingV1().NetworkPolicies("bench").Delete(ctx, allowNP.Name, metav1.DeleteOptions{})
+	}})
 }

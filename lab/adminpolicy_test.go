@@ -54,8 +54,9 @@ func explained(t *testing.T, l *Lab, src, dst, line string) {
 // egress to namespace y wins over a NetworkPolicy allowing it; an ANP
 // Pass hands the decision to NetworkPolicy (which then allows or denies);
 // a BANP Deny loses to a NetworkPolicy allow and holds where no
-// NetworkPolicy selects the pod. calicoctl policy explain names the ANP
-// and BANP rules that decided.
+// NetworkPolicy selects the pod; of two ANPs with the same priority, the
+// one whose name sorts first decides. calicoctl policy explain names the
+// ANP and BANP rules that decided.
 func TestAdminNetworkPolicyTiers(t *testing.T) {
 	for _, dp := range []struct {
 		name string
@@ -169,6 +170,38 @@ func testAdminTiers(t *testing.T, bpf bool) {
 		t.Fatal(err)
 	}
 	reach("no policy again", true)
+
+	// Equal priorities: the API lets the implementation pick; Palisade,
+	// as Calico, orders equal orders by name. The Deny is created first
+	// and its name sorts last: the Allow decides x's egress. (No
+	// NetworkPolicy on y here: an egress Allow of x does not decide y's
+	// ingress.)
+	tied := func(name string, action anpv1.AdminNetworkPolicyRuleAction) *anpv1.AdminNetworkPolicy {
+		return &anpv1.AdminNetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: anpv1.AdminNetworkPolicySpec{
+				Priority: 20,
+				Subject:  anpv1.AdminNetworkPolicySubject{Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"ns": "x"}}},
+				Egress: []anpv1.AdminNetworkPolicyEgressRule{{Name: name, Action: action,
+					To: []anpv1.AdminNetworkPolicyEgressPeer{{Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"ns": "y"}}}}}},
+			},
+		}
+	}
+	if _, err := anps.Create(ctx, tied("tie-b-deny", anpv1.AdminNetworkPolicyRuleActionDeny), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reach("ANP Deny at priority 20", false)
+	if _, err := anps.Create(ctx, tied("tie-a-allow", anpv1.AdminNetworkPolicyRuleActionAllow), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reach("ANP Allow and ANP Deny both at priority 20", true)
+	explained(t, l, "x/a", b.IP.String(), `Decided by: rule 0 (Allow) "tie-a-allow" of AdminNetworkPolicy tie-a-allow`)
+	for _, name := range []string{"tie-a-allow", "tie-b-deny"} {
+		if err := anps.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reach("no policy, after the tie", true)
 
 	// The BANP denies y's ingress from x where no NetworkPolicy selects
 	// y/b; a NetworkPolicy allowing x overrides it.

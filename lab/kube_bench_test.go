@@ -24,13 +24,6 @@ import (
 	"github.com/palisade-net/palisade/libcalico/k8s/kubetest"
 )
 
-// BenchmarkNetworkPolicyToEnforced measures, in a two-node lab with
-// Kubernetes, 100 pods and 500 NetworkPolicies, the time from creating a
-// NetworkPolicy with the API (client-go) that admits a client to an
-// isolated server until the client's first connection is answered, and
-// from deleting it until connections are dropped: the API server,
-// calico-kube-controllers and felix in turn. The reference, interleaved
-// in the same run, is the same Calico policy written straight into etcd
 // benchPods creates n pods in namespace bench over the first two nodes,
 // eight at a time: the server (app=server, serving TCP 8080) on the
 // second, the client (app=client) on the first, and fillers labelled
@@ -78,30 +71,107 @@ func benchPods(b *testing.B, l *Lab, n int) (server, client Pod) {
 	return server, client
 }
 
-// toggler returns measure: it runs on, times until the client reaches
-// dst, runs off, and times until it no longer does.
-func toggler(b *testing.B, l *Lab, client Pod, dst netip.AddrPort) func(what string, on, off func() error) (time.Duration, time.Duration) {
-	return func(what string, on, off func() error) (time.Duration, time.Duration) {
-		t0 := time.Now()
-		if err := on(); err != nil {
-			b.Fatalf("%s: %v", what, err)
-		}
-		dOn, ok := untilOpen(l, client, dst, true, t0, 10*time.Second)
-		if !ok {
-			b.Fatalf("%s: written, but the client never got through", what)
-		}
-		t0 = time.Now()
-		if err := off(); err != nil {
-			b.Fatalf("%s: %v", what, err)
-		}
-		dOff, ok := untilOpen(l, client, dst, false, t0, 10*time.Second)
-		if !ok {
-			b.Fatalf("%s: deleted, but the client still gets through", what)
-		}
-		return dOn, dOff
+// fillAndIsolate creates n filler policies, create(ctx, i) for each,
+// eight at a time, then a NetworkPolicy isolating the server, and waits
+// (at most limit) until the client can no longer reach dst: the state
+// both enforcement benchmarks measure from.
+func fillAndIsolate(b *testing.B, l *Lab, n int, create func(ctx context.Context, i int) error, client Pod, dst netip.AddrPort, limit time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	kc, err := l.Kube()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := create(ctx, i); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	isolate := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "isolate-server", Namespace: "bench"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+	if _, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, isolate, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, ok := untilOpen(l, client, dst, false, time.Now(), limit); !ok {
+		b.Fatalf("the server is still reachable %s after it was isolated", limit)
 	}
 }
 
+// benchPath is one way of admitting the client to the server: on
+// writes it, off removes it.
+type benchPath struct {
+	name    string
+	on, off func() error
+}
+
+// compareToEnforced times path and ref in turn, rounds times after
+// warmUp rounds that go unmeasured (the first toggles after setup are
+// not the steady state): from on until the client's first connection is
+// answered, and from off until connections are dropped. It reports
+// path's p50 and p99 (both directions together, then each apart), ref's
+// p50 and p99, path's p99 over ref's (x/ref) and over the 150 ms goal.
+func compareToEnforced(b *testing.B, l *Lab, client Pod, dst netip.AddrPort, warmUp, rounds int, path, ref benchPath) {
+	b.Helper()
+	toggle := func(p benchPath) (time.Duration, time.Duration) {
+		t0 := time.Now()
+		if err := p.on(); err != nil {
+			b.Fatalf("%s: %v", p.name, err)
+		}
+		dOn, ok := untilOpen(l, client, dst, true, t0, 10*time.Second)
+		if !ok {
+			b.Fatalf("%s: written, but the client never got through", p.name)
+		}
+		t0 = time.Now()
+		if err := p.off(); err != nil {
+			b.Fatalf("%s: %v", p.name, err)
+		}
+		dOff, ok := untilOpen(l, client, dst, false, t0, 10*time.Second)
+		if !ok {
+			b.Fatalf("%s: deleted, but the client still gets through", p.name)
+		}
+		return dOn, dOff
+	}
+	var all, on, off, refAll []time.Duration
+	b.ResetTimer()
+	for i := range warmUp + rounds {
+		if i == warmUp {
+			all, on, off, refAll = nil, nil, nil, nil
+		}
+		dOn, dOff := toggle(path)
+		all, on, off = append(all, dOn, dOff), append(on, dOn), append(off, dOff)
+		dOn, dOff = toggle(ref)
+		refAll = append(refAll, dOn, dOff)
+	}
+	b.StopTimer()
+	b.Logf("slowest %s: allow %v, deny %v; %s: %v", path.name, slowest(on, 5), slowest(off, 5), ref.name, slowest(refAll, 5))
+	b.ReportMetric(msOf(pct(all, 0.5)), "p50-ms")
+	b.ReportMetric(msOf(pct(all, 0.99)), "p99-ms")
+	b.ReportMetric(msOf(pct(refAll, 0.5)), "ref-p50-ms")
+	b.ReportMetric(msOf(pct(refAll, 0.99)), "ref-p99-ms")
+	b.ReportMetric(msOf(pct(on, 0.99)), "allow-p99-ms")
+	b.ReportMetric(msOf(pct(off, 0.99)), "deny-p99-ms")
+	b.ReportMetric(float64(pct(all, 0.99))/float64(pct(refAll, 0.99)), "x/ref")
+	b.ReportMetric(msOf(pct(all, 0.99))/150, "p99/goal")
+}
+
+// BenchmarkNetworkPolicyToEnforced measures, in a two-node lab with
+// Kubernetes, 100 pods and 500 NetworkPolicies, the time from creating a
+// NetworkPolicy with the API (client-go) that admits a client to an
+// isolated server until the client's first connection is answered, and
+// from deleting it until connections are dropped: the API server,
+// calico-kube-controllers and felix in turn. The reference, interleaved
+// in the same run, is the same Calico policy written straight into etcd
 // (felix alone). Goals: p99 ≤ 150 ms and ≤ 1.5× the reference.
 func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
 	requireLab(b)
@@ -119,34 +189,17 @@ func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
 	}
 	const pods, policies = 100, 500
 	server, client := benchPods(b, l, pods)
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	tcp := corev1.ProtocolTCP
-	for i := range policies {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			port := intstr.FromInt32(int32(80 + i%50))
-			np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("filler-%d", i), Namespace: "bench"},
-				Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("filler-%d", i%10)}},
-					Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
-						MatchLabels: map[string]string{"app": fmt.Sprintf("filler-%d", (i+1)%10)}}}}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}}}}}}
-			if _, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, np, metav1.CreateOptions{}); err != nil {
-				b.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	isolate := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "isolate-server", Namespace: "bench"},
-		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
-	if _, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, isolate, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
 	dst := netip.AddrPortFrom(server.IP, 8080)
-	if _, ok := untilOpen(l, client, dst, false, time.Now(), 30*time.Second); !ok {
-		b.Fatal("the server is still reachable 30s after it was isolated")
-	}
+	tcp := corev1.ProtocolTCP
+	fillAndIsolate(b, l, policies, func(ctx context.Context, i int) error {
+		port := intstr.FromInt32(int32(80 + i%50))
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("filler-%d", i), Namespace: "bench"},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("filler-%d", i%10)}},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+					MatchLabels: map[string]string{"app": fmt.Sprintf("filler-%d", (i+1)%10)}}}}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}}}}}}
+		_, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, np, metav1.CreateOptions{})
+		return err
+	}, client, dst, 30*time.Second)
 	store := labStore(b, l)
 	b.Logf("%d pods, %d NetworkPolicies and the isolated server ready after %s", pods, policies, time.Since(began).Round(time.Second))
 
@@ -162,45 +215,22 @@ func BenchmarkNetworkPolicyToEnforced(b *testing.B) {
 	direct.Name = "direct-allow-client" // not knp.default.*: calico-kube-controllers would remove it
 	v3.Default(direct)
 	directKey := datastore.KeyOf(direct)
-	measure := toggler(b, l, client, dst)
-	var api, ref, apiOn, apiOff []time.Duration
 	// The first toggle after setup took 150-260 ms on a quiet machine
 	// for either path (the API's and etcd's alike), the rest 10-90 ms: it
 	// is not the steady state this measures, so two rounds go unmeasured.
 	// Of 300 samples per path, p99 is the fourth slowest.
-	const warmUp, rounds = 2, 150
-	b.ResetTimer()
-	for i := range warmUp + rounds {
-		if i == warmUp {
-			api, ref, apiOn, apiOff = nil, nil, nil, nil
-		}
-		on, off := measure("NetworkPolicy with the API", func() error {
-			_, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, allow, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			return kc.NetworkingV1().NetworkPolicies("bench").Delete(ctx, allow.Name, metav1.DeleteOptions{})
-		})
-		api = append(api, on, off)
-		apiOn, apiOff = append(apiOn, on), append(apiOff, off)
-		on, off = measure("Calico policy into etcd", func() error {
-			_, err := store.Create(ctx, direct)
-			return err
-		}, func() error {
-			_, err := store.Delete(ctx, directKey, "")
-			return err
-		})
-		ref = append(ref, on, off)
-	}
-	b.StopTimer()
-	b.Logf("slowest with the API: allow %v, deny %v; into etcd: %v", slowest(apiOn, 5), slowest(apiOff, 5), slowest(ref, 5))
-	b.ReportMetric(msOf(pct(api, 0.5)), "p50-ms")
-	b.ReportMetric(msOf(pct(api, 0.99)), "p99-ms")
-	b.ReportMetric(msOf(pct(ref, 0.5)), "ref-p50-ms")
-	b.ReportMetric(msOf(pct(ref, 0.99)), "ref-p99-ms")
-	b.ReportMetric(msOf(pct(apiOn, 0.99)), "allow-p99-ms")
-	b.ReportMetric(msOf(pct(apiOff, 0.99)), "deny-p99-ms")
-	b.ReportMetric(float64(pct(api, 0.99))/float64(pct(ref, 0.99)), "x/ref")
-	b.ReportMetric(msOf(pct(api, 0.99))/150, "p99/goal")
+	compareToEnforced(b, l, client, dst, 2, 150, benchPath{name: "NetworkPolicy with the API", on: func() error {
+		_, err := kc.NetworkingV1().NetworkPolicies("bench").Create(ctx, allow, metav1.CreateOptions{})
+		return err
+	}, off: func() error {
+		return kc.NetworkingV1().NetworkPolicies("bench").Delete(ctx, allow.Name, metav1.DeleteOptions{})
+	}}, benchPath{name: "Calico policy into etcd", on: func() error {
+		_, err := store.Create(ctx, direct)
+		return err
+	}, off: func() error {
+		_, err := store.Delete(ctx, directKey, "")
+		return err
+	}})
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
