@@ -55,9 +55,12 @@ func TestDataplaneSwitch(t *testing.T) {
 		f := filter()
 		return !strings.Contains(f, "cali-from-wl-dispatch") && !strings.Contains(f, "cali-tw-") && strings.Contains(f, ":cali-FORWARD")
 	})
-	if out := c.node.MustRun(t, "ipset", "list", "-n"); strings.Contains(out, "cali40s:") {
-		t.Errorf("selector IP sets of the iptables dataplane left:\n%s", out)
-	}
+	// The sets go after the rules that referred to them: in a later
+	// apply on a loaded machine.
+	c.waitFor("the iptables dataplane's selector IP sets removed", func() bool {
+		out, _ := c.node.Run("ipset", "list", "-n")
+		return !strings.Contains(out, "cali40s:")
+	})
 	c.expect(probes...)
 	c.checkBPFEnforces()
 
