@@ -276,6 +276,10 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if ifaceErr != nil {
 		errs = append(errs, ifaceErr)
 	}
+	// The Log reader learns the new programs as soon as they are
+	// attached, not after the sweeps below: a packet a new Log rule
+	// matched must be logged with its policy's name.
+	d.updateEventView(want)
 	if err := d.applyFloating(); err != nil {
 		errs = append(errs, err)
 	}
@@ -358,7 +362,6 @@ func (d *Driver) Apply(ctx context.Context) error {
 		errs = append(errs, d.reportStatus()...)
 	}
 	phase("gc")
-	d.updateEventView(want)
 	return errors.Join(errs...)
 }
 
