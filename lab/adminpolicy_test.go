@@ -196,7 +196,10 @@ func testAdminTiers(t *testing.T, bpf bool) {
 	}
 	reach("ANP Allow and ANP Deny both at priority 20", true)
 	explained(t, l, "x/a", b.IP.String(), `Decided by: rule 0 (Allow) "tie-a-allow" of AdminNetworkPolicy tie-a-allow`)
-	for _, name := range []string{"tie-a-allow", "tie-b-deny"} {
+	// The Deny goes first: every state on the way (both, the Allow
+	// alone, none) is reachable, so the probes below cannot meet the
+	// Deny alone while the deletions are still being enforced.
+	for _, name := range []string{"tie-b-deny", "tie-a-allow"} {
 		if err := anps.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
