@@ -33,4 +33,7 @@ type Slot struct {
 type Description struct {
 	Hash  string `json:"hash"`
 	Slots []Slot `json:"slots"`
+	// Engine marks the stub of a policy engine stage: the stage's data
+	// is in MapPolicy, bound to the program's slot.
+	Engine bool `json:"engine,omitempty"`
 }

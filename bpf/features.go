@@ -6,8 +6,23 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 )
+
+// HaveLoop reports whether the kernel's SchedCLS programs may call
+// bpf_loop (Linux 5.17 and later), which the policy engine walks with.
+// An error is a probe that could not run.
+func HaveLoop() (bool, error) {
+	err := features.HaveProgramHelper(ebpf.SchedCLS, asm.FnLoop)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		return false, nil
+	}
+	return false, fmt.Errorf("bpf: probing for bpf_loop: %w", err)
+}
 
 // HaveTCX reports whether the kernel attaches programs with TCX links
 // (Linux 6.6 and later; Debian 12's 6.1 has none): a trivial SchedCLS

@@ -143,14 +143,15 @@ type NATOutgoing struct {
 // featureOverrides reads featureDetectOverride (Calico's
 // "Feature=true,Other=false,Auto="): true or false forces a feature, an
 // empty value leaves it to detection. Palisade acts on MASQFullyRandom,
-// SNATFullyRandom and TCX; other features are warned about.
+// SNATFullyRandom, TCX and BPFLoop (Palisade's: the eBPF policy engine);
+// other features are warned about.
 func featureOverrides(s string) map[string]bool {
 	out := map[string]bool{}
 	for _, kv := range splitList(s) {
 		k, v, _ := strings.Cut(kv, "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		switch {
-		case k != "MASQFullyRandom" && k != "SNATFullyRandom" && k != "TCX":
+		case k != "MASQFullyRandom" && k != "SNATFullyRandom" && k != "TCX" && k != "BPFLoop":
 			log.WithField("featureDetectOverride", kv).Warn("featureDetectOverride names a feature Palisade does not detect: ignored")
 		case v == "":
 		case strings.EqualFold(v, "true") || strings.EqualFold(v, "false"):

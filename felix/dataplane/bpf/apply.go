@@ -136,6 +136,7 @@ func (d *Driver) setup(ctx context.Context) error {
 	d.objs, d.ifaces = objs, ifs
 	d.progs = newPrograms(objs, d.log)
 	d.progs.metrics = d.conf.Metrics
+	d.progs.startEngine(d.sets)
 	d.progs.adopt(ifs.usedSlots())
 	if d.events, err = newEventReader(objs, d.log); err != nil {
 		d.log.WithError(err).Warn("Log rules' packets will not be logged")
@@ -249,6 +250,15 @@ func (d *Driver) Apply(ctx context.Context) error {
 	if err := d.sets.applyAdds(d.objs); err != nil {
 		errs = append(errs, err)
 	}
+	if use := d.progs.eng != nil && !d.progs.engineBroken && d.useEngine(d.cfg); use != d.progs.useEngine {
+		d.progs.useEngine = use
+		d.stagesDirty = true
+	}
+	if err := d.sets.syncEngine(false); err != nil && !d.progs.engineBroken {
+		d.progs.engineFailed(err)
+		d.stagesDirty = true
+		errs = append(errs, err)
+	}
 	if err := d.applyTunnel(); err != nil {
 		errs = append(errs, err)
 	}
@@ -315,7 +325,17 @@ func (d *Driver) Apply(ctx context.Context) error {
 		if err := d.sets.applyRemovals(d.objs); err != nil {
 			errs = append(errs, err)
 		}
+		if err := d.sets.syncEngine(true); err != nil && !d.progs.engineBroken {
+			d.progs.engineFailed(err)
+			d.stagesDirty = true
+			errs = append(errs, err)
+		}
 		if err := d.progs.sweep(now, false); err != nil {
+			errs = append(errs, err)
+		}
+		// The interfaces name this felix's stages only: what a previous
+		// one left in the engine goes.
+		if err := d.progs.dropForeign(); err != nil {
 			errs = append(errs, err)
 		}
 		for _, dir := range d.objs.StaleMapDirs() {

@@ -32,6 +32,7 @@ type testDriver struct {
 	nodeH, podH *netlink.Handle
 	podNS       netns.NsHandle
 	run         *nsexec.Runner
+	pod         nstest.NS
 }
 
 func newTestDriver(t *testing.T) *testDriver {
@@ -67,7 +68,7 @@ func newTestDriver(t *testing.T) *testDriver {
 	if err := d.Apply(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return &testDriver{d: d, status: status, nodeH: nodeH, podH: podH, podNS: podNS, run: run}
+	return &testDriver{d: d, status: status, nodeH: nodeH, podH: podH, podNS: podNS, run: run, pod: pod}
 }
 
 // workload plumbs a pod's veth (iface on the node) and waits for the

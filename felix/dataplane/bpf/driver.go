@@ -57,6 +57,9 @@ type Driver struct {
 	tcx *bool
 	// tcxLogged is the TCX choice last logged.
 	tcxLogged *bool
+	// loop is whether the kernel has bpf_loop (probed once), which the
+	// policy engine needs; loopLogged the engine choice last logged.
+	loop, loopLogged *bool
 	run       *nsexec.Runner
 	log       *log.Entry
 	routes    *routes.Manager

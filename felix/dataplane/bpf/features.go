@@ -34,3 +34,32 @@ func (d *Driver) useTCX(cfg *calc.Config) bool {
 	}
 	return tcx
 }
+
+// useEngine decides whether policy stages are laid out for the policy
+// engine (decided in place, per-packet cost independent of the rule
+// count) or compiled into programs of instructions: the engine needs
+// bpf_loop (Linux 5.17; probed once), unless featureDetectOverride names
+// BPFLoop. The choice is logged when it changes.
+func (d *Driver) useEngine(cfg *calc.Config) bool {
+	if d.loop == nil {
+		have, err := palbpf.HaveLoop()
+		if err != nil {
+			d.log.WithError(err).Warn("Could not probe the kernel for bpf_loop: policy compiled into instructions")
+		}
+		d.loop = &have
+	}
+	use, how := *d.loop, "detected"
+	if v, ok := cfg.Features["BPFLoop"]; ok {
+		use, how = v, "featureDetectOverride"
+	}
+	if d.loopLogged == nil || *d.loopLogged != use {
+		d.loopLogged = &use
+		logger := d.log.WithFields(log.Fields{"bpfLoop": use, "by": how})
+		if use {
+			logger.Info("Policy stages are decided by the policy engine")
+		} else {
+			logger.Info("No bpf_loop: policy stages are compiled into programs of instructions (the per-packet cost grows with the rules)")
+		}
+	}
+	return use
+}

@@ -3,7 +3,9 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,6 +14,7 @@ import (
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 )
 
 // setMaps keeps the IP set maps (pal_sets for hash:net, pal_ports for
@@ -33,6 +36,51 @@ type setMaps struct {
 	types     map[string]calc.IPSetType
 	bad       map[string]bool // members already warned about
 	log       *log.Entry
+	// eng is the policy engine, which follows the hash:net sets' members
+	// too: added ones at once (applied by its Sync before the stages),
+	// removed ones in engGone until applyRemovals, after the programs.
+	eng     *policy.Engine
+	engGone map[string][]string
+}
+
+// attachEngine gives the engine every net set's members; it follows
+// them from now on.
+func (s *setMaps) attachEngine(eng *policy.Engine) {
+	s.eng, s.engGone = eng, map[string][]string{}
+	for id, ms := range s.members {
+		if s.types[id] == calc.IPSetIPPort {
+			continue
+		}
+		eng.MemberDelta(id, slices.Collect(maps.Keys(ms)), nil)
+	}
+}
+
+// engineAdd and engineRemove follow one member of a set.
+func (s *setMaps) engineAdd(id string, typ calc.IPSetType, m string) {
+	if s.eng != nil && typ != calc.IPSetIPPort {
+		s.eng.MemberDelta(id, []string{m}, nil)
+	}
+}
+
+func (s *setMaps) engineRemove(id string, typ calc.IPSetType, m string) {
+	if s.eng != nil && typ != calc.IPSetIPPort {
+		s.engGone[id] = append(s.engGone[id], m)
+	}
+}
+
+// syncEngine applies the members added to the engine (before the
+// stages), and with removed the members removed (after them).
+func (s *setMaps) syncEngine(removed bool) error {
+	if s.eng == nil {
+		return nil
+	}
+	if removed {
+		for id, ms := range s.engGone {
+			s.eng.MemberDelta(id, nil, ms)
+		}
+		clear(s.engGone)
+	}
+	return s.eng.Sync()
 }
 
 // setKey is a key of either map.
@@ -102,6 +150,7 @@ func (s *setMaps) set(id string, typ calc.IPSetType, members []string) {
 	for m, ks := range old {
 		if _, ok := now[m]; !ok {
 			s.unwant(ks)
+			s.engineRemove(id, s.types[id], m)
 		}
 	}
 	s.members[id] = now
@@ -121,6 +170,7 @@ func (s *setMaps) addMember(id string, typ calc.IPSetType, m string, into map[st
 		return
 	}
 	into[m] = ks
+	s.engineAdd(id, typ, m)
 	for _, k := range ks {
 		s.want[k]++
 		s.dirty[k] = struct{}{}
@@ -152,13 +202,15 @@ func (s *setMaps) delta(id string, added, removed []string) {
 		if ks, ok := cur[m]; ok {
 			delete(cur, m)
 			s.unwant(ks)
+			s.engineRemove(id, typ, m)
 		}
 	}
 }
 
 func (s *setMaps) remove(id string) {
-	for _, ks := range s.members[id] {
+	for m, ks := range s.members[id] {
 		s.unwant(ks)
+		s.engineRemove(id, s.types[id], m)
 	}
 	delete(s.members, id)
 	delete(s.types, id)
