@@ -60,12 +60,12 @@ type Driver struct {
 	// loop is whether the kernel has bpf_loop (probed once), which the
 	// policy engine needs; loopLogged the engine choice last logged.
 	loop, loopLogged *bool
-	run       *nsexec.Runner
-	log       *log.Entry
-	routes    *routes.Manager
-	hosts     *dataplane.HostInterfaces
-	status    *dataplane.StatusFiles
-	links     *linkWatch
+	run              *nsexec.Runner
+	log              *log.Entry
+	routes           *routes.Manager
+	hosts            *dataplane.HostInterfaces
+	status           *dataplane.StatusFiles
+	links            *linkWatch
 
 	cfg       *calc.Config
 	objs      *palbpf.Objects
