@@ -21,9 +21,18 @@ type PolicyMemory struct {
 
 // MapPolicyMemory maps MapPolicy.
 func (o *Objects) MapPolicyMemory() (*PolicyMemory, error) {
-	m := o.Maps[MapPolicy]
+	return MapPolicyMemoryOf(o.Maps[MapPolicy], true)
+}
+
+// MapPolicyMemoryOf maps m, a MapPolicy (read-only unless writable: its
+// stores then fault).
+func MapPolicyMemoryOf(m *ebpf.Map, writable bool) (*PolicyMemory, error) {
 	size := int(m.ValueSize())
-	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	prot := unix.PROT_READ
+	if writable {
+		prot |= unix.PROT_WRITE
+	}
+	b, err := unix.Mmap(m.FD(), 0, size, prot, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("bpf: mapping %s: %w", MapPolicy, err)
 	}

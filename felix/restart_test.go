@@ -20,6 +20,7 @@ import (
 	log "github.com/sirupsen/logrus"
 
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/libcalico/datastore"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdtest"
@@ -232,6 +233,39 @@ func (c *cluster) stageIDs(iface string) []uint32 {
 	return nil
 }
 
+// engineStages checks that every stage of iface is a policy engine stage
+// (a stub, bound) and that the engine's memory holds one generation's
+// pages only: it returns that generation.
+func (c *cluster) engineStages(iface string) uint16 {
+	c.t.Helper()
+	v, err := c.bpfView()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer v.Close()
+	ifs, _ := v.Interfaces()
+	for _, in := range ifs {
+		if in.Name != iface {
+			continue
+		}
+		for i, s := range in.Stages {
+			if s != nil && (s.Desc == nil || !s.Desc.Engine) {
+				c.t.Errorf("%s's stage %d (program %d) is not a policy engine stage", iface, i, s.Program)
+			}
+		}
+	}
+	mem, err := v.PolicyMemory()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer mem.Close()
+	gen, pages := policy.Generations(mem)
+	if len(pages) != 1 || pages[gen] == 0 {
+		return 0 // mid-way: two generations, or none yet
+	}
+	return gen
+}
+
 // waitProgrammedSince waits until felix reported an endpoint programmed
 // after t0 (a restarted felix writes every status again once it applied).
 func (c *cluster) waitProgrammedSince(ns, pod string, t0 time.Time) {
@@ -256,7 +290,9 @@ spec:
 // TestBPFRestart kills felix (SIGKILL) while a stream of datagrams flows
 // between two pods: policy holds while no felix runs, the stream loses
 // nothing, and the next felix adopts the programs in place (the same
-// program IDs) and then enforces changes again.
+// program IDs) and then enforces changes again. The stages are the
+// policy engine's: the restarted felix binds its own generation's
+// stages to the stubs in place and frees the previous generation.
 func TestBPFRestart(t *testing.T) {
 	c := newClusterNoFelix(t, "BPF", false)
 	first := c.startChild(t, "felix-1.log")
@@ -268,6 +304,10 @@ func TestBPFRestart(t *testing.T) {
 	before := c.stageIDs(web.iface)
 	if len(before) == 0 {
 		t.Fatal("web has no programs")
+	}
+	firstGen := c.engineStages(web.iface)
+	if firstGen == 0 {
+		t.Fatal("the policy engine's memory does not hold one generation's stages")
 	}
 	stream := startStream(t, c.pods["client"].run, web.run, web.ip, 9100, time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
@@ -290,6 +330,11 @@ func TestBPFRestart(t *testing.T) {
 	if after := c.stageIDs(web.iface); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("web's programs were replaced by the restarted felix: %v, then %v", before, after)
 	}
+	// The previous felix's generation goes once the new one's stages are
+	// bound (in the apply that reported web programmed).
+	c.waitFor(fmt.Sprintf("generation %d alone in the engine (the previous felix's %d freed)", firstGen+1, firstGen), func() bool {
+		return c.engineStages(web.iface) == firstGen+1
+	})
 	// The new felix enforces a change.
 	c.remove(rs)
 	c.waitPolicies(rs, false)

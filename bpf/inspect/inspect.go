@@ -23,8 +23,9 @@ import (
 
 // View is a namespace's pinned maps, opened read-only.
 type View struct {
-	Dir  string
-	maps map[string]*ebpf.Map
+	Dir     string
+	mapsDir string
+	maps    map[string]*ebpf.Map
 	ns   palbpf.NetNS
 }
 
@@ -63,7 +64,7 @@ func Open(root string, ns palbpf.NetNS) (*View, error) {
 	if mapsDir == "" {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNotProgrammed)
 	}
-	v := &View{Dir: dir, maps: map[string]*ebpf.Map{}, ns: ns}
+	v := &View{Dir: dir, mapsDir: mapsDir, maps: map[string]*ebpf.Map{}, ns: ns}
 	for _, name := range []string{palbpf.MapEndpoint, palbpf.MapProgs, palbpf.MapSets, palbpf.MapPorts, "pal_setnames", palbpf.MapCT, palbpf.MapCounters, palbpf.MapSrc} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(mapsDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
@@ -73,6 +74,17 @@ func Open(root string, ns palbpf.NetNS) (*View, error) {
 		v.maps[name] = m
 	}
 	return v, nil
+}
+
+// PolicyMemory maps the policy engine's memory (MapPolicy) read-only;
+// the caller closes it.
+func (v *View) PolicyMemory() (*palbpf.PolicyMemory, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(v.mapsDir, palbpf.MapPolicy), nil)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", palbpf.MapPolicy, err)
+	}
+	defer m.Close()
+	return palbpf.MapPolicyMemoryOf(m, false)
 }
 
 // Close releases the maps.

@@ -134,6 +134,22 @@ func (p *pages) freeForeign() {
 	}
 }
 
+// Generations reads the memory's header and page tags: the generation
+// of the felix that writes it, and the pages each generation owns.
+func Generations(mem Mem) (current uint16, pages map[uint16]int) {
+	if h := mem.Load(memHeader); h&^0xffff == memMagic {
+		current = uint16(h)
+	}
+	p := newPages(mem, 0)
+	pages = map[uint16]int{}
+	for i := p.first; i < uint32(len(p.owner)); i++ {
+		if p.owner[i] != 0 {
+			pages[p.owner[i]]++
+		}
+	}
+	return current, pages
+}
+
 // used is how many pages are in use.
 func (p *pages) used() int {
 	n := 0
