@@ -26,7 +26,7 @@ type View struct {
 	Dir     string
 	mapsDir string
 	maps    map[string]*ebpf.Map
-	ns   palbpf.NetNS
+	ns      palbpf.NetNS
 }
 
 // ErrNotProgrammed says the namespace has no eBPF dataplane.
