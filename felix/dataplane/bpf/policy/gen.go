@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
+	"strconv"
 	"unsafe"
 
 	"github.com/cilium/ebpf/asm"
@@ -656,65 +656,104 @@ func (g *gen) net(n netip.Prefix, offAddr int16, in string) {
 	g.label(out)
 }
 
-// Describe says what a rule matches, in short.
+// Describe says what a rule matches, in short. It is appended without
+// fmt (a stage of 10,000 rules spent a seventh of its build in
+// Sprintf); TestDescribeFormat keeps it equal to the fmt form.
 func Describe(r calc.Rule) string {
-	var parts []string
-	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
-	if r.IPVersion != 0 {
-		add("ipv%d", r.IPVersion)
+	b := make([]byte, 0, 64)
+	sep := func(name string) {
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, name...)
 	}
-	if r.Protocol != 0 {
-		add("proto %d", r.Protocol)
-	}
-	if r.NotProtocol != 0 {
-		add("!proto %d", r.NotProtocol)
-	}
-	list := func(name string, v any, n int) {
-		if n > 0 {
-			add("%s %v", name, v)
+	num := func(name string, v uint64) {
+		if v != 0 {
+			sep(name)
+			b = strconv.AppendUint(b, v, 10)
 		}
 	}
-	list("src", r.SrcNets, len(r.SrcNets))
-	list("!src", r.NotSrcNets, len(r.NotSrcNets))
-	list("dst", r.DstNets, len(r.DstNets))
-	list("!dst", r.NotDstNets, len(r.NotDstNets))
-	list("src-sets", r.SrcIPSets, len(r.SrcIPSets))
-	list("!src-sets", r.NotSrcIPSets, len(r.NotSrcIPSets))
-	list("dst-sets", r.DstIPSets, len(r.DstIPSets))
-	list("!dst-sets", r.NotDstIPSets, len(r.NotDstIPSets))
-	ports := func(ps []calc.PortRange) string {
-		var s []string
-		for _, p := range ps {
-			if p.Min == p.Max {
-				s = append(s, fmt.Sprint(p.Min))
+	num("ipv", uint64(r.IPVersion))
+	num("proto ", uint64(r.Protocol))
+	num("!proto ", uint64(r.NotProtocol))
+	nets := func(name string, ps []netip.Prefix) {
+		if len(ps) == 0 {
+			return
+		}
+		sep(name)
+		b = append(b, " ["...)
+		for i, p := range ps {
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			if p.IsValid() {
+				b = p.AppendTo(b)
 			} else {
-				s = append(s, fmt.Sprintf("%d:%d", p.Min, p.Max))
+				b = append(b, p.String()...) // "invalid Prefix", as fmt
 			}
 		}
-		return strings.Join(s, ",")
+		b = append(b, ']')
 	}
-	list("sport", ports(r.SrcPorts), len(r.SrcPorts))
-	list("!sport", ports(r.NotSrcPorts), len(r.NotSrcPorts))
-	list("dport", ports(r.DstPorts), len(r.DstPorts))
-	list("!dport", ports(r.NotDstPorts), len(r.NotDstPorts))
-	list("sport-sets", r.SrcNamedPortIPSets, len(r.SrcNamedPortIPSets))
-	list("!sport-sets", r.NotSrcNamedPortIPSets, len(r.NotSrcNamedPortIPSets))
-	list("dport-sets", r.DstNamedPortIPSets, len(r.DstNamedPortIPSets))
-	list("!dport-sets", r.NotDstNamedPortIPSets, len(r.NotDstNamedPortIPSets))
+	nets("src", r.SrcNets)
+	nets("!src", r.NotSrcNets)
+	nets("dst", r.DstNets)
+	nets("!dst", r.NotDstNets)
+	strs := func(name string, ss []string) {
+		if len(ss) == 0 {
+			return
+		}
+		sep(name)
+		b = append(b, " ["...)
+		for i, s := range ss {
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			b = append(b, s...)
+		}
+		b = append(b, ']')
+	}
+	strs("src-sets", r.SrcIPSets)
+	strs("!src-sets", r.NotSrcIPSets)
+	strs("dst-sets", r.DstIPSets)
+	strs("!dst-sets", r.NotDstIPSets)
+	ports := func(name string, ps []calc.PortRange) {
+		if len(ps) == 0 {
+			return
+		}
+		sep(name)
+		b = append(b, ' ')
+		for i, p := range ps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(p.Min), 10)
+			if p.Min != p.Max {
+				b = strconv.AppendUint(append(b, ':'), uint64(p.Max), 10)
+			}
+		}
+	}
+	ports("sport", r.SrcPorts)
+	ports("!sport", r.NotSrcPorts)
+	ports("dport", r.DstPorts)
+	ports("!dport", r.NotDstPorts)
+	strs("sport-sets", r.SrcNamedPortIPSets)
+	strs("!sport-sets", r.NotSrcNamedPortIPSets)
+	strs("dport-sets", r.DstNamedPortIPSets)
+	strs("!dport-sets", r.NotDstNamedPortIPSets)
 	icmp := func(name string, t, c *uint8) {
 		if t == nil {
 			return
 		}
+		sep(name)
+		b = strconv.AppendUint(append(b, ' '), uint64(*t), 10)
 		if c != nil {
-			add("%s %d/%d", name, *t, *c)
-		} else {
-			add("%s %d", name, *t)
+			b = strconv.AppendUint(append(b, '/'), uint64(*c), 10)
 		}
 	}
 	icmp("icmp", r.ICMPType, r.ICMPCode)
 	icmp("!icmp", r.NotICMPType, r.NotICMPCode)
-	if len(parts) == 0 {
+	if len(b) == 0 {
 		return "any"
 	}
-	return strings.Join(parts, " ")
+	return string(b)
 }

@@ -14,6 +14,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/netip"
 	"strconv"
 
 	"github.com/cilium/ebpf/asm"
@@ -86,11 +88,125 @@ func RuleID(s Slot, owner string) uint64 {
 }
 
 // RulesDigest is the digest of a policy's or profile's rules of one
-// direction, as RuleID takes it.
+// direction, as RuleID takes it: a SHA-256 of their JSON (json.Marshal's
+// bytes, appended without reflection: encoding a stage of 10,000 rules
+// with json.Marshal took a fifth of its build).
 func RulesDigest(rules []calc.Rule) string {
-	b, _ := json.Marshal(rules)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	h := sha256.New()
+	writeRulesJSON(h, rules)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeRulesJSON writes json.Marshal(rules) to w, a rule at a time;
+// TestRulesJSON keeps the two equal, calc.Rule's fields included.
+func writeRulesJSON(w io.Writer, rules []calc.Rule) {
+	if rules == nil {
+		_, _ = w.Write([]byte("null"))
+		return
+	}
+	b := make([]byte, 0, 1024)
+	for i := range rules {
+		b = append(b[:0], ',')
+		if i == 0 {
+			b[0] = '['
+		}
+		r := &rules[i]
+		b = appendJSONString(append(b, `{"Action":`...), string(r.Action))
+		b = strconv.AppendInt(append(b, `,"IPVersion":`...), int64(r.IPVersion), 10)
+		b = strconv.AppendUint(append(b, `,"Protocol":`...), uint64(r.Protocol), 10)
+		b = strconv.AppendUint(append(b, `,"NotProtocol":`...), uint64(r.NotProtocol), 10)
+		b = appendJSONPrefixes(append(b, `,"SrcNets":`...), r.SrcNets)
+		b = appendJSONPrefixes(append(b, `,"NotSrcNets":`...), r.NotSrcNets)
+		b = appendJSONPrefixes(append(b, `,"DstNets":`...), r.DstNets)
+		b = appendJSONPrefixes(append(b, `,"NotDstNets":`...), r.NotDstNets)
+		b = appendJSONStrings(append(b, `,"SrcIPSets":`...), r.SrcIPSets)
+		b = appendJSONStrings(append(b, `,"NotSrcIPSets":`...), r.NotSrcIPSets)
+		b = appendJSONStrings(append(b, `,"DstIPSets":`...), r.DstIPSets)
+		b = appendJSONStrings(append(b, `,"NotDstIPSets":`...), r.NotDstIPSets)
+		b = appendJSONPorts(append(b, `,"SrcPorts":`...), r.SrcPorts)
+		b = appendJSONPorts(append(b, `,"NotSrcPorts":`...), r.NotSrcPorts)
+		b = appendJSONPorts(append(b, `,"DstPorts":`...), r.DstPorts)
+		b = appendJSONPorts(append(b, `,"NotDstPorts":`...), r.NotDstPorts)
+		b = appendJSONStrings(append(b, `,"SrcNamedPortIPSets":`...), r.SrcNamedPortIPSets)
+		b = appendJSONStrings(append(b, `,"NotSrcNamedPortIPSets":`...), r.NotSrcNamedPortIPSets)
+		b = appendJSONStrings(append(b, `,"DstNamedPortIPSets":`...), r.DstNamedPortIPSets)
+		b = appendJSONStrings(append(b, `,"NotDstNamedPortIPSets":`...), r.NotDstNamedPortIPSets)
+		b = appendJSONUint8(append(b, `,"ICMPType":`...), r.ICMPType)
+		b = appendJSONUint8(append(b, `,"ICMPCode":`...), r.ICMPCode)
+		b = appendJSONUint8(append(b, `,"NotICMPType":`...), r.NotICMPType)
+		b = appendJSONUint8(append(b, `,"NotICMPCode":`...), r.NotICMPCode)
+		b = strconv.AppendInt(append(b, `,"Index":`...), int64(r.Index), 10)
+		b = append(appendJSONString(append(b, `,"Name":`...), r.Name), '}')
+		_, _ = w.Write(b)
+	}
+	if len(rules) == 0 {
+		_, _ = w.Write([]byte("["))
+	}
+	_, _ = w.Write([]byte("]"))
+}
+
+// appendJSONString quotes s as json.Marshal does: plain printable ASCII
+// directly, anything else (escapes, HTML characters, UTF-8) by it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
+func appendJSONStrings(b []byte, ss []string) []byte {
+	if ss == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
+func appendJSONPrefixes(b []byte, ps []netip.Prefix) []byte {
+	if ps == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b, _ = p.AppendText(b)
+		b = append(b, '"')
+	}
+	return append(b, ']')
+}
+
+func appendJSONPorts(b []byte, ps []calc.PortRange) []byte {
+	if ps == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(append(b, `{"Min":`...), uint64(p.Min), 10)
+		b = append(strconv.AppendUint(append(b, `,"Max":`...), uint64(p.Max), 10), '}')
+	}
+	return append(b, ']')
+}
+
+func appendJSONUint8(b []byte, v *uint8) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	return strconv.AppendUint(b, uint64(*v), 10)
 }
 
 // Program is a compiled stage.

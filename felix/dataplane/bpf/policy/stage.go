@@ -44,6 +44,10 @@ type Stage struct {
 	idtab uint32
 	idcap uint32
 	idlen uint32
+	// truth is setIdent's scratch (all false between calls): a slice of
+	// the side's predicates made per identity was most of a 10,000-rule
+	// stage's garbage.
+	truth []bool
 }
 
 // Table is what the stage holds.
@@ -355,17 +359,25 @@ func (s *Stage) setIdent(mem Mem, x *idents, id uint32) error {
 		}
 		slices.Sort(trues)
 		key := make([]int32, len(trues))
-		truth := make([]bool, len(s.t.preds[side]))
 		for i, l := range trues {
 			key[i] = int32(l)
-			truth[l] = true
 		}
 		k := "v" + setKey(key)
 		if at, ok := s.recs[d][k]; ok {
 			recs[side] = at
 			continue
 		}
-		at, err := s.record(mem, d, s.t.addrSatisfied(side, s.axi[side], trues, truth))
+		if n := len(s.t.preds[side]); len(s.truth) < n {
+			s.truth = make([]bool, n)
+		}
+		for _, l := range trues {
+			s.truth[l] = true
+		}
+		sat := s.t.addrSatisfied(side, s.axi[side], trues, s.truth)
+		for _, l := range trues {
+			s.truth[l] = false
+		}
+		at, err := s.record(mem, d, sat)
 		if err != nil {
 			return err
 		}
