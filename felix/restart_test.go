@@ -213,30 +213,14 @@ func (s *udpStream) finish() (int, []uint32) {
 
 // stageIDs are the policy program IDs of an interface's stages.
 func (c *cluster) stageIDs(iface string) []uint32 {
-	v, err := c.bpfView()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer v.Close()
-	ifs, _ := v.Interfaces()
-	for _, in := range ifs {
-		if in.Name == iface {
-			var out []uint32
-			for _, s := range in.Stages {
-				if s != nil {
-					out = append(out, uint32(s.Program))
-				}
-			}
-			return out
-		}
-	}
-	return nil
+	ids, _ := c.stageView(iface, nil)
+	return ids
 }
 
-// engineStages checks that every stage of iface is a policy engine stage
-// (a stub, bound) and that the engine's memory holds one generation's
-// pages only: it returns that generation.
-func (c *cluster) engineStages(iface string) uint16 {
+// stageView reads an interface's stages: their policy programs' IDs and
+// whether each is a policy engine stub; with mem, it hands mem the
+// engine's memory (mapped read-only) too.
+func (c *cluster) stageView(iface string, mem func(policy.Mem)) (ids []uint32, stubs []bool) {
 	c.t.Helper()
 	v, err := c.bpfView()
 	if err != nil {
@@ -248,18 +232,37 @@ func (c *cluster) engineStages(iface string) uint16 {
 		if in.Name != iface {
 			continue
 		}
-		for i, s := range in.Stages {
-			if s != nil && (s.Desc == nil || !s.Desc.Engine) {
-				c.t.Errorf("%s's stage %d (program %d) is not a policy engine stage", iface, i, s.Program)
+		for _, s := range in.Stages {
+			if s != nil {
+				ids = append(ids, uint32(s.Program))
+				stubs = append(stubs, s.Desc != nil && s.Desc.Engine)
 			}
 		}
 	}
-	mem, err := v.PolicyMemory()
-	if err != nil {
-		c.t.Fatal(err)
+	if mem != nil {
+		m, err := v.PolicyMemory()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		defer m.Close()
+		mem(m)
 	}
-	defer mem.Close()
-	gen, pages := policy.Generations(mem)
+	return ids, stubs
+}
+
+// engineStages checks that every stage of iface is a policy engine stage
+// (a stub) and returns the generation whose pages the engine's memory
+// holds, 0 unless there is exactly one.
+func (c *cluster) engineStages(iface string) uint16 {
+	c.t.Helper()
+	var gen uint16
+	var pages map[uint16]int
+	ids, stubs := c.stageView(iface, func(m policy.Mem) { gen, pages = policy.Generations(m) })
+	for i, stub := range stubs {
+		if !stub {
+			c.t.Errorf("%s's stage program %d is not a policy engine stage", iface, ids[i])
+		}
+	}
 	if len(pages) != 1 || pages[gen] == 0 {
 		return 0 // mid-way: two generations, or none yet
 	}

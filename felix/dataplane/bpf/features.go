@@ -12,27 +12,10 @@ import (
 // "TCX=false" forces cls_bpf filters on every interface, data interfaces
 // included). The choice is logged when it changes.
 func (d *Driver) useTCX(cfg *calc.Config) bool {
-	if d.tcx == nil {
-		have, err := palbpf.HaveTCX()
-		if err != nil {
-			d.log.WithError(err).Warn("Could not probe the kernel for TCX: attaching with cls_bpf filters")
-		}
-		d.tcx = &have
-	}
-	tcx, how := *d.tcx, "detected"
-	if v, ok := cfg.Features["TCX"]; ok {
-		tcx, how = v, "featureDetectOverride"
-	}
-	if d.tcxLogged == nil || *d.tcxLogged != tcx {
-		d.tcxLogged = &tcx
-		logger := d.log.WithFields(log.Fields{"tcx": tcx, "by": how})
-		if tcx {
-			logger.Info("Attaching with TCX links (bpfAttachType decides workload and host endpoints)")
-		} else {
-			logger.Info("No TCX: attaching every program, data interfaces' included, with cls_bpf filters (bpfAttachType TCX is not acted on)")
-		}
-	}
-	return tcx
+	return d.feature(cfg, kernelFeature{name: "TCX", field: "tcx", probe: palbpf.HaveTCX, have: &d.tcx, logged: &d.tcxLogged,
+		probeFailed: "Could not probe the kernel for TCX: attaching with cls_bpf filters",
+		on:          "Attaching with TCX links (bpfAttachType decides workload and host endpoints)",
+		off:         "No TCX: attaching every program, data interfaces' included, with cls_bpf filters (bpfAttachType TCX is not acted on)"})
 }
 
 // useEngine decides whether policy stages are laid out for the policy
@@ -41,24 +24,42 @@ func (d *Driver) useTCX(cfg *calc.Config) bool {
 // bpf_loop (Linux 5.17; probed once), unless featureDetectOverride names
 // BPFLoop. The choice is logged when it changes.
 func (d *Driver) useEngine(cfg *calc.Config) bool {
-	if d.loop == nil {
-		have, err := palbpf.HaveLoop()
+	return d.feature(cfg, kernelFeature{name: "BPFLoop", field: "bpfLoop", probe: palbpf.HaveLoop, have: &d.loop, logged: &d.loopLogged,
+		probeFailed: "Could not probe the kernel for bpf_loop: policy compiled into instructions",
+		on:          "Policy stages are decided by the policy engine",
+		off:         "No bpf_loop: policy stages are compiled into programs of instructions (the per-packet cost grows with the rules)"})
+}
+
+// kernelFeature is a feature of the kernel felix probes once and
+// featureDetectOverride may force: its name there, its log field, the
+// probe, where the probe's answer and the choice last logged are kept,
+// and the log lines.
+type kernelFeature struct {
+	name, field          string
+	probe                func() (bool, error)
+	have, logged         **bool
+	probeFailed, on, off string
+}
+
+func (d *Driver) feature(cfg *calc.Config, f kernelFeature) bool {
+	if *f.have == nil {
+		have, err := f.probe()
 		if err != nil {
-			d.log.WithError(err).Warn("Could not probe the kernel for bpf_loop: policy compiled into instructions")
+			d.log.WithError(err).Warn(f.probeFailed)
 		}
-		d.loop = &have
+		*f.have = &have
 	}
-	use, how := *d.loop, "detected"
-	if v, ok := cfg.Features["BPFLoop"]; ok {
+	use, how := **f.have, "detected"
+	if v, ok := cfg.Features[f.name]; ok {
 		use, how = v, "featureDetectOverride"
 	}
-	if d.loopLogged == nil || *d.loopLogged != use {
-		d.loopLogged = &use
-		logger := d.log.WithFields(log.Fields{"bpfLoop": use, "by": how})
+	if *f.logged == nil || **f.logged != use {
+		*f.logged = &use
+		logger := d.log.WithFields(log.Fields{f.field: use, "by": how})
 		if use {
-			logger.Info("Policy stages are decided by the policy engine")
+			logger.Info(f.on)
 		} else {
-			logger.Info("No bpf_loop: policy stages are compiled into programs of instructions (the per-packet cost grows with the rules)")
+			logger.Info(f.off)
 		}
 	}
 	return use

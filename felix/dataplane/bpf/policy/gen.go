@@ -676,41 +676,36 @@ func Describe(r calc.Rule) string {
 	num("ipv", uint64(r.IPVersion))
 	num("proto ", uint64(r.Protocol))
 	num("!proto ", uint64(r.NotProtocol))
-	nets := func(name string, ps []netip.Prefix) {
-		if len(ps) == 0 {
+	// list writes name [a b …] as fmt's %v of a slice.
+	list := func(name string, n int, one func(i int)) {
+		if n == 0 {
 			return
 		}
 		sep(name)
 		b = append(b, " ["...)
-		for i, p := range ps {
+		for i := range n {
 			if i > 0 {
 				b = append(b, ' ')
 			}
-			if p.IsValid() {
-				b = p.AppendTo(b)
-			} else {
-				b = append(b, p.String()...) // "invalid Prefix", as fmt
-			}
+			one(i)
 		}
 		b = append(b, ']')
+	}
+	nets := func(name string, ps []netip.Prefix) {
+		list(name, len(ps), func(i int) {
+			if ps[i].IsValid() {
+				b = ps[i].AppendTo(b)
+			} else {
+				b = append(b, ps[i].String()...) // "invalid Prefix", as fmt
+			}
+		})
 	}
 	nets("src", r.SrcNets)
 	nets("!src", r.NotSrcNets)
 	nets("dst", r.DstNets)
 	nets("!dst", r.NotDstNets)
 	strs := func(name string, ss []string) {
-		if len(ss) == 0 {
-			return
-		}
-		sep(name)
-		b = append(b, " ["...)
-		for i, s := range ss {
-			if i > 0 {
-				b = append(b, ' ')
-			}
-			b = append(b, s...)
-		}
-		b = append(b, ']')
+		list(name, len(ss), func(i int) { b = append(b, ss[i]...) })
 	}
 	strs("src-sets", r.SrcIPSets)
 	strs("!src-sets", r.NotSrcIPSets)

@@ -157,49 +157,38 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(append(append(b, '"'), s...), '"')
 }
 
-func appendJSONStrings(b []byte, ss []string) []byte {
-	if ss == nil {
+// appendJSONList appends a list as json.Marshal does (nil: null), each
+// element by one.
+func appendJSONList[T any](b []byte, xs []T, one func([]byte, T) []byte) []byte {
+	if xs == nil {
 		return append(b, "null"...)
 	}
 	b = append(b, '[')
-	for i, s := range ss {
+	for i, x := range xs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, s)
+		b = one(b, x)
 	}
 	return append(b, ']')
+}
+
+func appendJSONStrings(b []byte, ss []string) []byte {
+	return appendJSONList(b, ss, appendJSONString)
 }
 
 func appendJSONPrefixes(b []byte, ps []netip.Prefix) []byte {
-	if ps == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, p := range ps {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b, _ = p.AppendText(b)
-		b = append(b, '"')
-	}
-	return append(b, ']')
+	return appendJSONList(b, ps, func(b []byte, p netip.Prefix) []byte {
+		b, _ = p.AppendText(append(b, '"'))
+		return append(b, '"')
+	})
 }
 
 func appendJSONPorts(b []byte, ps []calc.PortRange) []byte {
-	if ps == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, p := range ps {
-		if i > 0 {
-			b = append(b, ',')
-		}
+	return appendJSONList(b, ps, func(b []byte, p calc.PortRange) []byte {
 		b = strconv.AppendUint(append(b, `{"Min":`...), uint64(p.Min), 10)
-		b = append(strconv.AppendUint(append(b, `,"Max":`...), uint64(p.Max), 10), '}')
-	}
-	return append(b, ']')
+		return append(strconv.AppendUint(append(b, `,"Max":`...), uint64(p.Max), 10), '}')
+	})
 }
 
 func appendJSONUint8(b []byte, v *uint8) []byte {
