@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -19,7 +20,8 @@ import (
 // move. featureDetectOverride BPFLoop=false (a kernel without bpf_loop)
 // compiles the same stages into instructions, with the same verdicts
 // and the engine's slot words emptied; dropping the override lays them
-// out for the engine again.
+// out for the engine again. Should the engine fail, its stages drop
+// until they are compiled.
 func TestFelixUsesEngine(t *testing.T) {
 	td := newTestDriver(t)
 	d := td.d
@@ -133,4 +135,16 @@ func TestFelixUsesEngine(t *testing.T) {
 	configure("")
 	stages("engine again", true)
 	verdicts("engine again", true)
+
+	// The engine failing to follow the sets (Apply calls this when its
+	// Sync fails) unbinds its stages: their stubs drop everything until
+	// the same apply has compiled the stages into instructions.
+	d.progs.engineFailed(errors.New("the test's"))
+	if _, err := nstest.TCP(cliRun, addr, 8080); err == nil {
+		t.Error("the engine failed: a stage's stub let a packet through")
+	}
+	d.stagesDirty = true
+	applySettled(t, d)
+	stages("after the engine failed", false)
+	verdicts("after the engine failed", true)
 }
