@@ -683,6 +683,18 @@ GLOBAL int nat_fip_hairpin(struct __sk_buff *skb, struct state *st, struct nat_p
  * (ct_established ran). */
 #define PAL_NAT_ESTABLISHED (-103)
 
+/* nat_lookup_live reads the packet's translation (its key into k, the
+ * time into t): none when the entry is not live. */
+static __always_inline struct nat_value *nat_lookup_live(struct state *st, struct nat_key *k, __u64 *t)
+{
+	nat_key_of(st, k);
+	*t = now();
+	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, k);
+	if (v && !nat_live(v, st->proto, *t))
+		return 0;
+	return v;
+}
+
 /* nat_fwd translates a workload's packet to a Service frontend (or a
  * hairpin reply) before its interface's conntrack and policy; a reply a
  * backend sends back through the node port tunnel is flagged
@@ -693,11 +705,8 @@ GLOBAL int nat_fwd(struct __sk_buff *skb, struct state *st)
 	if (!st || !nat_proto(st->proto))
 		return PAL_NAT_GO;
 	struct nat_key k = {};
-	nat_key_of(st, &k);
-	__u64 t = now();
-	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
-	if (v && !nat_live(v, st->proto, t))
-		v = 0;
+	__u64 t;
+	struct nat_value *v = nat_lookup_live(st, &k, &t);
 	if (v && v->kind == PAL_NAT_HPR) {
 		nat_seen(&k, v, st->tcp_flags, 1, t);
 		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, st->dport) < 0)
@@ -886,11 +895,8 @@ GLOBAL int nat_outside(struct __sk_buff *skb, struct state *st)
 	if (!st || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
 		return PAL_NAT_GO;
 	struct nat_key k = {};
-	nat_key_of(st, &k);
-	__u64 t = now();
-	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
-	if (v && !nat_live(v, st->proto, t))
-		v = 0;
+	__u64 t;
+	struct nat_value *v = nat_lookup_live(st, &k, &t);
 	if (v && (v->kind == PAL_NAT_FWD || v->kind == PAL_NAT_TUN)) {
 		int closed = nat_closed(v, st);
 		if (!closed && fwd_live(&k, v)) {
@@ -933,10 +939,9 @@ GLOBAL int nat_tunneled(struct __sk_buff *skb, struct state *st, struct nat_addr
 	if (!st || !node || !nat_proto(st->proto) || (st->flags & PAL_F_FRAG))
 		return PAL_TCX_DROP;
 	struct nat_key k = {};
-	nat_key_of(st, &k);
-	__u64 t = now();
-	struct nat_value *v = bpf_map_lookup_elem(&pal_nat, &k);
-	if (v && v->kind == PAL_NAT_FWD && nat_live(v, st->proto, t) && fwd_live(&k, v)) {
+	__u64 t;
+	struct nat_value *v = nat_lookup_live(st, &k, &t);
+	if (v && v->kind == PAL_NAT_FWD && fwd_live(&k, v)) {
 		nat_seen(&k, v, st->tcp_flags, 1, t);
 		if (nat_rewrite(skb, st, 1, (struct nat_addr *)v->addr, v->port) < 0)
 			return PAL_TCX_DROP;
