@@ -55,8 +55,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	// (felix/rules/encap.go); cali-nat-outgoing (felix/rules/natoutgoing.go).
 	"allowVXLANPacketsFromWorkloads": true, "externalNodesList": true,
 	"natOutgoingExclusions": true, "natPortRange": true, "natOutgoingAddress": true, "iptablesNATOutgoingInterfaceFilter": true,
-	// MASQFullyRandom, SNATFullyRandom and TCX (other features are warned
-	// about).
+	// MASQFullyRandom, SNATFullyRandom, TCX and Palisade's BPFLoop (other
+	// features are warned about).
 	"featureDetectOverride": true,
 	// cali-cidr-block (felix/rules/cidrblock.go).
 	"serviceLoopPrevention": true,
