@@ -136,11 +136,13 @@ func (d *Driver) setup(ctx context.Context) error {
 	d.objs, d.ifaces = objs, ifs
 	d.progs = newPrograms(objs, d.log)
 	d.progs.metrics = d.conf.Metrics
-	d.progs.startEngine(d.sets)
-	d.progs.adopt(ifs.usedSlots())
 	if d.events, err = newEventReader(objs, d.log); err != nil {
 		d.log.WithError(err).Warn("Log rules' packets will not be logged")
+	} else {
+		d.progs.onSlot = d.events.setSlot
 	}
+	d.progs.startEngine(d.sets)
+	d.progs.adopt(ifs.usedSlots())
 	b, err := iptables.DetectBackend(ctx, d.run, d.cfg.IptablesBackend)
 	if err != nil {
 		return err

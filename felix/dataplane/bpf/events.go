@@ -26,6 +26,24 @@ type eventReader struct {
 	// view names interfaces and programs for the messages.
 	ifaces map[uint32]string
 	stages map[uint32][palbpf.Stages]*policy.Description
+	// slots are the programs' descriptions by pal_progs slot, known as
+	// soon as a program is in its slot, before any interface's entry
+	// names it: an event carries the slot it was decided in, so a Log
+	// rule's first packet is named even if it comes before the
+	// interfaces' view above is updated.
+	slots map[uint32]*policy.Description
+}
+
+// setSlot gives the reader the description of the program in a slot
+// (nil: the slot is emptied).
+func (e *eventReader) setSlot(slot uint32, d *policy.Description) {
+	e.mu.Lock()
+	if d == nil {
+		delete(e.slots, slot)
+	} else {
+		e.slots[slot] = d
+	}
+	e.mu.Unlock()
 }
 
 func newEventReader(objs *palbpf.Objects, logger *log.Entry) (*eventReader, error) {
@@ -34,7 +52,7 @@ func newEventReader(objs *palbpf.Objects, logger *log.Entry) (*eventReader, erro
 		return nil, err
 	}
 	e := &eventReader{r: r, log: logger, done: make(chan struct{}),
-		ifaces: map[uint32]string{}, stages: map[uint32][palbpf.Stages]*policy.Description{}}
+		ifaces: map[uint32]string{}, stages: map[uint32][palbpf.Stages]*policy.Description{}, slots: map[uint32]*policy.Description{}}
 	go e.loop()
 	return e, nil
 }
@@ -79,7 +97,11 @@ func (e *eventReader) logPacket(st palbpf.State) {
 	fields["iface"] = e.ifaces[st.Ifindex]
 	if int(st.Phase) < palbpf.Stages {
 		fields["stage"] = palbpf.StageNames[st.Phase]
-		if d := e.stages[st.Ifindex][st.Phase]; d != nil && int(st.Rule) < len(d.Slots) {
+		d := e.slots[st.Slot]
+		if d == nil {
+			d = e.stages[st.Ifindex][st.Phase]
+		}
+		if d != nil && int(st.Rule) < len(d.Slots) {
 			s := d.Slots[st.Rule]
 			if s.Profile != "" {
 				fields["profile"] = s.Profile

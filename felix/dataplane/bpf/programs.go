@@ -69,6 +69,9 @@ type programs struct {
 	// engineBroken: the engine failed to follow the sets; no stage goes
 	// to it until felix restarts.
 	engineBroken bool
+	// onSlot learns the description of each program put in a slot, and
+	// of each slot emptied (nil): the Log reader's (nil: none).
+	onSlot func(slot uint32, d *policy.Description)
 	// tables caches CompileTable as compiled caches Compile.
 	tables map[string]*compiledEntry
 }
@@ -120,6 +123,12 @@ func (ps *programs) startEngine(sets *setMaps) {
 	ps.eng, ps.mem = eng, mem
 	sets.attachEngine(eng)
 	ps.log.WithFields(log.Fields{"generation": eng.Gen(), "previous": eng.Foreign()}).Info("Policy engine started")
+}
+
+func (ps *programs) noteSlot(slot uint32, d *policy.Description) {
+	if ps.onSlot != nil {
+		ps.onSlot(slot, d)
+	}
 }
 
 // engineFailed stops laying stages out after the engine failed to follow
@@ -195,6 +204,7 @@ func (ps *programs) adopt(used map[uint32]bool) {
 		pr := &program{hash: key, prog: p, slot: slot, desc: desc}
 		ps.byHash[key] = pr
 		ps.bySlot[slot] = pr
+		ps.noteSlot(slot, &pr.desc)
 		maxSlot = max(maxSlot, slot+1)
 	}
 	ps.next = maxSlot
@@ -361,6 +371,7 @@ func (ps *programs) getEngine(in *policy.Input) (*program, error) {
 	p := &program{hash: key, prog: prog, slot: slot, desc: desc, refs: 1, stage: st}
 	ps.byHash[key] = p
 	ps.bySlot[slot] = p
+	ps.noteSlot(slot, &p.desc)
 	return p, nil
 }
 
@@ -405,6 +416,7 @@ func (ps *programs) getCompiled(in *policy.Input) (*program, error) {
 	p := &program{hash: cp.Hash, prog: prog, slot: slot, desc: desc, refs: 1}
 	ps.byHash[p.hash] = p
 	ps.bySlot[slot] = p
+	ps.noteSlot(slot, &p.desc)
 	return p, nil
 }
 
@@ -471,6 +483,7 @@ func (ps *programs) sweep(now time.Time, force bool) error {
 		delete(ps.byHash, h)
 		if ps.bySlot[p.slot] == p {
 			delete(ps.bySlot, p.slot)
+			ps.noteSlot(p.slot, nil)
 		}
 		ps.free = append(ps.free, p.slot)
 	}
