@@ -2,13 +2,16 @@ package bpf
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
+	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/felix/dataplane/nstest"
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 )
@@ -20,8 +23,9 @@ import (
 // move. featureDetectOverride BPFLoop=false (a kernel without bpf_loop)
 // compiles the same stages into instructions, with the same verdicts
 // and the engine's slot words emptied; dropping the override lays them
-// out for the engine again. Should the engine fail, its stages drop
-// until they are compiled.
+// out for the engine again; a stage the engine does not take
+// (ErrNotEngine) is compiled beside the engine's. Should the engine
+// fail, its stages drop until they are compiled.
 func TestFelixUsesEngine(t *testing.T) {
 	td := newTestDriver(t)
 	d := td.d
@@ -135,6 +139,38 @@ func TestFelixUsesEngine(t *testing.T) {
 	configure("")
 	stages("engine again", true)
 	verdicts("engine again", true)
+
+	// A stage the engine does not take (a rule of more than 8 named-port
+	// exclusions, each a check after the classes: ErrNotEngine) is
+	// compiled; the endpoint's other stage stays the engine's.
+	named := calc.Rule{Action: calc.Deny, Protocol: 6, Index: 3}
+	for i := range 9 {
+		named.NotDstNamedPortIPSets = append(named.NotDstNamedPortIPSets, fmt.Sprintf("n:engine-test-%d", i))
+	}
+	d.OnPolicyUpdate(&calc.Policy{ID: pid, Ingress: true, Inbound: append(slices.Clone(d.policies[pid].Inbound), named)})
+	applySettled(t, d)
+	var ent palbpf.Endpoint
+	if err := d.objs.Maps[palbpf.MapEndpoint].Lookup(uint32(idx), &ent); err != nil {
+		t.Fatal(err)
+	}
+	compiled, engine := 0, 0
+	for _, slot := range ent.Slots {
+		if p := d.progs.bySlot[slot]; p != nil {
+			web := slices.ContainsFunc(p.desc.Slots, func(s policy.Slot) bool { return s.Name == "web" })
+			switch {
+			case web && p.stage == nil && !p.desc.Engine:
+				compiled++
+			case !web && p.stage != nil:
+				engine++
+			default:
+				t.Errorf("ErrNotEngine: slot %d (web's policy: %v) has stage %v, stub %v", slot, web, p.stage != nil, p.desc.Engine)
+			}
+		}
+	}
+	if compiled != 1 || engine != 1 {
+		t.Errorf("ErrNotEngine: %d stages compiled, %d the engine's; want web's policy's compiled, the other the engine's", compiled, engine)
+	}
+	verdicts("a stage compiled for ErrNotEngine", true)
 
 	// The engine failing to follow the sets (Apply calls this when its
 	// Sync fails) unbinds its stages: their stubs drop everything until
