@@ -217,7 +217,7 @@ static __always_inline int be_live(__u32 id, const __u8 *addr, __u16 port)
 
 /* nat_query.dst_local */
 #define PAL_DST_NOT_LOCAL 0
-#define PAL_DST_LOCAL 1   /* an address of this node: a node port answers */
+#define PAL_DST_LOCAL 1   /* a node port answers here (nat_pick_packet: which addresses) */
 #define PAL_DST_UNKNOWN 2 /* nat_pick answers PAL_PICK_ASK when it matters */
 
 struct nat_query {
