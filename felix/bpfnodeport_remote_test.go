@@ -15,14 +15,27 @@ import (
 // address; the pod's node translates the flow itself, as Calico's eBPF
 // dataplane does (nothing comes back through the other node's tunnel);
 // with sessionAffinity ClientIP every connection goes to one backend,
-// whichever node it is on. Both nodes run felix without kube-proxy.
+// whichever node it is on. A process of node-a's own namespace reaching
+// the node port on either node's address is translated at connect time
+// (as Calico's connect-time programs do). Both nodes run felix without
+// kube-proxy.
 func TestBPFNodePortOtherNode(t *testing.T) {
 	c := newClusterNoFelix(t, "BPF", false)
+	cg := testCgroup(t, c.prefix)
 	fa, fb := &sliceFeed{c: make(chan []calc.Update)}, &sliceFeed{c: make(chan []calc.Update)}
 	cfg := c.felixConfigOf()
 	cfg.EndpointSlices = fa
+	cfg.Environ = append(cfg.Environ, "FELIX_CGROUPV2PATH="+cg)
 	runFelix(t, c.ctx, c.cancel, cfg)
 	b := c.addNodeB(fb)
+	// As Calico's manifests make the default pool: pods' traffic to
+	// addresses outside the pools (the nodes') is masqueraded, so a flow
+	// left to the other node would reach it from node-a's address.
+	c.apply(`apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool-a}
+spec: {cidr: 10.65.0.0/16, natOutgoing: true}
+`)
 	c.addPod("ns-a", "web", "10.65.0.1", map[string]string{"app": "web"}, "sa-w")
 	c.addPod("ns-a", "client", "10.65.0.2", map[string]string{"app": "client"}, "sa-x")
 	far := c.addPodOnB(b, "ns-a", "far", "10.66.0.5")
@@ -45,6 +58,12 @@ func TestBPFNodePortOtherNode(t *testing.T) {
 
 	onB := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(nodeBAddr, p) }
 	waitAsk(t, c.extRun, "tcp", onB(30100))
+	// node-a knows node-b's address (its Node) apart from the Services.
+	c.waitFor("node-a translates its pod's flows to node-b's node port", func() bool {
+		before := tunnelForwarded(t, b.run)
+		_, _, err := askService(client, "tcp", onB(30100))
+		return err == nil && tunnelForwarded(t, b.run) == before
+	})
 
 	c.sub(t, "node port on the other node's address", func(t *testing.T) {
 		for _, proto := range []string{"tcp", "udp"} {
@@ -66,6 +85,24 @@ func TestBPFNodePortOtherNode(t *testing.T) {
 			got, _, errs := spread(client, proto, onB(30101), 16)
 			if len(errs) > 0 || len(got) != 1 || (got["web"] != 16 && got["far"] != 16) {
 				t.Errorf("%s from a pod on node-a to node-b's sticky node port: answers %v (errors %v), want one backend every time", proto, got, errs)
+			}
+		}
+	})
+	c.sub(t, "from the host, connect-time", func(t *testing.T) {
+		for _, dst := range []netip.AddrPort{onB(30100), netip.AddrPortFrom(nodeAddr, 30100)} {
+			got := map[string]int{}
+			for _, ans := range hostClient(t, cg, c.node.Path(), hostAsk{Proto: "tcp", Dst: dst.String(), N: 30}) {
+				if ans.Err != "" {
+					got["error: "+ans.Err]++
+					continue
+				}
+				got[ans.Name]++
+				if ans.Peer != dst.String() {
+					t.Errorf("%s: the socket's peer is %s, want the node port", dst, ans.Peer)
+				}
+			}
+			if got["web"] == 0 || got["far"] == 0 || got["web"]+got["far"] != 30 {
+				t.Errorf("from node-a's host to %s: answers %v, want web and far, none lost", dst, got)
 			}
 		}
 	})

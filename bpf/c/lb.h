@@ -183,6 +183,16 @@ struct {
 	__type(value, struct fip_value);
 } pal_fip SEC(".maps");
 
+/* Every node's addresses: the node port tunnel's peers, and where a
+ * workload's or the host's node port is translated on its own node. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nat_addr);
+	__type(value, __u8);
+} pal_nodes SEC(".maps");
+
 static __always_inline int addr_zero(const __u8 *a)
 {
 	const __u32 *w = (const __u32 *)a;

@@ -122,15 +122,6 @@ struct nat_value {
 	__u32 pad;
 };
 
-/* Every node's addresses: the node port tunnel's peers. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct nat_addr);
-	__type(value, __u8);
-} pal_nodes SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 1024);
