@@ -106,4 +106,35 @@ spec: {cidr: 10.65.0.0/16, natOutgoing: true}
 			}
 		}
 	})
+	c.sub(t, "from the host, connect-time load balancing Disabled", func(t *testing.T) {
+		// Left to node-b, which sends the flows to web back through
+		// the tunnel: from node-a's own address, which node-a takes.
+		// Untranslated, node-a's own node port lands on its own stack,
+		// where nothing listens: refused.
+		own := netip.AddrPortFrom(nodeAddr, 30100).String()
+		c.applyFelixConfig("  bpfConnectTimeLoadBalancing: Disabled\n")
+		c.waitFor("the host's connects untranslated", func() bool {
+			a := hostClient(t, cg, c.node.Path(), hostAsk{Proto: "tcp", Dst: own, N: 1})
+			return len(a) == 1 && a[0].Err != ""
+		})
+		defer func() {
+			c.applyFelixConfig("")
+			c.waitFor("translated again", func() bool {
+				a := hostClient(t, cg, c.node.Path(), hostAsk{Proto: "tcp", Dst: own, N: 1})
+				return len(a) == 1 && a[0].Err == ""
+			})
+		}()
+		dst := onB(30100)
+		got := map[string]int{}
+		for _, ans := range hostClient(t, cg, c.node.Path(), hostAsk{Proto: "tcp", Dst: dst.String(), N: 30}) {
+			if ans.Err != "" {
+				got["error: "+ans.Err]++
+				continue
+			}
+			got[ans.Name]++
+		}
+		if got["web"] == 0 || got["far"] == 0 || got["web"]+got["far"] != 30 {
+			t.Errorf("from node-a's host to %s, untranslated: answers %v, want web and far, none lost", dst, got)
+		}
+	})
 }
