@@ -90,18 +90,7 @@ spec: {cidr: 10.65.0.0/16, natOutgoing: true}
 	})
 	c.sub(t, "from the host, connect-time", func(t *testing.T) {
 		for _, dst := range []netip.AddrPort{onB(30100), netip.AddrPortFrom(nodeAddr, 30100)} {
-			got := map[string]int{}
-			for _, ans := range hostClient(t, cg, c.node.Path(), hostAsk{Proto: "tcp", Dst: dst.String(), N: 30}) {
-				if ans.Err != "" {
-					got["error: "+ans.Err]++
-					continue
-				}
-				got[ans.Name]++
-				if ans.Peer != dst.String() {
-					t.Errorf("%s: the socket's peer is %s, want the node port", dst, ans.Peer)
-				}
-			}
-			if got["web"] == 0 || got["far"] == 0 || got["web"]+got["far"] != 30 {
+			if got := hostSpread(t, cg, c.node.Path(), dst, 30); got["web"] == 0 || got["far"] == 0 || got["web"]+got["far"] != 30 {
 				t.Errorf("from node-a's host to %s: answers %v, want web and far, none lost", dst, got)
 			}
 		}
@@ -125,16 +114,27 @@ spec: {cidr: 10.65.0.0/16, natOutgoing: true}
 			})
 		}()
 		dst := onB(30100)
-		got := map[string]int{}
-		for _, ans := range hostClient(t, cg, c.node.Path(), hostAsk{Proto: "tcp", Dst: dst.String(), N: 30}) {
-			if ans.Err != "" {
-				got["error: "+ans.Err]++
-				continue
-			}
-			got[ans.Name]++
-		}
-		if got["web"] == 0 || got["far"] == 0 || got["web"]+got["far"] != 30 {
+		if got := hostSpread(t, cg, c.node.Path(), dst, 30); got["web"] == 0 || got["far"] == 0 || got["web"]+got["far"] != 30 {
 			t.Errorf("from node-a's host to %s, untranslated: answers %v, want web and far, none lost", dst, got)
 		}
 	})
+}
+
+// hostSpread asks dst n times over TCP from a host process of netns (in
+// cgroup) and counts the answers by backend ("error: ..." for a failed
+// one); every socket must report dst as its peer.
+func hostSpread(t *testing.T, cgroup, netns string, dst netip.AddrPort, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, ans := range hostClient(t, cgroup, netns, hostAsk{Proto: "tcp", Dst: dst.String(), N: n}) {
+		if ans.Err != "" {
+			got["error: "+ans.Err]++
+			continue
+		}
+		got[ans.Name]++
+		if ans.Peer != dst.String() {
+			t.Errorf("%s: the socket's peer is %s, want the node port", dst, ans.Peer)
+		}
+	}
+	return got
 }
