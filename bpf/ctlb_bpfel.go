@@ -127,6 +127,7 @@ const (
 	ctlbMapPalMaglev        = "pal_maglev"
 	ctlbMapPalNatcfg        = "pal_natcfg"
 	ctlbMapPalNodeports     = "pal_nodeports"
+	ctlbMapPalNodes         = "pal_nodes"
 	ctlbMapPalSvc           = "pal_svc"
 	ctlbProgPalConnect4     = "pal_connect4"
 	ctlbProgPalConnect6     = "pal_connect6"
@@ -204,6 +205,7 @@ type ctlbMapSpecs struct {
 	PalMaglev    *ebpf.MapSpec `ebpf:"pal_maglev"`
 	PalNatcfg    *ebpf.MapSpec `ebpf:"pal_natcfg"`
 	PalNodeports *ebpf.MapSpec `ebpf:"pal_nodeports"`
+	PalNodes     *ebpf.MapSpec `ebpf:"pal_nodes"`
 	PalSvc       *ebpf.MapSpec `ebpf:"pal_svc"`
 }
 
@@ -243,6 +245,7 @@ type ctlbMaps struct {
 	PalMaglev    *ebpf.Map `ebpf:"pal_maglev"`
 	PalNatcfg    *ebpf.Map `ebpf:"pal_natcfg"`
 	PalNodeports *ebpf.Map `ebpf:"pal_nodeports"`
+	PalNodes     *ebpf.Map `ebpf:"pal_nodes"`
 	PalSvc       *ebpf.Map `ebpf:"pal_svc"`
 }
 
@@ -256,6 +259,7 @@ func (m *ctlbMaps) Close() error {
 		m.PalMaglev,
 		m.PalNatcfg,
 		m.PalNodeports,
+		m.PalNodes,
 		m.PalSvc,
 	)
 }

@@ -49,6 +49,13 @@ func EnsureTunnel(ns NetNS) (int, error) {
 		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+TunnelDevice+"/rp_filter", []byte("0"), 0o644); err != nil {
 			return fmt.Errorf("bpf: turning reverse path filtering off on %s: %w", TunnelDevice, err)
 		}
+		// A flow another node sends here may come from this node's own
+		// address (a client of this node's host, or masqueraded to it,
+		// reaching that node's node port): the kernel would drop it as
+		// a martian. Only nodes may send into the tunnel (pal_tun_in).
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+TunnelDevice+"/accept_local", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("bpf: accepting this node's addresses as sources on %s: %w", TunnelDevice, err)
+		}
 		if l.Attrs().Flags&1 == 0 { // IFF_UP
 			if err := netlink.LinkSetUp(l); err != nil {
 				return fmt.Errorf("bpf: setting %s up: %w", TunnelDevice, err)

@@ -131,10 +131,11 @@ static __always_inline __u8 ctlb_proto(struct bpf_sock_addr *ctx)
  *
  * The host is one client (the unspecified address of the family, no
  * port: a connect has no source port yet) for the affinity, as
- * kube-proxy sees the node's own address; a node port is the node's only
- * when it is asked on a loopback address (the programs here cannot ask
- * the FIB): another of its addresses goes untranslated to the programs
- * on the interfaces. */
+ * kube-proxy sees the node's own address; a node port is translated
+ * when it is asked on a loopback address or on any node's address
+ * (pal_nodes: this one's or another's, as Calico's connect-time programs
+ * do); another address of the node (the programs here cannot ask the
+ * FIB) goes untranslated. */
 static __always_inline int ctlb_fwd(struct bpf_sock_addr *ctx, __u8 proto, __u8 *a, __u16 *port, int send)
 {
 	struct nat_query q = {.dport = *port, .proto = proto, .how = PAL_HOW_HOST};
@@ -143,7 +144,7 @@ static __always_inline int ctlb_fwd(struct bpf_sock_addr *ctx, __u8 proto, __u8 
 		q.src[10] = 0xff;
 		q.src[11] = 0xff;
 	}
-	q.dst_local = is_loopback(a) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
+	q.dst_local = is_loopback(a) || bpf_map_lookup_elem(&pal_nodes, (struct nat_addr *)a) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	struct ctlb_key sk = {.cookie = cookie, .port = *port, .proto = proto, .kind = PAL_CTLB_SEND};
 	__builtin_memcpy(sk.addr, a, 16);

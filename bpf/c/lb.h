@@ -183,6 +183,16 @@ struct {
 	__type(value, struct fip_value);
 } pal_fip SEC(".maps");
 
+/* Every node's addresses: the node port tunnel's peers, and where a
+ * workload's or the host's node port is translated on its own node. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nat_addr);
+	__type(value, __u8);
+} pal_nodes SEC(".maps");
+
 static __always_inline int addr_zero(const __u8 *a)
 {
 	const __u32 *w = (const __u32 *)a;
@@ -217,7 +227,7 @@ static __always_inline int be_live(__u32 id, const __u8 *addr, __u16 port)
 
 /* nat_query.dst_local */
 #define PAL_DST_NOT_LOCAL 0
-#define PAL_DST_LOCAL 1   /* an address of this node: a node port answers */
+#define PAL_DST_LOCAL 1   /* a node port answers here (nat_pick_packet: which addresses) */
 #define PAL_DST_UNKNOWN 2 /* nat_pick answers PAL_PICK_ASK when it matters */
 
 struct nat_query {

@@ -122,15 +122,6 @@ struct nat_value {
 	__u32 pad;
 };
 
-/* Every node's addresses: the node port tunnel's peers. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct nat_addr);
-	__type(value, __u8);
-} pal_nodes SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 1024);
@@ -620,10 +611,15 @@ static __always_inline int nat_closed(struct nat_value *v, struct state *st)
 }
 
 /* nat_pick_packet is nat_pick for the packet in st, arriving as how
- * says; it asks the FIB whether the destination is this node's when
- * only a node port could answer. A TCP packet without SYN starts no flow
- * (one through a frontend has its entries): it is not looked up, which
- * keeps the lookups off an established TCP flow's packets. */
+ * says, when only a node port could answer: a node port answers on an
+ * address of this node (the FIB has no route to forward by) and, for a
+ * workload's packet, on any node's address (pal_nodes), translated here
+ * as Calico's eBPF dataplane does: the flow goes straight to its
+ * backend, not through that node (whose reply would take another way
+ * back than the request, or come back through the tunnel to the
+ * client's own node). A TCP packet without SYN starts no flow (one
+ * through a frontend has its entries): it is not looked up, which keeps
+ * the lookups off an established TCP flow's packets. */
 GLOBAL int nat_pick_packet(struct __sk_buff *skb, struct state *st, __u32 how, struct nat_pick *p)
 {
 	if (!st || !p || (st->proto == IPPROTO_TCP && !(st->tcp_flags & TCP_SYN)))
@@ -634,9 +630,8 @@ GLOBAL int nat_pick_packet(struct __sk_buff *skb, struct state *st, __u32 how, s
 	__builtin_memcpy(q.src, st->src, 16);
 	int r = nat_pick(&q, p);
 	if (r == PAL_PICK_ASK) {
-		/* A node port on an address of this node (no route to
-		 * forward by). */
-		q.dst_local = to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
+		int node = how == PAL_HOW_WORKLOAD && bpf_map_lookup_elem(&pal_nodes, (struct nat_addr *)q.dst);
+		q.dst_local = node || to_host(skb, st) ? PAL_DST_LOCAL : PAL_DST_NOT_LOCAL;
 		r = nat_pick(&q, p);
 	}
 	return r;
