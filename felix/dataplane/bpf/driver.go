@@ -52,6 +52,8 @@ type Driver struct {
 	conf Config
 	// rcuNoted: the TCX attachment's cost has been logged.
 	rcuNoted bool
+	// rcu expedites RCU grace periods while felix makes TCX links.
+	rcu *rcuScope
 	// tcx is whether the kernel has TCX (probed at the first
 	// configuration; nil before).
 	tcx *bool
@@ -166,7 +168,8 @@ func New(conf Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
-	d.att = newAttacher(d.poke, d.groups.set)
+	d.rcu = newRCUScope(rcuExpedited, rcuMark, logger)
+	d.att = newAttacher(d.poke, d.groups.set, d.rcu)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {
 		m.SetMetrics(conf.Metrics)
@@ -249,7 +252,9 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.att.setPrefixes(cfg.InterfacePrefixes)
 	tcx := d.useTCX(cfg)
 	d.att.setTC(cfg.Spec.BPFAttachType == "TC", tcx)
-	if cfg.Spec.BPFAttachType != "TC" && tcx && !d.rcuNoted {
+	expedite := cfg.Spec.BPFExpediteAttach == nil || *cfg.Spec.BPFExpediteAttach
+	d.rcu.setEnabled(expedite)
+	if cfg.Spec.BPFAttachType != "TC" && tcx && !expedite && !d.rcuNoted {
 		d.rcuNoted = true
 		noteRCUGracePeriods(d.log, rcuExpedited)
 	}
