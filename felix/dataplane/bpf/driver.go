@@ -42,6 +42,10 @@ type Config struct {
 	Timeouts palbpf.Timeouts
 	// Log is the logger (logrus' standard one when nil).
 	Log *log.Entry
+	// RCUMark is the file saying felix turned the kernel's expedited RCU
+	// grace periods on (bpfExpediteAttach; rcuMark when empty, tests give
+	// their own).
+	RCUMark string
 	// Metrics counts program loads, conntrack sweeps and the iptables and
 	// ipset calls of what stays in iptables (nil: metrics off).
 	Metrics *metrics.Felix
@@ -168,7 +172,11 @@ func New(conf Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
-	d.rcu = newRCUScope(rcuExpedited, rcuMark, logger)
+	mark := conf.RCUMark
+	if mark == "" {
+		mark = rcuMark
+	}
+	d.rcu = newRCUScope(rcuExpedited, mark, logger)
 	d.att = newAttacher(d.poke, d.groups.set, d.rcu)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {

@@ -55,11 +55,13 @@ func newRCUScope(file, mark string, logger *log.Entry) *rcuScope {
 }
 
 // setEnabled follows bpfExpediteAttach; attachments under way keep the
-// switch as it is until the last one ends.
+// switch as it is until the last one ends. The first call (felix's
+// start) turns off a switch an earlier felix left on.
 func (s *rcuScope) setEnabled(on bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recoverLocked()
 	s.off = !on
-	s.mu.Unlock()
 }
 
 // enter is called before a fresh TCX attachment, exit after it.

@@ -83,9 +83,14 @@ func TestRCUScope(t *testing.T) {
 	}
 	s.exit()
 
-	// An earlier felix killed within an attachment: mark and switch on.
+	// An earlier felix killed within an attachment: mark and switch on,
+	// turned off at start.
 	s, file, mark, _ = newScope("1\n")
 	writeSwitch(t, mark, "1")
+	s.setEnabled(true)
+	if got := readSwitch(t, file); got != "0" || exists(mark) {
+		t.Errorf("felix started after one killed: switch %q, mark %v; want 0, no mark", got, exists(mark))
+	}
 	s.enter()
 	if got := readSwitch(t, file); got != "1" || !exists(mark) {
 		t.Errorf("after a killed felix: switch %q, mark %v; want ours now (1, mark)", got, exists(mark))
@@ -110,7 +115,7 @@ func TestRCUScope(t *testing.T) {
 // TestExpediteAttachKernel attaches new interfaces' TCX hooks on this
 // kernel, alternately with bpfExpediteAttach on and off: on, the switch
 // (/sys/kernel/rcu_expedited) is back at 0 after each attachment and the
-// attachments are several times faster (one expedited grace period per
+// attachments are at least twice as fast (about 15× here) (one expedited grace period per
 // hook instead of a plain one); with the switch at 1 (an operator's) it
 // stays 1. The switch is the kernel's, node-wide: it is put back as it
 // was on every exit path.
@@ -128,12 +133,15 @@ func TestExpediteAttachKernel(t *testing.T) {
 			t.Errorf("%s not given back: %v", rcuExpedited, err)
 		}
 	})
-	td := newTestDriver(t)
-	scope := td.d.rcu
 	mark := filepath.Join(t.TempDir(), "mark")
-	scope.mu.Lock()
-	scope.mark = mark
-	scope.mu.Unlock()
+	td := newTestDriverWith(t, Config{RCUMark: mark})
+	scope := td.d.rcu
+	// The node port tunnel's device is attached in the background: its
+	// attachment would hold the switch on across the ones measured.
+	applySettled(t, td.d)
+	if got := readSwitch(t, rcuExpedited); got != "0" {
+		t.Fatalf("after the driver's first attachments: %s is %q, want 0", rcuExpedited, got)
+	}
 
 	// veth makes a veth pair on the node, both ends up.
 	veth := func(name string) netlink.Link {
@@ -186,8 +194,8 @@ func TestExpediteAttachKernel(t *testing.T) {
 	slices.Sort(on)
 	slices.Sort(off)
 	t.Logf("TCX attachment of a new interface's hooks, median: expedited %v, plain %v", on[len(on)/2], off[len(off)/2])
-	if on[len(on)/2]*3 > off[len(off)/2] {
-		t.Errorf("expedited attachments took %v at the median, plain ones %v: want at least 3× faster", on[len(on)/2], off[len(off)/2])
+	if on[len(on)/2]*2 > off[len(off)/2] {
+		t.Errorf("expedited attachments took %v at the median, plain ones %v: want at least twice as fast", on[len(on)/2], off[len(off)/2])
 	}
 
 	// An operator's 1 stays.
