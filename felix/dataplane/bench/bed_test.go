@@ -47,9 +47,13 @@ type bed struct {
 // dataplanes are the sub-benchmarks of each pipeline benchmark: felix's
 // iptables dataplane and its eBPF one (bpfEnabled), in one table. A
 // benchmark may add "bpf-tc": the eBPF dataplane with bpfAttachType TC,
-// and "bpf-rcu-expedited": TCX on a kernel whose synchronize_rcu is
-// expedited (/sys/kernel/rcu_expedited, a node's tuning; see
-// expediteRCU).
+// "bpf-rcu-expedited": TCX on a kernel whose synchronize_rcu is
+// expedited (/sys/kernel/rcu_expedited at 1, a node's tuning, which
+// felix leaves alone; see expediteRCU), and "bpf-no-expedite": TCX with
+// bpfExpediteAttach false, felix leaving the kernel's grace periods
+// plain. "bpf" is felix's default: TCX, grace periods expedited by felix
+// only while it makes new links (bpfExpediteAttach); it and
+// bpf-no-expedite need the switch at 0 (plainRCU).
 var dataplanes = []string{"iptables", "bpf"}
 
 func newBed(b *testing.B, dataplane string) *bed {
@@ -81,6 +85,11 @@ func newBed(b *testing.B, dataplane string) *bed {
 		attachType = ", bpfAttachType: TC"
 	case "bpf-rcu-expedited":
 		expediteRCU(b)
+	case "bpf-no-expedite":
+		attachType = ", bpfExpediteAttach: false"
+		plainRCU(b)
+	case "bpf":
+		plainRCU(b)
 	}
 	e.apply(`apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
@@ -464,6 +473,28 @@ func expediteRCU(b *testing.B) {
 	b.Cleanup(func() {
 		if err := os.WriteFile(rcuExpedited, was, 0); err != nil {
 			b.Errorf("%s not given back %q: %v", rcuExpedited, was, err)
+		}
+	})
+}
+
+// plainRCU checks the kernel's grace periods are not expedited when the
+// benchmark starts (felix's bpfExpediteAttach would leave a switch at 1
+// alone, and the run would measure the node's tuning instead), and that
+// felix has put the switch back to 0 when it ends.
+func plainRCU(b *testing.B) {
+	read := func() string {
+		v, err := os.ReadFile(rcuExpedited)
+		if err != nil {
+			b.Skipf("no %s: %v", rcuExpedited, err)
+		}
+		return strings.TrimSpace(string(v))
+	}
+	if v := read(); v != "0" {
+		b.Skipf("%s is %s (expedited by someone else): this run would not measure felix's own setting", rcuExpedited, v)
+	}
+	b.Cleanup(func() {
+		if v := read(); v != "0" {
+			b.Errorf("%s is %s after the run: felix did not put it back", rcuExpedited, v)
 		}
 	})
 }

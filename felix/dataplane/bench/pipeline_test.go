@@ -119,10 +119,13 @@ func goalMs(dataplane string, iptables, bpf float64) float64 {
 // datastore's share, measured alone afterwards (storeLatency). bpf-tc is
 // the eBPF dataplane with bpfAttachType TC: a new veth's programs as
 // cls_bpf filters instead of TCX links, whose attachment waits for RCU
-// grace periods under the rtnl lock; bpf-rcu-expedited is TCX on a node
-// tuned to expedite those grace periods (expediteRCU).
+// grace periods under the rtnl lock; bpf (the default) is TCX with
+// felix expediting those grace periods while it attaches
+// (bpfExpediteAttach); bpf-no-expedite is TCX with that setting off;
+// bpf-rcu-expedited is TCX on a node tuned to expedite every grace period
+// (expediteRCU), which felix leaves alone.
 func BenchmarkNewPodFirstResponse(b *testing.B) {
-	for _, dp := range append(dataplanes, "bpf-tc", "bpf-rcu-expedited") {
+	for _, dp := range append(dataplanes, "bpf-tc", "bpf-no-expedite", "bpf-rcu-expedited") {
 		b.Run(dp, func(b *testing.B) { newPodFirstResponse(b, dp) })
 	}
 }

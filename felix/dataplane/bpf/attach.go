@@ -2,12 +2,10 @@ package bpf
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
-	log "github.com/sirupsen/logrus"
 
 	palbpf "github.com/palisade-net/palisade/bpf"
 )
@@ -48,11 +46,14 @@ type attacher struct {
 	// setGroup gives an interface a device group (netlink, in the
 	// node's namespace).
 	setGroup func(idx int, group uint32) error
+	// rcu expedites the kernel's grace periods while fresh TCX links are
+	// made (bpfExpediteAttach).
+	rcu *rcuScope
 }
 
-func newAttacher(done func(), setGroup func(idx int, group uint32) error) *attacher {
+func newAttacher(done func(), setGroup func(idx int, group uint32) error, rcu *rcuScope) *attacher {
 	return &attacher{att: map[[2]int]*palbpf.Attachment{}, tc: map[int][2]ebpf.ProgramID{}, busy: map[int]chan struct{}{},
-		failed: map[int]error{}, done: done, setGroup: setGroup}
+		failed: map[int]error{}, done: done, setGroup: setGroup, rcu: rcu}
 }
 
 // markAttached gives a workload interface whose hooks are attached the
@@ -229,6 +230,15 @@ func (a *attacher) attachTCX(objs *palbpf.Objects, idx, kind int) error {
 	a.mu.Lock()
 	cur := [2]*palbpf.Attachment{a.att[[2]int{idx, 0}], a.att[[2]int{idx, 1}]}
 	a.mu.Unlock()
+	// A new link waits for an RCU grace period under the rtnl lock (one
+	// updated in place does not): expedited while ours are made.
+	for _, h := range palbpf.KindHooks(kind) {
+		if cur[h] == nil && a.rcu != nil {
+			a.rcu.enter()
+			defer a.rcu.exit()
+			break
+		}
+	}
 	var got [2]*palbpf.Attachment
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -438,22 +448,4 @@ func (a *attacher) preattach(li linkInfo) {
 	if a.done != nil {
 		a.done()
 	}
-}
-
-// rcuExpedited is the kernel's switch making synchronize_rcu expedited.
-const rcuExpedited = "/sys/kernel/rcu_expedited"
-
-// noteRCUGracePeriods logs, once, what a TCX attachment costs on this
-// kernel: each hook's attachment waits for an RCU grace period under the
-// rtnl lock (about 7 ms at best with HZ=250, tens of ms on a busy node),
-// which a new pod waits for twice before its traffic is let through. A
-// node that turns on expedited grace periods pays tens of µs instead.
-// Felix does not change the switch: it is node-wide.
-func noteRCUGracePeriods(logger *log.Entry, file string) {
-	b, err := os.ReadFile(file)
-	if err != nil || strings.TrimSpace(string(b)) != "0" {
-		return
-	}
-	logger.WithField("file", file).Info("TCX attachments wait for RCU grace periods, milliseconds per new interface; " +
-		"expedited grace periods (1 in the file, or rcupdate.rcu_expedited=1 at boot) or bpfAttachType TC make them sub-millisecond (docs/bpf.md)")
 }

@@ -37,6 +37,13 @@ type testDriver struct {
 
 func newTestDriver(t *testing.T) *testDriver {
 	t.Helper()
+	return newTestDriverWith(t, Config{})
+}
+
+// newTestDriverWith is newTestDriver with conf's fields besides the
+// namespace and the status directory.
+func newTestDriverWith(t *testing.T, conf Config) *testDriver {
+	t.Helper()
 	nstest.RequireRoot(t)
 	prefix := nstest.Prefix()
 	node, pod := nstest.New(t, prefix, "node"), nstest.New(t, prefix, "pod")
@@ -53,7 +60,8 @@ func newTestDriver(t *testing.T) *testDriver {
 		run.Close()
 	})
 	status := t.TempDir()
-	d, err := New(Config{NetNS: node.Path(), StatusDir: status})
+	conf.NetNS, conf.StatusDir = node.Path(), status
+	d, err := New(conf)
 	if err != nil {
 		t.Fatal(err)
 	}

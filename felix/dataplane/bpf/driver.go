@@ -42,6 +42,10 @@ type Config struct {
 	Timeouts palbpf.Timeouts
 	// Log is the logger (logrus' standard one when nil).
 	Log *log.Entry
+	// RCUMark is the file saying felix turned the kernel's expedited RCU
+	// grace periods on (bpfExpediteAttach; rcuMark when empty, tests give
+	// their own).
+	RCUMark string
 	// Metrics counts program loads, conntrack sweeps and the iptables and
 	// ipset calls of what stays in iptables (nil: metrics off).
 	Metrics *metrics.Felix
@@ -52,6 +56,8 @@ type Driver struct {
 	conf Config
 	// rcuNoted: the TCX attachment's cost has been logged.
 	rcuNoted bool
+	// rcu expedites RCU grace periods while felix makes TCX links.
+	rcu *rcuScope
 	// tcx is whether the kernel has TCX (probed at the first
 	// configuration; nil before).
 	tcx *bool
@@ -169,7 +175,12 @@ func New(conf Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
-	d.att = newAttacher(d.poke, d.groups.set)
+	mark := conf.RCUMark
+	if mark == "" {
+		mark = rcuMark
+	}
+	d.rcu = newRCUScope(rcuExpedited, mark, logger)
+	d.att = newAttacher(d.poke, d.groups.set, d.rcu)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {
 		m.SetMetrics(conf.Metrics)
@@ -252,7 +263,9 @@ func (d *Driver) OnConfigUpdate(cfg *calc.Config) {
 	d.att.setPrefixes(cfg.InterfacePrefixes)
 	tcx := d.useTCX(cfg)
 	d.att.setTC(cfg.Spec.BPFAttachType == "TC", tcx)
-	if cfg.Spec.BPFAttachType != "TC" && tcx && !d.rcuNoted {
+	expedite := cfg.Spec.BPFExpediteAttach == nil || *cfg.Spec.BPFExpediteAttach
+	d.rcu.setEnabled(expedite)
+	if cfg.Spec.BPFAttachType != "TC" && tcx && !expedite && !d.rcuNoted {
 		d.rcuNoted = true
 		noteRCUGracePeriods(d.log, rcuExpedited)
 	}

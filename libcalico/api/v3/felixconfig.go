@@ -229,6 +229,13 @@ type FelixConfigurationSpec struct {
 	BPFMaglevMaxEndpointsPerService   *int                  `json:"bpfMaglevMaxEndpointsPerService,omitempty"`
 	BPFMaglevMaxServices              *int                  `json:"bpfMaglevMaxServices,omitempty"`
 
+	// BPFExpediteAttach is Palisade's own (Calico has no such field):
+	// felix expedites the kernel's RCU grace periods (writing 1 to
+	// /sys/kernel/rcu_expedited, and 0 after) only while it makes new TCX
+	// links, which each wait for one under the rtnl lock. Default true;
+	// a switch already at 1, or one felix cannot write, is left alone.
+	BPFExpediteAttach *bool `json:"bpfExpediteAttach,omitempty"`
+
 	FlowLogsFlushInterval        *Duration `json:"flowLogsFlushInterval,omitempty"`
 	FlowLogsCollectorDebugTrace  *bool     `json:"flowLogsCollectorDebugTrace,omitempty"`
 	FlowLogsGoldmaneServer       *string   `json:"flowLogsGoldmaneServer,omitempty"`

@@ -83,7 +83,7 @@ var FelixConfigurationActedOn = map[string]bool{
 	"bpfConnectTimeLoadBalancing": true, "bpfHostNetworkedNATWithoutCTLB": true, "bpfConnectTimeLoadBalancingEnabled": true,
 	"cgroupV2Path": true,
 	// The load balancer of Services (felix/dataplane/bpf/services.go).
-	"bpfExternalServiceMode": true, "bpfDSROptoutCIDRs": true, "bpfMaglevMaxEndpointsPerService": true, "bpfMaglevMaxServices": true,
+	"bpfExternalServiceMode": true, "bpfDSROptoutCIDRs": true, "bpfMaglevMaxEndpointsPerService": true, "bpfMaglevMaxServices": true, "bpfExpediteAttach": true,
 	"bpfMapSizeNATFrontend": true, "bpfMapSizeNATBackend": true, "bpfMapSizeNATAffinity": true,
 	// Health and Prometheus metrics (docs/metrics.md).
 	"healthEnabled": true, "healthHost": true, "healthPort": true, "healthTimeoutOverrides": true,
