@@ -46,6 +46,11 @@ type Config struct {
 	// grace periods on (bpfExpediteAttach; rcuMark when empty, tests give
 	// their own).
 	RCUMark string
+	// RCUSwitch stands for the kernel's expedited RCU switch; empty is
+	// the kernel's own (/sys/kernel/rcu_expedited). Tests give a file of
+	// their own: the kernel's is node-wide, and every felix a test runs
+	// beside them turns it on and off.
+	RCUSwitch string
 	// Metrics counts program loads, conntrack sweeps and the iptables and
 	// ipset calls of what stays in iptables (nil: metrics off).
 	Metrics *metrics.Felix
@@ -175,11 +180,14 @@ func New(conf Config) (*Driver, error) {
 		run.Close()
 		return nil, err
 	}
-	mark := conf.RCUMark
+	mark, sw := conf.RCUMark, conf.RCUSwitch
 	if mark == "" {
 		mark = rcuMark
 	}
-	d.rcu = newRCUScope(rcuExpedited, mark, logger)
+	if sw == "" {
+		sw = rcuExpedited
+	}
+	d.rcu = newRCUScope(sw, mark, logger)
 	d.att = newAttacher(d.poke, d.groups.set, d.rcu)
 	d.poolSets = [2]*ipsets.Manager{ipsets.New(4, run, logger), ipsets.New(6, run, logger)}
 	for _, m := range d.poolSets {

@@ -44,6 +44,8 @@ type rcuScope struct {
 	// on by us for them.
 	n    int
 	ours bool
+	// turnedOn counts the times the switch was turned on by us.
+	turnedOn int
 	// recovered: the mark of an earlier felix has been looked for.
 	recovered bool
 	// noted is what was logged once: "operator" or "unwritable".
@@ -94,6 +96,7 @@ func (s *rcuScope) enter() {
 		return
 	}
 	s.ours = true
+	s.turnedOn++
 }
 
 func (s *rcuScope) exit() {
