@@ -18,7 +18,7 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
-	"github.com/palisade-net/palisade/scale/node"
+	scalenode "github.com/palisade-net/palisade/scale/node"
 )
 
 // BIRD 2, the reference reflector (Debian bird2).
@@ -131,8 +131,10 @@ func clientSpeakers(n int) []*Speaker {
 // converge brings every speaker's session up (connect), then has them
 // all advertise at once and waits until each has want routes. pid is the
 // reflector's process, whose resident memory and CPU are read; start is
-// when the sessions started to come up.
-func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, *Speaker) error, start time.Time, want int, pid int) (roundResult, error) {
+// when the sessions started to come up. A node process (node) is sent
+// SIGUSR1 once its memory is read, which has it write its heap profile
+// when profiled (node.ProfileEnv).
+func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, *Speaker) error, start time.Time, want int, pid int, node bool) (roundResult, error) {
 	var r roundResult
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -186,6 +188,10 @@ func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, 
 	if r.rss, err = ProcRSSMiB(pid); err != nil {
 		return r, err
 	}
+	if node && os.Getenv(scalenode.ProfileEnv) != "" {
+		_ = syscall.Kill(pid, syscall.SIGUSR1)
+		time.Sleep(time.Second)
+	}
 	return r, nil
 }
 
@@ -208,7 +214,7 @@ func startNode(name string, e *Etcd, dir string) (*exec.Cmd, <-chan struct{}, er
 		bin, env = self, []string{roleEnv + "=" + roleNode}
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(append(os.Environ(), env...), node.NameEnv+"="+name, node.EtcdEnv+"="+strings.Join(e.Endpoints, ","))
+	cmd.Env = append(append(os.Environ(), env...), scalenode.NameEnv+"="+name, scalenode.EtcdEnv+"="+strings.Join(e.Endpoints, ","))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting node %s: %w", name, err)
@@ -295,7 +301,7 @@ func oursReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 		return roundResult{}, err
 	}
 	defer stopProcess(cmd, done)
-	r, err := converge(ctx, sp, func(ctx context.Context, s *Speaker) error { return s.Accept(ctx) }, start, n-1, cmd.Process.Pid)
+	r, err := converge(ctx, sp, func(ctx context.Context, s *Speaker) error { return s.Accept(ctx) }, start, n-1, cmd.Process.Pid, true)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(d, "rr.log"))
 		return r, fmt.Errorf("%w; reflector log ends: %s", err, tail(b, 1500))
@@ -351,7 +357,7 @@ func birdReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 		}
 	}
 	remote := netip.AddrPortFrom(birdAddr, 179)
-	r, err := converge(ctx, clientSpeakers(n), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), n-1, cmd.Process.Pid)
+	r, err := converge(ctx, clientSpeakers(n), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), n-1, cmd.Process.Pid, false)
 	if err != nil {
 		b, _ := os.ReadFile(logf.Name())
 		return r, fmt.Errorf("%w; BIRD log ends: %s", err, tail(b, 1500))
@@ -398,7 +404,7 @@ func meshOnce(ctx context.Context, n int, dir string) (roundResult, error) {
 	}
 	defer stopProcess(cmd, done)
 	remote := netip.AddrPortFrom(oursAddr, 179)
-	r, err := converge(ctx, clientSpeakers(n-1), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), 1, cmd.Process.Pid)
+	r, err := converge(ctx, clientSpeakers(n-1), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), 1, cmd.Process.Pid, true)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(d, NodeName(0)+".log"))
 		return r, fmt.Errorf("%w; node log ends: %s", err, tail(b, 1500))
