@@ -29,10 +29,12 @@ var ReflectorMetrics = []Metric{
 	{"ours_up_s", "sessions up, Palisade RR", "s"},
 	{"ours_converge_s", "converged, Palisade RR", "s"},
 	{"ours_rss_mb", "Palisade RR RSS", "MiB"},
+	{"ours_peak_mb", "Palisade RR peak RSS", "MiB"},
 	{"ours_cpu_s", "Palisade RR CPU while converging", "s"},
 	{"bird_up_s", "sessions up, BIRD", "s"},
 	{"bird_converge_s", "converged, BIRD", "s"},
 	{"bird_rss_mb", "BIRD RSS", "MiB"},
+	{"bird_peak_mb", "BIRD peak RSS", "MiB"},
 	{"bird_cpu_s", "BIRD CPU while converging", "s"},
 	{"converge_x", "converge time ours/BIRD", "×"},
 	{"rss_x", "RSS ours/BIRD", "×"},
@@ -94,15 +96,16 @@ func Reflectors(ctx context.Context, sizes []int, dir string) (Series, error) {
 	return s, nil
 }
 
-// roundResult is one reflector's figures at one size.
+// roundResult is one reflector's figures at one size: its resident set
+// (VmRSS) once converged, and its peak (VmHWM) from start to then.
 type roundResult struct {
-	up, converge time.Duration
-	rss, cpu     float64
+	up, converge   time.Duration
+	rss, peak, cpu float64
 }
 
 func (r roundResult) values(prefix string) map[string]float64 {
 	return map[string]float64{prefix + "_up_s": r.up.Seconds(), prefix + "_converge_s": r.converge.Seconds(),
-		prefix + "_rss_mb": r.rss, prefix + "_cpu_s": r.cpu}
+		prefix + "_rss_mb": r.rss, prefix + "_cpu_s": r.cpu, prefix + "_peak_mb": r.peak}
 }
 
 // listeningSpeakers makes the n simulated clients, listening.
@@ -186,6 +189,9 @@ func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, 
 	}
 	r.cpu = cpu1 - cpu0
 	if r.rss, err = ProcRSSMiB(pid); err != nil {
+		return r, err
+	}
+	if r.peak, err = ProcPeakRSSMiB(pid); err != nil {
 		return r, err
 	}
 	if node && os.Getenv(scalenode.ProfileEnv) != "" {
