@@ -193,26 +193,15 @@ func (c *client) run() {
 		return
 	}
 	for {
-		// A few sessions are made at a time: each attempt's goroutine
-		// grows a stack of several KiB (dialling, the OPEN), which the
-		// runtime keeps until a collection, and a thousand at once cost
-		// megabytes of them.
-		select {
-		case c.r.establishing <- struct{}{}:
-		case <-c.r.ctx.Done():
-			return
-		}
 		c.r.mu.Lock()
 		cfg, deleted := c.cfg, c.deleted
 		c.r.mu.Unlock()
 		if deleted || c.r.ctx.Err() != nil {
-			<-c.r.establishing
 			return
 		}
 		c.setState("Connect", "")
 		conn, err := c.dial(cfg)
 		if err != nil {
-			<-c.r.establishing
 			c.setState("Active", "Connect failed: "+err.Error())
 			if !c.wait(retryInterval) {
 				return
@@ -228,7 +217,6 @@ func (c *client) run() {
 			o.llgrTime = cfg.RestartTime
 		}
 		caps, err := handshake(conn, br, o, c.r.cfg.AS)
-		<-c.r.establishing
 		if errors.Is(err, errNoAS4) && c.r.cfg.Unsupported != nil {
 			conn.Close()
 			c.setState("Active", "Went down in OpenSent: "+err.Error())

@@ -138,15 +138,7 @@ type Reflector struct {
 	inbox chan inMsg
 	// writers send the clients what they are due.
 	writers *writers
-	// establishing holds a token per client session being dialled and
-	// opened, at most maxEstablishing.
-	establishing chan struct{}
 }
-
-// maxEstablishing bounds the client sessions dialled and opened at once.
-// A client that does not answer holds its token for the dial's timeout
-// (5 s); the others queue in order, so they are delayed, not starved.
-const maxEstablishing = 64
 
 // New makes a reflector; Start runs it.
 func New(cfg Config) *Reflector {
@@ -154,7 +146,7 @@ func New(cfg Config) *Reflector {
 		cfg.Log = log.NewEntry(log.StandardLogger())
 	}
 	return &Reflector{cfg: cfg, log: cfg.Log.WithField("component", "reflector"), clients: map[netip.AddrPort]*client{}, tab: newTable(),
-		ready: make(chan struct{}), inbox: make(chan inMsg, 1024), establishing: make(chan struct{}, maxEstablishing)}
+		ready: make(chan struct{}), inbox: make(chan inMsg, 1024)}
 }
 
 // Start listens for the speaker's two sessions at UpstreamAddr and
