@@ -34,7 +34,7 @@ var Charts = []Chart{
 	{"fanout-1m", "fanoutcache-sync.png", "Cold start, with and without the cache", "s", []string{"sync_all_s", "etcd_sync_cpu_s"}, "fanoutcache-1m"},
 	{"fanout-1m", "fanoutcache-memory.png", "etcd RSS, with and without the cache", "MiB", []string{"etcd_rss_mb"}, "fanoutcache-1m"},
 	{"reflector", "rr-converge.png", "Route reflector convergence", "s", []string{"ours_converge_s", "bird_converge_s"}, ""},
-	{"reflector", "rr-memory.png", "Route reflector RSS", "MiB", []string{"ours_rss_mb", "bird_rss_mb"}, ""},
+	{"reflector", "rr-memory.png", "Route reflector RSS (converged, and peak)", "MiB", []string{"ours_rss_mb", "bird_rss_mb", "ours_peak_mb", "bird_peak_mb"}, ""},
 	{"ipam", "ipam-storm.png", "IPAM start-up storm (30 addresses per node)", "s", []string{"storm_s", "node_p99_s"}, ""},
 }
 

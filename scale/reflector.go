@@ -18,7 +18,7 @@ import (
 	v3 "github.com/palisade-net/palisade/libcalico/api/v3"
 	"github.com/palisade-net/palisade/libcalico/datastore/etcdv3"
 	"github.com/palisade-net/palisade/libcalico/ipam"
-	"github.com/palisade-net/palisade/scale/node"
+	scalenode "github.com/palisade-net/palisade/scale/node"
 )
 
 // BIRD 2, the reference reflector (Debian bird2).
@@ -29,10 +29,12 @@ var ReflectorMetrics = []Metric{
 	{"ours_up_s", "sessions up, Palisade RR", "s"},
 	{"ours_converge_s", "converged, Palisade RR", "s"},
 	{"ours_rss_mb", "Palisade RR RSS", "MiB"},
+	{"ours_peak_mb", "Palisade RR peak RSS", "MiB"},
 	{"ours_cpu_s", "Palisade RR CPU while converging", "s"},
 	{"bird_up_s", "sessions up, BIRD", "s"},
 	{"bird_converge_s", "converged, BIRD", "s"},
 	{"bird_rss_mb", "BIRD RSS", "MiB"},
+	{"bird_peak_mb", "BIRD peak RSS", "MiB"},
 	{"bird_cpu_s", "BIRD CPU while converging", "s"},
 	{"converge_x", "converge time ours/BIRD", "×"},
 	{"rss_x", "RSS ours/BIRD", "×"},
@@ -94,15 +96,16 @@ func Reflectors(ctx context.Context, sizes []int, dir string) (Series, error) {
 	return s, nil
 }
 
-// roundResult is one reflector's figures at one size.
+// roundResult is one reflector's figures at one size: its resident set
+// (VmRSS) once converged, and its peak (VmHWM) from start to then.
 type roundResult struct {
-	up, converge time.Duration
-	rss, cpu     float64
+	up, converge   time.Duration
+	rss, peak, cpu float64
 }
 
 func (r roundResult) values(prefix string) map[string]float64 {
 	return map[string]float64{prefix + "_up_s": r.up.Seconds(), prefix + "_converge_s": r.converge.Seconds(),
-		prefix + "_rss_mb": r.rss, prefix + "_cpu_s": r.cpu}
+		prefix + "_rss_mb": r.rss, prefix + "_cpu_s": r.cpu, prefix + "_peak_mb": r.peak}
 }
 
 // listeningSpeakers makes the n simulated clients, listening.
@@ -131,8 +134,10 @@ func clientSpeakers(n int) []*Speaker {
 // converge brings every speaker's session up (connect), then has them
 // all advertise at once and waits until each has want routes. pid is the
 // reflector's process, whose resident memory and CPU are read; start is
-// when the sessions started to come up.
-func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, *Speaker) error, start time.Time, want int, pid int) (roundResult, error) {
+// when the sessions started to come up. A node process (node) is sent
+// SIGUSR1 once its memory is read, which has it write its heap profile
+// when profiled (node.ProfileEnv).
+func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, *Speaker) error, start time.Time, want int, pid int, node bool) (roundResult, error) {
 	var r roundResult
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -186,6 +191,13 @@ func converge(ctx context.Context, sp []*Speaker, connect func(context.Context, 
 	if r.rss, err = ProcRSSMiB(pid); err != nil {
 		return r, err
 	}
+	if r.peak, err = ProcPeakRSSMiB(pid); err != nil {
+		return r, err
+	}
+	if node && os.Getenv(scalenode.ProfileEnv) != "" {
+		_ = syscall.Kill(pid, syscall.SIGUSR1)
+		time.Sleep(time.Second)
+	}
 	return r, nil
 }
 
@@ -208,7 +220,7 @@ func startNode(name string, e *Etcd, dir string) (*exec.Cmd, <-chan struct{}, er
 		bin, env = self, []string{roleEnv + "=" + roleNode}
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(append(os.Environ(), env...), node.NameEnv+"="+name, node.EtcdEnv+"="+strings.Join(e.Endpoints, ","))
+	cmd.Env = append(append(os.Environ(), env...), scalenode.NameEnv+"="+name, scalenode.EtcdEnv+"="+strings.Join(e.Endpoints, ","))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting node %s: %w", name, err)
@@ -295,7 +307,7 @@ func oursReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 		return roundResult{}, err
 	}
 	defer stopProcess(cmd, done)
-	r, err := converge(ctx, sp, func(ctx context.Context, s *Speaker) error { return s.Accept(ctx) }, start, n-1, cmd.Process.Pid)
+	r, err := converge(ctx, sp, func(ctx context.Context, s *Speaker) error { return s.Accept(ctx) }, start, n-1, cmd.Process.Pid, true)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(d, "rr.log"))
 		return r, fmt.Errorf("%w; reflector log ends: %s", err, tail(b, 1500))
@@ -351,7 +363,7 @@ func birdReflector(ctx context.Context, n int, dir string) (roundResult, error) 
 		}
 	}
 	remote := netip.AddrPortFrom(birdAddr, 179)
-	r, err := converge(ctx, clientSpeakers(n), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), n-1, cmd.Process.Pid)
+	r, err := converge(ctx, clientSpeakers(n), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), n-1, cmd.Process.Pid, false)
 	if err != nil {
 		b, _ := os.ReadFile(logf.Name())
 		return r, fmt.Errorf("%w; BIRD log ends: %s", err, tail(b, 1500))
@@ -398,7 +410,7 @@ func meshOnce(ctx context.Context, n int, dir string) (roundResult, error) {
 	}
 	defer stopProcess(cmd, done)
 	remote := netip.AddrPortFrom(oursAddr, 179)
-	r, err := converge(ctx, clientSpeakers(n-1), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), 1, cmd.Process.Pid)
+	r, err := converge(ctx, clientSpeakers(n-1), func(ctx context.Context, s *Speaker) error { return s.Connect(ctx, remote) }, time.Now(), 1, cmd.Process.Pid, true)
 	if err != nil {
 		b, _ := os.ReadFile(filepath.Join(d, NodeName(0)+".log"))
 		return r, fmt.Errorf("%w; node log ends: %s", err, tail(b, 1500))

@@ -34,7 +34,7 @@ func TestBGPSmall(t *testing.T) {
 		}
 	}
 	rr := series[0].Points[1].Values
-	for _, k := range []string{"ours_converge_s", "bird_converge_s", "ours_rss_mb", "bird_rss_mb"} {
+	for _, k := range []string{"ours_converge_s", "bird_converge_s", "ours_rss_mb", "bird_rss_mb", "ours_peak_mb", "bird_peak_mb"} {
 		if rr[k] <= 0 {
 			t.Errorf("reflector at 20 clients: %s = %v", k, rr[k])
 		}

@@ -9,10 +9,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 
 	log "github.com/sirupsen/logrus"
 
@@ -31,7 +33,10 @@ const (
 	// ProfileEnv names a directory: the process writes its CPU profile
 	// (<node>.cpu.pprof, from start to SIGTERM), heap profile
 	// (<node>.heap.pprof) and what its memory is made of (<node>.mem.txt:
-	// the Go runtime's and the kernel's view) there at SIGTERM.
+	// the Go runtime's and the kernel's view) there at SIGTERM, and the
+	// same as <node>.snap.* at each SIGUSR1 (the harness sends one when
+	// it reads the process's memory). Heap samples are taken every 4 KiB
+	// allocated instead of every 512 KiB.
 	ProfileEnv = "PALISADE_SCALE_PPROF"
 )
 
@@ -48,7 +53,8 @@ func Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	if dir := os.Getenv(ProfileEnv); dir != "" {
-		stop, err := profile(dir, name)
+		runtime.MemProfileRate = 4096
+		stop, err := profile(ctx, dir, name)
 		if err != nil {
 			return err
 		}
@@ -61,9 +67,10 @@ func Run(ctx context.Context) error {
 	return bgp.Run(ctx, bgp.Config{NodeName: name, Store: st, KV: st.KV(), DisableKernelRoutes: true})
 }
 
-// profile starts a CPU profile of the process into dir; the function it
-// returns stops it and writes the heap profile and memory breakdown.
-func profile(dir, name string) (func(), error) {
+// profile starts a CPU profile of the process into dir, and writes the
+// heap profile and memory breakdown at each SIGUSR1 until ctx ends; the
+// function it returns stops the CPU profile and writes them once more.
+func profile(ctx context.Context, dir, name string) (func(), error) {
 	cpu, err := os.Create(filepath.Join(dir, name+".cpu.pprof"))
 	if err != nil {
 		return nil, fmt.Errorf("profiling: %w", err)
@@ -72,19 +79,43 @@ func profile(dir, name string) (func(), error) {
 		cpu.Close()
 		return nil, fmt.Errorf("profiling: %w", err)
 	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		defer signal.Stop(usr1)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				memProfile(dir, name+".snap")
+			}
+		}
+	}()
 	return func() {
 		pprof.StopCPUProfile()
 		cpu.Close()
-		if f, err := os.Create(filepath.Join(dir, name+".heap.pprof")); err == nil {
-			_ = pprof.Lookup("heap").WriteTo(f, 0)
-			f.Close()
-		}
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		smaps, _ := os.ReadFile("/proc/self/smaps_rollup")
-		mem := fmt.Sprintf("HeapAlloc %d\nHeapInuse %d\nHeapIdle-Released %d\nStackInuse %d\nMSpan+MCache+Buck+GC+Other %d\nGoroutines %d\n\n%s",
-			ms.HeapAlloc, ms.HeapInuse, ms.HeapIdle-ms.HeapReleased, ms.StackInuse,
-			ms.MSpanInuse+ms.MCacheInuse+ms.BuckHashSys+ms.GCSys+ms.OtherSys, runtime.NumGoroutine(), smaps)
-		_ = os.WriteFile(filepath.Join(dir, name+".mem.txt"), []byte(mem), 0o644)
+		memProfile(dir, name)
 	}, nil
+}
+
+// memProfile writes the heap profile, the goroutines and the memory
+// breakdown as <name>.heap.pprof, <name>.goroutines.txt and
+// <name>.mem.txt in dir.
+func memProfile(dir, name string) {
+	if f, err := os.Create(filepath.Join(dir, name+".goroutines.txt")); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+		f.Close()
+	}
+	if f, err := os.Create(filepath.Join(dir, name+".heap.pprof")); err == nil {
+		_ = pprof.Lookup("heap").WriteTo(f, 0)
+		f.Close()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	smaps, _ := os.ReadFile("/proc/self/smaps_rollup")
+	mem := fmt.Sprintf("HeapAlloc %d\nHeapInuse %d\nHeapIdle-Released %d\nStackInuse %d\nMSpan+MCache+Buck+GC+Other %d\nGoroutines %d\n\n%s",
+		ms.HeapAlloc, ms.HeapInuse, ms.HeapIdle-ms.HeapReleased, ms.StackInuse,
+		ms.MSpanInuse+ms.MCacheInuse+ms.BuckHashSys+ms.GCSys+ms.OtherSys, runtime.NumGoroutine(), smaps)
+	_ = os.WriteFile(filepath.Join(dir, name+".mem.txt"), []byte(mem), 0o644)
 }
