@@ -12,6 +12,7 @@ import (
 	bpfdp "github.com/palisade-net/palisade/felix/dataplane/bpf"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
 	"github.com/palisade-net/palisade/felix/dataplane/vxlan"
+	"github.com/palisade-net/palisade/libcalico/goruntime"
 )
 
 // driver is what the main loop needs of a dataplane: the iptables one
@@ -42,10 +43,12 @@ type dataplaneSwitch struct {
 	conf dataplane.Config
 	log  *log.Entry
 	// logger is felix's own logger, whose level follows logSeverityScreen.
-	logger  *log.Logger
-	unused  unusedFields
-	overlay *vxlan.Manager
-	srv     *served
+	logger *log.Logger
+	unused unusedFields
+	// goRuntime follows goGCThreshold, goMemoryLimitMB and goMaxProcs.
+	goRuntime goruntime.Applier
+	overlay   *vxlan.Manager
+	srv       *served
 
 	d       driver
 	bpf     bool

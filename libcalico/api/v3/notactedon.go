@@ -64,6 +64,8 @@ var FelixConfigurationActedOn = map[string]bool{
 	"interfaceRefreshInterval": true,
 	// The maxelem of IP sets (felix/dataplane/ipsets).
 	"maxIpsetSize": true,
+	// The Go runtime of the calico-node process (libcalico/goruntime).
+	"goGCThreshold": true, "goMemoryLimitMB": true, "goMaxProcs": true,
 	// The route tables Calico's felix gives WireGuard, kept empty and
 	// without their rule as Calico's felix keeps them with WireGuard off
 	// (felix/dataplane/routes/tables.go).
