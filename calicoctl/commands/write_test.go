@@ -150,7 +150,7 @@ func slices(m map[string]string) []string {
 // acted on field once per kind on stderr, and still applies.
 func TestApplyWarnsNotActedOn(t *testing.T) {
 	c := newCluster(t)
-	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, goMaxProcs: 2, logSeverityScreen: Info}\n" +
+	doc := "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default, generation: 2}\nspec: {bpfEnabled: false, bpfLogLevel: Debug, wireguardThreadingEnabled: true, logSeverityScreen: Info}\n" +
 		"---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.n1}\nspec: {bpfEnabled: true}\n"
 	r := c.run(t, doc, nil, "apply", "-f", "-", "--allow-version-mismatch")
 	if r.code != 0 {
@@ -158,7 +158,7 @@ func TestApplyWarnsNotActedOn(t *testing.T) {
 	}
 	want := "Warning: FelixConfiguration field metadata.generation is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
 		"Warning: FelixConfiguration field spec.bpfLogLevel is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n" +
-		"Warning: FelixConfiguration field spec.goMaxProcs is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
+		"Warning: FelixConfiguration field spec.wireguardThreadingEnabled is accepted but not acted on by Palisade (see docs/not-acted-on.md)\n"
 	if r.stderr != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
 	}
