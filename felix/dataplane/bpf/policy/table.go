@@ -538,14 +538,17 @@ func sweep(all *[][]int32, intern map[string]int, base []int32, dep map[int32]iv
 		cuts = append(cuts, c)
 	}
 	slices.Sort(cuts)
-	active := map[int32]bool{}
+	// An entry is active where any of its intervals is: counted, so that
+	// the order of one position's events (an interval ending where the
+	// next begins, or two that overlap) does not matter.
+	active := map[int32]int{}
 	var out classes
 	k := 0
 	for _, c := range cuts {
 		for ; k < len(evs) && evs[k].at == c; k++ {
 			if evs[k].add {
-				active[evs[k].e] = true
-			} else {
+				active[evs[k].e]++
+			} else if active[evs[k].e]--; active[evs[k].e] == 0 {
 				delete(active, evs[k].e)
 			}
 		}
