@@ -65,6 +65,22 @@ func requireLab(t testing.TB) {
 	}
 }
 
+// beside lets a test run beside one other such test once the package's
+// serial tests are done (t.Parallel; go test runs GOMAXPROCS of them at
+// a time, two on the CI machine). The lab package is the longest of make
+// test, and most of a lab test is waiting: for kubelet and containerd,
+// BGP, convergence. Each lab has namespaces, cgroups, state and
+// addresses of its own (its unique prefix), so two labs do not see each
+// other. Only for a test whose lab never runs felix's eBPF dataplane
+// (its connect-time load balancer attaches to the host's root cgroup,
+// which every lab shares) and that does not time the machine itself
+// (the etcd outages' recovery bounds, the benchmarks): those stay
+// serial, and the serial tests all finish before any of these starts.
+func beside(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
 // logWriter sends progress lines to the test log.
 type logWriter struct {
 	t  testing.TB

@@ -327,7 +327,10 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 // seed's scenarios, then the Kubernetes network-policy e2e model's cases,
 // each probed cell by cell with real TCP, UDP and SCTP packets against a
 // matrix the model computes from the case's intent.
-func TestPolicy(t *testing.T) { testPolicyLab(t, Options{Nodes: 3}) }
+func TestPolicy(t *testing.T) {
+	beside(t)
+	testPolicyLab(t, Options{Nodes: 3})
+}
 
 // TestPolicyBPF is TestPolicy with felix's eBPF dataplane on every node
 // (node 1's felix starts on iptables and moves over when the lab turns
