@@ -328,7 +328,7 @@ func (pl *policyLab) run(t *testing.T, c policyCase, g grid) {
 // each probed cell by cell with real TCP, UDP and SCTP packets against a
 // matrix the model computes from the case's intent.
 func TestPolicy(t *testing.T) {
-	beside(t)
+	beside(t, &otherLane)
 	testPolicyLab(t, Options{Nodes: 3})
 }
 
