@@ -523,7 +523,7 @@ func runE2E(t *testing.T, l *Lab, focus string, wantSpecs int) {
 // node runs pods, then wants `lab down` to leave no process, cgroup,
 // mount or namespace of it.
 func TestRealNodesDownAfterKill(t *testing.T) {
-	beside(t, &realNodesLane)
+	beside(t, &otherLane)
 	requireRealNodes(t)
 	name := uniqueName("kk")
 	prefix := "pl-" + name + "-"

@@ -77,8 +77,8 @@ func requireLab(t testing.TB) {
 
 // beside lets a test run beside other such tests once the package's
 // serial tests are done (t.Parallel), in one of two lanes, one test at a
-// time in each: realNodesLane for the labs of real nodes (kubelet,
-// containerd: TestRealNodes alone is five to six minutes), otherLane for
+// time in each: realNodesLane for TestRealNodes alone (five to six
+// minutes: kubelet, containerd), so that it starts first; otherLane for
 // the rest. The lanes are what decides which tests overlap: go test's own
 // limit (-parallel) is raised in runTests so that it never holds a lab
 // test back and the real nodes start at once, not after whatever go test
