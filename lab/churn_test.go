@@ -668,6 +668,7 @@ func labChurnSeed(t testing.TB) uint64 {
 // over, `calicoctl ipam check` finds nothing; after the last pods are
 // stopped, nothing at all is left.
 func TestLabChurn(t *testing.T) {
+	beside(t, &otherLane)
 	l := churnLab(t, "tchurn")
 	runLabChurn(t, l, labChurnConfig{workers: envInt("CHURN_WORKERS", 12), slots: 2, ops: envInt("CHURN_OPS", 1000), killRate: 0.15, agentKills: 2, seed: labChurnSeed(t)})
 }

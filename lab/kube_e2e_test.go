@@ -231,6 +231,7 @@ func (kl *kubeLab) apply(t *testing.T, prev, c kcase) {
 // enforced by felix, and every cell of the matrix is probed with real
 // packets against the model's answer.
 func TestKubernetesNetworkPolicy(t *testing.T) {
+	beside(t, &otherLane)
 	began := time.Now()
 	kl := newKubeLab(t)
 	all := sel(nil)

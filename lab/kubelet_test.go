@@ -240,6 +240,7 @@ func sameSet(a, b map[string]bool) bool {
 // TestRealNodes installs Palisade on three real nodes from its manifest
 // and images and puts it through what an operator does.
 func TestRealNodes(t *testing.T) {
+	beside(t, &realNodesLane)
 	l := newRealLab(t, Options{Name: "kn", Nodes: 3})
 	ctx := context.Background()
 
@@ -522,6 +523,7 @@ func runE2E(t *testing.T, l *Lab, focus string, wantSpecs int) {
 // node runs pods, then wants `lab down` to leave no process, cgroup,
 // mount or namespace of it.
 func TestRealNodesDownAfterKill(t *testing.T) {
+	beside(t, &otherLane)
 	requireRealNodes(t)
 	name := uniqueName("kk")
 	prefix := "pl-" + name + "-"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +26,15 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", besideParallel); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	root, err := os.MkdirTemp("", "pl-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -64,6 +74,37 @@ func requireLab(t testing.TB) {
 		}
 	}
 }
+
+// beside lets a test run beside other such tests once the package's
+// serial tests are done (t.Parallel), in one of two lanes, one test at a
+// time in each: realNodesLane for TestRealNodes alone (five to six
+// minutes: kubelet, containerd), so that it starts first; otherLane for
+// the rest. The lanes are what decides which tests overlap: go test's own
+// limit (-parallel) is raised in runTests so that it never holds a lab
+// test back and the real nodes start at once, not after whatever go test
+// would have started first. The lab package is the longest of make test,
+// and most of a lab test is waiting: for kubelet and containerd, BGP,
+// convergence. Each lab has namespaces, cgroups, state and addresses of
+// its own (its unique prefix), so two labs do not see each other. Only
+// for a test whose lab never runs felix's eBPF dataplane (its
+// connect-time load balancer attaches to the host's root cgroup, which
+// every lab shares) and that does not time the machine itself (the etcd
+// outages' recovery bounds, the agent restarts', the benchmarks): those
+// stay serial, and the serial tests all finish before any of these
+// starts.
+func beside(t *testing.T, lane *sync.Mutex) {
+	t.Helper()
+	t.Parallel()
+	lane.Lock()
+	t.Cleanup(lane.Unlock) // registered first: runs after the lab is down
+}
+
+// The lanes of beside.
+var realNodesLane, otherLane sync.Mutex
+
+// besideParallel is -parallel for the lab tests unless given: more than
+// the tests that call beside, whose lanes then decide what overlaps.
+const besideParallel = "32"
 
 // logWriter sends progress lines to the test log.
 type logWriter struct {

@@ -313,6 +313,7 @@ func migrateNode(t *testing.T, l *Lab, pods []Pod, node string, sig syscall.Sign
 // routes BIRD left were taken over and replaced, `calicoctl ipam check`
 // finds no problem and every pod reaches every other.
 func TestMigrateCalicoNode(t *testing.T) {
+	beside(t, &otherLane)
 	if findBird1(binDir) == "" {
 		t.Skip("BIRD 1.6 is not unpacked in .tools/bird1 (make deps)")
 	}
@@ -372,6 +373,7 @@ func waitOnlyReflector(t *testing.T, l *Lab, skip string, rr netip.Addr) {
 // the same flows and loses none either: the Calico reflector keeps its
 // routes (graceful restart).
 func TestMigrateUnderCalicoReflector(t *testing.T) {
+	beside(t, &otherLane)
 	if findBird1(binDir) == "" {
 		t.Skip("BIRD 1.6 is not unpacked in .tools/bird1 (make deps)")
 	}
@@ -476,6 +478,7 @@ spec: {nodeSelector: all(), peerSelector: "route-reflector == 'true'"}
 // over, `calicoctl ipam check` finds no problem and every pod reaches
 // every other.
 func TestMigrateCalicoReflectorNodes(t *testing.T) {
+	beside(t, &otherLane)
 	if findBird1(binDir) == "" {
 		t.Skip("BIRD 1.6 is not unpacked in .tools/bird1 (make deps)")
 	}

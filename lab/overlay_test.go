@@ -435,6 +435,7 @@ func TestVXLANWithBGP(t *testing.T) {
 // vxlan.calico and is policed as any other. The capture proves the
 // probes between nodes went through the tunnel.
 func TestPolicyOverVXLAN(t *testing.T) {
+	beside(t, &otherLane)
 	var c *capture
 	testPolicyLab(t, Options{Nodes: 3, Subnets: 2, Backend: BackendVXLAN}, func(l *Lab) { c = startCapture(t, l) })
 	c.mu.Lock()
