@@ -20,6 +20,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -482,4 +483,39 @@ func testBPFServicesRestart(t *testing.T, backend string) {
 	waitAsk(t, client.run, "tcp", viaCluster)
 	waitAsk(t, c.extRun, "tcp", viaNodePort)
 	c.checkEngineObject(!c.noLoop)
+}
+
+// TestBPFLoopOverride: felix started with featureDetectOverride
+// BPFLoop=false (from the datastore) loads the object without the policy
+// engine and compiles the stages; the override dropped, the dataplane
+// starts again with the engine's object and lays the stages out for it,
+// and policy holds throughout.
+func TestBPFLoopOverride(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", false)
+	if c.noLoop {
+		t.Skip("the environment forces BPFLoop=false")
+	}
+	if have, err := palbpf.HaveLoop(); err != nil || !have {
+		t.Skipf("the kernel has no bpf_loop (%v)", err)
+	}
+	c.apply(c.felixConfig() + "  featureDetectOverride: BPFLoop=false\n")
+	runFelix(t, c.ctx, c.cancel, c.felixConfigOf())
+	setupPods(c)
+	rs := c.apply(restartPolicy)
+	c.waitPolicies(rs, true)
+	probes := []probe{allow("client", "web", "tcp", 8080), deny("client", "web", "tcp", 8081), deny("other", "web", "tcp", 8080)}
+	c.expect(probes...)
+	c.checkEngineObject(false)
+	web := c.pods["web"]
+	if _, stubs := c.stageView(web.iface, nil); len(stubs) == 0 || slices.Contains(stubs, true) {
+		t.Errorf("BPFLoop=false: web's stages are not all compiled: engine stubs %v", stubs)
+	}
+
+	c.apply(c.felixConfig())
+	c.waitFor("web's stages laid out for the policy engine", func() bool {
+		_, stubs := c.stageView(web.iface, nil)
+		return len(stubs) > 0 && !slices.Contains(stubs, false)
+	})
+	c.checkEngineObject(true)
+	c.expect(probes...)
 }
