@@ -489,7 +489,7 @@ func testBPFServicesRestart(t *testing.T, backend string) {
 // BPFLoop=false (from the datastore) loads the object without the policy
 // engine and compiles the stages; the override dropped, the dataplane
 // starts again with the engine's object and lays the stages out for it,
-// and policy holds throughout.
+// policy holds throughout, and an allowed stream loses nothing.
 func TestBPFLoopOverride(t *testing.T) {
 	c := newClusterNoFelix(t, "BPF", false)
 	if c.noLoop {
@@ -511,11 +511,20 @@ func TestBPFLoopOverride(t *testing.T) {
 		t.Errorf("BPFLoop=false: web's stages are not all compiled: engine stubs %v", stubs)
 	}
 
+	// A stream the policy allows flows across the switch: the maps
+	// (conntrack) are the same for both objects, and nothing is lost.
+	stream := startStream(t, c.pods["client"].run, web.run, web.ip, 9100, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+
 	c.apply(c.felixConfig())
 	c.waitFor("web's stages laid out for the policy engine", func() bool {
 		_, stubs := c.stageView(web.iface, nil)
 		return len(stubs) > 0 && !slices.Contains(stubs, false)
 	})
+	time.Sleep(100 * time.Millisecond)
+	if sent, lost := stream.finish(); len(lost) > 0 || sent < 50 {
+		t.Errorf("%d of %d datagrams lost across the switch of objects: %v", len(lost), sent, lost[:min(len(lost), 10)])
+	}
 	c.checkEngineObject(true)
 	c.expect(probes...)
 }
