@@ -11,6 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrNoEngine: the object loaded has no policy engine (Options.NoLoop).
+var ErrNoEngine = errors.New("bpf: the object loaded has no policy engine (no bpf_loop)")
+
 // PolicyMemory is the policy engine's map (MapPolicy, c/engine.h) mapped
 // into felix: 64-bit words, written with atomic stores of a word or an
 // aligned half while the programs read them.
@@ -19,8 +22,12 @@ type PolicyMemory struct {
 	w []uint64
 }
 
-// MapPolicyMemory maps MapPolicy.
+// MapPolicyMemory maps MapPolicy. The object without the policy engine
+// (Options.NoLoop) has none: ErrNoEngine.
 func (o *Objects) MapPolicyMemory() (*PolicyMemory, error) {
+	if !o.Engine || o.Maps[MapPolicy] == nil {
+		return nil, ErrNoEngine
+	}
 	return MapPolicyMemoryOf(o.Maps[MapPolicy], true)
 }
 

@@ -63,7 +63,11 @@ type Options struct {
 	// NoCounters turns packet counting off (benchmarks measure what
 	// counting costs against it; felix always counts).
 	NoCounters bool
-	Log        *log.Entry
+	// NoLoop loads the object built without the policy engine
+	// (-DPAL_NO_LOOP: no bpf_loop call, which a kernel before 5.17
+	// refuses); every policy stage must then be a compiled program.
+	NoLoop bool
+	Log    *log.Entry
 }
 
 // Objects are the maps and fixed programs of one namespace.
@@ -73,6 +77,10 @@ type Objects struct {
 	// Dir/links.
 	Dir, MapsDir string
 	Maps         map[string]*ebpf.Map
+	// Engine: the programs run the policy engine (the object with
+	// bpf_loop; its maps MapPolicy and MapID6 are in Maps). Without,
+	// every policy stage is a compiled program.
+	Engine bool
 	// Entry programs by kind (KindWorkload, KindHost, KindData,
 	// KindTunnel) and hook (0 in, 1 out; the tunnel has only in).
 	Entry [Kinds][2]*ebpf.Program
@@ -117,7 +125,7 @@ func Open(opts Options) (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := loadPalisade()
+	spec, err := loadObject(opts.NoLoop)
 	if err != nil {
 		return nil, fmt.Errorf("bpf: reading the embedded object: %w", err)
 	}
@@ -146,7 +154,7 @@ func Open(opts Options) (*Objects, error) {
 			return nil, fmt.Errorf("bpf: turning counting off: %w", err)
 		}
 	}
-	o := &Objects{Dir: filepath.Join(opts.Root, id), Maps: map[string]*ebpf.Map{}, ns: opts.NS, log: opts.Log}
+	o := &Objects{Dir: filepath.Join(opts.Root, id), Maps: map[string]*ebpf.Map{}, Engine: !opts.NoLoop, ns: opts.NS, log: opts.Log}
 	o.MapsDir = filepath.Join(o.Dir, "maps-"+specHash(spec))
 	if err := os.MkdirAll(o.MapsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("bpf: %w", err)
@@ -371,14 +379,32 @@ func ProgramInfo(p *ebpf.Program) ([]byte, error) {
 	return nil, nil
 }
 
-// specHash names the maps directory: the object and the map sizes, so a
-// different build or configuration never adopts maps of another layout.
+// loadObject reads the embedded object: the one with the policy engine,
+// or the one without (noLoop).
+func loadObject(noLoop bool) (*ebpf.CollectionSpec, error) {
+	if noLoop {
+		return loadPalisadeNoLoop()
+	}
+	return loadPalisade()
+}
+
+// engineMaps are the maps only the object with the policy engine has.
+var engineMaps = map[string]bool{MapPolicy: true, MapID6: true, "pal_eng": true}
+
+// specHash names the maps directory: the build's objects and the map
+// sizes, so a different build or configuration never adopts maps of
+// another layout. Both objects of a build share it (their other maps are
+// the same), so a felix that starts with the other object keeps the
+// conntrack, NAT and counters.
 func specHash(spec *ebpf.CollectionSpec) string {
 	h := sha256.New()
 	h.Write(_PalisadeBytes)
+	h.Write(_PalisadeNoLoopBytes)
 	names := make([]string, 0, len(spec.Maps))
 	for n := range spec.Maps {
-		names = append(names, n)
+		if !engineMaps[n] {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {

@@ -9,7 +9,11 @@ import (
 	"path/filepath"
 
 	"fmt"
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	palbpf "github.com/palisade-net/palisade/bpf"
 	"net/netip"
 	"slices"
 	"strings"
@@ -252,4 +256,86 @@ func capturePacketLog(t *testing.T) *packetLog {
 		}
 	})
 	return p
+}
+
+// checkEngineObject checks which object's entry programs run on the
+// pods' interfaces, as the kernel reports them: those of the object with
+// the policy engine use its memory (map pal_pol), those of the object
+// without bpf_loop (bpfNoLoop) use none of the engine's maps.
+func (c *cluster) checkEngineObject(engine bool) {
+	c.t.Helper()
+	for name, p := range c.pods {
+		ids := c.entryPrograms(p.iface)
+		if len(ids) == 0 {
+			c.t.Errorf("pod %s: no program runs on %s", name, p.iface)
+		}
+		for _, id := range ids {
+			maps, err := programMaps(id)
+			if err != nil {
+				c.t.Errorf("pod %s: program %d on %s: %v", name, id, p.iface, err)
+				continue
+			}
+			if got := slices.Contains(maps, palbpf.MapPolicy) || slices.Contains(maps, palbpf.MapID6); got != engine {
+				c.t.Errorf("pod %s: program %d on %s uses the policy engine's maps: %v, want %v (maps %v)", name, id, p.iface, got, engine, maps)
+			}
+		}
+	}
+}
+
+// entryPrograms are the IDs of the programs attached to an interface of
+// the node, by TCX links or cls_bpf filters, on both hooks.
+func (c *cluster) entryPrograms(iface string) []ebpf.ProgramID {
+	c.t.Helper()
+	l, err := c.nodeH.LinkByName(iface)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var ids []ebpf.ProgramID
+	_ = c.nodeRun.Do(func() error {
+		for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+			if r, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: at}); err == nil {
+				for _, p := range r.Programs {
+					ids = append(ids, p.ID)
+				}
+			}
+		}
+		return nil
+	})
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, _ := c.nodeH.FilterList(l, parent)
+		for _, f := range fs {
+			if b, ok := f.(*netlink.BpfFilter); ok && b.Id > 0 {
+				ids = append(ids, ebpf.ProgramID(b.Id))
+			}
+		}
+	}
+	return ids
+}
+
+// programMaps names the maps a loaded program uses.
+func programMaps(id ebpf.ProgramID) ([]string, error) {
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return nil, err
+	}
+	mids, _ := info.MapIDs()
+	var names []string
+	for _, mid := range mids {
+		m, err := ebpf.NewMapFromID(mid)
+		if err != nil {
+			return nil, err
+		}
+		mi, err := m.Info()
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, mi.Name)
+	}
+	return names, nil
 }

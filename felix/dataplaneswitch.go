@@ -89,10 +89,15 @@ func (s *dataplaneSwitch) selectDriver(cfg *calc.Config) {
 		s.restart = true
 	}
 	s.d.OnConfigUpdate(cfg)
+	if r, ok := s.d.(interface{ NeedsRestart() bool }); ok && r.NeedsRestart() {
+		s.log.Info("featureDetectOverride asks for the policy engine, which the programs loaded lack: starting again")
+		s.restart = true
+	}
 }
 
 // switching reports whether the main loop must start again (bpfEnabled
-// changed, or the dataplane could not start).
+// changed, the eBPF programs loaded lack the policy engine now asked
+// for, or the dataplane could not start).
 func (s *dataplaneSwitch) switching() bool { return s.restart }
 
 // Apply applies the driver, and once the iptables driver has written

@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if !restart || err != nil || ctx.Err() != nil {
 			return err
 		}
-		logger.Info("bpfEnabled or the metrics settings changed: starting again with a new dataplane")
+		logger.Info("bpfEnabled, the metrics settings or the eBPF object needed changed: starting again with a new dataplane")
 	}
 }
 

@@ -180,7 +180,7 @@ func setupPods(c *cluster) {
 }
 
 func TestPolicy(t *testing.T) {
-	for _, backend := range append(dataplanes, bpfNoTCX) {
+	for _, backend := range append(dataplanes, bpfNoTCX, bpfNoLoop) {
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, backend)
 			setupPods(c)
@@ -189,6 +189,7 @@ func TestPolicy(t *testing.T) {
 			if c.bpf {
 				c.checkBPFEnforces()
 				c.checkAttachedWithTC(c.noTCX)
+				c.checkEngineObject(!c.noLoop)
 				return
 			}
 			// The backend actually used.

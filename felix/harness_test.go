@@ -64,6 +64,8 @@ type cluster struct {
 	bpf bool
 	// noTCX: felix is told the kernel has no TCX (bpfNoTCX).
 	noTCX bool
+	// noLoop: felix is told the kernel has no bpf_loop (bpfNoLoop).
+	noLoop bool
 	// endpoints are etcd's client URLs.
 	endpoints []string
 	cancel    context.CancelFunc
@@ -89,6 +91,11 @@ var dataplanes = []string{"NFT", "Legacy", "BPF"}
 // on a kernel without TCX: every program attached as a cls_bpf filter.
 const bpfNoTCX = "BPF-noTCX"
 
+// bpfNoLoop is the eBPF dataplane with featureDetectOverride
+// BPFLoop=false, as on a kernel before 5.17: the object without the
+// policy engine, every policy stage compiled into instructions.
+const bpfNoLoop = "BPF-noLoop"
+
 // newCluster starts everything; backend is the FelixConfiguration
 // iptablesBackend, or "BPF" for the eBPF dataplane.
 func newCluster(t *testing.T, backend string) *cluster { return newClusterIPv6(t, backend, false) }
@@ -110,11 +117,18 @@ const featureOverrideEnv = "PALISADE_FEATURE_DETECT_OVERRIDE"
 func (c *cluster) felixConfigOf() Config {
 	cfg := Config{NodeName: nodeName, Store: c.store, NetNS: c.node.Path(), StatusDir: c.statusDir,
 		Log: log.WithField("test", c.t.Name())}
+	var override []string
 	if v := os.Getenv(featureOverrideEnv); v != "" {
-		cfg.Environ = []string{"FELIX_FEATUREDETECTOVERRIDE=" + v}
+		override = append(override, v)
 	}
 	if c.noTCX && !strings.Contains(os.Getenv(featureOverrideEnv), "TCX=false") {
-		cfg.Environ = []string{"FELIX_FEATUREDETECTOVERRIDE=TCX=false"}
+		override = append(override, "TCX=false")
+	}
+	if c.noLoop && !strings.Contains(os.Getenv(featureOverrideEnv), "BPFLoop=false") {
+		override = append(override, "BPFLoop=false")
+	}
+	if len(override) > 0 {
+		cfg.Environ = []string{"FELIX_FEATUREDETECTOVERRIDE=" + strings.Join(override, ",")}
 	}
 	return cfg
 }
@@ -127,8 +141,9 @@ func newClusterNoFelix(t *testing.T, backend string, ipv6 bool) *cluster {
 	if backend == "Legacy" {
 		c.save = "iptables-legacy-save"
 	}
-	if backend == "BPF" || backend == bpfNoTCX {
+	if backend == "BPF" || backend == bpfNoTCX || backend == bpfNoLoop {
 		c.noTCX = backend == bpfNoTCX || strings.Contains(os.Getenv(featureOverrideEnv), "TCX=false")
+		c.noLoop = backend == bpfNoLoop || strings.Contains(os.Getenv(featureOverrideEnv), "BPFLoop=false")
 		c.bpf, backend = true, "NFT"
 	}
 	c.backend = backend

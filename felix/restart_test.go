@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	log "github.com/sirupsen/logrus"
 
+	palbpf "github.com/palisade-net/palisade/bpf"
 	"github.com/palisade-net/palisade/felix/calc"
 	"github.com/palisade-net/palisade/felix/dataplane/bpf/policy"
 	"github.com/palisade-net/palisade/felix/dataplane/nsexec"
@@ -105,6 +107,8 @@ func (c *cluster) startChild(t *testing.T, logName string) *exec.Cmd {
 func (c *cluster) startChildWith(t *testing.T, logName string, a childArgs) *exec.Cmd {
 	t.Helper()
 	a.NetNS, a.StatusDir, a.Endpoints = c.node.Path(), c.statusDir, c.endpoints
+	// The cluster's featureDetectOverride (bpfNoTCX, bpfNoLoop) first.
+	a.Environ = append(c.felixConfigOf().Environ, a.Environ...)
 	args, _ := json.Marshal(a)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFelixChild$", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(args))
@@ -296,8 +300,17 @@ spec:
 // program IDs) and then enforces changes again. The stages are the
 // policy engine's: the restarted felix binds its own generation's
 // stages to the stubs in place and frees the previous generation.
+//
+// With bpfNoLoop (a kernel without bpf_loop) both felixes load the
+// object without the policy engine and compile the stages.
 func TestBPFRestart(t *testing.T) {
-	c := newClusterNoFelix(t, "BPF", false)
+	for _, backend := range []string{"BPF", bpfNoLoop} {
+		t.Run(backend, func(t *testing.T) { testBPFRestart(t, backend) })
+	}
+}
+
+func testBPFRestart(t *testing.T, backend string) {
+	c := newClusterNoFelix(t, backend, false)
 	first := c.startChild(t, "felix-1.log")
 	setupPods(c)
 	rs := c.apply(restartPolicy)
@@ -309,7 +322,11 @@ func TestBPFRestart(t *testing.T) {
 		t.Fatal("web has no programs")
 	}
 	// featureDetectOverride BPFLoop=false compiles the stages instead.
-	engine := !strings.Contains(os.Getenv(featureOverrideEnv), "BPFLoop=false")
+	engine := !c.noLoop
+	c.checkEngineObject(engine)
+	if _, stubs := c.stageView(web.iface, nil); !engine && slices.Contains(stubs, true) {
+		t.Errorf("without bpf_loop, web has policy engine stages: %v", stubs)
+	}
 	var firstGen uint16
 	if engine {
 		if firstGen = c.engineStages(web.iface); firstGen == 0 {
@@ -344,6 +361,7 @@ func TestBPFRestart(t *testing.T) {
 			return c.engineStages(web.iface) == firstGen+1
 		})
 	}
+	c.checkEngineObject(engine)
 	// The new felix enforces a change.
 	c.remove(rs)
 	c.waitPolicies(rs, false)
@@ -393,8 +411,16 @@ func (l *lineConn) ask(line string) error {
 // port — and starts it again: no connection breaks and no datagram is
 // lost, with no felix and across the new one's first writes, nor when a
 // felix that cannot read the Services (no Kubernetes API) follows.
+//
+// With bpfNoLoop every felix loads the object without the policy engine.
 func TestBPFServicesRestart(t *testing.T) {
-	c := newClusterNoFelix(t, "BPF", false)
+	for _, backend := range []string{"BPF", bpfNoLoop} {
+		t.Run(backend, func(t *testing.T) { testBPFServicesRestart(t, backend) })
+	}
+}
+
+func testBPFServicesRestart(t *testing.T, backend string) {
+	c := newClusterNoFelix(t, backend, false)
 	cluster := netip.MustParseAddr("10.96.0.50")
 	a := childArgs{
 		Services: map[string]*calc.Service{"ns-a/web": {Type: calc.ServiceNodePort, ClusterIPs: []netip.Addr{cluster},
@@ -456,4 +482,49 @@ func TestBPFServicesRestart(t *testing.T) {
 	// New flows are balanced by the new felix's maps.
 	waitAsk(t, client.run, "tcp", viaCluster)
 	waitAsk(t, c.extRun, "tcp", viaNodePort)
+	c.checkEngineObject(!c.noLoop)
+}
+
+// TestBPFLoopOverride: felix started with featureDetectOverride
+// BPFLoop=false (from the datastore) loads the object without the policy
+// engine and compiles the stages; the override dropped, the dataplane
+// starts again with the engine's object and lays the stages out for it,
+// policy holds throughout, and an allowed stream loses nothing.
+func TestBPFLoopOverride(t *testing.T) {
+	c := newClusterNoFelix(t, "BPF", false)
+	if c.noLoop {
+		t.Skip("the environment forces BPFLoop=false")
+	}
+	if have, err := palbpf.HaveLoop(); err != nil || !have {
+		t.Skipf("the kernel has no bpf_loop (%v)", err)
+	}
+	c.apply(c.felixConfig() + "  featureDetectOverride: BPFLoop=false\n")
+	runFelix(t, c.ctx, c.cancel, c.felixConfigOf())
+	setupPods(c)
+	rs := c.apply(restartPolicy)
+	c.waitPolicies(rs, true)
+	probes := []probe{allow("client", "web", "tcp", 8080), deny("client", "web", "tcp", 8081), deny("other", "web", "tcp", 8080)}
+	c.expect(probes...)
+	c.checkEngineObject(false)
+	web := c.pods["web"]
+	if _, stubs := c.stageView(web.iface, nil); len(stubs) == 0 || slices.Contains(stubs, true) {
+		t.Errorf("BPFLoop=false: web's stages are not all compiled: engine stubs %v", stubs)
+	}
+
+	// A stream the policy allows flows across the switch: the maps
+	// (conntrack) are the same for both objects, and nothing is lost.
+	stream := startStream(t, c.pods["client"].run, web.run, web.ip, 9100, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+
+	c.apply(c.felixConfig())
+	c.waitFor("web's stages laid out for the policy engine", func() bool {
+		_, stubs := c.stageView(web.iface, nil)
+		return len(stubs) > 0 && !slices.Contains(stubs, false)
+	})
+	time.Sleep(100 * time.Millisecond)
+	if sent, lost := stream.finish(); len(lost) > 0 || sent < 50 {
+		t.Errorf("%d of %d datagrams lost across the switch of objects: %v", len(lost), sent, lost[:min(len(lost), 10)])
+	}
+	c.checkEngineObject(true)
+	c.expect(probes...)
 }

@@ -647,7 +647,13 @@ static __always_inline int tunnel_back(struct __sk_buff *skb, struct state *st)
 #define PAL_RESUME_HEP_IN 2
 #define PAL_RESUME_HEP_OUT 3
 
+/* PAL_NO_LOOP builds the object for kernels without bpf_loop (before
+ * Linux 5.17): no policy engine (its maps and its bpf_loop walk drop
+ * out), every stage's slot is a program felix compiles into
+ * instructions, tail-called (bpf/objects.go chooses the object). */
+#ifndef PAL_NO_LOOP
 #include "engine.h"
+#endif
 
 /* PAL_RAN: run_stage decided the stage in place (the policy engine); the
  * walk goes on after it in the same program. */
@@ -665,6 +671,7 @@ static __always_inline int run_stage(struct __sk_buff *skb, struct state *st, st
 	st->phase = stage;
 	st->verdict = PAL_VERDICT_NONE;
 	st->slot = slot;
+#ifndef PAL_NO_LOOP
 	int r = engine(st);
 	if (r > 0) {
 		count(st->ifindex, stage, st->rule_id, st->len);
@@ -672,13 +679,18 @@ static __always_inline int run_stage(struct __sk_buff *skb, struct state *st, st
 	}
 	if (r < 0)
 		return drop(st, PAL_C_NO_PROGRAM);
+#endif
 	bpf_tail_call(skb, &pal_progs, slot);
 	return drop(st, PAL_C_NO_PROGRAM);
 }
 
 /* PAL_WALKS bounds the stages one walk runs in place (a host endpoint's
  * ingress: doNotTrack, preDNAT, then normal or forward). */
+#ifndef PAL_NO_LOOP
 #define PAL_WALKS 4
+#else
+#define PAL_WALKS 1 /* nothing runs in place */
+#endif
 
 static __always_inline struct state *state(void)
 {

@@ -119,9 +119,14 @@ func (d *Driver) setup(ctx context.Context) error {
 	objs, err := palbpf.Open(palbpf.Options{Root: d.conf.Root, NS: d.run, ConntrackEntries: mapSizeConntrack(d.cfg), IPSetEntries: mapSizeIPSets(d.cfg),
 		MaglevEntries: d.lb.settings.maglevEntries(), NATFrontendEntries: intOr0(d.cfg.Spec.BPFMapSizeNATFrontend),
 		NATBackendEntries: intOr0(d.cfg.Spec.BPFMapSizeNATBackend), NATAffinityEntries: intOr0(d.cfg.Spec.BPFMapSizeNATAffinity),
-		Timeouts: timeouts, Log: d.log})
+		Timeouts: timeouts, NoLoop: !d.useEngine(d.cfg), Log: d.log})
 	if err != nil {
 		return err
+	}
+	if objs.Engine {
+		d.log.WithField("object", "palisade").Info("eBPF programs loaded with the policy engine")
+	} else {
+		d.log.WithField("object", "palisadeNoLoop").Info("eBPF programs loaded without the policy engine (no bpf_loop call)")
 	}
 	ifs, err := newIfaceState(objs, d.att, d.log)
 	if err != nil {

@@ -64,3 +64,12 @@ func (d *Driver) feature(cfg *calc.Config, f kernelFeature) bool {
 	}
 	return use
 }
+
+// NeedsRestart reports whether the programs loaded lack the policy
+// engine that the BPFLoop feature now asks for (featureDetectOverride
+// no longer says BPFLoop=false): the object is chosen when the dataplane
+// starts, so it must start again. The other way needs nothing: the
+// object with the engine runs compiled stages too.
+func (d *Driver) NeedsRestart() bool {
+	return d.ready && d.objs != nil && !d.objs.Engine && d.cfg != nil && d.useEngine(d.cfg)
+}

@@ -109,6 +109,10 @@ func newPrograms(objs *palbpf.Objects, logger *log.Entry) *programs {
 // startEngine takes over pal_pol: a new generation, the sets' members
 // mirrored. Without it every stage is compiled.
 func (ps *programs) startEngine(sets *setMaps) {
+	if !ps.objs.Engine {
+		ps.log.Info("No policy engine in the programs loaded (no bpf_loop): every policy stage is compiled into instructions")
+		return
+	}
 	mem, err := ps.objs.MapPolicyMemory()
 	if err != nil {
 		ps.log.WithError(err).Warn("No policy engine: every policy stage is compiled into instructions")
