@@ -76,6 +76,7 @@ func (s *echoServer) accept() {
 	defer s.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	favour()
 	for {
 		c, _, err := unix.Accept4(s.fd, unix.SOCK_CLOEXEC)
 		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
