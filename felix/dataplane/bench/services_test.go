@@ -108,8 +108,8 @@ const svcPairs = 20
 // between the nodes, half a second each, in svcPairs pairs, each pair in
 // the other order than the one before; vs-kube-proxy is the median of
 // the pairs' ratios (eBPF over iptables with kube-proxy), goal ≥ 1.2.
-// Each side of a pair runs at nice -20 on one processor (nstest.RR), so
-// the machine's other work moves the rates less.
+// Each side of a pair runs at nice -20 (nstest.RR), so the machine's
+// other work moves the rates less.
 func BenchmarkServiceRequestResponse(b *testing.B) {
 	e := newBed(b, "iptables")
 	peer := e.addPeer("peer")

@@ -24,7 +24,7 @@ import (
 // that varied more than the path's own cost.
 //
 // Both sides' threads run at the highest priority of the normal
-// scheduling class, on one processor (favour): on a machine busy with
+// scheduling class (favour): on a machine busy with
 // other work, a thread that yields while it polls would otherwise give
 // the processor to that work for a time slice, and the rate measured was
 // the scheduler's, the same whatever path the packets took. The packets'
@@ -222,28 +222,14 @@ func dial(sa *unix.SockaddrInet4) (int, error) {
 	return fd, nil
 }
 
-// favour gives the calling thread (nice and the affinity are per thread
-// on Linux) the highest priority of the normal scheduling class, nice
-// -20, and binds it to the first processor the process may use, the same
-// for both sides of every pair: a transaction is then one processor's
-// work, in the same placement each time (left to the scheduler, the two
-// sides landed on one processor in some legs and on two in others, and
-// the rate of a leg changed with that by up to a third). Where either is
-// not permitted the thread keeps what it had.
+// favour gives the calling thread (nice is per thread on Linux) the
+// highest priority of the normal scheduling class, nice -20; where that
+// is not permitted it keeps its own. Binding both sides to one processor
+// as well was tried (2026-12-07): a Service pair's ratio spread as much
+// from run to run, and a new connection per transaction then waited for
+// the client's poll to end before the server's new thread ran.
 func favour() {
 	_ = unix.Setpriority(unix.PRIO_PROCESS, 0, -20)
-	var set unix.CPUSet
-	if unix.SchedGetaffinity(0, &set) != nil {
-		return
-	}
-	for cpu := range 1024 {
-		if set.IsSet(cpu) {
-			var one unix.CPUSet
-			one.Set(cpu)
-			_ = unix.SchedSetaffinity(0, &one)
-			return
-		}
-	}
 }
 
 // spinFor is how long spinRead polls before it blocks: far longer than

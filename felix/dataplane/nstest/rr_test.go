@@ -14,7 +14,7 @@ import (
 )
 
 // TestEchoServesFavoured checks that the echo process's thread serving
-// a connection runs at nice -20 on one processor (favour), so that on a
+// a connection runs at nice -20 (favour), so that on a
 // busy machine the request/response rate is the path's, not the
 // scheduler's.
 func TestEchoServesFavoured(t *testing.T) {
@@ -53,12 +53,12 @@ func TestEchoServesFavoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	for tid, n := range nices {
-		var set unix.CPUSet
-		if n == -20 && unix.SchedGetaffinity(tid, &set) == nil && set.Count() == 1 {
+		if n == -20 {
 			return
 		}
+		_ = tid
 	}
-	t.Fatalf("no thread of the echo process at nice -20 on one processor: %v", nices)
+	t.Fatalf("no thread of the echo process at nice -20: %v", nices)
 }
 
 // threadNices are the nice values of a process's threads, by thread id.
