@@ -121,6 +121,14 @@ func (s *dataplaneSwitch) Apply(ctx context.Context) error {
 	return err
 }
 
+// awaitingEndpoints reports whether the driver expects a pod's endpoint
+// soon (a workload interface appeared a moment ago, not programmed yet):
+// the loop then does not collect garbage while idle.
+func (s *dataplaneSwitch) awaitingEndpoints(now time.Time) bool {
+	w, ok := s.d.(interface{ AwaitingEndpoints(time.Time) bool })
+	return ok && w.AwaitingEndpoints(now)
+}
+
 // wake fires when the driver wants an apply outside the loop's timers.
 func (s *dataplaneSwitch) wake() <-chan struct{} {
 	if w, ok := s.d.(interface{ Wake() <-chan struct{} }); ok {

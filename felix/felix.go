@@ -338,6 +338,12 @@ func runOnce(ctx context.Context, cfg Config, local *LocalConfig, logger *log.En
 			fn(graph, dp)
 			continue
 		case <-idle.C:
+			if dp.awaitingEndpoints(time.Now()) {
+				// A pod's endpoint is expected within milliseconds: a
+				// collection started now would still be marking then.
+				idle.Reset(idleGCDelay)
+				continue
+			}
 			if gc.collectIfDue() {
 				logger.Debug("Collecting garbage while idle")
 			}

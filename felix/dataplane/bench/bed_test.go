@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,8 @@ type bed struct {
 	nodeH   *netlink.Handle
 	status  string
 	stop    func()
+	// exited is why a felix of the bed ended before it was stopped.
+	exited atomic.Pointer[error]
 }
 
 // dataplanes are the sub-benchmarks of each pipeline benchmark: felix's
@@ -145,12 +148,40 @@ func (e *bed) runFelixWith(node, netns, statusDir string, slices felix.UpdateSou
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- felix.Run(ctx, felix.Config{NodeName: node, Store: e.store, NetNS: netns, StatusDir: statusDir, EndpointSlices: slices})
+		err := felix.Run(ctx, felix.Config{NodeName: node, Store: e.store, NetNS: netns, StatusDir: statusDir, EndpointSlices: slices})
+		if ctx.Err() == nil {
+			err = fmt.Errorf("felix of %s ended by itself: %v", node, err)
+			e.exited.Store(&err)
+		}
+		done <- err
 	}()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.b.Error(err)
+			}
+		})
+	}
 	e.b.Cleanup(stop)
 	return stop
+}
+
+// why says what may have kept a pod from being served: a felix that
+// ended, the endpoint's status, the node's route to the pod.
+func (e *bed) why(p *pod) string {
+	var out []string
+	if err := e.exited.Load(); err != nil {
+		out = append(out, (*err).Error())
+	}
+	if p.wep != "" {
+		_, err := statFile(e.status + "/" + dataplane.StatusFileName("bench", p.wep))
+		out = append(out, fmt.Sprintf("endpoint reported programmed: %v", err == nil))
+	}
+	routes, err := e.nodeH.RouteGet(net.IP(p.ip.AsSlice()))
+	out = append(out, fmt.Sprintf("node's route to %s: %v %v", p.ip, routes, err))
+	return strings.Join(out, "; ")
 }
 
 func addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 80, byte(i >> 8), byte(i)}) }
@@ -299,7 +330,11 @@ func (e *bed) waitStatusIn(dir, wep string, timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.b.Fatalf("endpoint %s not programmed within %s", wep, timeout)
+			why := ""
+			if err := e.exited.Load(); err != nil {
+				why = ": " + (*err).Error()
+			}
+			e.b.Fatalf("endpoint %s not programmed within %s%s", wep, timeout, why)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

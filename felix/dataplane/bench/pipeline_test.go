@@ -174,7 +174,7 @@ func timeNewPods(b *testing.B, e *bed, dst netip.AddrPort, first, n int) []time.
 			p.wep = e.newWep(p.name, p.iface, p.ip, map[string]string{"role": "client", "group": "g" + itoa(i%10)})
 		})
 		if !ok {
-			b.Fatalf("new pod %s never reached the server", p.name)
+			b.Fatalf("new pod %s never reached the server within the prober's 5 s: %s", p.name, e.why(p))
 		}
 		lat = append(lat, d)
 		e.waitStatus(p.wep, 10*time.Second)

@@ -373,3 +373,59 @@ func TestNoteRCUGracePeriods(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitingEndpoints: a workload interface with no endpoint yet says
+// a pod is about to be programmed (felix's loop then does not collect
+// garbage while idle) for awaitEndpointFor after it appeared; its
+// endpoint, or its removal, ends that.
+func TestAwaitingEndpoints(t *testing.T) {
+	td := newTestDriver(t)
+	d, ctx := td.d, context.Background()
+	if d.AwaitingEndpoints(time.Now()) {
+		t.Fatal("awaiting an endpoint on a node with no workload interface")
+	}
+	addr := netip.MustParseAddr("10.80.0.7")
+	td.workload(t, "calitst0", addr)
+	if err := d.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !d.AwaitingEndpoints(time.Now()) {
+		t.Error("a workload interface just made, no endpoint yet: not awaiting it")
+	}
+	if d.AwaitingEndpoints(time.Now().Add(awaitEndpointFor)) {
+		t.Errorf("still awaiting the endpoint %s after its interface appeared", awaitEndpointFor)
+	}
+	d.OnEndpointUpdate(&calc.Endpoint{ID: calc.EndpointID{Kind: calc.WorkloadEndpoint, Namespace: "a", Name: "w"}, InterfaceName: "calitst0",
+		IPv4Nets: []netip.Prefix{netip.PrefixFrom(addr, 32)}, Profiles: []string{"kns.a"}})
+	applySettled(t, d)
+	if d.AwaitingEndpoints(time.Now()) {
+		t.Error("the endpoint arrived and is programmed: still awaiting it")
+	}
+	// A second veth, to a pod of its own, comes and goes without an
+	// endpoint.
+	podH, podNS := nstest.Handle(t, nstest.New(t, nstest.Prefix(), "pod2"))
+	if err := nstest.Workload(td.nodeH, podH, podNS, "calitst1", netip.MustParseAddr("10.80.0.8")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !d.AwaitingEndpoints(time.Now()) {
+		if time.Now().After(deadline) {
+			t.Fatal("a second workload interface with no endpoint: never awaited")
+		}
+		applySettled(t, d)
+	}
+	link, err := td.nodeH.LinkByName("calitst1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := td.nodeH.LinkDel(link); err != nil {
+		t.Fatal(err)
+	}
+	for d.AwaitingEndpoints(time.Now()) {
+		if time.Now().After(deadline) {
+			t.Fatal("the interface awaiting an endpoint was removed: still awaiting")
+		}
+		applySettled(t, d)
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -152,6 +152,9 @@ type Driver struct {
 	// quietUntil: the periodic sweeps wait until then (a new pod's first
 	// connections).
 	quietUntil time.Time
+	// blockedSince are the workload interfaces with no endpoint yet, by
+	// name, since when wanted() has seen them so (AwaitingEndpoints).
+	blockedSince map[string]time.Time
 
 	wake chan struct{}
 }

@@ -166,8 +166,20 @@ func (d *Driver) wanted() (map[int]ifaceWant, error) {
 	if d.cfg.DefaultEndpointToHostAction == "Drop" {
 		toHostDrop = palbpf.EndpointToHostDrop
 	}
+	if d.blockedSince == nil {
+		d.blockedSince = map[string]time.Time{}
+	}
+	now := time.Now()
+	for name := range d.blockedSince {
+		if _, ok := links[name]; !ok || workloads[name] != nil {
+			delete(d.blockedSince, name)
+		}
+	}
 	for name, li := range links {
 		if d.isWorkloadIface(name) {
+			if _, ok := d.blockedSince[name]; !ok && workloads[name] == nil {
+				d.blockedSince[name] = now
+			}
 			w := ifaceWant{name: name, kind: 0, ep: palbpf.Endpoint{Flags: palbpf.EndpointBlocked, L2len: li.l2}, workload: true, group: li.group}
 			if st := workloads[name]; st != nil {
 				flags := palbpf.EndpointWorkload | toHostDrop
@@ -307,4 +319,32 @@ func (d *Driver) ifaceReady(name string) bool {
 	}
 	_, ok = d.ifaces.applied[idx]
 	return ok
+}
+
+// awaitEndpointFor is how long after a workload interface appeared its
+// endpoint is expected: the CNI plugin writes it right after making the
+// veth (milliseconds; its IPAM and the datastore's write in between).
+const awaitEndpointFor = time.Second
+
+// AwaitingEndpoints reports whether a workload interface appeared less
+// than awaitEndpointFor ago and has no endpoint yet: a pod is about to be
+// programmed. Felix's loop does not collect garbage while idle then. The
+// veth comes a few ms before its endpoint, the apply of the veth leaves
+// the loop idle, and a collection started then was still marking when
+// the endpoint arrived (the collector's dedicated worker and the
+// allocating goroutines' assists took the two CPUs of a small node from
+// the pod's programming and its first packets).
+func (d *Driver) AwaitingEndpoints(now time.Time) bool {
+	return awaiting(d.blockedSince, now)
+}
+
+// awaiting reports whether an interface of since (blocked since then)
+// is still within awaitEndpointFor of its appearance.
+func awaiting(since map[string]time.Time, now time.Time) bool {
+	for _, t := range since {
+		if now.Sub(t) < awaitEndpointFor {
+			return true
+		}
+	}
+	return false
 }

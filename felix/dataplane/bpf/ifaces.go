@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	log "github.com/sirupsen/logrus"
@@ -85,27 +86,69 @@ func watchLinks(run *nsexec.Runner, poke func(), appeared func(linkInfo), logger
 	}
 	go func() {
 		defer close(w.stopped)
-		for u := range ch {
-			a := u.Link.Attrs()
+		for {
+			w.follow(ch, poke, appeared)
+			// The subscription ends with its socket's first error (a
+			// full buffer on a busy node): felix then saw no interface
+			// come or go again (a new pod's never programmed). Follow
+			// them again and list them (what came between was lost).
+			if ch = w.resubscribe(opts, logger); ch == nil {
+				return
+			}
 			w.mu.Lock()
-			old, had := w.byName[a.Name]
-			if u.Header.Type == 17 /* RTM_DELLINK */ {
-				if had && old.index == a.Index {
-					delete(w.byName, a.Name)
-				}
-			} else {
-				w.byName[a.Name] = linkInfoOf(u.Link)
-			}
+			w.relist = true
 			w.mu.Unlock()
-			if u.Header.Type != 17 && (!had || old.index != a.Index) {
-				go appeared(linkInfoOf(u.Link))
-			}
-			if !had || old.index != a.Index || u.Header.Type == 17 {
-				poke()
-			}
+			poke()
 		}
 	}()
 	return w, nil
+}
+
+// resubscribe follows the interfaces again after the subscription
+// ended, retrying until it works or the watch is closed (nil then).
+func (w *linkWatch) resubscribe(opts netlink.LinkSubscribeOptions, logger *log.Entry) chan netlink.LinkUpdate {
+	for {
+		select {
+		case <-w.done:
+			return nil
+		default:
+		}
+		ch := make(chan netlink.LinkUpdate, 4096)
+		err := netlink.LinkSubscribeWithOptions(ch, w.done, opts)
+		if err == nil {
+			logger.Info("Following the interfaces again (their updates' subscription ended)")
+			return ch
+		}
+		logger.WithError(err).Warn("Cannot follow the interfaces again; retrying")
+		select {
+		case <-w.done:
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// follow applies link updates until the subscription's channel closes.
+func (w *linkWatch) follow(ch chan netlink.LinkUpdate, poke func(), appeared func(linkInfo)) {
+	for u := range ch {
+		a := u.Link.Attrs()
+		w.mu.Lock()
+		old, had := w.byName[a.Name]
+		if u.Header.Type == 17 /* RTM_DELLINK */ {
+			if had && old.index == a.Index {
+				delete(w.byName, a.Name)
+			}
+		} else {
+			w.byName[a.Name] = linkInfoOf(u.Link)
+		}
+		w.mu.Unlock()
+		if u.Header.Type != 17 && (!had || old.index != a.Index) {
+			go appeared(linkInfoOf(u.Link))
+		}
+		if !had || old.index != a.Index || u.Header.Type == 17 {
+			poke()
+		}
+	}
 }
 
 func (w *linkWatch) list() error {

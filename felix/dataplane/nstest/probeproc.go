@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -55,6 +56,12 @@ type Prober struct {
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
 	cancel context.CancelFunc
+	// stderr is the process's standard error: read only once it ended
+	// (after Close), when exec's copy of it is done.
+	stderr strings.Builder
+	once   sync.Once
+	// ended is how the process ended (Close).
+	ended error
 }
 
 // StartProber starts a prober in run's namespace for dst and waits
@@ -77,24 +84,32 @@ func StartProber(run *nsexec.Runner, dst netip.AddrPort, limit time.Duration) (*
 		cancel()
 		return nil, err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	p := &Prober{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout), cancel: cancel}
+	cmd.Stderr = &p.stderr
 	if err := run.Do(cmd.Start); err != nil {
 		cancel()
 		return nil, fmt.Errorf("starting the prober: %w", err)
 	}
-	p := &Prober{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(stdout), cancel: cancel}
 	if line, err := p.stdout.ReadString('\n'); strings.TrimSpace(line) != "ready" {
-		p.Close()
-		return nil, fmt.Errorf("prober of %s: %v: %s", dst, err, strings.TrimSpace(stderr.String()))
+		return nil, p.failed(fmt.Errorf("prober of %s not ready: said %q: %w", dst, line, err))
 	}
 	return p, nil
 }
 
+// failed ends the process and returns err with how the process ended and
+// what it wrote to its standard error: a prober that failed says why
+// there, and reading its pipes only shows that it is gone.
+func (p *Prober) failed(err error) error {
+	p.Close()
+	return fmt.Errorf("%w (prober process: %v; its stderr: %q)", err, p.ended, strings.TrimSpace(p.stderr.String()))
+}
+
 // Go starts the probing.
 func (p *Prober) Go() error {
-	_, err := io.WriteString(p.stdin, "go\n")
-	return err
+	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+		return p.failed(fmt.Errorf("telling the prober to go: %w", err))
+	}
+	return nil
 }
 
 // Opened waits for the prober's verdict: when (Clock) the path opened,
@@ -102,7 +117,7 @@ func (p *Prober) Go() error {
 func (p *Prober) Opened() (at time.Duration, ok bool, err error) {
 	line, err := p.stdout.ReadString('\n')
 	if err != nil {
-		return 0, false, fmt.Errorf("reading the prober: %w", err)
+		return 0, false, p.failed(fmt.Errorf("reading the prober: %w", err))
 	}
 	line = strings.TrimSpace(line)
 	if line == "timeout" {
@@ -110,23 +125,25 @@ func (p *Prober) Opened() (at time.Duration, ok bool, err error) {
 	}
 	ns, err := strconv.ParseInt(line, 10, 64)
 	if err != nil {
-		return 0, false, fmt.Errorf("prober said %q", line)
+		return 0, false, p.failed(fmt.Errorf("prober said %q", line))
 	}
 	return time.Duration(ns), true, nil
 }
 
-// Close ends the prober.
+// Close ends the prober (again: nothing).
 func (p *Prober) Close() {
-	p.stdin.Close()
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-	p.cancel()
+	p.once.Do(func() {
+		p.stdin.Close()
+		done := make(chan struct{})
+		go func() { p.ended = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+		p.cancel()
+	})
 }
 
 // probeHere is the prober process: "ready" once its first sockets are
