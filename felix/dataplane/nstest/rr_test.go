@@ -52,11 +52,10 @@ func TestEchoServesFavoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for tid, n := range nices {
+	for _, n := range nices {
 		if n == -20 {
 			return
 		}
-		_ = tid
 	}
 	t.Fatalf("no thread of the echo process at nice -20: %v", nices)
 }
